@@ -1,0 +1,163 @@
+"""Settings, read from ``Durable(...)`` keywords, ``CELERY_DURABLE_*`` env vars and ``app.conf``.
+
+Precedence, highest first: keyword arguments, environment, Celery configuration, defaults.
+
+Example::
+
+    app.conf.durable_lock_timeout = 60          # or CELERY_DURABLE_LOCK_TIMEOUT=60
+    durable = Durable(app, database_url="postgresql+psycopg://postgres@127.0.0.1/shop")
+    durable.config.lock_timeout                 # 60.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import ConfigurationError
+
+logger = logging.getLogger("celery_durable.config")
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,30}$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    name: str
+    kind: type
+    default: Any
+    minimum: float | None = None
+    help: str = ""
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("database_url", str, "sqlite:///celery_durable.sqlite3",
+            help="SQLAlchemy URL of the store (Postgres via psycopg 3, or SQLite)"),
+    Setting("lock_timeout", float, 30.0, 1.0, "seconds a worker's lease on a run lasts"),
+    Setting("poll_interval", float, 1.0, 0.05, "seconds between two sweeps"),
+    Setting("max_attempts", int, 3, 1, "default attempts of a workflow"),
+    Setting("retry_backoff", float, 5.0, 0.0, "default first workflow retry delay, seconds"),
+    Setting("max_retry_backoff", float, 3600.0, 0.0, "cap of the exponential retry delay"),
+    Setting("dispatch_grace", float, 60.0, 1.0,
+            "seconds a published run may wait in the queue before the sweeper publishes it again"),
+    Setting("table_prefix", str, "durable_", help="prefix of the tables"),
+    Setting("namespace", str, "default", help="runs of other namespaces are invisible"),
+    Setting("signal_queue", str, "celery_durable.signals", help="queue of signal wake-ups"),
+    Setting("max_pending_signals", int, 100, 1, "unconsumed signals a run may hold"),
+    Setting("sweep_batch", int, 500, 1, "runs one sweep dispatches at most"),
+)
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclasses.dataclass
+class DurableConfig:
+    """Validated settings of one :class:`~celery_durable.Durable` instance."""
+
+    database_url: str = "sqlite:///celery_durable.sqlite3"
+    lock_timeout: float = 30.0
+    poll_interval: float = 1.0
+    max_attempts: int = 3
+    retry_backoff: float = 5.0
+    max_retry_backoff: float = 3600.0
+    dispatch_grace: float = 60.0
+    table_prefix: str = "durable_"
+    namespace: str = "default"
+    signal_queue: str = "celery_durable.signals"
+    max_pending_signals: int = 100
+    sweep_batch: int = 500
+
+    @classmethod
+    def from_sources(
+        cls,
+        overrides: Mapping[str, Any] | None = None,
+        app_conf: Mapping[str, Any] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> DurableConfig:
+        """Merge the sources; out-of-range numbers are clamped with a warning."""
+        overrides = dict(overrides or {})
+        unknown = set(overrides) - set(_BY_NAME)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown celery_durable setting(s): {', '.join(sorted(unknown))}; "
+                f"known: {', '.join(_BY_NAME)}"
+            )
+        environ = os.environ if environ is None else environ
+        app_conf = app_conf or {}
+        values: dict[str, Any] = {}
+        for setting in SETTINGS:
+            env_name = f"CELERY_DURABLE_{setting.name.upper()}"
+            conf_name = f"durable_{setting.name}"
+            if overrides.get(setting.name) is not None:
+                raw, origin = overrides[setting.name], f"Durable({setting.name}=...)"
+            elif environ.get(env_name) not in (None, ""):
+                raw, origin = environ[env_name], env_name
+            elif app_conf.get(conf_name) is not None:
+                raw, origin = app_conf[conf_name], f"app.conf.{conf_name}"
+            else:
+                values[setting.name] = setting.default
+                continue
+            values[setting.name] = _clamp(setting, _coerce(setting, raw, origin), origin)
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def validate(self) -> DurableConfig:
+        """Raise :class:`ConfigurationError` naming the first setting out of range."""
+        for setting in SETTINGS:
+            value = getattr(self, setting.name)
+            if not isinstance(value, setting.kind) or isinstance(value, bool):
+                if not (setting.kind is float and isinstance(value, int)
+                        and not isinstance(value, bool)):
+                    raise ConfigurationError(
+                        f"durable_{setting.name} must be a {setting.kind.__name__}, "
+                        f"got {value!r}"
+                    )
+            if setting.minimum is not None and value < setting.minimum:
+                raise ConfigurationError(
+                    f"durable_{setting.name}={value!r} is below its minimum {setting.minimum}"
+                )
+        if not _IDENTIFIER.match(self.table_prefix + "x"):
+            raise ConfigurationError(
+                f"durable_table_prefix={self.table_prefix!r} must be letters, digits and "
+                "underscores, start with a letter or underscore, at most 30 characters"
+            )
+        if not self.namespace or len(self.namespace) > 200:
+            raise ConfigurationError(
+                f"durable_namespace={self.namespace!r} must be 1 to 200 characters"
+            )
+        if not self.database_url:
+            raise ConfigurationError("durable_database_url is empty")
+        if self.lock_timeout <= self.poll_interval:
+            raise ConfigurationError(
+                f"durable_lock_timeout={self.lock_timeout} must exceed "
+                f"durable_poll_interval={self.poll_interval}"
+            )
+        return self
+
+
+def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
+    if setting.kind is str:
+        return str(raw)
+    try:
+        if isinstance(raw, bool):
+            raise ValueError(raw)
+        return setting.kind(raw)
+    except (TypeError, ValueError):
+        raise ConfigurationError(
+            f"{origin}={raw!r} is not a valid {setting.kind.__name__} for durable_{setting.name}"
+        ) from None
+
+
+def _clamp(setting: Setting, value: Any, origin: str) -> Any:
+    if setting.minimum is not None and value < setting.minimum:
+        clamped = setting.kind(setting.minimum)
+        logger.warning(
+            "%s=%r is below the safe minimum; using %r", origin, value, clamped,
+            extra={"setting": f"durable_{setting.name}"},
+        )
+        return clamped
+    return value

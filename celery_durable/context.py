@@ -1,0 +1,75 @@
+"""The workflow run the current code executes under, kept in a context variable.
+
+Example::
+
+    from celery_durable import WorkflowContext
+
+    def audit(message: str) -> None:
+        ctx = WorkflowContext.current()
+        prefix = f"[{ctx.workflow_id}] " if ctx else ""
+        print(prefix + message)
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .extension import Durable
+    from .store.store import StepRecord
+
+_current: contextvars.ContextVar[WorkflowContext | None] = contextvars.ContextVar(
+    "celery_durable_workflow", default=None
+)
+
+
+@dataclasses.dataclass
+class WorkflowContext:
+    """One execution of a workflow body: its run, lease and replay position."""
+
+    durable: Durable
+    workflow_id: str
+    workflow_name: str
+    attempt: int
+    fence: int
+    history: dict[int, StepRecord]
+    next_index: int = 0
+    in_step: bool = False
+
+    @classmethod
+    def current(cls) -> WorkflowContext | None:
+        """The context of the running workflow, or None outside a workflow."""
+        return _current.get()
+
+    @classmethod
+    def is_active(cls) -> bool:
+        """True when called from inside a workflow body (or a step it runs)."""
+        return _current.get() is not None
+
+    @property
+    def replaying(self) -> bool:
+        """True while the body is re-executing steps that history already holds."""
+        return self.next_index in self.history
+
+    def take_index(self) -> int:
+        index = self.next_index
+        self.next_index += 1
+        return index
+
+    def log_fields(self, step_index: int | None = None) -> dict[str, Any]:
+        return {
+            "workflow_id": self.workflow_id,
+            "workflow": self.workflow_name,
+            "attempt": self.attempt,
+            "step_index": self.next_index if step_index is None else step_index,
+        }
+
+
+def activate(ctx: WorkflowContext) -> contextvars.Token[WorkflowContext | None]:
+    return _current.set(ctx)
+
+
+def deactivate(token: contextvars.Token[WorkflowContext | None]) -> None:
+    _current.reset(token)

@@ -1,0 +1,112 @@
+"""Every error celery_durable raises, in one place.
+
+Example::
+
+    from celery_durable.errors import WorkflowFailed
+
+    try:
+        handle.get(timeout=30)
+    except WorkflowFailed as exc:
+        print(exc.error_type, exc.error_message)
+"""
+
+from __future__ import annotations
+
+
+class DurableError(Exception):
+    """Base class of celery_durable's own errors."""
+
+
+class ConfigurationError(DurableError, ValueError):
+    """A setting is missing or out of range; the message names the setting."""
+
+
+class DuplicateRegistration(DurableError, ValueError):
+    """Two workflows or two steps were registered under one name."""
+
+
+class WorkflowNotFound(DurableError, LookupError):
+    """No run with this workflow id exists in the namespace."""
+
+    def __init__(self, workflow_id: str) -> None:
+        super().__init__(f"no workflow run with id {workflow_id!r}")
+        self.workflow_id = workflow_id
+
+
+class WorkflowAlreadyExists(DurableError):
+    """A run with this workflow id already exists (pass ``if_exists="return"`` to reuse it)."""
+
+    def __init__(self, workflow_id: str) -> None:
+        super().__init__(
+            f"a workflow run with id {workflow_id!r} already exists; "
+            'pass if_exists="return" to get its handle instead'
+        )
+        self.workflow_id = workflow_id
+
+
+class WorkflowAlreadyCompleted(DurableError):
+    """The run has finished (succeeded, failed or was cancelled)."""
+
+    def __init__(self, workflow_id: str, status: str) -> None:
+        super().__init__(f"workflow run {workflow_id!r} has already completed ({status})")
+        self.workflow_id = workflow_id
+        self.status = status
+
+
+class NonDeterminismError(DurableError):
+    """Replay reached a step whose name or input differs from the recorded history."""
+
+
+class PermanentError(DurableError):
+    """Raise (or subclass) this in a step or workflow to fail at once, without retries."""
+
+
+class WorkflowFailed(DurableError):
+    """The workflow ended FAILED; carries the stored error's type, message and traceback."""
+
+    def __init__(
+        self, workflow_id: str, error_type: str, error_message: str, error_traceback: str
+    ) -> None:
+        super().__init__(f"workflow run {workflow_id!r} failed: {error_type}: {error_message}")
+        self.workflow_id = workflow_id
+        self.error_type = error_type
+        self.error_message = error_message
+        self.error_traceback = error_traceback
+
+
+class StepFailed(DurableError):
+    """Replays a recorded step failure whose exception type cannot be rebuilt."""
+
+    def __init__(self, step_name: str, error_type: str, error_message: str) -> None:
+        super().__init__(f"step {step_name} failed: {error_type}: {error_message}")
+        self.step_name = step_name
+        self.error_type = error_type
+        self.error_message = error_message
+
+
+class WorkflowCancelled(BaseException):  # noqa: N818 - the name is public API
+    """The run was cancelled.
+
+    A ``BaseException`` on purpose: ``except Exception`` in workflow code must not be able
+    to swallow a cancellation.
+    """
+
+    def __init__(self, workflow_id: str, reason: str | None = None) -> None:
+        super().__init__(f"workflow run {workflow_id!r} was cancelled: {reason or 'no reason given'}")
+        self.workflow_id = workflow_id
+        self.reason = reason
+
+
+class PendingSignalsFull(DurableError):
+    """The run already holds ``durable_max_pending_signals`` unconsumed signals."""
+
+
+class UnknownQuery(DurableError, KeyError):
+    """``handle.query(key)`` for a key the workflow never set."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown query"
+
+
+class LeaseLost(BaseException):  # noqa: N818
+    """Internal: this worker no longer owns the run; it must stop without writing."""

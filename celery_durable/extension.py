@@ -1,0 +1,219 @@
+"""Durable: binds celery_durable to a Celery app; holds the config and the registries.
+
+Example::
+
+    app = Celery("shop", broker="redis://127.0.0.1:6379/0")
+    durable = Durable(app, database_url="postgresql+psycopg://postgres@127.0.0.1/shop")
+
+    @durable.step
+    def reserve(order_id: int) -> dict: ...
+
+    @durable.workflow
+    def checkout(order_id: int) -> dict:
+        return reserve(order_id)
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from celery import Celery
+from celery import signals as celery_signals
+
+from . import serialization
+from .config import DurableConfig
+from .errors import ConfigurationError, DuplicateRegistration, WorkflowNotFound
+from .handle import WorkflowHandle
+from .step import DEFAULT_MAX_BACKOFF, Step
+from .store import Store
+from .waiting import NotifyWaiter, Waiter
+from .worker import LeaseKeeper, Sweeper, sweeper_bootstep
+from .workflow import WorkflowDefinition, WorkflowTask
+
+logger = logging.getLogger("celery_durable")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_BOUND: weakref.WeakKeyDictionary[Celery, list[Durable]] = weakref.WeakKeyDictionary()
+
+
+def durables_of(app: Celery) -> list[Durable]:
+    """The Durable instances bound to ``app`` (used by the CLI)."""
+    return list(_BOUND.get(app, []))
+
+
+class Durable:
+    """celery_durable for one Celery app and one namespace.
+
+    Settings come from keyword arguments (``database_url=...``, ``lock_timeout=...``; see
+    :mod:`celery_durable.config`), ``CELERY_DURABLE_*`` env vars and ``app.conf.durable_*``.
+    They are read on first use, so ``app.conf`` may be filled after this call.
+    """
+
+    def __init__(self, app: Celery, **settings: Any) -> None:
+        self.app = app
+        self._settings = settings
+        DurableConfig.from_sources(settings, {}, {})  # unknown names fail here, at import
+        self._config: DurableConfig | None = None
+        self._store: Store | None = None
+        self.workflows: dict[str, WorkflowDefinition] = {}
+        self.steps: dict[str, Step[Any, Any]] = {}
+        self.leases = LeaseKeeper(self)
+        self.sweeper = Sweeper(self)
+        app.steps["worker"].add(sweeper_bootstep(self))
+        celery_signals.worker_process_shutdown.connect(self._on_process_exit, weak=False)
+        _BOUND.setdefault(app, []).append(self)
+
+    # -- configuration ---------------------------------------------------------------------
+
+    @property
+    def config(self) -> DurableConfig:
+        if self._config is None:
+            self._config = DurableConfig.from_sources(self._settings, self.app.conf)
+        return self._config
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            config = self.config
+            self._store = Store(config.database_url, config.table_prefix, config.namespace)
+        return self._store
+
+    # -- registration ------------------------------------------------------------------------
+
+    @overload
+    def workflow(self, fn: F) -> Any: ...
+
+    @overload
+    def workflow(
+        self, fn: None = None, *, name: str | None = None, queue: str | None = None,
+        max_attempts: int | None = None, retry_backoff: float | None = None,
+        **task_options: Any,
+    ) -> Callable[[F], Any]: ...
+
+    def workflow(
+        self, fn: Callable[..., Any] | None = None, *, name: str | None = None,
+        queue: str | None = None, max_attempts: int | None = None,
+        retry_backoff: float | None = None, **task_options: Any,
+    ) -> Any:
+        """Register ``fn`` as a workflow: a Celery task named as Celery names tasks."""
+        if fn is None:
+            return lambda f: self.workflow(
+                f, name=name, queue=queue, max_attempts=max_attempts,
+                retry_backoff=retry_backoff, **task_options)
+        if max_attempts is not None and max_attempts < 1:
+            raise ConfigurationError(f"workflow {fn.__qualname__}: max_attempts must be >= 1")
+        if retry_backoff is not None and retry_backoff < 0:
+            raise ConfigurationError(f"workflow {fn.__qualname__}: retry_backoff must be >= 0")
+        task_name = name or self.app.gen_task_name(fn.__name__, fn.__module__)
+        self._check_unique_workflow(task_name, fn)
+        try:
+            signature: inspect.Signature | None = inspect.signature(fn)
+        except (TypeError, ValueError):
+            signature = None
+        definition = WorkflowDefinition(fn, task_name, queue, max_attempts, retry_backoff,
+                                        signature)
+        self.workflows[task_name] = definition
+
+        def run(task: WorkflowTask, *args: Any, **kwargs: Any) -> Any:
+            return task.run_workflow(args, kwargs)
+
+        run.__name__ = fn.__name__
+        run.__qualname__ = fn.__qualname__
+        run.__module__ = fn.__module__
+        run.__doc__ = fn.__doc__
+        options: dict[str, Any] = {"queue": queue} if queue else {}
+        options.update(task_options)
+        return self.app.task(
+            name=task_name, base=WorkflowTask, bind=True, shared=False,
+            durable=self, definition=definition, **options,
+        )(run)
+
+    def _check_unique_workflow(self, task_name: str, fn: Callable[..., Any]) -> None:
+        if task_name in self.workflows:
+            raise DuplicateRegistration(
+                f"workflow name {task_name!r} is already registered (by "
+                f"{self.workflows[task_name].fn.__module__}.{self.workflows[task_name].fn.__qualname__}); "
+                "pass name= to tell them apart"
+            )
+        for other in _BOUND.get(self.app, []):
+            if other is not self and task_name in other.workflows:
+                raise DuplicateRegistration(
+                    f"workflow name {task_name!r} is already registered on this app")
+        existing = self.app._tasks.get(task_name)  # noqa: SLF001 - .tasks would finalize the app
+        if existing is not None and not isinstance(existing, WorkflowTask):
+            raise DuplicateRegistration(
+                f"a Celery task named {task_name!r} already exists; a workflow can't reuse its name"
+            )
+
+    @overload
+    def step(self, fn: F) -> Step[Any, Any]: ...
+
+    @overload
+    def step(
+        self, fn: None = None, *, name: str | None = None, max_attempts: int = 1,
+        backoff: float = 0.0, max_backoff: float = DEFAULT_MAX_BACKOFF,
+        retry_on: tuple[type[BaseException], ...] = (Exception,),
+        dont_retry_on: tuple[type[BaseException], ...] = (),
+    ) -> Callable[[F], Step[Any, Any]]: ...
+
+    def step(
+        self, fn: Callable[..., Any] | None = None, *, name: str | None = None,
+        max_attempts: int = 1, backoff: float = 0.0, max_backoff: float = DEFAULT_MAX_BACKOFF,
+        retry_on: tuple[type[BaseException], ...] = (Exception,),
+        dont_retry_on: tuple[type[BaseException], ...] = (),
+    ) -> Any:
+        """Register ``fn`` as a step: inside a workflow its result is recorded and replayed."""
+        if fn is None:
+            return lambda f: self.step(
+                f, name=name, max_attempts=max_attempts, backoff=backoff,
+                max_backoff=max_backoff, retry_on=retry_on, dont_retry_on=dont_retry_on)
+        step_name = name or f"{fn.__module__}.{fn.__qualname__}"
+        if step_name in self.steps:
+            raise DuplicateRegistration(
+                f"step name {step_name!r} is already registered; pass name= to tell them apart")
+        step = Step(self, fn, name=step_name, max_attempts=max_attempts, backoff=backoff,
+                    max_backoff=max_backoff, retry_on=tuple(retry_on),
+                    dont_retry_on=tuple(dont_retry_on))
+        self.steps[step_name] = step
+        return step
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def get_handle(self, workflow_id: str) -> WorkflowHandle:
+        """A handle for an existing run; WorkflowNotFound if there is none."""
+        run = self.store.get_run(workflow_id)
+        if run is None:
+            raise WorkflowNotFound(workflow_id)
+        return WorkflowHandle(self, workflow_id, run.name)
+
+    def publish(self, run_id: str, name: str, args: str, queue: str | None) -> None:
+        """Publish a stored run's task message (the sweeper's re-dispatch)."""
+        call_args, call_kwargs = serialization.loads(args)
+        options: dict[str, Any] = {"queue": queue} if queue else {}
+        self.app.send_task(name, call_args, call_kwargs, task_id=run_id, **options)
+
+    def sweep_once(self) -> int:
+        """Run one sweep now (what every worker's sweeper does each poll interval)."""
+        return self.sweeper.sweep_once()
+
+    def waiter(self) -> Waiter:
+        return NotifyWaiter(self.store) if self.store.is_postgres else Waiter()
+
+    # -- schema -------------------------------------------------------------------------------
+
+    def migrate(self, revision: str = "head", sql: bool = False) -> str | None:
+        """Bring the tables up to ``revision``; with ``sql=True`` return the DDL instead."""
+        from .store.migrations import upgrade
+
+        return upgrade(self.store, revision=revision, sql=sql)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def _on_process_exit(self, **_: Any) -> None:
+        if self._store is not None:
+            self.leases.release_all()

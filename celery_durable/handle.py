@@ -1,0 +1,124 @@
+"""WorkflowHandle: look at, wait for and steer one workflow run.
+
+Example::
+
+    handle = checkout.delay(42)
+    handle.id                  # the workflow id, which is also the Celery task id
+    handle.status()            # WorkflowStatus.RUNNING
+    handle.get(timeout=30)     # the return value; WorkflowFailed if the run failed
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import TYPE_CHECKING, Any
+
+from celery.exceptions import TimeoutError as CeleryTimeoutError
+
+from . import serialization
+from .errors import WorkflowCancelled, WorkflowFailed, WorkflowNotFound
+from .store.store import RunRecord
+
+if TYPE_CHECKING:
+    from .extension import Durable
+
+
+class WorkflowStatus(str, enum.Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    WAITING = "WAITING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def finished(self) -> bool:
+        return self in (WorkflowStatus.SUCCEEDED, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class WorkflowHandle:
+    """A reference to one run, by workflow id; cheap to create, reads the database."""
+
+    def __init__(self, durable: Durable, workflow_id: str, name: str | None = None) -> None:
+        self.durable = durable
+        self.id = workflow_id
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<WorkflowHandle {self.name or 'workflow'} id={self.id!r}>"
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, WorkflowHandle) and other.id == self.id
+                and other.durable is self.durable)
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    @property
+    def workflow_id(self) -> str:
+        return self.id
+
+    @property
+    def task_id(self) -> str:
+        return self.id
+
+    def record(self) -> RunRecord:
+        """The run's row; WorkflowNotFound if there is none."""
+        run = self.durable.store.get_run(self.id)
+        if run is None:
+            raise WorkflowNotFound(self.id)
+        return run
+
+    def status(self) -> WorkflowStatus:
+        status = self.durable.store.get_status(self.id)
+        if status is None:
+            raise WorkflowNotFound(self.id)
+        return WorkflowStatus(status)
+
+    def ready(self) -> bool:
+        return self.status().finished
+
+    def wait(self, timeout: float | None = None, interval: float = 0.5) -> WorkflowStatus:
+        """Block until the run finishes; ``celery.exceptions.TimeoutError`` after ``timeout``.
+
+        A timeout only stops waiting: the run goes on.
+        """
+        return WorkflowStatus(self._wait_finished(timeout, interval).status)
+
+    def get(self, timeout: float | None = None, interval: float = 0.5) -> Any:
+        """The run's return value, once it finished.
+
+        Raises WorkflowFailed (with the stored type, message and traceback),
+        WorkflowCancelled, or ``celery.exceptions.TimeoutError``.
+        """
+        run = self._wait_finished(timeout, interval)
+        if run.status == WorkflowStatus.SUCCEEDED:
+            return serialization.loads(run.result) if run.result is not None else None
+        if run.status == WorkflowStatus.CANCELLED:
+            raise WorkflowCancelled(self.id, run.cancel_reason)
+        error = serialization.decode_error(run.error) if run.error else {}
+        raise WorkflowFailed(
+            self.id, error.get("type", "unknown"), error.get("message", ""),
+            error.get("traceback", ""),
+        )
+
+    result = get
+
+    def _wait_finished(self, timeout: float | None, interval: float) -> RunRecord:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.durable.waiter() as waiter:
+            while True:
+                run = self.record()
+                if WorkflowStatus(run.status).finished:
+                    return run
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise CeleryTimeoutError(
+                        f"workflow run {self.id!r} did not finish within {timeout}s "
+                        f"(status {run.status}); it goes on running"
+                    )
+                waiter.wait_for(self.id, interval if remaining is None else min(interval, remaining))

@@ -1,0 +1,104 @@
+"""JSON encoding of arguments, step outputs and errors.
+
+JSON, not pickle: stored history must stay readable by a newer deploy and by people.
+
+Example::
+
+    encode_arguments("shop.checkout", fn, (42,), {})   # '[[42],{}]'
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from .errors import StepFailed
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_dumps_sorted = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False, sort_keys=True
+).encode
+loads = json.loads
+
+
+def dumps(value: Any) -> str:
+    return _dumps(value)
+
+
+def _describe(value: Any) -> str:
+    return f"object of type {type(value).__name__}"
+
+
+def encode_arguments(
+    owner: str, fn: Callable[..., Any] | None, args: tuple[Any, ...] | list[Any],
+    kwargs: dict[str, Any],
+) -> str:
+    """Encode ``[args, kwargs]``; a value JSON can't hold raises ``TypeError`` naming it."""
+    try:
+        return _dumps_sorted([list(args), kwargs])
+    except (TypeError, ValueError):
+        pass
+    names: list[str] = [f"#{i}" for i in range(len(args))]
+    if fn is not None:
+        try:
+            params = list(inspect.signature(fn).parameters)
+            names = [params[i] if i < len(params) else f"#{i}" for i in range(len(args))]
+        except (TypeError, ValueError):
+            pass
+    labelled = list(zip(names, args)) + list(kwargs.items())
+    for name, value in labelled:
+        try:
+            _dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"argument {name!r} of {owner} is not JSON serialisable "
+                f"({_describe(value)}): {exc}"
+            ) from None
+    raise TypeError(f"the arguments of {owner} are not JSON serialisable")
+
+
+def encode_value(owner: str, value: Any) -> str:
+    """Encode a step output or workflow result; raise ``TypeError`` naming ``owner``."""
+    try:
+        return _dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"the return value of {owner} is not JSON serialisable: {exc}") from None
+
+
+def encode_error(exc: BaseException) -> str:
+    """Encode an exception's type, message, args (when JSON holds them) and traceback."""
+    cls = type(exc)
+    payload: dict[str, Any] = {
+        "type": f"{cls.__module__}.{cls.__qualname__}",
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(cls, exc, exc.__traceback__)),
+    }
+    try:
+        payload["args"] = loads(_dumps(list(exc.args)))
+    except (TypeError, ValueError):
+        payload["args"] = None
+    return _dumps(payload)
+
+
+def decode_error(text: str) -> dict[str, Any]:
+    data: dict[str, Any] = loads(text)
+    return data
+
+
+def rebuild_exception(step_name: str, text: str) -> BaseException:
+    """Rebuild a recorded step failure as its own type when possible, else ``StepFailed``."""
+    data = decode_error(text)
+    module_name, _, qualname = data["type"].rpartition(".")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+        if isinstance(target, type) and issubclass(target, BaseException) and data["args"] is not None:
+            return target(*data["args"])  # type: ignore[no-any-return]
+    except Exception:  # noqa: BLE001 - any failure to rebuild falls back to StepFailed
+        pass
+    return StepFailed(step_name, data["type"], data["message"])

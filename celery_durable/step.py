@@ -1,0 +1,174 @@
+"""Steps: functions whose result is recorded once and replayed ever after.
+
+Example::
+
+    @durable.step(max_attempts=5, backoff=0.5, retry_on=(ConnectionError,))
+    def charge(order_id: int, amount: int) -> str:
+        return payments.charge(order_id, amount)
+
+Outside a workflow a step is a plain function call, which is how its unit tests call it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from . import serialization
+from .context import WorkflowContext
+from .errors import LeaseLost, NonDeterminismError, PermanentError, WorkflowCancelled
+from .store.store import CANCELLED, LEASE_LOST, RECORDED, StepRecord
+
+if TYPE_CHECKING:
+    from .extension import Durable
+
+logger = logging.getLogger("celery_durable.step")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_MAX_BACKOFF = 60.0
+
+
+class Step(Generic[P, R]):
+    """A registered step; call it like the function it wraps."""
+
+    def __init__(
+        self,
+        durable: Durable,
+        fn: Callable[P, R],
+        *,
+        name: str,
+        max_attempts: int = 1,
+        backoff: float = 0.0,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        retry_on: tuple[type[BaseException], ...] = (Exception,),
+        dont_retry_on: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError(f"step {name}: max_attempts must be at least 1, got {max_attempts}")
+        if backoff < 0 or max_backoff < 0:
+            raise ValueError(f"step {name}: backoff and max_backoff must not be negative")
+        self.durable = durable
+        self.fn = fn
+        self.name = name
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.retry_on = tuple(retry_on)
+        self.dont_retry_on = tuple(dont_retry_on)
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", name)
+        self.__qualname__ = getattr(fn, "__qualname__", name)
+        self.__module__ = fn.__module__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<durable step {self.name}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        ctx = WorkflowContext.current()
+        if ctx is None or ctx.in_step:
+            return self.fn(*args, **kwargs)
+        return self._run_in(ctx, args, kwargs)  # type: ignore[arg-type]
+
+    def retryable(self, exc: BaseException) -> bool:
+        if isinstance(exc, PermanentError | NonDeterminismError):
+            return False
+        if self.dont_retry_on and isinstance(exc, self.dont_retry_on):
+            return False
+        return isinstance(exc, self.retry_on)
+
+    def delay_after(self, attempt: int) -> float:
+        return float(min(self.backoff * (2 ** (attempt - 1)), self.max_backoff))
+
+    def _run_in(self, ctx: WorkflowContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        index = ctx.take_index()
+        step_input = serialization.encode_arguments(f"step {self.name}", self.fn, args, kwargs)
+        recorded = ctx.history.get(index)
+        if recorded is not None:
+            check_replay(ctx, index, recorded, self.name, step_input)
+            if recorded.status == "ok":
+                return serialization.loads(recorded.output)  # type: ignore[no-any-return,arg-type]
+            if recorded.status == "error" and max(ctx.history) > index:
+                # The workflow caught this failure and went on: replay the same exception.
+                raise serialization.rebuild_exception(self.name, recorded.error or "{}")
+        return self._execute(ctx, index, step_input, args, kwargs)
+
+    def _execute(
+        self, ctx: WorkflowContext, index: int, step_input: str, args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> R:
+        attempt = 0
+        while True:
+            attempt += 1
+            ctx.in_step = True
+            try:
+                value = self.fn(*args, **kwargs)
+            except Exception as exc:
+                if attempt < self.max_attempts and self.retryable(exc):
+                    delay = self.delay_after(attempt)
+                    logger.warning(
+                        "step %s failed (attempt %d of %d), retrying in %.2fs: %r",
+                        self.name, attempt, self.max_attempts, delay, exc,
+                        extra=ctx.log_fields(index),
+                    )
+                    time.sleep(delay)
+                    continue
+                record(ctx, StepRecord(index, self.name, "error", step_input, None,
+                                       serialization.encode_error(exc)))
+                raise
+            finally:
+                ctx.in_step = False
+            try:
+                output = serialization.encode_value(f"step {self.name}", value)
+            except TypeError as exc:
+                record(ctx, StepRecord(index, self.name, "error", step_input, None,
+                                       serialization.encode_error(exc)))
+                raise PermanentError(str(exc)) from None
+            stored = record(ctx, StepRecord(index, self.name, "ok", step_input, output, None))
+            # Return what replay will return (JSON round trip), so both paths agree.
+            return serialization.loads(stored.output or "null")  # type: ignore[no-any-return]
+
+
+def check_replay(
+    ctx: WorkflowContext, index: int, recorded: StepRecord, name: str, step_input: str
+) -> None:
+    """Raise NonDeterminismError when the code no longer calls what history recorded."""
+    if recorded.name != name:
+        raise NonDeterminismError(
+            f"workflow {ctx.workflow_name} run {ctx.workflow_id!r}: step {index} is "
+            f"{name!r} in the code but {recorded.name!r} in the recorded history"
+        )
+    if recorded.input != step_input:
+        raise NonDeterminismError(
+            f"workflow {ctx.workflow_name} run {ctx.workflow_id!r}: step {index} ({name}) "
+            f"was called with different input: recorded {_clip(recorded.input)}, "
+            f"now {_clip(step_input)}"
+        )
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def record(ctx: WorkflowContext, step: StepRecord) -> StepRecord:
+    """Persist a step under the run's fencing token; stop the body if the lease is gone."""
+    store = ctx.durable.store
+    outcome = store.record_step(ctx.workflow_id, ctx.fence, step)
+    if outcome == RECORDED:
+        ctx.history[step.idx] = step
+        return step
+    if outcome == LEASE_LOST:
+        raise LeaseLost(f"run {ctx.workflow_id!r} is no longer owned by this worker")
+    if outcome == CANCELLED:
+        run = store.get_run(ctx.workflow_id)
+        raise WorkflowCancelled(ctx.workflow_id, run.cancel_reason if run else None)
+    assert isinstance(outcome, StepRecord)
+    # An earlier write of this step committed (e.g. interrupted after the server's
+    # commit): keep what is stored, so every replay agrees with it.
+    check_replay(ctx, step.idx, outcome, step.name, step.input)
+    ctx.history[step.idx] = outcome
+    return outcome

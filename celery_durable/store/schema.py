@@ -1,0 +1,139 @@
+"""The tables, as SQLAlchemy Core, built for a table prefix.
+
+Times are float seconds since the epoch, taken from the database's clock (see
+``Store.now``) so that workers with skewed clocks still agree on lease expiry.
+
+Example::
+
+    tables = build_tables("durable_")
+    tables.runs.name    # 'durable_runs'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    false,
+    text,
+)
+
+ACTIVE_STATUSES = ("PENDING", "RUNNING", "WAITING")
+FINISHED_STATUSES = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+# A BIGINT primary key autoincrements in Postgres; SQLite only does so for INTEGER.
+_SERIAL = BigInteger().with_variant(Integer(), "sqlite")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tables:
+    metadata: MetaData
+    runs: Table
+    steps: Table
+    signals: Table
+    state: Table
+
+
+def build_tables(prefix: str) -> Tables:
+    metadata = MetaData()
+    runs = Table(
+        f"{prefix}runs",
+        metadata,
+        Column("namespace", String(200), primary_key=True),
+        Column("id", String(255), primary_key=True),
+        Column("name", String(255), nullable=False),
+        Column("status", String(16), nullable=False),
+        Column("queue", String(255)),
+        Column("args", Text, nullable=False),
+        Column("attempts", Integer, nullable=False, server_default=text("0")),
+        Column("max_attempts", Integer, nullable=False),
+        Column("retry_backoff", Float, nullable=False),
+        Column("owner", String(255)),
+        Column("fence", BigInteger, nullable=False, server_default=text("0")),
+        # When the sweeper must look at the run: dispatch again (PENDING), the lease
+        # expires (RUNNING) or the timer fires (WAITING). NULL once finished.
+        Column("due_at", Float),
+        # A retried run may not be claimed before this time (its backoff).
+        Column("ready_at", Float),
+        Column("dispatches", Integer, nullable=False, server_default=text("0")),
+        Column("wait_signal", String(255)),
+        Column("result", Text),
+        Column("error", Text),
+        Column("cancel_requested", Boolean, nullable=False, server_default=false()),
+        Column("cancel_reason", Text),
+        Column("created_at", Float, nullable=False),
+        Column("started_at", Float),
+        Column("finished_at", Float),
+        Column("updated_at", Float, nullable=False),
+    )
+    # Only active runs carry due_at, so sweeps stay fast with millions of finished runs.
+    Index(
+        f"ix_{prefix}runs_due",
+        runs.c.namespace,
+        runs.c.due_at,
+        postgresql_where=runs.c.due_at.isnot(None),
+        sqlite_where=runs.c.due_at.isnot(None),
+    )
+    Index(
+        f"ix_{prefix}runs_owner",
+        runs.c.owner,
+        postgresql_where=runs.c.status == "RUNNING",
+        sqlite_where=runs.c.status == "RUNNING",
+    )
+    steps = Table(
+        f"{prefix}steps",
+        metadata,
+        Column("namespace", String(200), primary_key=True),
+        Column("run_id", String(255), primary_key=True),
+        Column("idx", Integer, primary_key=True),
+        Column("name", String(255), nullable=False),
+        Column("status", String(8), nullable=False),
+        Column("input", Text, nullable=False),
+        Column("output", Text),
+        Column("error", Text),
+        Column("created_at", Float, nullable=False),
+    )
+    signals = Table(
+        f"{prefix}signals",
+        metadata,
+        Column("id", _SERIAL, primary_key=True, autoincrement=True),
+        Column("namespace", String(200), nullable=False),
+        Column("run_id", String(255), nullable=False),
+        Column("name", String(255), nullable=False),
+        Column("payload", Text, nullable=False),
+        Column("idempotency_key", String(255)),
+        Column("created_at", Float, nullable=False),
+        Column("consumed_at", Float),
+        UniqueConstraint("namespace", "run_id", "idempotency_key",
+                         name=f"uq_{prefix}signals_key"),
+    )
+    Index(
+        f"ix_{prefix}signals_pending",
+        signals.c.namespace,
+        signals.c.run_id,
+        signals.c.name,
+        signals.c.id,
+        postgresql_where=signals.c.consumed_at.is_(None),
+        sqlite_where=signals.c.consumed_at.is_(None),
+    )
+    state = Table(
+        f"{prefix}state",
+        metadata,
+        Column("namespace", String(200), primary_key=True),
+        Column("run_id", String(255), primary_key=True),
+        Column("key", String(255), primary_key=True),
+        Column("value", Text, nullable=False),
+        Column("updated_at", Float, nullable=False),
+    )
+    return Tables(metadata, runs, steps, signals, state)

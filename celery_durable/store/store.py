@@ -1,0 +1,605 @@
+"""Every SQL statement of celery_durable, each named for what it does.
+
+The hot path of a workflow of N steps costs N + 3 commits, one round trip each on Postgres:
+``insert_run`` (start), ``claim_run`` (plus ``load_steps`` only when history exists),
+``record_step`` per step, ``settle_run``. The Postgres engine runs in autocommit mode so a
+single statement is its own transaction (no BEGIN round trip); statements that must see or
+lock several rows at once are written as one statement with CTEs.
+
+Example::
+
+    store = Store("postgresql+psycopg://postgres@127.0.0.1/test", "durable_", "default")
+    store.insert_run(NewRun(id="r1", name="shop.checkout", args="[[42],{}]", ...))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    and_,
+    bindparam,
+    case,
+    create_engine,
+    delete,
+    event,
+    exists,
+    false,
+    func,
+    literal,
+    literal_column,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from ..errors import ConfigurationError
+from .schema import FINISHED_STATUSES, Tables, build_tables
+
+# Outcomes of record_step.
+RECORDED = "recorded"
+LEASE_LOST = "lease_lost"
+CANCELLED = "cancelled"
+
+
+@dataclasses.dataclass(frozen=True)
+class NewRun:
+    id: str
+    name: str
+    args: str
+    queue: str | None
+    max_attempts: int
+    retry_backoff: float
+    dispatch_grace: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    fence: int
+    attempts: int
+    max_attempts: int
+    retry_backoff: float
+    args: str
+    has_steps: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRecord:
+    idx: int
+    name: str
+    status: str  # "ok", "error" or "waiting"
+    input: str
+    output: str | None
+    error: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    id: str
+    name: str
+    status: str
+    queue: str | None
+    args: str
+    attempts: int
+    max_attempts: int
+    fence: int
+    owner: str | None
+    result: str | None
+    error: str | None
+    cancel_requested: bool
+    cancel_reason: str | None
+    wait_signal: str | None
+    due_at: float | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class DueRun:
+    id: str
+    name: str
+    status: str
+    args: str
+    queue: str | None
+
+
+def _p(params: dict[str, Any]) -> dict[str, Any]:
+    """Bind names carry a prefix: SQLAlchemy reserves column names in VALUES/SET."""
+    return {f"p_{key}": value for key, value in params.items()}
+
+
+def _now_sql(dialect: str) -> Any:
+    if dialect == "postgresql":
+        return literal_column("CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)")
+    return literal_column("((julianday('now') - 2440587.5) * 86400.0)")
+
+
+_STORES: weakref.WeakSet[Store] = weakref.WeakSet()
+
+
+def _reset_stores_after_fork() -> None:
+    for store in list(_STORES):
+        store._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_reset_stores_after_fork)
+
+
+class Store:
+    """The database side of one namespace; engines are created per process, lazily."""
+
+    def __init__(self, url: str, table_prefix: str, namespace: str) -> None:
+        try:
+            self.url = make_url(url)
+        except Exception as exc:  # noqa: BLE001 - SQLAlchemy raises several types here
+            raise ConfigurationError(f"durable_database_url={url!r} is not a valid URL: {exc}") from None
+        self.dialect = self.url.get_backend_name()
+        if self.dialect not in ("postgresql", "sqlite"):
+            raise ConfigurationError(
+                f"durable_database_url={url!r}: only postgresql (psycopg 3) and sqlite are supported"
+            )
+        self.table_prefix = table_prefix
+        self.namespace = namespace
+        self.tables: Tables = build_tables(table_prefix)
+        self.notify_channel = f"{table_prefix}events"
+        self._engine: Engine | None = None
+        self._pid = -1
+        self._lock = threading.Lock()
+        _STORES.add(self)
+        self._build_statements()
+
+    def _after_fork_in_child(self) -> None:
+        # Another thread may have held the lock at fork time: the child gets a fresh one,
+        # and must not touch the parent's pooled sockets.
+        self._lock = threading.Lock()
+        if self._engine is not None:
+            self._engine.dispose(close=False)
+        self._engine = None
+
+    # -- connections -------------------------------------------------------------------
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.dialect == "postgresql"
+
+    @property
+    def engine(self) -> Engine:
+        """This process's engine: prefork children must not share the parent's sockets."""
+        engine = self._engine
+        if engine is not None and self._pid == os.getpid():
+            return engine
+        with self._lock:
+            if self._engine is not None and self._pid != os.getpid():
+                self._engine.dispose(close=False)
+                self._engine = None
+            if self._engine is None:
+                self._engine = self._create_engine()
+                self._pid = os.getpid()
+            return self._engine
+
+    def _create_engine(self) -> Engine:
+        if self.is_postgres:
+            return create_engine(
+                self.url, isolation_level="AUTOCOMMIT", pool_size=5, max_overflow=10,
+                pool_reset_on_return=None,
+            )
+        engine = create_engine(self.url, connect_args={"timeout": 30, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            # Let SQLAlchemy, not pysqlite, decide where transactions begin.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            # IMMEDIATE takes the write lock up front: no deadlock between two readers
+            # that both want to write.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """One atomic statement (autocommit on Postgres, a transaction on SQLite)."""
+        if self.is_postgres:
+            with self.engine.connect() as conn:
+                yield conn
+        else:
+            with self.engine.begin() as conn:
+                yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """Several statements in one transaction."""
+        if self.is_postgres:
+            with self.engine.connect() as conn:
+                conn = conn.execution_options(isolation_level="READ COMMITTED")
+                with conn.begin():
+                    yield conn
+        else:
+            with self.engine.begin() as conn:
+                yield conn
+
+    def dispose(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    def create_all(self) -> None:
+        """Create the tables directly (tests, SQLite quick start); production uses migrate."""
+        self.tables.metadata.create_all(self.engine)
+
+    # -- statements, built once so SQLAlchemy's compiled cache serves every call --------
+
+    def _insert(self, table: Any) -> Any:
+        return (postgresql.insert if self.is_postgres else sqlite.insert)(table)
+
+    def _build_statements(self) -> None:
+        runs, steps = self.tables.runs, self.tables.steps
+        now = _now_sql(self.dialect)
+        self._now = now
+        ns = runs.c.namespace == self.namespace
+        run_is = and_(ns, runs.c.id == bindparam("p_run_id"))
+        fenced = and_(run_is, runs.c.fence == bindparam("p_fence"), runs.c.status == "RUNNING")
+
+        self._insert_run = (
+            self._insert(runs)
+            .values(
+                namespace=self.namespace, id=bindparam("p_id"), name=bindparam("p_name"),
+                status="PENDING", queue=bindparam("p_queue"), args=bindparam("p_args"),
+                attempts=0, max_attempts=bindparam("p_max_attempts"),
+                retry_backoff=bindparam("p_retry_backoff"), fence=0,
+                due_at=now + bindparam("p_grace"), dispatches=0, cancel_requested=False,
+                created_at=now, updated_at=now,
+            )
+            .on_conflict_do_nothing()
+        )
+
+        has_steps: Any = exists().where(
+            steps.c.namespace == self.namespace, steps.c.run_id == runs.c.id
+        )
+        claimable = or_(
+            and_(runs.c.status == "PENDING",
+                 or_(runs.c.ready_at.is_(None), runs.c.ready_at <= now)),
+            and_(runs.c.status == "RUNNING", runs.c.due_at < now,
+                 runs.c.attempts < runs.c.max_attempts),
+        )
+        claim = (
+            update(runs)
+            .where(run_is, claimable)
+            .values(
+                status="RUNNING", owner=bindparam("p_owner"), fence=runs.c.fence + 1,
+                attempts=runs.c.attempts + 1, due_at=now + bindparam("p_lease"), ready_at=None,
+                started_at=func.coalesce(runs.c.started_at, now), updated_at=now,
+            )
+        )
+        returning = [runs.c.fence, runs.c.attempts, runs.c.max_attempts,
+                     runs.c.retry_backoff, runs.c.args]
+        if self.is_postgres:
+            self._claim_run = claim.returning(*returning, has_steps.label("has_steps"))
+        else:
+            self._claim_run = claim.returning(*returning, literal(True).label("has_steps"))
+
+        self._load_steps = (
+            select(steps.c.idx, steps.c.name, steps.c.status, steps.c.input, steps.c.output,
+                   steps.c.error)
+            .where(steps.c.namespace == self.namespace, steps.c.run_id == bindparam("p_run_id"))
+            .order_by(steps.c.idx)
+        )
+
+        live = and_(fenced, runs.c.cancel_requested == false())
+        step_values = {
+            "namespace": self.namespace, "run_id": bindparam("p_run_id"),
+            "idx": bindparam("p_idx"), "name": bindparam("p_name"), "status": bindparam("p_status"),
+            "input": bindparam("p_input"), "output": bindparam("p_output"),
+            "error": bindparam("p_error"),
+        }
+        overwritable = steps.c.status.in_(("error", "waiting"))
+        if self.is_postgres:
+            live_run = select(runs.c.id).where(live).with_for_update(read=True).cte("live_run")
+            source = select(
+                literal(self.namespace), live_run.c.id, bindparam("p_idx"), bindparam("p_name"),
+                bindparam("p_status"), bindparam("p_input"), bindparam("p_output"),
+                bindparam("p_error"), now,
+            ).select_from(live_run)
+            ins = postgresql.insert(steps).from_select(
+                ["namespace", "run_id", "idx", "name", "status", "input", "output", "error",
+                 "created_at"], source)
+            self._record_step = ins.on_conflict_do_update(
+                index_elements=[steps.c.namespace, steps.c.run_id, steps.c.idx],
+                set_={"name": ins.excluded.name, "status": ins.excluded.status,
+                      "input": ins.excluded.input, "output": ins.excluded.output,
+                      "error": ins.excluded.error, "created_at": ins.excluded.created_at},
+                where=overwritable,
+            ).returning(steps.c.idx)
+        else:
+            self._check_live = select(runs.c.id).where(live)
+            ins = sqlite.insert(steps).values(**step_values, created_at=now)
+            self._record_step = ins.on_conflict_do_update(
+                index_elements=[steps.c.namespace, steps.c.run_id, steps.c.idx],
+                set_={"name": ins.excluded.name, "status": ins.excluded.status,
+                      "input": ins.excluded.input, "output": ins.excluded.output,
+                      "error": ins.excluded.error, "created_at": ins.excluded.created_at},
+                where=overwritable,
+            ).returning(steps.c.idx)
+        self._get_step = select(
+            steps.c.idx, steps.c.name, steps.c.status, steps.c.input, steps.c.output,
+            steps.c.error,
+        ).where(steps.c.namespace == self.namespace, steps.c.run_id == bindparam("p_run_id"),
+                steps.c.idx == bindparam("p_idx"))
+
+        terminal = (
+            update(runs)
+            .where(fenced)
+            .values(
+                status=bindparam("p_status"), result=bindparam("p_result"),
+                error=bindparam("p_error"), owner=None, due_at=None, ready_at=None,
+                wait_signal=None, finished_at=now, updated_at=now,
+            )
+            .returning(runs.c.id)
+        )
+        self._settle_run = self._with_notify(terminal)
+        self._schedule_retry = (
+            update(runs)
+            .where(fenced)
+            .values(
+                status="PENDING", error=bindparam("p_error"), owner=None,
+                ready_at=now + bindparam("p_delay"), due_at=now + bindparam("p_delay"),
+                dispatches=0, updated_at=now,
+            )
+            .returning(runs.c.id)
+        )
+        # Giving a lease back does not count as a failed attempt.
+        self._release_run = (
+            update(runs)
+            .where(fenced)
+            .values(status="PENDING", owner=None, attempts=runs.c.attempts - 1,
+                    ready_at=None, due_at=now, dispatches=0, updated_at=now)
+            .returning(runs.c.id)
+        )
+        self._release_owner = (
+            update(runs)
+            .where(ns, runs.c.owner == bindparam("p_owner"), runs.c.status == "RUNNING")
+            .values(status="PENDING", owner=None, attempts=runs.c.attempts - 1,
+                    ready_at=None, due_at=now, dispatches=0, updated_at=now)
+            .returning(runs.c.id)
+        )
+        self._renew_leases = (
+            update(runs)
+            .where(ns, runs.c.owner == bindparam("p_owner"), runs.c.status == "RUNNING",
+                   runs.c.id.in_(bindparam("p_ids", expanding=True)))
+            .values(due_at=now + bindparam("p_lease"))
+        )
+
+        due = (
+            select(runs.c.id)
+            .where(ns, runs.c.due_at.isnot(None), runs.c.due_at <= now)
+            .order_by(runs.c.due_at)
+            .limit(bindparam("p_limit"))
+        )
+        if self.is_postgres:
+            due = due.with_for_update(skip_locked=True)
+        exhausted = and_(runs.c.status == "RUNNING", runs.c.attempts >= runs.c.max_attempts)
+        backoff = case((runs.c.dispatches >= 6, 64), else_=literal_column("1").op("<<")(runs.c.dispatches))
+        self._sweep_due_runs = (
+            update(runs)
+            .where(ns, runs.c.id.in_(due.scalar_subquery()))
+            .values(
+                status=case((exhausted, "FAILED"), else_="PENDING"),
+                error=case((exhausted, bindparam("p_lost_error")), else_=runs.c.error),
+                finished_at=case((exhausted, now), else_=None),
+                owner=None, wait_signal=None,
+                due_at=case((exhausted, None), else_=now + bindparam("p_grace") * backoff),
+                dispatches=runs.c.dispatches + 1,
+                updated_at=now,
+            )
+            .returning(runs.c.id, runs.c.name, runs.c.status, runs.c.args, runs.c.queue)
+        )
+        self._get_run = select(
+            runs.c.id, runs.c.name, runs.c.status, runs.c.queue, runs.c.args, runs.c.attempts,
+            runs.c.max_attempts, runs.c.fence, runs.c.owner, runs.c.result, runs.c.error,
+            runs.c.cancel_requested, runs.c.cancel_reason, runs.c.wait_signal, runs.c.due_at,
+            runs.c.created_at, runs.c.started_at, runs.c.finished_at,
+        ).where(run_is)
+        self._get_status = select(runs.c.status).where(run_is)
+
+    def _with_notify(self, stmt: Any) -> Any:
+        """On Postgres, wake handle waiters from the same statement (no extra round trip)."""
+        if not self.is_postgres:
+            return stmt
+        changed = stmt.cte("changed")
+        return select(
+            changed.c.id,
+            func.pg_notify(self.notify_channel,
+                           literal(self.namespace + ":").concat(changed.c.id)),
+        ).select_from(changed)
+
+    # -- start ---------------------------------------------------------------------------
+
+    def insert_run(self, run: NewRun, connection: Connection | Session | None = None) -> bool:
+        """Insert a PENDING run; False when the id is taken. ``connection``: the caller's tx."""
+        params = _p({
+            "id": run.id, "name": run.name, "queue": run.queue, "args": run.args,
+            "max_attempts": run.max_attempts, "retry_backoff": run.retry_backoff,
+            "grace": run.dispatch_grace,
+        })
+        stmt = self._insert_run.returning(self.tables.runs.c.id)
+        if connection is not None:
+            return connection.execute(stmt, params).first() is not None
+        with self._write() as conn:
+            return conn.execute(stmt, params).first() is not None
+
+    # -- run -----------------------------------------------------------------------------
+
+    def claim_run(self, run_id: str, owner: str, lease: float) -> Claim | None:
+        """Take the run if it is pending and ready, or running with an expired lease."""
+        with self._write() as conn:
+            row = conn.execute(
+                self._claim_run, _p({"run_id": run_id, "owner": owner, "lease": lease})
+            ).first()
+        if row is None:
+            return None
+        return Claim(row.fence, row.attempts, row.max_attempts, row.retry_backoff, row.args,
+                     bool(row.has_steps))
+
+    def load_steps(self, run_id: str) -> dict[int, StepRecord]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(self._load_steps, _p({"run_id": run_id})).all()
+            if not self.is_postgres:
+                conn.rollback()
+        return {r.idx: StepRecord(r.idx, r.name, r.status, r.input, r.output, r.error)
+                for r in rows}
+
+    def record_step(
+        self, run_id: str, fence: int, step: StepRecord, connection: Connection | None = None
+    ) -> str | StepRecord:
+        """Write a step if this worker still holds the run's lease (fencing token).
+
+        Returns RECORDED, LEASE_LOST, CANCELLED, or the already stored row when an earlier
+        write of this very step committed (e.g. interrupted after the server's commit).
+        """
+        params = _p({
+            "run_id": run_id, "fence": fence, "idx": step.idx, "name": step.name,
+            "status": step.status, "input": step.input, "output": step.output,
+            "error": step.error,
+        })
+        if connection is not None:
+            written = self._record_step_on(connection, params)
+        else:
+            with self._write() as conn:
+                written = self._record_step_on(conn, params)
+        if written:
+            return RECORDED
+        return self._diagnose_step(run_id, fence, step.idx)
+
+    def _record_step_on(self, conn: Connection, params: dict[str, Any]) -> bool:
+        if not self.is_postgres and conn.execute(self._check_live, params).first() is None:
+            return False
+        return conn.execute(self._record_step, params).first() is not None
+
+    def _diagnose_step(self, run_id: str, fence: int, idx: int) -> str | StepRecord:
+        run = self.get_run(run_id)
+        if run is None or run.fence != fence or run.status != "RUNNING":
+            return LEASE_LOST
+        if run.cancel_requested:
+            return CANCELLED
+        with self.engine.connect() as conn:
+            row = conn.execute(self._get_step, _p({"run_id": run_id, "idx": idx})).first()
+            if not self.is_postgres:
+                conn.rollback()
+        if row is None:
+            return LEASE_LOST
+        return StepRecord(row.idx, row.name, row.status, row.input, row.output, row.error)
+
+    def settle_run(
+        self, run_id: str, fence: int, status: str, *, result: str | None = None,
+        error: str | None = None,
+    ) -> bool:
+        """Finish the run (SUCCEEDED, FAILED or CANCELLED) if this worker still owns it."""
+        assert status in FINISHED_STATUSES
+        with self._write() as conn:
+            row = conn.execute(
+                self._settle_run,
+                _p({"run_id": run_id, "fence": fence, "status": status, "result": result,
+                 "error": error}),
+            ).first()
+        return row is not None
+
+    def schedule_retry(self, run_id: str, fence: int, delay: float, error: str) -> bool:
+        """Back to PENDING; the sweeper publishes it again once ``delay`` has passed."""
+        with self._write() as conn:
+            row = conn.execute(
+                self._schedule_retry,
+                _p({"run_id": run_id, "fence": fence, "delay": delay, "error": error}),
+            ).first()
+        return row is not None
+
+    def release_run(self, run_id: str, fence: int) -> bool:
+        """Give the lease back so another worker resumes the run at the next sweep."""
+        with self._write() as conn:
+            return conn.execute(self._release_run, _p({"run_id": run_id, "fence": fence})).first() is not None
+
+    def release_owner(self, owner: str) -> list[str]:
+        """Give back every lease an exiting process holds."""
+        with self._write() as conn:
+            return [r.id for r in conn.execute(self._release_owner, _p({"owner": owner}))]
+
+    def renew_leases(self, owner: str, run_ids: Sequence[str], lease: float) -> int:
+        """One statement renews all of a process's leases."""
+        if not run_ids:
+            return 0
+        with self._write() as conn:
+            result = conn.execute(
+                self._renew_leases, _p({"owner": owner, "ids": list(run_ids), "lease": lease})
+            )
+            return int(result.rowcount)
+
+    # -- sweep -----------------------------------------------------------------------------
+
+    def sweep_due_runs(self, limit: int, grace: float, lost_error: str) -> list[DueRun]:
+        """Take the runs the sweeper must publish again; several sweepers never share one.
+
+        Expired leases of runs out of attempts become FAILED here (poison-message guard);
+        they are returned with that status and must not be published.
+        """
+        with self._write() as conn:
+            rows = conn.execute(
+                self._sweep_due_runs,
+                _p({"limit": limit, "grace": grace, "lost_error": lost_error}),
+            ).all()
+        return [DueRun(r.id, r.name, r.status, r.args, r.queue) for r in rows]
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(self._get_run, _p({"run_id": run_id})).first()
+            if not self.is_postgres:
+                conn.rollback()
+        if row is None:
+            return None
+        return RunRecord(**row._asdict())
+
+    def get_status(self, run_id: str) -> str | None:
+        with self.engine.connect() as conn:
+            status = conn.execute(self._get_status, _p({"run_id": run_id})).scalar()
+            if not self.is_postgres:
+                conn.rollback()
+        return status
+
+    def now(self) -> float:
+        with self.engine.connect() as conn:
+            value = conn.execute(select(self._now)).scalar()
+            if not self.is_postgres:
+                conn.rollback()
+        return float(value)
+
+    def delete_namespace(self) -> None:
+        """Drop every row of this namespace (tests, and ``celery durable purge``)."""
+        t = self.tables
+        with self.transaction() as conn:
+            for table in (t.steps, t.signals, t.state):
+                conn.execute(delete(table).where(table.c.namespace == self.namespace))
+            conn.execute(delete(t.runs).where(t.runs.c.namespace == self.namespace))
+
+
+__all__ = [
+    "CANCELLED", "Claim", "DueRun", "LEASE_LOST", "NewRun", "RECORDED",
+    "RunRecord", "StepRecord", "Store",
+]

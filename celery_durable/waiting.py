@@ -1,0 +1,90 @@
+"""Waiting for a run to change: LISTEN/NOTIFY on Postgres, polling elsewhere.
+
+Every statement that finishes or suspends a run also sends ``pg_notify`` on the store's
+channel, so a waiter wakes at once instead of at its next poll.
+
+Example::
+
+    with durable.waiter() as waiter:
+        while not done():
+            waiter.wait_for(run_id, timeout=0.5)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import TracebackType
+from typing import Any
+
+from .store import Store
+
+
+class Waiter:
+    """Polls, sleeping a little longer each time up to the caller's interval."""
+
+    def __init__(self) -> None:
+        self._pause = 0.005
+
+    def __enter__(self) -> Waiter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def wait_for(self, run_id: str, timeout: float) -> None:
+        time.sleep(max(0.0, min(self._pause, timeout)))
+        self._pause = min(self._pause * 2, 0.25)
+
+
+class NotifyWaiter(Waiter):
+    """Blocks on a LISTENing psycopg connection, one kept per thread."""
+
+    _local = threading.local()
+
+    def __init__(self, store: Store) -> None:
+        super().__init__()
+        self.store = store
+        self.conn: Any = None
+
+    def __enter__(self) -> NotifyWaiter:
+        conns: dict[str, Any] = getattr(self._local, "conns", None) or {}
+        self._local.conns = conns
+        key = f"{self.store.url}|{self.store.notify_channel}"
+        conn = conns.get(key)
+        if conn is not None and (conn.closed or conn.info.backend_pid is None):
+            conn = None
+        if conn is None:
+            import psycopg
+
+            url = self.store.url.set(drivername="postgresql")
+            conn = psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
+            conn.execute(f'LISTEN "{self.store.notify_channel}"')
+            conns[key] = conn
+        # Drop what arrived while nobody listened: the caller re-reads the row first.
+        for _ in conn.notifies(timeout=0):
+            pass
+        self.conn = conn
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None and self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+        self.conn = None
+
+    def wait_for(self, run_id: str, timeout: float) -> None:
+        wanted = f"{self.store.namespace}:{run_id}"
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            for note in self.conn.notifies(timeout=remaining, stop_after=1):
+                if note.payload == wanted:
+                    return

@@ -1,0 +1,203 @@
+"""Worker-side machinery: the lease heartbeat (per process) and the sweeper (per worker).
+
+Both are started by Celery itself: the sweeper from a worker bootstep (``celery worker``
+and ``celery.contrib.testing`` workers alike), the heartbeat lazily in whichever process
+claims a run (prefork children included).
+
+Example::
+
+    durable.sweep_once()   # what the sweeper thread does every durable_poll_interval
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from celery import bootsteps
+
+from . import serialization
+
+if TYPE_CHECKING:
+    from .extension import Durable
+
+logger = logging.getLogger("celery_durable.worker")
+
+
+_KEEPERS: weakref.WeakSet[LeaseKeeper] = weakref.WeakSet()
+
+
+def _reset_keepers_after_fork() -> None:
+    for keeper in list(_KEEPERS):
+        keeper._reset_after_fork()
+
+
+os.register_at_fork(after_in_child=_reset_keepers_after_fork)
+
+
+class LeaseKeeper:
+    """Renews the leases of the runs this process executes, one statement per beat."""
+
+    def __init__(self, durable: Durable) -> None:
+        self.durable = durable
+        self._pid = -1
+        self._owner = ""
+        self._runs: set[str] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        _KEEPERS.add(self)
+
+    @property
+    def owner(self) -> str:
+        """This process's owner id, recorded on the runs it claims."""
+        if self._pid != os.getpid():
+            self._reset_after_fork()
+        return self._owner
+
+    def _reset_after_fork(self) -> None:
+        self._pid = os.getpid()
+        self._owner = f"{socket.gethostname()}:{self._pid}:{uuid.uuid4().hex[:8]}"
+        self._runs = set()
+        self._thread = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    def track(self, run_id: str) -> None:
+        self.owner  # noqa: B018 - resets state in a freshly forked child
+        with self._lock:
+            self._runs.add(run_id)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._beat, name="celery_durable-heartbeat", daemon=True)
+                self._thread.start()
+
+    def untrack(self, run_id: str) -> None:
+        with self._lock:
+            self._runs.discard(run_id)
+
+    def running(self) -> list[str]:
+        with self._lock:
+            return sorted(self._runs)
+
+    def _beat(self) -> None:
+        config = self.durable.config
+        period = config.lock_timeout / 3
+        while not self._stop.wait(period):
+            runs = self.running()
+            if not runs:
+                continue
+            try:
+                renewed = self.durable.store.renew_leases(self._owner, runs, config.lock_timeout)
+                if renewed < len(runs):
+                    logger.warning("renewed %d of %d leases; the others were lost",
+                                   renewed, len(runs))
+            except Exception:
+                logger.exception("lease heartbeat failed; retrying in %.1fs", period)
+
+    def release_all(self) -> list[str]:
+        """Give back this process's leases (process exit): others resume at once."""
+        self._stop.set()
+        if self._pid != os.getpid():
+            return []
+        try:
+            released = self.durable.store.release_owner(self._owner)
+        except Exception:
+            logger.exception("could not give back the leases of %s", self._owner)
+            return []
+        if released:
+            logger.warning("gave back the leases of %d run(s) on exit: %s",
+                           len(released), ", ".join(released))
+        return released
+
+
+class Sweeper:
+    """Publishes again the runs that need it: lease expired, publish lost, backoff or timer due."""
+
+    def __init__(self, durable: Durable) -> None:
+        self.durable = durable
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="celery_durable-sweeper",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        interval = self.durable.config.poll_interval
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                self.sweep_once()
+                failures = 0
+            except Exception:
+                failures += 1
+                logger.exception("sweep failed (%d in a row)", failures)
+            self._stop.wait(interval * min(2**failures, 30))
+
+    def sweep_once(self) -> int:
+        """One sweep; returns how many runs were published."""
+        durable, config = self.durable, self.durable.config
+        lost = serialization.dumps({
+            "type": "celery_durable.errors.WorkerLost",
+            "message": "the worker running this workflow was lost on its last attempt",
+            "traceback": "", "args": None,
+        })
+        published = 0
+        while not self._stop.is_set():
+            due = durable.store.sweep_due_runs(config.sweep_batch, config.dispatch_grace, lost)
+            for run in due:
+                fields = {"workflow_id": run.id, "workflow": run.name, "attempt": None,
+                          "step_index": None}
+                if run.status == "FAILED":
+                    logger.error("workflow %s run %s failed: its worker was lost on the last "
+                                 "attempt", run.name, run.id, extra=fields)
+                    continue
+                try:
+                    durable.publish(run.id, run.name, run.args, run.queue)
+                    published += 1
+                    logger.info("dispatched workflow %s run %s again", run.name, run.id,
+                                extra=fields)
+                except Exception:
+                    logger.exception("publishing workflow %s run %s failed; next sweep retries",
+                                     run.name, run.id, extra=fields)
+            if len(due) < config.sweep_batch:
+                break
+        return published
+
+
+def sweeper_bootstep(durable: Durable) -> type[bootsteps.StartStopStep]:
+    """A worker bootstep class bound to ``durable`` (each Durable sweeps its namespace)."""
+
+    class DurableSweeper(bootsteps.StartStopStep):  # type: ignore[misc]
+        name = f"celery_durable.sweeper.{id(durable):x}"
+        label = "celery_durable sweeper"
+
+        def __init__(self, worker: Any, **kwargs: Any) -> None:
+            self.sweeper: Sweeper | None = None
+
+        def start(self, worker: Any) -> None:
+            self.sweeper = Sweeper(durable)
+            self.sweeper.start()
+            logger.info("celery_durable sweeper started (namespace %r, every %.2fs)",
+                        durable.config.namespace, durable.config.poll_interval)
+
+        def stop(self, worker: Any) -> None:
+            if self.sweeper is not None:
+                self.sweeper.stop()
+
+        shutdown = stop
+
+    return DurableSweeper

@@ -1,0 +1,293 @@
+"""The workflow task: start (insert, then publish) and run (claim, replay, settle).
+
+Example::
+
+    @durable.workflow(queue="orders", max_attempts=5)
+    def checkout(order_id: int) -> dict:
+        item = reserve(order_id)
+        return {"receipt": charge(order_id, item["amount"])}
+
+    handle = checkout.apply_async(args=(42,), workflow_id="order-42")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import inspect
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from celery import Task
+from celery.exceptions import Retry
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from . import serialization
+from .context import WorkflowContext, activate, deactivate
+from .errors import (
+    LeaseLost,
+    NonDeterminismError,
+    PermanentError,
+    WorkflowAlreadyExists,
+    WorkflowCancelled,
+)
+from .handle import WorkflowHandle
+from .store.store import Claim, NewRun
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from .extension import Durable
+
+logger = logging.getLogger("celery_durable.workflow")
+
+TRANSACTIONAL_HEADER = "durable_transactional"
+# How long a worker waits for a transactional start's row to become visible: the message
+# is published from the commit hook, a moment before the COMMIT reaches the server.
+_TRANSACTIONAL_VISIBILITY_WAIT = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowDefinition:
+    fn: Callable[..., Any]
+    name: str
+    queue: str | None
+    max_attempts: int | None
+    retry_backoff: float | None
+    signature: inspect.Signature | None
+
+
+class WorkflowTask(Task):  # type: ignore[misc]
+    """Base class of every workflow's Celery task."""
+
+    durable: Durable
+    definition: WorkflowDefinition
+    acks_late = True
+    reject_on_worker_lost = True
+    ignore_result = True
+    typing = False
+
+    # -- start -------------------------------------------------------------------------
+
+    def delay(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
+        return self.apply_async(args, kwargs)
+
+    def apply_async(  # type: ignore[override]
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        *,
+        workflow_id: str | None = None,
+        if_exists: str = "error",
+        connection: Connection | Session | None = None,
+        **options: Any,
+    ) -> WorkflowHandle:
+        """Insert the run, then publish it; returns a :class:`WorkflowHandle`.
+
+        ``workflow_id`` (or Celery's ``task_id``) names the run; a taken id raises
+        WorkflowAlreadyExists unless ``if_exists="return"``. With ``connection`` (a
+        SQLAlchemy Connection or Session) the run is inserted in the caller's transaction
+        and published only once it commits.
+        """
+        durable, definition = self.durable, self.definition
+        if if_exists not in ("error", "return"):
+            raise ValueError(f'if_exists must be "error" or "return", got {if_exists!r}')
+        if workflow_id is not None and task_id is not None and workflow_id != task_id:
+            raise ValueError("pass workflow_id or task_id, not two different ids")
+        run_id = workflow_id or task_id or str(uuid.uuid4())
+        if not isinstance(run_id, str) or not run_id or len(run_id) > 255:
+            raise ValueError(f"workflow_id must be a non-empty string of at most 255 characters, "
+                             f"got {run_id!r}")
+        args, kwargs = tuple(args or ()), dict(kwargs or {})
+        if definition.signature is not None:
+            try:
+                definition.signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"workflow {definition.name}: {exc}") from None
+        encoded = serialization.encode_arguments(
+            f"workflow {definition.name}", definition.fn, args, kwargs
+        )
+        config = durable.config
+        queue = options.get("queue") or definition.queue
+        run = NewRun(
+            id=run_id, name=definition.name, args=encoded, queue=queue,
+            max_attempts=definition.max_attempts or config.max_attempts,
+            retry_backoff=(config.retry_backoff if definition.retry_backoff is None
+                           else definition.retry_backoff),
+            dispatch_grace=config.dispatch_grace,
+        )
+        bind = connection.connection() if isinstance(connection, Session) else connection
+        if not durable.store.insert_run(run, bind):
+            if if_exists == "return":
+                return WorkflowHandle(durable, run_id, definition.name)
+            raise WorkflowAlreadyExists(run_id)
+        if queue:
+            options["queue"] = queue
+        handle = WorkflowHandle(durable, run_id, definition.name)
+        if connection is None:
+            self._publish_started(args, kwargs, run_id, options)
+        else:
+            options.setdefault("headers", {})[TRANSACTIONAL_HEADER] = True
+            _publish_after_commit(connection, lambda: self._publish_started(
+                args, kwargs, run_id, options))
+        return handle
+
+    def _publish_started(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], run_id: str, options: dict[str, Any]
+    ) -> None:
+        try:
+            super().apply_async(args, kwargs, task_id=run_id, **options)
+        except Exception:
+            # The run is stored: the sweeper publishes it after durable_dispatch_grace.
+            logger.exception(
+                "publishing workflow %s run %s failed; the sweeper will dispatch it",
+                self.definition.name, run_id,
+                extra={"workflow_id": run_id, "workflow": self.definition.name},
+            )
+
+    # -- run -----------------------------------------------------------------------------
+
+    def run_workflow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        request = self.request
+        if request.called_directly:
+            return self.definition.fn(*args, **kwargs)
+        return execute(self.durable, self.definition, request)
+
+
+def _publish_after_commit(connection: Connection | Session, publish: Callable[[], None]) -> None:
+    state = {"open": True}
+
+    def on_commit(*_: Any) -> None:
+        if state["open"]:
+            state["open"] = False
+            publish()
+
+    def on_rollback(*_: Any) -> None:
+        state["open"] = False
+
+    if isinstance(connection, Session):
+        event.listen(connection, "after_commit", on_commit, once=True)
+        event.listen(connection, "after_rollback", on_rollback, once=True)
+    else:
+        # Connection has no after-commit hook; the worker waits briefly for the row.
+        event.listen(connection, "commit", on_commit, once=True)
+        event.listen(connection, "rollback", on_rollback, once=True)
+
+
+def _request_header(request: Any, name: str) -> Any:
+    headers = getattr(request, "headers", None) or {}
+    return headers.get(name, getattr(request, name, None))
+
+
+def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> Any:
+    """Claim the run named by the Celery task id, replay its body, settle the outcome."""
+    store, config = durable.store, durable.config
+    run_id: str = request.id
+    owner = durable.leases.owner
+    claim = store.claim_run(run_id, owner, config.lock_timeout)
+    if claim is None and _request_header(request, TRANSACTIONAL_HEADER):
+        deadline = time.monotonic() + _TRANSACTIONAL_VISIBILITY_WAIT
+        while claim is None and time.monotonic() < deadline and store.get_status(run_id) is None:
+            time.sleep(0.02)
+            claim = store.claim_run(run_id, owner, config.lock_timeout)
+    if claim is None:
+        _log_unclaimed(durable, definition, run_id)
+        return None
+    history = store.load_steps(run_id) if claim.has_steps else {}
+    ctx = WorkflowContext(
+        durable=durable, workflow_id=run_id, workflow_name=definition.name,
+        attempt=claim.attempts, fence=claim.fence, history=history,
+    )
+    args, kwargs = serialization.loads(claim.args)
+    durable.leases.track(run_id)
+    token = activate(ctx)
+    try:
+        try:
+            value = definition.fn(*args, **kwargs)
+        finally:
+            deactivate(token)
+        return _settle_success(durable, ctx, value)
+    except LeaseLost:
+        logger.warning("workflow %s run %s lost its lease; another worker owns it now",
+                       definition.name, run_id, extra=ctx.log_fields())
+        return None
+    except WorkflowCancelled as exc:
+        if store.settle_run(run_id, ctx.fence, "CANCELLED"):
+            logger.info("workflow %s run %s cancelled: %s", definition.name, run_id,
+                        exc.reason, extra=ctx.log_fields())
+        return None
+    except BaseException as exc:  # noqa: BLE001 - every exception is settled
+        return _settle_error(durable, ctx, claim, exc)
+    finally:
+        durable.leases.untrack(run_id)
+
+
+def _settle_success(durable: Durable, ctx: WorkflowContext, value: Any) -> Any:
+    encoded = serialization.encode_value(f"workflow {ctx.workflow_name}", value)
+    if durable.store.settle_run(ctx.workflow_id, ctx.fence, "SUCCEEDED", result=encoded):
+        logger.info("workflow %s run %s succeeded", ctx.workflow_name, ctx.workflow_id,
+                    extra=ctx.log_fields())
+    else:
+        logger.warning("workflow %s run %s finished but lost its lease before settling",
+                       ctx.workflow_name, ctx.workflow_id, extra=ctx.log_fields())
+    return value
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, TypeError) and "not JSON serialisable" in str(exc):
+        return False
+    return not isinstance(exc, PermanentError | NonDeterminismError)
+
+
+def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: BaseException) -> Any:
+    store, config = durable.store, durable.config
+    error = serialization.encode_error(exc)
+    fields = ctx.log_fields()
+    interrupted = not isinstance(exc, Exception)  # KeyboardInterrupt, SystemExit, ...
+    if _retryable(exc) and claim.attempts < claim.max_attempts:
+        delay = 0.0 if interrupted else min(
+            claim.retry_backoff * (2 ** (claim.attempts - 1)), config.max_retry_backoff)
+        if store.schedule_retry(ctx.workflow_id, ctx.fence, delay, error):
+            logger.warning(
+                "workflow %s run %s failed on attempt %d of %d, retrying in %.1fs: %r",
+                ctx.workflow_name, ctx.workflow_id, claim.attempts, claim.max_attempts,
+                delay, exc, extra=fields,
+            )
+        else:
+            _log_lost_at_settle(ctx)
+        if interrupted:
+            raise exc
+        when = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=delay)
+        raise Retry(f"retry attempt {claim.attempts + 1} at {when.isoformat()}", exc=exc,
+                    when=when) from exc
+    if store.settle_run(ctx.workflow_id, ctx.fence, "FAILED", error=error):
+        logger.error(
+            "workflow %s run %s failed for good on attempt %d of %d: %r",
+            ctx.workflow_name, ctx.workflow_id, claim.attempts, claim.max_attempts, exc,
+            extra=fields,
+        )
+    else:
+        _log_lost_at_settle(ctx)
+    raise exc
+
+
+def _log_lost_at_settle(ctx: WorkflowContext) -> None:
+    logger.warning("workflow %s run %s lost its lease before settling; its new owner decides",
+                   ctx.workflow_name, ctx.workflow_id, extra=ctx.log_fields())
+
+
+def _log_unclaimed(durable: Durable, definition: WorkflowDefinition, run_id: str) -> None:
+    run = durable.store.get_run(run_id)
+    fields = {"workflow_id": run_id, "workflow": definition.name,
+              "attempt": run.attempts if run else None, "step_index": None}
+    if run is None:
+        logger.warning("workflow %s: no run %r in namespace %r; message dropped",
+                       definition.name, run_id, durable.config.namespace, extra=fields)
+    else:
+        logger.info("workflow %s run %s not claimed (status %s, lease held or not ready); "
+                    "delivery acknowledged", definition.name, run_id, run.status, extra=fields)

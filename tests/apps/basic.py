@@ -1,0 +1,137 @@
+"""The app the worker subprocesses run. Settings come from env vars set by conftest.
+
+Side effects are counted in Redis (``INCR effects:<key>:<step>``) so a test can tell how
+many times each step really ran, across processes and SIGKILLs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import redis
+from celery import Celery
+
+import celery_durable as cd
+from celery_durable import Durable, PermanentError
+
+app = Celery("basic", broker=os.environ.get("TEST_BROKER_URL", "redis://127.0.0.1:6379/0"))
+app.conf.update(
+    task_default_queue=os.environ.get("TEST_QUEUE", "celery"),
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=True,
+)
+durable = Durable(app)  # every setting from CELERY_DURABLE_* env vars
+_redis = redis.Redis.from_url(os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0"),
+                              decode_responses=True)
+
+
+def effect(key: str, step: str) -> int:
+    return int(_redis.incr(f"effects:{key}:{step}"))
+
+
+def block_while_flagged(key: str, step: str) -> None:
+    """Announce the step started, then block while the test holds the flag."""
+    _redis.set(f"started:{key}:{step}", "1")
+    deadline = time.monotonic() + 120
+    while _redis.exists(f"block:{key}:{step}") and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+@durable.step
+def numbered(key: str, n: int) -> int:
+    effect(key, f"s{n}")
+    block_while_flagged(key, f"s{n}")
+    return n * 10
+
+
+@durable.workflow
+def five_steps(key: str) -> list[int]:
+    return [numbered(key, n) for n in range(1, 6)]
+
+
+@durable.workflow(max_attempts=3, retry_backoff=0.1)
+def flaky(key: str, failures: int) -> str:
+    numbered(key, 1)
+    if effect(key, "body") <= failures:
+        raise RuntimeError(f"flaky failure {key}")
+    return "ok"
+
+
+@durable.step(max_attempts=3, backoff=0.01)
+def flaky_step(key: str, failures: int) -> int:
+    count = effect(key, "flaky_step")
+    if count <= failures:
+        raise ConnectionError(f"transient {count}")
+    return count
+
+
+@durable.step(max_attempts=5, backoff=0.01, dont_retry_on=(KeyError,))
+def keyerror_step(key: str) -> None:
+    effect(key, "keyerror_step")
+    raise KeyError(key)
+
+
+@durable.workflow(max_attempts=1)
+def step_retries(key: str, failures: int) -> int:
+    return flaky_step(key, failures)
+
+
+@durable.workflow(max_attempts=3, retry_backoff=0.05)
+def not_retried_step(key: str) -> None:
+    keyerror_step(key)
+
+
+@durable.workflow(max_attempts=3, retry_backoff=0.05)
+def permanent(key: str) -> None:
+    effect(key, "body")
+    raise PermanentError(f"no way {key}")
+
+
+@durable.step
+def caught_failure(key: str) -> None:
+    effect(key, "caught")
+    raise ValueError(f"bad value {key}")
+
+
+@durable.workflow(max_attempts=2, retry_backoff=0.05)
+def catches(key: str) -> str:
+    try:
+        caught_failure(key)
+    except ValueError as exc:
+        message = str(exc)
+    numbered(key, 2)
+    if effect(key, "body") == 1:
+        raise RuntimeError("fail after the caught step, to force a replay")
+    return message
+
+
+@durable.step(name="tests.branch_a")
+def branch_a(key: str) -> str:
+    return "a"
+
+
+@durable.step(name="tests.branch_b")
+def branch_b(key: str) -> str:
+    return "b"
+
+
+@durable.workflow(max_attempts=3, retry_backoff=0.05)
+def drifting(key: str) -> str:
+    """Calls a different step on its second attempt: replay must refuse."""
+    first = branch_a(key) if effect(key, "body") == 1 else branch_b(key)
+    raise RuntimeError(f"force a retry after {first}")
+
+
+@durable.workflow(max_attempts=1)
+def interrupted(key: str) -> None:
+    effect(key, "body")
+    raise KeyboardInterrupt("user code raised a BaseException")
+
+
+@durable.workflow
+def context_probe(key: str) -> dict:
+    ctx = cd.WorkflowContext.current()
+    assert ctx is not None
+    return {"id": ctx.workflow_id, "name": ctx.workflow_name, "active": cd.WorkflowContext.is_active()}

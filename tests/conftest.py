@@ -1,0 +1,82 @@
+"""Fixtures that start real services' clients and real worker subprocesses.
+
+Each test session gets its own table prefix (dropped at the end), namespace and queue, so
+leftovers of other runs on this machine can't interfere.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.support.services import PG_URL, REDIS_URL, drop_tables, redis_client, unique
+from tests.support.workers import Worker
+
+PREFIX = unique("t")[:9] + "_"
+NAMESPACE = unique("ns-")
+QUEUE = unique("q-")
+
+# The test app (tests/apps/basic.py) reads all of these, in this process and in workers.
+os.environ.update({
+    "CELERY_DURABLE_DATABASE_URL": PG_URL,
+    "CELERY_DURABLE_TABLE_PREFIX": PREFIX,
+    "CELERY_DURABLE_NAMESPACE": NAMESPACE,
+    "CELERY_DURABLE_LOCK_TIMEOUT": "3",
+    "CELERY_DURABLE_POLL_INTERVAL": "0.2",
+    "CELERY_DURABLE_DISPATCH_GRACE": "2",
+    "TEST_BROKER_URL": REDIS_URL,
+    "TEST_REDIS_URL": REDIS_URL,
+    "TEST_QUEUE": QUEUE,
+})
+
+
+@pytest.fixture(scope="session")
+def basic_app() -> Iterator[object]:
+    """The worker app module, its tables migrated on Postgres."""
+    from tests.apps import basic
+
+    basic.durable.migrate()
+    yield basic
+    basic.durable.store.dispose()
+    drop_tables(PG_URL, PREFIX)
+
+
+@pytest.fixture
+def key() -> str:
+    """A fresh key per test for workflow ids and Redis side-effect counters."""
+    return unique("k")
+
+
+@pytest.fixture(scope="session")
+def rds():  # type: ignore[no-untyped-def]
+    client = redis_client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def start_worker(basic_app: object) -> Iterator[Callable[..., Worker]]:
+    """Start workers of the test app on the session queue; all are stopped at teardown."""
+    started: list[Worker] = []
+
+    def start(name: str | None = None, env: dict[str, str] | None = None,
+              concurrency: int = 2) -> Worker:
+        worker = Worker("tests.apps.basic", env or {}, queues=QUEUE,
+                        name=name or unique("w"), concurrency=concurrency)
+        started.append(worker)
+        return worker.wait_ready()
+
+    yield start
+    for worker in started:
+        worker.kill()
+
+
+@pytest.fixture(scope="module")
+def shared_worker(basic_app: object) -> Iterator[Worker]:
+    """One worker for a whole module of tests that don't kill it."""
+    worker = Worker("tests.apps.basic", {}, queues=QUEUE, name=unique("shared"))
+    worker.wait_ready()
+    yield worker
+    worker.stop()

@@ -1,0 +1,1 @@
+"""Test support: real services, real worker subprocesses, deadline-based waiting."""

@@ -1,0 +1,67 @@
+"""Real ``celery worker -P prefork`` subprocesses, each in its own process group."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from .waiting import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Worker:
+    """One worker subprocess; ``kill()`` SIGKILLs its whole process group (main + children)."""
+
+    def __init__(self, app: str, env: Mapping[str, str], *, queues: str, name: str,
+                 concurrency: int = 2, extra: tuple[str, ...] = ()) -> None:
+        self.log_path = Path(tempfile.mkstemp(prefix=f"worker-{name}-", suffix=".log")[1])
+        self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()/kill()
+        full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", app, "worker", "-P", "prefork",
+             "-c", str(concurrency), "-Q", queues, "-n", f"{name}@%h", "--loglevel=INFO",
+             "--without-gossip", "--without-mingle", "--without-heartbeat", *extra],
+            cwd=ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 60.0) -> Worker:
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited early:\n{self.log()}")
+            return " ready." in self.log()
+
+        wait_until(ready, timeout, 0.1, lambda: f"worker ready; log:\n{self.log()}")
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the main process and every pool child at once."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self._log.close()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Warm shutdown (SIGTERM); SIGKILL if it does not exit in time."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        else:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._log.close()
