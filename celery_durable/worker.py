@@ -184,11 +184,19 @@ def sweeper_bootstep(durable: Durable) -> type[bootsteps.StartStopStep]:
     class DurableSweeper(bootsteps.StartStopStep):  # type: ignore[misc]
         name = f"celery_durable.sweeper.{id(durable):x}"
         label = "celery_durable sweeper"
+        # After the pool: children fork before the sweeper thread exists.
+        requires = ("celery.worker.components:Pool",)
 
         def __init__(self, worker: Any, **kwargs: Any) -> None:
             self.sweeper: Sweeper | None = None
 
         def start(self, worker: Any) -> None:
+            # Import the driver and open the engine in the main thread: a child forked
+            # while another thread holds an import lock would hang on that import.
+            try:
+                durable.store.now()
+            except Exception:
+                logger.exception("celery_durable: the store is unreachable; sweeping anyway")
             self.sweeper = Sweeper(durable)
             self.sweeper.start()
             logger.info("celery_durable sweeper started (namespace %r, every %.2fs)",

@@ -1,0 +1,246 @@
+"""Workflows end to end: a real prefork worker, Redis broker, Postgres store."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from celery import Celery
+from celery.exceptions import TimeoutError as CeleryTimeoutError
+from sqlalchemy.orm import Session
+
+import celery_durable as cd
+from celery_durable import (
+    Durable,
+    DuplicateRegistration,
+    WorkflowAlreadyExists,
+    WorkflowFailed,
+    WorkflowNotFound,
+    WorkflowStatus,
+)
+from tests.support.services import PG_URL
+from tests.support.waiting import wait_until
+
+
+def effects(rds, key: str, step: str) -> int:  # type: ignore[no-untyped-def]
+    return int(rds.get(f"effects:{key}:{step}") or 0)
+
+
+def test_workflow_runs_its_steps_and_returns(basic_app, shared_worker, key, rds):
+    handle = basic_app.five_steps.delay(key)
+    assert isinstance(handle, cd.WorkflowHandle)
+    assert handle.get(timeout=30) == [10, 20, 30, 40, 50]
+    assert handle.status() is WorkflowStatus.SUCCEEDED
+    assert [effects(rds, key, f"s{n}") for n in range(1, 6)] == [1] * 5
+    steps = basic_app.durable.store.load_steps(handle.id)
+    assert [s.name for s in steps.values()] == ["tests.apps.basic.numbered"] * 5
+    assert steps[0].input == f'[["{key}",1],{{}}]' and steps[0].output == "10"
+
+
+def test_workflow_is_a_celery_task_named_like_celery_names_tasks(basic_app, shared_worker):
+    assert basic_app.five_steps.name == "tests.apps.basic.five_steps"
+    assert isinstance(basic_app.app.tasks["tests.apps.basic.five_steps"], cd.WorkflowTask)
+    assert "tests.apps.basic.five_steps" in shared_worker.log()  # the worker's [tasks] list
+
+
+def test_handle_id_is_the_celery_task_id(basic_app, shared_worker, key):
+    handle = basic_app.context_probe.apply_async(args=(key,), workflow_id=f"probe-{key}")
+    assert handle.id == f"probe-{key}"
+    result = handle.get(timeout=30)
+    assert result == {"id": f"probe-{key}", "name": "tests.apps.basic.context_probe",
+                      "active": True}
+    assert not cd.WorkflowContext.is_active() and cd.WorkflowContext.current() is None
+
+
+def test_get_handle_finds_existing_runs_only(basic_app, shared_worker, key):
+    handle = basic_app.context_probe.apply_async(args=(key,), workflow_id=f"h-{key}")
+    assert basic_app.durable.get_handle(f"h-{key}") == handle
+    with pytest.raises(WorkflowNotFound, match=f"nope-{key}"):
+        basic_app.durable.get_handle(f"nope-{key}")
+
+
+def test_duplicate_id_raises_unless_if_exists_return(basic_app, shared_worker, key, rds):
+    first = basic_app.five_steps.apply_async(args=(key,), workflow_id=f"dup-{key}")
+    with pytest.raises(WorkflowAlreadyExists, match=f"dup-{key}"):
+        basic_app.five_steps.apply_async(args=(key,), workflow_id=f"dup-{key}")
+    again = basic_app.five_steps.apply_async(args=(key,), workflow_id=f"dup-{key}",
+                                             if_exists="return")
+    assert again == first
+    first.get(timeout=30)
+    assert effects(rds, key, "s1") == 1
+
+
+def test_non_serialisable_argument_raises_before_anything_is_written(basic_app, key):
+    with pytest.raises(TypeError, match="argument 'key' of workflow tests.apps.basic.five_steps"):
+        basic_app.five_steps.apply_async(args=(object(),), workflow_id=f"bad-{key}")
+    with pytest.raises(TypeError, match="five_steps"):
+        basic_app.five_steps.apply_async(args=(key, "extra"), workflow_id=f"bad2-{key}")
+    assert basic_app.durable.store.get_run(f"bad-{key}") is None
+    assert basic_app.durable.store.get_run(f"bad2-{key}") is None
+
+
+def test_transactional_start_publishes_after_commit(basic_app, shared_worker, key):
+    engine = sa.create_engine(PG_URL)
+    try:
+        with engine.begin() as conn:
+            handle = basic_app.five_steps.apply_async(
+                args=(key,), workflow_id=f"tx-{key}", connection=conn)
+            conn.execute(sa.text("SELECT 1"))
+        assert handle.get(timeout=30) == [10, 20, 30, 40, 50]
+        with Session(engine) as session, session.begin():
+            via_session = basic_app.five_steps.apply_async(
+                args=(key + "s",), workflow_id=f"txs-{key}", connection=session)
+        assert via_session.get(timeout=30) == [10, 20, 30, 40, 50]
+    finally:
+        engine.dispose()
+
+
+def test_transactional_start_rolled_back_never_exists(basic_app, shared_worker, key, rds):
+    engine = sa.create_engine(PG_URL)
+    try:
+        with engine.connect() as conn:
+            tx = conn.begin()
+            basic_app.five_steps.apply_async(args=(key,), workflow_id=f"rb-{key}",
+                                             connection=conn)
+            tx.rollback()
+        with Session(engine) as session:
+            session.begin()
+            basic_app.five_steps.apply_async(args=(key,), workflow_id=f"rbs-{key}",
+                                             connection=session)
+            session.rollback()
+    finally:
+        engine.dispose()
+    # A later run on the same queue finishing proves the worker drained the queue.
+    basic_app.context_probe.delay(key).get(timeout=30)
+    for run_id in (f"rb-{key}", f"rbs-{key}"):
+        with pytest.raises(WorkflowNotFound):
+            basic_app.durable.get_handle(run_id)
+    assert effects(rds, key, "s1") == 0
+
+
+def test_step_retries_then_succeeds(basic_app, shared_worker, key, rds):
+    assert basic_app.step_retries.delay(key, 2).get(timeout=30) == 3
+    assert effects(rds, key, "flaky_step") == 3
+
+
+def test_step_out_of_attempts_fails_the_workflow(basic_app, shared_worker, key, rds):
+    handle = basic_app.step_retries.delay(key, 5)
+    with pytest.raises(WorkflowFailed) as failed:
+        handle.get(timeout=30)
+    assert failed.value.error_type == "builtins.ConnectionError"
+    assert "transient 3" in failed.value.error_message
+    assert "flaky_step" in failed.value.error_traceback
+    assert effects(rds, key, "flaky_step") == 3
+
+
+def test_dont_retry_on_fails_the_step_at_once(basic_app, shared_worker, key, rds):
+    handle = basic_app.not_retried_step.delay(key)
+    with pytest.raises(WorkflowFailed, match="KeyError"):
+        handle.get(timeout=30)
+    # The failed step is the frontier: each workflow attempt runs it again, once.
+    assert effects(rds, key, "keyerror_step") == 3
+    assert handle.record().attempts == 3
+
+
+def test_workflow_retries_resume_after_finished_steps(basic_app, shared_worker, key, rds):
+    handle = basic_app.flaky.delay(key, 2)
+    assert handle.get(timeout=30) == "ok"
+    assert effects(rds, key, "body") == 3
+    assert effects(rds, key, "s1") == 1  # replayed from history on attempts 2 and 3
+    assert handle.record().attempts == 3
+
+
+def test_workflow_out_of_attempts_ends_failed(basic_app, shared_worker, key, rds):
+    handle = basic_app.flaky.delay(key, 10)
+    with pytest.raises(WorkflowFailed) as failed:
+        handle.get(timeout=30)
+    assert failed.value.error_type == "builtins.RuntimeError"
+    assert failed.value.error_message == f"flaky failure {key}"
+    assert "raise RuntimeError" in failed.value.error_traceback
+    assert handle.status() is WorkflowStatus.FAILED
+    assert effects(rds, key, "body") == 3
+
+
+def test_permanent_error_fails_without_retry(basic_app, shared_worker, key, rds):
+    handle = basic_app.permanent.delay(key)
+    with pytest.raises(WorkflowFailed, match="PermanentError"):
+        handle.get(timeout=30)
+    assert effects(rds, key, "body") == 1
+
+
+def test_caught_step_failure_replays_the_same_exception(basic_app, shared_worker, key, rds):
+    handle = basic_app.catches.delay(key)
+    assert handle.get(timeout=30) == f"bad value {key}"
+    assert effects(rds, key, "body") == 2  # the body ran twice...
+    assert effects(rds, key, "caught") == 1  # ...the failed step once: replayed from history
+    assert effects(rds, key, "s2") == 1
+
+
+def test_changed_code_raises_nondeterminism_without_retry(basic_app, shared_worker, key, rds):
+    handle = basic_app.drifting.delay(key)
+    with pytest.raises(WorkflowFailed) as failed:
+        handle.get(timeout=30)
+    assert failed.value.error_type == "celery_durable.errors.NonDeterminismError"
+    assert "step 0" in failed.value.error_message
+    assert "tests.branch_a" in failed.value.error_message
+    assert "tests.branch_b" in failed.value.error_message
+    assert effects(rds, key, "body") == 2  # attempt 2 hit the guard; no attempt 3
+
+
+def test_base_exception_from_user_code_is_settled(basic_app, shared_worker, key):
+    handle = basic_app.interrupted.delay(key)
+    with pytest.raises(WorkflowFailed, match="KeyboardInterrupt"):
+        handle.get(timeout=30)
+
+
+def test_get_timeout_raises_celery_timeout_and_run_goes_on(basic_app, shared_worker, key, rds):
+    rds.set(f"block:{key}:s1", "1")
+    handle = basic_app.five_steps.delay(key)
+    with pytest.raises(CeleryTimeoutError):
+        handle.get(timeout=0.3)
+    rds.delete(f"block:{key}:s1")
+    assert handle.get(timeout=30) == [10, 20, 30, 40, 50]
+
+
+def test_two_namespaces_never_see_each_others_runs(basic_app, shared_worker, key):
+    other_app = Celery("other", broker="memory://")
+    other = Durable(other_app, namespace=basic_app.durable.config.namespace + "-b")
+
+    @other.workflow(name="tests.apps.basic.context_probe")
+    def probe(k: str) -> dict:
+        return {}
+
+    mine = basic_app.context_probe.apply_async(args=(key,), workflow_id=f"ns-{key}")
+    theirs = probe.apply_async(args=(key,), workflow_id=f"ns-{key}")  # same id, other ns
+    assert mine.get(timeout=30)["id"] == f"ns-{key}"
+    with pytest.raises(WorkflowNotFound):
+        other.get_handle(f"only-{key}")
+    basic_app.context_probe.apply_async(args=(key,), workflow_id=f"only-{key}").get(timeout=30)
+    with pytest.raises(WorkflowNotFound):
+        other.get_handle(f"only-{key}")
+    # The worker's sweeper (namespace A) never dispatches namespace B's pending run.
+    assert theirs.status() is WorkflowStatus.PENDING
+    wait_until(lambda: other.store.get_run(theirs.id).due_at < other.store.now(), 10)
+    basic_app.context_probe.delay(key).get(timeout=30)
+    assert other.store.get_run(theirs.id).status == "PENDING"
+    other.store.dispose()
+
+
+def test_registering_twice_under_one_name_fails(basic_app):
+    durable = basic_app.durable
+    with pytest.raises(DuplicateRegistration, match="tests.apps.basic.five_steps"):
+        durable.workflow(name="tests.apps.basic.five_steps")(lambda key: None)
+    with pytest.raises(DuplicateRegistration, match="tests.branch_a"):
+        durable.step(name="tests.branch_a")(lambda key: None)
+
+    @basic_app.app.task(name=f"tests.plain_task_{id(durable)}", shared=False, lazy=False)
+    def plain() -> None:
+        return None
+
+    with pytest.raises(DuplicateRegistration, match="a Celery task named"):
+        durable.workflow(name=f"tests.plain_task_{id(durable)}")(lambda: None)
+
+
+def test_steps_outside_a_workflow_are_plain_calls(basic_app, key, rds):
+    assert basic_app.numbered(key, 4) == 40
+    assert effects(rds, key, "s4") == 1
+    assert basic_app.durable.store.load_steps(key) == {}
