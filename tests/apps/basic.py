@@ -135,3 +135,15 @@ def context_probe(key: str) -> dict:
     ctx = cd.WorkflowContext.current()
     assert ctx is not None
     return {"id": ctx.workflow_id, "name": ctx.workflow_name, "active": cd.WorkflowContext.is_active()}
+
+
+@durable.step
+def kill_my_process(key: str) -> None:
+    effect(key, "kill")
+    os.kill(os.getpid(), 9)
+
+
+@durable.workflow(max_attempts=2)
+def suicidal(key: str) -> None:
+    """Each attempt SIGKILLs its pool process: the attempt counter must end it."""
+    kill_my_process(key)

@@ -1,0 +1,110 @@
+"""Crashes, zombies, duplicate deliveries and lost publishes, with real processes.
+
+Workers here are started per test (never the module's shared worker) because tests
+SIGKILL or SIGSTOP them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from celery_durable import WorkflowFailed, WorkflowStatus
+from celery_durable.store.store import NewRun
+from tests.support.waiting import wait_until
+
+import pytest
+
+
+def effects(rds, key: str, step: str) -> int:  # type: ignore[no-untyped-def]
+    return int(rds.get(f"effects:{key}:{step}") or 0)
+
+
+def test_sigkill_mid_step_resumes_on_another_worker(basic_app, start_worker, key, rds):
+    config = basic_app.durable.config
+    rds.set(f"block:{key}:s3", "1")
+    first = start_worker("crash-a")
+    handle = basic_app.five_steps.delay(key)
+    wait_until(lambda: rds.get(f"started:{key}:s3"), 30, message="step 3 to start")
+    first.kill()  # main process and pool children, at once
+    rds.delete(f"block:{key}:s3")
+    second = start_worker("crash-b")
+    ready_at = time.monotonic()
+    assert handle.get(timeout=60) == [10, 20, 30, 40, 50]
+    took = time.monotonic() - ready_at
+    assert [effects(rds, key, f"s{n}") for n in range(1, 6)] == [1, 1, 2, 1, 1]
+    # Lease expiry plus a few sweeps (generous slack for a loaded 2-core machine).
+    assert took < config.lock_timeout + 10 * config.poll_interval + 5, took
+    assert "dispatched workflow tests.apps.basic.five_steps" in second.log()
+    assert handle.record().attempts == 2
+
+
+def test_zombie_with_a_stale_fence_cannot_record_or_settle(basic_app, start_worker, key, rds):
+    rds.set(f"block:{key}:s3", "1")
+    zombie = start_worker("zombie")
+    handle = basic_app.five_steps.delay(key)
+    wait_until(lambda: rds.get(f"started:{key}:s3"), 30, message="step 3 to start")
+    os.killpg(zombie.proc.pid, signal.SIGSTOP)  # paused: no heartbeat, lease runs out
+    try:
+        rds.delete(f"block:{key}:s3")
+        start_worker("successor")
+        assert handle.get(timeout=60) == [10, 20, 30, 40, 50]
+    finally:
+        os.killpg(zombie.proc.pid, signal.SIGCONT)
+    wait_until(lambda: "lost its lease" in zombie.log(), 30,
+               message=lambda: f"the zombie to notice; its log:\n{zombie.log()}")
+    assert effects(rds, key, "s3") == 2  # ran by both...
+    assert effects(rds, key, "s4") == 1  # ...but the zombie stopped at its next step write
+    steps = basic_app.durable.store.load_steps(handle.id)
+    assert len(steps) == 5 and handle.get(timeout=1) == [10, 20, 30, 40, 50]
+
+
+def test_duplicate_delivery_runs_one_body_at_a_time(basic_app, start_worker, key, rds):
+    rds.set(f"block:{key}:s1", "1")
+    worker = start_worker("dupes", concurrency=2)
+    handle = basic_app.five_steps.delay(key)
+    wait_until(lambda: rds.get(f"started:{key}:s1"), 30, message="step 1 to start")
+    run = handle.record()
+    basic_app.durable.publish(run.id, run.name, run.args, run.queue)  # a second delivery
+    wait_until(lambda: f"run {handle.id} not claimed" in worker.log(), 30,
+               message="the second delivery to be acknowledged without running")
+    rds.delete(f"block:{key}:s1")
+    assert handle.get(timeout=30) == [10, 20, 30, 40, 50]
+    assert effects(rds, key, "s1") == 1
+
+
+def test_lost_publish_is_dispatched_by_the_sweeper(basic_app, start_worker, key):
+    durable = basic_app.durable
+    start_worker("sweeps")
+    stored = durable.store.insert_run(NewRun(
+        id=f"lost-{key}", name="tests.apps.basic.context_probe", args=f'[["{key}"],{{}}]',
+        queue=None, max_attempts=3, retry_backoff=1.0,
+        dispatch_grace=durable.config.dispatch_grace))
+    assert stored
+    handle = durable.get_handle(f"lost-{key}")
+    assert handle.status() is WorkflowStatus.PENDING
+    assert handle.get(timeout=30)["id"] == f"lost-{key}"
+
+
+def test_warm_shutdown_lets_the_running_workflow_finish(basic_app, start_worker, key, rds):
+    rds.set(f"block:{key}:s2", "1")
+    worker = start_worker("warm")
+    handle = basic_app.five_steps.delay(key)
+    wait_until(lambda: rds.get(f"started:{key}:s2"), 30, message="step 2 to start")
+    worker.proc.send_signal(signal.SIGTERM)
+    wait_until(lambda: "Warm shutdown" in worker.log(), 30, message="warm shutdown")
+    rds.delete(f"block:{key}:s2")
+    assert worker.proc.wait(30) == 0
+    assert handle.status() is WorkflowStatus.SUCCEEDED
+    assert handle.record().owner is None
+    assert [effects(rds, key, f"s{n}") for n in range(1, 6)] == [1] * 5
+
+
+def test_a_run_that_keeps_killing_its_worker_ends_failed(basic_app, start_worker, key, rds):
+    start_worker("victim")
+    handle = basic_app.suicidal.delay(key)
+    with pytest.raises(WorkflowFailed) as failed:
+        handle.get(timeout=60)
+    assert failed.value.error_type == "celery_durable.errors.WorkerLost"
+    assert effects(rds, key, "kill") == 2

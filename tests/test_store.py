@@ -1,0 +1,163 @@
+"""The store's statements on both databases: claim, fencing, settle, sweep, migrations."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from celery_durable.store import Store
+from celery_durable.store.migrations import current, upgrade
+from celery_durable.store.store import CANCELLED, LEASE_LOST, RECORDED, NewRun, StepRecord
+from tests.support.services import PG_URL, drop_tables, unique
+from tests.support.waiting import wait_until
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def store(request, tmp_path) -> Iterator[Store]:  # type: ignore[no-untyped-def]
+    prefix = unique("s")[:9] + "_"
+    url = PG_URL if request.param == "postgresql" else f"sqlite:///{tmp_path}/store.sqlite3"
+    store = Store(url, prefix, "ns")
+    upgrade(store)
+    yield store
+    store.dispose()
+    if request.param == "postgresql":
+        drop_tables(PG_URL, prefix)
+
+
+def new_run(run_id: str, grace: float = 60.0) -> NewRun:
+    return NewRun(id=run_id, name="wf", args="[[],{}]", queue=None, max_attempts=3,
+                  retry_backoff=0.0, dispatch_grace=grace)
+
+
+def step(idx: int, output: str = "1") -> StepRecord:
+    return StepRecord(idx, "s", "ok", "[[],{}]", output, None)
+
+
+def test_migrations_are_recorded_in_their_own_version_table(store):
+    assert current(store) == "0001"
+    upgrade(store)  # idempotent
+    names = sa.inspect(store.engine).get_table_names()
+    prefix = store.table_prefix
+    assert {f"{prefix}runs", f"{prefix}steps", f"{prefix}signals", f"{prefix}state",
+            f"{prefix}alembic_version"} <= set(names)
+    indexes = {i["name"] for i in sa.inspect(store.engine).get_indexes(f"{prefix}runs")}
+    assert f"ix_{prefix}runs_due" in indexes
+
+
+def test_migrate_sql_prints_ddl_with_partial_indexes(store):
+    ddl = upgrade(store, sql=True)
+    assert f"CREATE TABLE {store.table_prefix}runs" in ddl
+    assert "WHERE due_at IS NOT NULL" in ddl
+
+
+def test_claim_is_exclusive_and_fenced(store):
+    assert store.insert_run(new_run("r1"))
+    assert not store.insert_run(new_run("r1"))
+    first = store.claim_run("r1", "a", lease=30)
+    assert first is not None and first.fence == 1 and first.attempts == 1
+    assert store.claim_run("r1", "b", lease=30) is None  # live lease
+    assert store.record_step("r1", first.fence, step(0)) == RECORDED
+    assert store.load_steps("r1")[0].output == "1"
+
+
+def test_stale_fence_cannot_record_or_settle(store):
+    store.insert_run(new_run("r2"))
+    zombie = store.claim_run("r2", "zombie", lease=0.01)
+    assert zombie is not None
+    wait_until(lambda: store.claim_run("r2", "successor", lease=30), 10)
+    assert store.record_step("r2", zombie.fence, step(0)) == LEASE_LOST
+    assert not store.settle_run("r2", zombie.fence, "SUCCEEDED", result="1")
+    assert store.get_run("r2").status == "RUNNING"
+    assert store.get_run("r2").owner == "successor"
+    assert store.settle_run("r2", zombie.fence + 1, "SUCCEEDED", result="2")
+    assert store.get_run("r2").result == "2"
+
+
+def test_step_write_is_insert_or_verify(store):
+    store.insert_run(new_run("r3"))
+    claim = store.claim_run("r3", "a", lease=30)
+    assert store.record_step("r3", claim.fence, step(0, "41")) == RECORDED
+    again = store.record_step("r3", claim.fence, step(0, "42"))
+    assert isinstance(again, StepRecord) and again.output == "41"  # the stored row wins
+    failed = StepRecord(1, "s", "error", "[[],{}]", None, '{"type":"x"}')
+    assert store.record_step("r3", claim.fence, failed) == RECORDED
+    assert store.record_step("r3", claim.fence, step(1, "7")) == RECORDED  # frontier rerun
+    assert store.load_steps("r3")[1].output == "7"
+
+
+def test_cancel_requested_is_seen_by_the_step_write(store):
+    store.insert_run(new_run("r4"))
+    claim = store.claim_run("r4", "a", lease=30)
+    with store.transaction() as conn:
+        runs = store.tables.runs
+        conn.execute(sa.update(runs).where(runs.c.id == "r4").values(cancel_requested=True))
+    assert store.record_step("r4", claim.fence, step(0)) == CANCELLED
+
+
+def test_sweep_takes_expired_leases_and_stale_pending_runs(store):
+    store.insert_run(new_run("fresh"))
+    store.insert_run(new_run("stale", grace=0))
+    store.insert_run(new_run("expired"))
+    store.claim_run("expired", "dead", lease=0)
+    due = {r.id: r.status for r in store.sweep_due_runs(100, 60, "{}")}
+    assert due == {"stale": "PENDING", "expired": "PENDING"}
+    assert store.sweep_due_runs(100, 60, "{}") == []  # re-published at most once per grace
+    assert store.get_run("expired").owner is None
+    assert store.claim_run("expired", "next", lease=30).attempts == 2
+
+
+def test_expired_lease_out_of_attempts_fails(store):
+    store.insert_run(NewRun(id="poison", name="wf", args="[[],{}]", queue=None,
+                            max_attempts=1, retry_backoff=0, dispatch_grace=60))
+    store.claim_run("poison", "dead", lease=0)
+    due = store.sweep_due_runs(100, 60, '{"type":"WorkerLost"}')
+    assert [(r.id, r.status) for r in due] == [("poison", "FAILED")]
+    assert store.get_run("poison").error == '{"type":"WorkerLost"}'
+
+
+def test_retry_backoff_gates_the_claim(store):
+    store.insert_run(new_run("later"))
+    claim = store.claim_run("later", "a", lease=30)
+    assert store.schedule_retry("later", claim.fence, 30.0, '{"type":"x"}')
+    assert store.claim_run("later", "b", lease=30) is None  # not before its backoff
+    assert store.sweep_due_runs(100, 60, "{}") == []
+
+
+def test_heartbeat_renews_only_the_listed_runs_of_the_owner(store):
+    for run_id in ("h1", "h2"):
+        store.insert_run(new_run(run_id))
+        store.claim_run(run_id, "me", lease=1)
+    assert store.renew_leases("me", ["h1", "h2"], 60) == 2
+    assert store.renew_leases("someone-else", ["h1"], 60) == 0
+    assert sorted(store.release_owner("me")) == ["h1", "h2"]
+    released = store.get_run("h1")
+    assert (released.status, released.owner, released.attempts) == ("PENDING", None, 0)
+    assert store.release_owner("me") == []
+
+
+def test_concurrent_sweepers_never_share_a_run():
+    prefix = unique("c")[:9] + "_"
+    store = Store(PG_URL, prefix, "ns")
+    upgrade(store)
+    try:
+        for i in range(200):
+            store.insert_run(new_run(f"run-{i}", grace=0))
+        taken: list[list[str]] = [[], [], [], []]
+
+        def sweep(slot: int) -> None:
+            while batch := store.sweep_due_runs(7, 60, "{}"):
+                taken[slot].extend(r.id for r in batch)
+
+        threads = [threading.Thread(target=sweep, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        everything = [run_id for ids in taken for run_id in ids]
+        assert sorted(everything) == sorted(f"run-{i}" for i in range(200))
+    finally:
+        store.dispose()
+        drop_tables(PG_URL, prefix)
