@@ -22,7 +22,8 @@ def _durables(ctx: click.Context) -> list[Durable]:
     if not found:
         raise click.UsageError(
             f"no celery_durable.Durable is bound to the app {app.main!r}; "
-            "create one with Durable(app, ...) in the module given to -A")
+            "create one with Durable(app, ...) in the module given to -A"
+        )
     return found
 
 

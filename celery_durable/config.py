@@ -35,15 +35,24 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("database_url", str, "sqlite:///celery_durable.sqlite3",
-            help="SQLAlchemy URL of the store (Postgres via psycopg 3, or SQLite)"),
+    Setting(
+        "database_url",
+        str,
+        "sqlite:///celery_durable.sqlite3",
+        help="SQLAlchemy URL of the store (Postgres via psycopg 3, or SQLite)",
+    ),
     Setting("lock_timeout", float, 30.0, 1.0, "seconds a worker's lease on a run lasts"),
     Setting("poll_interval", float, 1.0, 0.05, "seconds between two sweeps"),
     Setting("max_attempts", int, 3, 1, "default attempts of a workflow"),
     Setting("retry_backoff", float, 5.0, 0.0, "default first workflow retry delay, seconds"),
     Setting("max_retry_backoff", float, 3600.0, 0.0, "cap of the exponential retry delay"),
-    Setting("dispatch_grace", float, 60.0, 1.0,
-            "seconds a published run may wait in the queue before the sweeper publishes it again"),
+    Setting(
+        "dispatch_grace",
+        float,
+        60.0,
+        1.0,
+        "seconds a published run may wait in the queue before the sweeper publishes it again",
+    ),
     Setting("table_prefix", str, "durable_", help="prefix of the tables"),
     Setting("namespace", str, "default", help="runs of other namespaces are invisible"),
     Setting("signal_queue", str, "celery_durable.signals", help="queue of signal wake-ups"),
@@ -110,11 +119,11 @@ class DurableConfig:
         for setting in SETTINGS:
             value = getattr(self, setting.name)
             if not isinstance(value, setting.kind) or isinstance(value, bool):
-                if not (setting.kind is float and isinstance(value, int)
-                        and not isinstance(value, bool)):
+                if not (
+                    setting.kind is float and isinstance(value, int) and not isinstance(value, bool)
+                ):
                     raise ConfigurationError(
-                        f"durable_{setting.name} must be a {setting.kind.__name__}, "
-                        f"got {value!r}"
+                        f"durable_{setting.name} must be a {setting.kind.__name__}, got {value!r}"
                     )
             if setting.minimum is not None and value < setting.minimum:
                 raise ConfigurationError(
@@ -156,7 +165,10 @@ def _clamp(setting: Setting, value: Any, origin: str) -> Any:
     if setting.minimum is not None and value < setting.minimum:
         clamped = setting.kind(setting.minimum)
         logger.warning(
-            "%s=%r is below the safe minimum; using %r", origin, value, clamped,
+            "%s=%r is below the safe minimum; using %r",
+            origin,
+            value,
+            clamped,
             extra={"setting": f"durable_{setting.name}"},
         )
         return clamped

@@ -92,7 +92,9 @@ class WorkflowCancelled(BaseException):  # noqa: N818 - the name is public API
     """
 
     def __init__(self, workflow_id: str, reason: str | None = None) -> None:
-        super().__init__(f"workflow run {workflow_id!r} was cancelled: {reason or 'no reason given'}")
+        super().__init__(
+            f"workflow run {workflow_id!r} was cancelled: {reason or 'no reason given'}"
+        )
         self.workflow_id = workflow_id
         self.reason = reason
 

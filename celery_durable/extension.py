@@ -90,21 +90,36 @@ class Durable:
 
     @overload
     def workflow(
-        self, fn: None = None, *, name: str | None = None, queue: str | None = None,
-        max_attempts: int | None = None, retry_backoff: float | None = None,
+        self,
+        fn: None = None,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        retry_backoff: float | None = None,
         **task_options: Any,
     ) -> Callable[[F], Any]: ...
 
     def workflow(
-        self, fn: Callable[..., Any] | None = None, *, name: str | None = None,
-        queue: str | None = None, max_attempts: int | None = None,
-        retry_backoff: float | None = None, **task_options: Any,
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        retry_backoff: float | None = None,
+        **task_options: Any,
     ) -> Any:
         """Register ``fn`` as a workflow: a Celery task named as Celery names tasks."""
         if fn is None:
             return lambda f: self.workflow(
-                f, name=name, queue=queue, max_attempts=max_attempts,
-                retry_backoff=retry_backoff, **task_options)
+                f,
+                name=name,
+                queue=queue,
+                max_attempts=max_attempts,
+                retry_backoff=retry_backoff,
+                **task_options,
+            )
         if max_attempts is not None and max_attempts < 1:
             raise ConfigurationError(f"workflow {fn.__qualname__}: max_attempts must be >= 1")
         if retry_backoff is not None and retry_backoff < 0:
@@ -115,8 +130,9 @@ class Durable:
             signature: inspect.Signature | None = inspect.signature(fn)
         except (TypeError, ValueError):
             signature = None
-        definition = WorkflowDefinition(fn, task_name, queue, max_attempts, retry_backoff,
-                                        signature)
+        definition = WorkflowDefinition(
+            fn, task_name, queue, max_attempts, retry_backoff, signature
+        )
         self.workflows[task_name] = definition
 
         def run(task: WorkflowTask, *args: Any, **kwargs: Any) -> Any:
@@ -129,21 +145,27 @@ class Durable:
         options: dict[str, Any] = {"queue": queue} if queue else {}
         options.update(task_options)
         return self.app.task(
-            name=task_name, base=WorkflowTask, bind=True, shared=False,
-            durable=self, definition=definition, **options,
+            name=task_name,
+            base=WorkflowTask,
+            bind=True,
+            shared=False,
+            durable=self,
+            definition=definition,
+            **options,
         )(run)
 
     def _check_unique_workflow(self, task_name: str, fn: Callable[..., Any]) -> None:
         if task_name in self.workflows:
+            earlier = self.workflows[task_name].fn
             raise DuplicateRegistration(
                 f"workflow name {task_name!r} is already registered (by "
-                f"{self.workflows[task_name].fn.__module__}.{self.workflows[task_name].fn.__qualname__}); "
-                "pass name= to tell them apart"
+                f"{earlier.__module__}.{earlier.__qualname__}); pass name= to tell them apart"
             )
         for other in _BOUND.get(self.app, []):
             if other is not self and task_name in other.workflows:
                 raise DuplicateRegistration(
-                    f"workflow name {task_name!r} is already registered on this app")
+                    f"workflow name {task_name!r} is already registered on this app"
+                )
         existing = self.app._tasks.get(task_name)  # noqa: SLF001 - .tasks would finalize the app
         if existing is not None and not isinstance(existing, WorkflowTask):
             raise DuplicateRegistration(
@@ -155,30 +177,54 @@ class Durable:
 
     @overload
     def step(
-        self, fn: None = None, *, name: str | None = None, max_attempts: int = 1,
-        backoff: float = 0.0, max_backoff: float = DEFAULT_MAX_BACKOFF,
+        self,
+        fn: None = None,
+        *,
+        name: str | None = None,
+        max_attempts: int = 1,
+        backoff: float = 0.0,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         dont_retry_on: tuple[type[BaseException], ...] = (),
     ) -> Callable[[F], Step[Any, Any]]: ...
 
     def step(
-        self, fn: Callable[..., Any] | None = None, *, name: str | None = None,
-        max_attempts: int = 1, backoff: float = 0.0, max_backoff: float = DEFAULT_MAX_BACKOFF,
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        max_attempts: int = 1,
+        backoff: float = 0.0,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         dont_retry_on: tuple[type[BaseException], ...] = (),
     ) -> Any:
         """Register ``fn`` as a step: inside a workflow its result is recorded and replayed."""
         if fn is None:
             return lambda f: self.step(
-                f, name=name, max_attempts=max_attempts, backoff=backoff,
-                max_backoff=max_backoff, retry_on=retry_on, dont_retry_on=dont_retry_on)
+                f,
+                name=name,
+                max_attempts=max_attempts,
+                backoff=backoff,
+                max_backoff=max_backoff,
+                retry_on=retry_on,
+                dont_retry_on=dont_retry_on,
+            )
         step_name = name or f"{fn.__module__}.{fn.__qualname__}"
         if step_name in self.steps:
             raise DuplicateRegistration(
-                f"step name {step_name!r} is already registered; pass name= to tell them apart")
-        step = Step(self, fn, name=step_name, max_attempts=max_attempts, backoff=backoff,
-                    max_backoff=max_backoff, retry_on=tuple(retry_on),
-                    dont_retry_on=tuple(dont_retry_on))
+                f"step name {step_name!r} is already registered; pass name= to tell them apart"
+            )
+        step = Step(
+            self,
+            fn,
+            name=step_name,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            retry_on=tuple(retry_on),
+            dont_retry_on=tuple(dont_retry_on),
+        )
         self.steps[step_name] = step
         return step
 

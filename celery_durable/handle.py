@@ -52,8 +52,11 @@ class WorkflowHandle:
         return f"<WorkflowHandle {self.name or 'workflow'} id={self.id!r}>"
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, WorkflowHandle) and other.id == self.id
-                and other.durable is self.durable)
+        return (
+            isinstance(other, WorkflowHandle)
+            and other.id == self.id
+            and other.durable is self.durable
+        )
 
     def __hash__(self) -> int:
         return hash(self.id)
@@ -102,7 +105,9 @@ class WorkflowHandle:
             raise WorkflowCancelled(self.id, run.cancel_reason)
         error = serialization.decode_error(run.error) if run.error else {}
         raise WorkflowFailed(
-            self.id, error.get("type", "unknown"), error.get("message", ""),
+            self.id,
+            error.get("type", "unknown"),
+            error.get("message", ""),
             error.get("traceback", ""),
         )
 
@@ -121,4 +126,6 @@ class WorkflowHandle:
                         f"workflow run {self.id!r} did not finish within {timeout}s "
                         f"(status {run.status}); it goes on running"
                     )
-                waiter.wait_for(self.id, interval if remaining is None else min(interval, remaining))
+                waiter.wait_for(
+                    self.id, interval if remaining is None else min(interval, remaining)
+                )

@@ -34,7 +34,9 @@ def _describe(value: Any) -> str:
 
 
 def encode_arguments(
-    owner: str, fn: Callable[..., Any] | None, args: tuple[Any, ...] | list[Any],
+    owner: str,
+    fn: Callable[..., Any] | None,
+    args: tuple[Any, ...] | list[Any],
     kwargs: dict[str, Any],
 ) -> str:
     """Encode ``[args, kwargs]``; a value JSON can't hold raises ``TypeError`` naming it."""
@@ -49,14 +51,13 @@ def encode_arguments(
             names = [params[i] if i < len(params) else f"#{i}" for i in range(len(args))]
         except (TypeError, ValueError):
             pass
-    labelled = list(zip(names, args)) + list(kwargs.items())
+    labelled = list(zip(names, args, strict=True)) + list(kwargs.items())
     for name, value in labelled:
         try:
             _dumps(value)
         except (TypeError, ValueError) as exc:
             raise TypeError(
-                f"argument {name!r} of {owner} is not JSON serialisable "
-                f"({_describe(value)}): {exc}"
+                f"argument {name!r} of {owner} is not JSON serialisable ({_describe(value)}): {exc}"
             ) from None
     raise TypeError(f"the arguments of {owner} are not JSON serialisable")
 
@@ -97,7 +98,11 @@ def rebuild_exception(step_name: str, text: str) -> BaseException:
         target: Any = importlib.import_module(module_name)
         for part in qualname.split("."):
             target = getattr(target, part)
-        if isinstance(target, type) and issubclass(target, BaseException) and data["args"] is not None:
+        if (
+            isinstance(target, type)
+            and issubclass(target, BaseException)
+            and data["args"] is not None
+        ):
             return target(*data["args"])  # type: ignore[no-any-return]
     except Exception:  # noqa: BLE001 - any failure to rebuild falls back to StepFailed
         pass

@@ -98,7 +98,11 @@ class Step(Generic[P, R]):
         return self._execute(ctx, index, step_input, args, kwargs)
 
     def _execute(
-        self, ctx: WorkflowContext, index: int, step_input: str, args: tuple[Any, ...],
+        self,
+        ctx: WorkflowContext,
+        index: int,
+        step_input: str,
+        args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> R:
         attempt = 0
@@ -112,21 +116,33 @@ class Step(Generic[P, R]):
                     delay = self.delay_after(attempt)
                     logger.warning(
                         "step %s failed (attempt %d of %d), retrying in %.2fs: %r",
-                        self.name, attempt, self.max_attempts, delay, exc,
+                        self.name,
+                        attempt,
+                        self.max_attempts,
+                        delay,
+                        exc,
                         extra=ctx.log_fields(index),
                     )
                     time.sleep(delay)
                     continue
-                record(ctx, StepRecord(index, self.name, "error", step_input, None,
-                                       serialization.encode_error(exc)))
+                record(
+                    ctx,
+                    StepRecord(
+                        index, self.name, "error", step_input, None, serialization.encode_error(exc)
+                    ),
+                )
                 raise
             finally:
                 ctx.in_step = False
             try:
                 output = serialization.encode_value(f"step {self.name}", value)
             except TypeError as exc:
-                record(ctx, StepRecord(index, self.name, "error", step_input, None,
-                                       serialization.encode_error(exc)))
+                record(
+                    ctx,
+                    StepRecord(
+                        index, self.name, "error", step_input, None, serialization.encode_error(exc)
+                    ),
+                )
                 raise PermanentError(str(exc)) from None
             stored = record(ctx, StepRecord(index, self.name, "ok", step_input, output, None))
             # Return what replay will return (JSON round trip), so both paths agree.

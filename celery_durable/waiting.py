@@ -29,7 +29,10 @@ class Waiter:
     def __enter__(self) -> Waiter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         return None
 
     def wait_for(self, run_id: str, timeout: float) -> None:
@@ -68,7 +71,9 @@ class NotifyWaiter(Waiter):
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         if exc is not None and self.conn is not None:

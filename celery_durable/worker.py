@@ -74,7 +74,8 @@ class LeaseKeeper:
             self._runs.add(run_id)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
-                    target=self._beat, name="celery_durable-heartbeat", daemon=True)
+                    target=self._beat, name="celery_durable-heartbeat", daemon=True
+                )
                 self._thread.start()
 
     def untrack(self, run_id: str) -> None:
@@ -95,8 +96,9 @@ class LeaseKeeper:
             try:
                 renewed = self.durable.store.renew_leases(self._owner, runs, config.lock_timeout)
                 if renewed < len(runs):
-                    logger.warning("renewed %d of %d leases; the others were lost",
-                                   renewed, len(runs))
+                    logger.warning(
+                        "renewed %d of %d leases; the others were lost", renewed, len(runs)
+                    )
             except Exception:
                 logger.exception("lease heartbeat failed; retrying in %.1fs", period)
 
@@ -111,8 +113,9 @@ class LeaseKeeper:
             logger.exception("could not give back the leases of %s", self._owner)
             return []
         if released:
-            logger.warning("gave back the leases of %d run(s) on exit: %s",
-                           len(released), ", ".join(released))
+            logger.warning(
+                "gave back the leases of %d run(s) on exit: %s", len(released), ", ".join(released)
+            )
         return released
 
 
@@ -126,8 +129,9 @@ class Sweeper:
 
     def start(self) -> None:
         self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="celery_durable-sweeper",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name="celery_durable-sweeper", daemon=True
+        )
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -150,29 +154,45 @@ class Sweeper:
     def sweep_once(self) -> int:
         """One sweep; returns how many runs were published."""
         durable, config = self.durable, self.durable.config
-        lost = serialization.dumps({
-            "type": "celery_durable.errors.WorkerLost",
-            "message": "the worker running this workflow was lost on its last attempt",
-            "traceback": "", "args": None,
-        })
+        lost = serialization.dumps(
+            {
+                "type": "celery_durable.errors.WorkerLost",
+                "message": "the worker running this workflow was lost on its last attempt",
+                "traceback": "",
+                "args": None,
+            }
+        )
         published = 0
         while not self._stop.is_set():
             due = durable.store.sweep_due_runs(config.sweep_batch, config.dispatch_grace, lost)
             for run in due:
-                fields = {"workflow_id": run.id, "workflow": run.name, "attempt": None,
-                          "step_index": None}
+                fields = {
+                    "workflow_id": run.id,
+                    "workflow": run.name,
+                    "attempt": None,
+                    "step_index": None,
+                }
                 if run.status == "FAILED":
-                    logger.error("workflow %s run %s failed: its worker was lost on the last "
-                                 "attempt", run.name, run.id, extra=fields)
+                    logger.error(
+                        "workflow %s run %s failed: its worker was lost on the last attempt",
+                        run.name,
+                        run.id,
+                        extra=fields,
+                    )
                     continue
                 try:
                     durable.publish(run.id, run.name, run.args, run.queue)
                     published += 1
-                    logger.info("dispatched workflow %s run %s again", run.name, run.id,
-                                extra=fields)
+                    logger.info(
+                        "dispatched workflow %s run %s again", run.name, run.id, extra=fields
+                    )
                 except Exception:
-                    logger.exception("publishing workflow %s run %s failed; next sweep retries",
-                                     run.name, run.id, extra=fields)
+                    logger.exception(
+                        "publishing workflow %s run %s failed; next sweep retries",
+                        run.name,
+                        run.id,
+                        extra=fields,
+                    )
             if len(due) < config.sweep_batch:
                 break
         return published
@@ -199,8 +219,11 @@ def sweeper_bootstep(durable: Durable) -> type[bootsteps.StartStopStep]:
                 logger.exception("celery_durable: the store is unreachable; sweeping anyway")
             self.sweeper = Sweeper(durable)
             self.sweeper.start()
-            logger.info("celery_durable sweeper started (namespace %r, every %.2fs)",
-                        durable.config.namespace, durable.config.poll_interval)
+            logger.info(
+                "celery_durable sweeper started (namespace %r, every %.2fs)",
+                durable.config.namespace,
+                durable.config.poll_interval,
+            )
 
         def stop(self, worker: Any) -> None:
             if self.sweeper is not None:

@@ -101,8 +101,9 @@ class WorkflowTask(Task):  # type: ignore[misc]
             raise ValueError("pass workflow_id or task_id, not two different ids")
         run_id = workflow_id or task_id or str(uuid.uuid4())
         if not isinstance(run_id, str) or not run_id or len(run_id) > 255:
-            raise ValueError(f"workflow_id must be a non-empty string of at most 255 characters, "
-                             f"got {run_id!r}")
+            raise ValueError(
+                f"workflow_id must be a non-empty string of at most 255 characters, got {run_id!r}"
+            )
         args, kwargs = tuple(args or ()), dict(kwargs or {})
         if definition.signature is not None:
             try:
@@ -115,10 +116,16 @@ class WorkflowTask(Task):  # type: ignore[misc]
         config = durable.config
         queue = options.get("queue") or definition.queue
         run = NewRun(
-            id=run_id, name=definition.name, args=encoded, queue=queue,
+            id=run_id,
+            name=definition.name,
+            args=encoded,
+            queue=queue,
             max_attempts=definition.max_attempts or config.max_attempts,
-            retry_backoff=(config.retry_backoff if definition.retry_backoff is None
-                           else definition.retry_backoff),
+            retry_backoff=(
+                config.retry_backoff
+                if definition.retry_backoff is None
+                else definition.retry_backoff
+            ),
             dispatch_grace=config.dispatch_grace,
         )
         bind = connection.connection() if isinstance(connection, Session) else connection
@@ -133,8 +140,9 @@ class WorkflowTask(Task):  # type: ignore[misc]
             self._publish_started(args, kwargs, run_id, options)
         else:
             options.setdefault("headers", {})[TRANSACTIONAL_HEADER] = True
-            _publish_after_commit(connection, lambda: self._publish_started(
-                args, kwargs, run_id, options))
+            _publish_after_commit(
+                connection, lambda: self._publish_started(args, kwargs, run_id, options)
+            )
         return handle
 
     def _publish_started(
@@ -146,7 +154,8 @@ class WorkflowTask(Task):  # type: ignore[misc]
             # The run is stored: the sweeper publishes it after durable_dispatch_grace.
             logger.exception(
                 "publishing workflow %s run %s failed; the sweeper will dispatch it",
-                self.definition.name, run_id,
+                self.definition.name,
+                run_id,
                 extra={"workflow_id": run_id, "workflow": self.definition.name},
             )
 
@@ -200,8 +209,12 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
         return None
     history = store.load_steps(run_id) if claim.has_steps else {}
     ctx = WorkflowContext(
-        durable=durable, workflow_id=run_id, workflow_name=definition.name,
-        attempt=claim.attempts, fence=claim.fence, history=history,
+        durable=durable,
+        workflow_id=run_id,
+        workflow_name=definition.name,
+        attempt=claim.attempts,
+        fence=claim.fence,
+        history=history,
     )
     args, kwargs = serialization.loads(claim.args)
     durable.leases.track(run_id)
@@ -213,13 +226,22 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
             deactivate(token)
         return _settle_success(durable, ctx, value)
     except LeaseLost:
-        logger.warning("workflow %s run %s lost its lease; another worker owns it now",
-                       definition.name, run_id, extra=ctx.log_fields())
+        logger.warning(
+            "workflow %s run %s lost its lease; another worker owns it now",
+            definition.name,
+            run_id,
+            extra=ctx.log_fields(),
+        )
         return None
     except WorkflowCancelled as exc:
         if store.settle_run(run_id, ctx.fence, "CANCELLED"):
-            logger.info("workflow %s run %s cancelled: %s", definition.name, run_id,
-                        exc.reason, extra=ctx.log_fields())
+            logger.info(
+                "workflow %s run %s cancelled: %s",
+                definition.name,
+                run_id,
+                exc.reason,
+                extra=ctx.log_fields(),
+            )
         return None
     except BaseException as exc:  # noqa: BLE001 - every exception is settled
         return _settle_error(durable, ctx, claim, exc)
@@ -230,11 +252,19 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
 def _settle_success(durable: Durable, ctx: WorkflowContext, value: Any) -> Any:
     encoded = serialization.encode_value(f"workflow {ctx.workflow_name}", value)
     if durable.store.settle_run(ctx.workflow_id, ctx.fence, "SUCCEEDED", result=encoded):
-        logger.info("workflow %s run %s succeeded", ctx.workflow_name, ctx.workflow_id,
-                    extra=ctx.log_fields())
+        logger.info(
+            "workflow %s run %s succeeded",
+            ctx.workflow_name,
+            ctx.workflow_id,
+            extra=ctx.log_fields(),
+        )
     else:
-        logger.warning("workflow %s run %s finished but lost its lease before settling",
-                       ctx.workflow_name, ctx.workflow_id, extra=ctx.log_fields())
+        logger.warning(
+            "workflow %s run %s finished but lost its lease before settling",
+            ctx.workflow_name,
+            ctx.workflow_id,
+            extra=ctx.log_fields(),
+        )
     return value
 
 
@@ -250,25 +280,38 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
     fields = ctx.log_fields()
     interrupted = not isinstance(exc, Exception)  # KeyboardInterrupt, SystemExit, ...
     if _retryable(exc) and claim.attempts < claim.max_attempts:
-        delay = 0.0 if interrupted else min(
-            claim.retry_backoff * (2 ** (claim.attempts - 1)), config.max_retry_backoff)
+        delay = (
+            0.0
+            if interrupted
+            else min(claim.retry_backoff * (2 ** (claim.attempts - 1)), config.max_retry_backoff)
+        )
         if store.schedule_retry(ctx.workflow_id, ctx.fence, delay, error):
             logger.warning(
                 "workflow %s run %s failed on attempt %d of %d, retrying in %.1fs: %r",
-                ctx.workflow_name, ctx.workflow_id, claim.attempts, claim.max_attempts,
-                delay, exc, extra=fields,
+                ctx.workflow_name,
+                ctx.workflow_id,
+                claim.attempts,
+                claim.max_attempts,
+                delay,
+                exc,
+                extra=fields,
             )
         else:
             _log_lost_at_settle(ctx)
         if interrupted:
             raise exc
         when = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=delay)
-        raise Retry(f"retry attempt {claim.attempts + 1} at {when.isoformat()}", exc=exc,
-                    when=when) from exc
+        raise Retry(
+            f"retry attempt {claim.attempts + 1} at {when.isoformat()}", exc=exc, when=when
+        ) from exc
     if store.settle_run(ctx.workflow_id, ctx.fence, "FAILED", error=error):
         logger.error(
             "workflow %s run %s failed for good on attempt %d of %d: %r",
-            ctx.workflow_name, ctx.workflow_id, claim.attempts, claim.max_attempts, exc,
+            ctx.workflow_name,
+            ctx.workflow_id,
+            claim.attempts,
+            claim.max_attempts,
+            exc,
             extra=fields,
         )
     else:
@@ -277,17 +320,36 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
 
 
 def _log_lost_at_settle(ctx: WorkflowContext) -> None:
-    logger.warning("workflow %s run %s lost its lease before settling; its new owner decides",
-                   ctx.workflow_name, ctx.workflow_id, extra=ctx.log_fields())
+    logger.warning(
+        "workflow %s run %s lost its lease before settling; its new owner decides",
+        ctx.workflow_name,
+        ctx.workflow_id,
+        extra=ctx.log_fields(),
+    )
 
 
 def _log_unclaimed(durable: Durable, definition: WorkflowDefinition, run_id: str) -> None:
     run = durable.store.get_run(run_id)
-    fields = {"workflow_id": run_id, "workflow": definition.name,
-              "attempt": run.attempts if run else None, "step_index": None}
+    fields = {
+        "workflow_id": run_id,
+        "workflow": definition.name,
+        "attempt": run.attempts if run else None,
+        "step_index": None,
+    }
     if run is None:
-        logger.warning("workflow %s: no run %r in namespace %r; message dropped",
-                       definition.name, run_id, durable.config.namespace, extra=fields)
+        logger.warning(
+            "workflow %s: no run %r in namespace %r; message dropped",
+            definition.name,
+            run_id,
+            durable.config.namespace,
+            extra=fields,
+        )
     else:
-        logger.info("workflow %s run %s not claimed (status %s, lease held or not ready); "
-                    "delivery acknowledged", definition.name, run_id, run.status, extra=fields)
+        logger.info(
+            "workflow %s run %s not claimed (status %s, lease held or not ready); "
+            "delivery acknowledged",
+            definition.name,
+            run_id,
+            run.status,
+            extra=fields,
+        )

@@ -30,10 +30,10 @@ EFFECTS = DATA / "effects.log"
 HOLD = DATA / "hold-step-2"
 
 app = Celery("quickstart", broker="filesystem://")
-app.conf.broker_transport_options = {"data_folder_in": str(BROKER),
-                                     "data_folder_out": str(BROKER)}
-durable = Durable(app, database_url=f"sqlite:///{DATA}/durable.sqlite3",
-                  lock_timeout=3, poll_interval=0.2)
+app.conf.broker_transport_options = {"data_folder_in": str(BROKER), "data_folder_out": str(BROKER)}
+durable = Durable(
+    app, database_url=f"sqlite:///{DATA}/durable.sqlite3", lock_timeout=3, poll_interval=0.2
+)
 
 
 def did(what: str) -> None:
@@ -70,9 +70,24 @@ def checkout(order_id: int) -> dict:
 
 def start_worker(name: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "celery", "--quiet", "-A", "quickstart", "worker", "-P", "prefork",
-         "-c", "1", "-n", f"{name}@%h", "--loglevel=WARNING"],
-        cwd=Path(__file__).parent, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "--quiet",
+            "-A",
+            "quickstart",
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            "1",
+            "-n",
+            f"{name}@%h",
+            "--loglevel=WARNING",
+        ],
+        cwd=Path(__file__).parent,
+        start_new_session=True,
         env={**os.environ, "QUICKSTART_DIR": str(DATA)},
     )
 
@@ -91,8 +106,11 @@ def main() -> None:
     first = start_worker("first")
     handle = checkout.delay(42)
     print(f"started workflow {handle.id}")
-    wait_for(lambda: "charge" in EFFECTS.read_text() if EFFECTS.exists() else False, 60,
-             "step 2 to start")
+    wait_for(
+        lambda: "charge" in EFFECTS.read_text() if EFFECTS.exists() else False,
+        60,
+        "step 2 to start",
+    )
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     print("worker killed during step 2 (charge)")
@@ -103,8 +121,9 @@ def main() -> None:
     finally:
         second.terminate()  # warm shutdown of the main process
         second.wait(30)
-    counts = {step: EFFECTS.read_text().split().count(step)
-              for step in ("reserve", "charge", "ship")}
+    counts = {
+        step: EFFECTS.read_text().split().count(step) for step in ("reserve", "charge", "ship")
+    }
     print(f"result: {result}")
     print(f"times each step ran: {counts}")
 

@@ -19,17 +19,19 @@ NAMESPACE = unique("ns-")
 QUEUE = unique("q-")
 
 # The test app (tests/apps/basic.py) reads all of these, in this process and in workers.
-os.environ.update({
-    "CELERY_DURABLE_DATABASE_URL": PG_URL,
-    "CELERY_DURABLE_TABLE_PREFIX": PREFIX,
-    "CELERY_DURABLE_NAMESPACE": NAMESPACE,
-    "CELERY_DURABLE_LOCK_TIMEOUT": "3",
-    "CELERY_DURABLE_POLL_INTERVAL": "0.2",
-    "CELERY_DURABLE_DISPATCH_GRACE": "2",
-    "TEST_BROKER_URL": REDIS_URL,
-    "TEST_REDIS_URL": REDIS_URL,
-    "TEST_QUEUE": QUEUE,
-})
+os.environ.update(
+    {
+        "CELERY_DURABLE_DATABASE_URL": PG_URL,
+        "CELERY_DURABLE_TABLE_PREFIX": PREFIX,
+        "CELERY_DURABLE_NAMESPACE": NAMESPACE,
+        "CELERY_DURABLE_LOCK_TIMEOUT": "3",
+        "CELERY_DURABLE_POLL_INTERVAL": "0.2",
+        "CELERY_DURABLE_DISPATCH_GRACE": "2",
+        "TEST_BROKER_URL": REDIS_URL,
+        "TEST_REDIS_URL": REDIS_URL,
+        "TEST_QUEUE": QUEUE,
+    }
+)
 
 
 @pytest.fixture(scope="session")
@@ -61,10 +63,16 @@ def start_worker(basic_app: object) -> Iterator[Callable[..., Worker]]:
     """Start workers of the test app on the session queue; all are stopped at teardown."""
     started: list[Worker] = []
 
-    def start(name: str | None = None, env: dict[str, str] | None = None,
-              concurrency: int = 2) -> Worker:
-        worker = Worker("tests.apps.basic", env or {}, queues=QUEUE,
-                        name=name or unique("w"), concurrency=concurrency)
+    def start(
+        name: str | None = None, env: dict[str, str] | None = None, concurrency: int = 2
+    ) -> Worker:
+        worker = Worker(
+            "tests.apps.basic",
+            env or {},
+            queues=QUEUE,
+            name=name or unique("w"),
+            concurrency=concurrency,
+        )
         started.append(worker)
         return worker.wait_ready()
 

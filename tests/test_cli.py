@@ -9,8 +9,13 @@ from tests.support.workers import ROOT
 
 
 def celery(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "celery", "-A", "tests.apps.basic", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "tests.apps.basic", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_migrate_sql_prints_the_ddl(basic_app):

@@ -13,8 +13,12 @@ from celery_durable.config import DurableConfig
 
 def test_defaults():
     config = DurableConfig.from_sources({}, {}, {})
-    assert (config.lock_timeout, config.poll_interval, config.max_attempts,
-            config.retry_backoff) == (30.0, 1.0, 3, 5.0)
+    assert (
+        config.lock_timeout,
+        config.poll_interval,
+        config.max_attempts,
+        config.retry_backoff,
+    ) == (30.0, 1.0, 3, 5.0)
     assert config.namespace == "default" and config.table_prefix == "durable_"
     assert config.database_url.startswith("sqlite:///")
 
@@ -31,7 +35,8 @@ def test_keywords_beat_env_beat_app_conf():
 def test_out_of_range_values_are_clamped_with_a_warning(caplog):
     with caplog.at_level(logging.WARNING, logger="celery_durable.config"):
         config = DurableConfig.from_sources(
-            {}, {"durable_poll_interval": 0.0001}, {"CELERY_DURABLE_MAX_ATTEMPTS": "0"})
+            {}, {"durable_poll_interval": 0.0001}, {"CELERY_DURABLE_MAX_ATTEMPTS": "0"}
+        )
     assert config.poll_interval == 0.05 and config.max_attempts == 1
     assert "CELERY_DURABLE_MAX_ATTEMPTS" in caplog.text
     assert "app.conf.durable_poll_interval" in caplog.text

@@ -11,8 +11,12 @@ from tests.support.workers import ROOT
 
 def test_quickstart_resumes_after_a_crash(tmp_path):
     done = subprocess.run(
-        [sys.executable, "examples/quickstart.py"], cwd=ROOT, capture_output=True, text=True,
-        timeout=240, env=_clean_env(QUICKSTART_DIR=str(tmp_path)),
+        [sys.executable, "examples/quickstart.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=_clean_env(QUICKSTART_DIR=str(tmp_path)),
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "result: {'receipt': 'receipt-42-1999', 'parcel': 'parcel-42'}" in done.stdout

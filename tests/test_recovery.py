@@ -10,11 +10,11 @@ import os
 import signal
 import time
 
+import pytest
+
 from celery_durable import WorkflowFailed, WorkflowStatus
 from celery_durable.store.store import NewRun
 from tests.support.waiting import wait_until
-
-import pytest
 
 
 def effects(rds, key: str, step: str) -> int:  # type: ignore[no-untyped-def]
@@ -52,8 +52,11 @@ def test_zombie_with_a_stale_fence_cannot_record_or_settle(basic_app, start_work
         assert handle.get(timeout=60) == [10, 20, 30, 40, 50]
     finally:
         os.killpg(zombie.proc.pid, signal.SIGCONT)
-    wait_until(lambda: "lost its lease" in zombie.log(), 30,
-               message=lambda: f"the zombie to notice; its log:\n{zombie.log()}")
+    wait_until(
+        lambda: "lost its lease" in zombie.log(),
+        30,
+        message=lambda: f"the zombie to notice; its log:\n{zombie.log()}",
+    )
     assert effects(rds, key, "s3") == 2  # ran by both...
     assert effects(rds, key, "s4") == 1  # ...but the zombie stopped at its next step write
     steps = basic_app.durable.store.load_steps(handle.id)
@@ -67,8 +70,11 @@ def test_duplicate_delivery_runs_one_body_at_a_time(basic_app, start_worker, key
     wait_until(lambda: rds.get(f"started:{key}:s1"), 30, message="step 1 to start")
     run = handle.record()
     basic_app.durable.publish(run.id, run.name, run.args, run.queue)  # a second delivery
-    wait_until(lambda: f"run {handle.id} not claimed" in worker.log(), 30,
-               message="the second delivery to be acknowledged without running")
+    wait_until(
+        lambda: f"run {handle.id} not claimed" in worker.log(),
+        30,
+        message="the second delivery to be acknowledged without running",
+    )
     rds.delete(f"block:{key}:s1")
     assert handle.get(timeout=30) == [10, 20, 30, 40, 50]
     assert effects(rds, key, "s1") == 1
@@ -77,10 +83,17 @@ def test_duplicate_delivery_runs_one_body_at_a_time(basic_app, start_worker, key
 def test_lost_publish_is_dispatched_by_the_sweeper(basic_app, start_worker, key):
     durable = basic_app.durable
     start_worker("sweeps")
-    stored = durable.store.insert_run(NewRun(
-        id=f"lost-{key}", name="tests.apps.basic.context_probe", args=f'[["{key}"],{{}}]',
-        queue=None, max_attempts=3, retry_backoff=1.0,
-        dispatch_grace=durable.config.dispatch_grace))
+    stored = durable.store.insert_run(
+        NewRun(
+            id=f"lost-{key}",
+            name="tests.apps.basic.context_probe",
+            args=f'[["{key}"],{{}}]',
+            queue=None,
+            max_attempts=3,
+            retry_backoff=1.0,
+            dispatch_grace=durable.config.dispatch_grace,
+        )
+    )
     assert stored
     handle = durable.get_handle(f"lost-{key}")
     assert handle.status() is WorkflowStatus.PENDING

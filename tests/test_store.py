@@ -28,8 +28,15 @@ def store(request, tmp_path) -> Iterator[Store]:  # type: ignore[no-untyped-def]
 
 
 def new_run(run_id: str, grace: float = 60.0) -> NewRun:
-    return NewRun(id=run_id, name="wf", args="[[],{}]", queue=None, max_attempts=3,
-                  retry_backoff=0.0, dispatch_grace=grace)
+    return NewRun(
+        id=run_id,
+        name="wf",
+        args="[[],{}]",
+        queue=None,
+        max_attempts=3,
+        retry_backoff=0.0,
+        dispatch_grace=grace,
+    )
 
 
 def step(idx: int, output: str = "1") -> StepRecord:
@@ -41,8 +48,13 @@ def test_migrations_are_recorded_in_their_own_version_table(store):
     upgrade(store)  # idempotent
     names = sa.inspect(store.engine).get_table_names()
     prefix = store.table_prefix
-    assert {f"{prefix}runs", f"{prefix}steps", f"{prefix}signals", f"{prefix}state",
-            f"{prefix}alembic_version"} <= set(names)
+    assert {
+        f"{prefix}runs",
+        f"{prefix}steps",
+        f"{prefix}signals",
+        f"{prefix}state",
+        f"{prefix}alembic_version",
+    } <= set(names)
     indexes = {i["name"] for i in sa.inspect(store.engine).get_indexes(f"{prefix}runs")}
     assert f"ix_{prefix}runs_due" in indexes
 
@@ -110,8 +122,17 @@ def test_sweep_takes_expired_leases_and_stale_pending_runs(store):
 
 
 def test_expired_lease_out_of_attempts_fails(store):
-    store.insert_run(NewRun(id="poison", name="wf", args="[[],{}]", queue=None,
-                            max_attempts=1, retry_backoff=0, dispatch_grace=60))
+    store.insert_run(
+        NewRun(
+            id="poison",
+            name="wf",
+            args="[[],{}]",
+            queue=None,
+            max_attempts=1,
+            retry_backoff=0,
+            dispatch_grace=60,
+        )
+    )
     store.claim_run("poison", "dead", lease=0)
     due = store.sweep_due_runs(100, 60, '{"type":"WorkerLost"}')
     assert [(r.id, r.status) for r in due] == [("poison", "FAILED")]

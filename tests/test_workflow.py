@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session
 
 import celery_durable as cd
 from celery_durable import (
-    Durable,
     DuplicateRegistration,
+    Durable,
     WorkflowAlreadyExists,
     WorkflowFailed,
     WorkflowNotFound,
@@ -46,8 +46,11 @@ def test_handle_id_is_the_celery_task_id(basic_app, shared_worker, key):
     handle = basic_app.context_probe.apply_async(args=(key,), workflow_id=f"probe-{key}")
     assert handle.id == f"probe-{key}"
     result = handle.get(timeout=30)
-    assert result == {"id": f"probe-{key}", "name": "tests.apps.basic.context_probe",
-                      "active": True}
+    assert result == {
+        "id": f"probe-{key}",
+        "name": "tests.apps.basic.context_probe",
+        "active": True,
+    }
     assert not cd.WorkflowContext.is_active() and cd.WorkflowContext.current() is None
 
 
@@ -62,8 +65,9 @@ def test_duplicate_id_raises_unless_if_exists_return(basic_app, shared_worker, k
     first = basic_app.five_steps.apply_async(args=(key,), workflow_id=f"dup-{key}")
     with pytest.raises(WorkflowAlreadyExists, match=f"dup-{key}"):
         basic_app.five_steps.apply_async(args=(key,), workflow_id=f"dup-{key}")
-    again = basic_app.five_steps.apply_async(args=(key,), workflow_id=f"dup-{key}",
-                                             if_exists="return")
+    again = basic_app.five_steps.apply_async(
+        args=(key,), workflow_id=f"dup-{key}", if_exists="return"
+    )
     assert again == first
     first.get(timeout=30)
     assert effects(rds, key, "s1") == 1
@@ -83,12 +87,14 @@ def test_transactional_start_publishes_after_commit(basic_app, shared_worker, ke
     try:
         with engine.begin() as conn:
             handle = basic_app.five_steps.apply_async(
-                args=(key,), workflow_id=f"tx-{key}", connection=conn)
+                args=(key,), workflow_id=f"tx-{key}", connection=conn
+            )
             conn.execute(sa.text("SELECT 1"))
         assert handle.get(timeout=30) == [10, 20, 30, 40, 50]
         with Session(engine) as session, session.begin():
             via_session = basic_app.five_steps.apply_async(
-                args=(key + "s",), workflow_id=f"txs-{key}", connection=session)
+                args=(key + "s",), workflow_id=f"txs-{key}", connection=session
+            )
         assert via_session.get(timeout=30) == [10, 20, 30, 40, 50]
     finally:
         engine.dispose()
@@ -99,13 +105,13 @@ def test_transactional_start_rolled_back_never_exists(basic_app, shared_worker, 
     try:
         with engine.connect() as conn:
             tx = conn.begin()
-            basic_app.five_steps.apply_async(args=(key,), workflow_id=f"rb-{key}",
-                                             connection=conn)
+            basic_app.five_steps.apply_async(args=(key,), workflow_id=f"rb-{key}", connection=conn)
             tx.rollback()
         with Session(engine) as session:
             session.begin()
-            basic_app.five_steps.apply_async(args=(key,), workflow_id=f"rbs-{key}",
-                                             connection=session)
+            basic_app.five_steps.apply_async(
+                args=(key,), workflow_id=f"rbs-{key}", connection=session
+            )
             session.rollback()
     finally:
         engine.dispose()

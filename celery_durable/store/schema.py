@@ -115,8 +115,7 @@ def build_tables(prefix: str) -> Tables:
         Column("idempotency_key", String(255)),
         Column("created_at", Float, nullable=False),
         Column("consumed_at", Float),
-        UniqueConstraint("namespace", "run_id", "idempotency_key",
-                         name=f"uq_{prefix}signals_key"),
+        UniqueConstraint("namespace", "run_id", "idempotency_key", name=f"uq_{prefix}signals_key"),
     )
     Index(
         f"ix_{prefix}signals_pending",

@@ -144,11 +144,14 @@ class Store:
         try:
             self.url = make_url(url)
         except Exception as exc:  # noqa: BLE001 - SQLAlchemy raises several types here
-            raise ConfigurationError(f"durable_database_url={url!r} is not a valid URL: {exc}") from None
+            raise ConfigurationError(
+                f"durable_database_url={url!r} is not a valid URL: {exc}"
+            ) from None
         self.dialect = self.url.get_backend_name()
         if self.dialect not in ("postgresql", "sqlite"):
             raise ConfigurationError(
-                f"durable_database_url={url!r}: only postgresql (psycopg 3) and sqlite are supported"
+                f"durable_database_url={url!r}: only postgresql (psycopg 3) and sqlite "
+                "are supported"
             )
         self.table_prefix = table_prefix
         self.namespace = namespace
@@ -192,7 +195,10 @@ class Store:
     def _create_engine(self) -> Engine:
         if self.is_postgres:
             return create_engine(
-                self.url, isolation_level="AUTOCOMMIT", pool_size=5, max_overflow=10,
+                self.url,
+                isolation_level="AUTOCOMMIT",
+                pool_size=5,
+                max_overflow=10,
                 pool_reset_on_return=None,
             )
         engine = create_engine(self.url, connect_args={"timeout": 30, "check_same_thread": False})
@@ -261,12 +267,21 @@ class Store:
         self._insert_run = (
             self._insert(runs)
             .values(
-                namespace=self.namespace, id=bindparam("p_id"), name=bindparam("p_name"),
-                status="PENDING", queue=bindparam("p_queue"), args=bindparam("p_args"),
-                attempts=0, max_attempts=bindparam("p_max_attempts"),
-                retry_backoff=bindparam("p_retry_backoff"), fence=0,
-                due_at=now + bindparam("p_grace"), dispatches=0, cancel_requested=False,
-                created_at=now, updated_at=now,
+                namespace=self.namespace,
+                id=bindparam("p_id"),
+                name=bindparam("p_name"),
+                status="PENDING",
+                queue=bindparam("p_queue"),
+                args=bindparam("p_args"),
+                attempts=0,
+                max_attempts=bindparam("p_max_attempts"),
+                retry_backoff=bindparam("p_retry_backoff"),
+                fence=0,
+                due_at=now + bindparam("p_grace"),
+                dispatches=0,
+                cancel_requested=False,
+                created_at=now,
+                updated_at=now,
             )
             .on_conflict_do_nothing()
         )
@@ -275,82 +290,108 @@ class Store:
             steps.c.namespace == self.namespace, steps.c.run_id == runs.c.id
         )
         claimable = or_(
-            and_(runs.c.status == "PENDING",
-                 or_(runs.c.ready_at.is_(None), runs.c.ready_at <= now)),
-            and_(runs.c.status == "RUNNING", runs.c.due_at < now,
-                 runs.c.attempts < runs.c.max_attempts),
+            and_(
+                runs.c.status == "PENDING", or_(runs.c.ready_at.is_(None), runs.c.ready_at <= now)
+            ),
+            and_(
+                runs.c.status == "RUNNING",
+                runs.c.due_at < now,
+                runs.c.attempts < runs.c.max_attempts,
+            ),
         )
         claim = (
             update(runs)
             .where(run_is, claimable)
             .values(
-                status="RUNNING", owner=bindparam("p_owner"), fence=runs.c.fence + 1,
-                attempts=runs.c.attempts + 1, due_at=now + bindparam("p_lease"), ready_at=None,
-                started_at=func.coalesce(runs.c.started_at, now), updated_at=now,
+                status="RUNNING",
+                owner=bindparam("p_owner"),
+                fence=runs.c.fence + 1,
+                attempts=runs.c.attempts + 1,
+                due_at=now + bindparam("p_lease"),
+                ready_at=None,
+                started_at=func.coalesce(runs.c.started_at, now),
+                updated_at=now,
             )
         )
-        returning = [runs.c.fence, runs.c.attempts, runs.c.max_attempts,
-                     runs.c.retry_backoff, runs.c.args]
+        returning = [
+            runs.c.fence,
+            runs.c.attempts,
+            runs.c.max_attempts,
+            runs.c.retry_backoff,
+            runs.c.args,
+        ]
         if self.is_postgres:
             self._claim_run = claim.returning(*returning, has_steps.label("has_steps"))
         else:
             self._claim_run = claim.returning(*returning, literal(True).label("has_steps"))
 
         self._load_steps = (
-            select(steps.c.idx, steps.c.name, steps.c.status, steps.c.input, steps.c.output,
-                   steps.c.error)
+            select(
+                steps.c.idx,
+                steps.c.name,
+                steps.c.status,
+                steps.c.input,
+                steps.c.output,
+                steps.c.error,
+            )
             .where(steps.c.namespace == self.namespace, steps.c.run_id == bindparam("p_run_id"))
             .order_by(steps.c.idx)
         )
 
         live = and_(fenced, runs.c.cancel_requested == false())
-        step_values = {
-            "namespace": self.namespace, "run_id": bindparam("p_run_id"),
-            "idx": bindparam("p_idx"), "name": bindparam("p_name"), "status": bindparam("p_status"),
-            "input": bindparam("p_input"), "output": bindparam("p_output"),
-            "error": bindparam("p_error"),
-        }
-        overwritable = steps.c.status.in_(("error", "waiting"))
+        step_columns = ["namespace", "run_id", "idx", "name", "status", "input", "output",
+                        "error", "created_at"]
+        step_values = [
+            literal(self.namespace), bindparam("p_run_id"), bindparam("p_idx"),
+            bindparam("p_name"), bindparam("p_status"), bindparam("p_input"),
+            bindparam("p_output"), bindparam("p_error"), now,
+        ]
+        ins: Any
         if self.is_postgres:
+            # FOR SHARE on the run row serialises the write with a concurrent claim, and
+            # the fencing check and the insert are one statement.
             live_run = select(runs.c.id).where(live).with_for_update(read=True).cte("live_run")
-            source = select(
-                literal(self.namespace), live_run.c.id, bindparam("p_idx"), bindparam("p_name"),
-                bindparam("p_status"), bindparam("p_input"), bindparam("p_output"),
-                bindparam("p_error"), now,
-            ).select_from(live_run)
             ins = postgresql.insert(steps).from_select(
-                ["namespace", "run_id", "idx", "name", "status", "input", "output", "error",
-                 "created_at"], source)
-            self._record_step = ins.on_conflict_do_update(
-                index_elements=[steps.c.namespace, steps.c.run_id, steps.c.idx],
-                set_={"name": ins.excluded.name, "status": ins.excluded.status,
-                      "input": ins.excluded.input, "output": ins.excluded.output,
-                      "error": ins.excluded.error, "created_at": ins.excluded.created_at},
-                where=overwritable,
-            ).returning(steps.c.idx)
+                step_columns, select(*step_values).select_from(live_run)
+            )
         else:
+            # SQLite: _check_live runs first in the same BEGIN IMMEDIATE transaction.
             self._check_live = select(runs.c.id).where(live)
-            ins = sqlite.insert(steps).values(**step_values, created_at=now)
-            self._record_step = ins.on_conflict_do_update(
-                index_elements=[steps.c.namespace, steps.c.run_id, steps.c.idx],
-                set_={"name": ins.excluded.name, "status": ins.excluded.status,
-                      "input": ins.excluded.input, "output": ins.excluded.output,
-                      "error": ins.excluded.error, "created_at": ins.excluded.created_at},
-                where=overwritable,
-            ).returning(steps.c.idx)
+            ins = sqlite.insert(steps).values(dict(zip(step_columns, step_values, strict=True)))
+        # Insert-or-verify: a stored "ok" row is never overwritten; a failed or waiting
+        # frontier step is.
+        self._record_step = ins.on_conflict_do_update(
+            index_elements=[steps.c.namespace, steps.c.run_id, steps.c.idx],
+            set_={name: ins.excluded[name]
+                  for name in ("name", "status", "input", "output", "error", "created_at")},
+            where=steps.c.status.in_(("error", "waiting")),
+        ).returning(steps.c.idx)
         self._get_step = select(
-            steps.c.idx, steps.c.name, steps.c.status, steps.c.input, steps.c.output,
+            steps.c.idx,
+            steps.c.name,
+            steps.c.status,
+            steps.c.input,
+            steps.c.output,
             steps.c.error,
-        ).where(steps.c.namespace == self.namespace, steps.c.run_id == bindparam("p_run_id"),
-                steps.c.idx == bindparam("p_idx"))
+        ).where(
+            steps.c.namespace == self.namespace,
+            steps.c.run_id == bindparam("p_run_id"),
+            steps.c.idx == bindparam("p_idx"),
+        )
 
         terminal = (
             update(runs)
             .where(fenced)
             .values(
-                status=bindparam("p_status"), result=bindparam("p_result"),
-                error=bindparam("p_error"), owner=None, due_at=None, ready_at=None,
-                wait_signal=None, finished_at=now, updated_at=now,
+                status=bindparam("p_status"),
+                result=bindparam("p_result"),
+                error=bindparam("p_error"),
+                owner=None,
+                due_at=None,
+                ready_at=None,
+                wait_signal=None,
+                finished_at=now,
+                updated_at=now,
             )
             .returning(runs.c.id)
         )
@@ -359,9 +400,13 @@ class Store:
             update(runs)
             .where(fenced)
             .values(
-                status="PENDING", error=bindparam("p_error"), owner=None,
-                ready_at=now + bindparam("p_delay"), due_at=now + bindparam("p_delay"),
-                dispatches=0, updated_at=now,
+                status="PENDING",
+                error=bindparam("p_error"),
+                owner=None,
+                ready_at=now + bindparam("p_delay"),
+                due_at=now + bindparam("p_delay"),
+                dispatches=0,
+                updated_at=now,
             )
             .returning(runs.c.id)
         )
@@ -369,21 +414,39 @@ class Store:
         self._release_run = (
             update(runs)
             .where(fenced)
-            .values(status="PENDING", owner=None, attempts=runs.c.attempts - 1,
-                    ready_at=None, due_at=now, dispatches=0, updated_at=now)
+            .values(
+                status="PENDING",
+                owner=None,
+                attempts=runs.c.attempts - 1,
+                ready_at=None,
+                due_at=now,
+                dispatches=0,
+                updated_at=now,
+            )
             .returning(runs.c.id)
         )
         self._release_owner = (
             update(runs)
             .where(ns, runs.c.owner == bindparam("p_owner"), runs.c.status == "RUNNING")
-            .values(status="PENDING", owner=None, attempts=runs.c.attempts - 1,
-                    ready_at=None, due_at=now, dispatches=0, updated_at=now)
+            .values(
+                status="PENDING",
+                owner=None,
+                attempts=runs.c.attempts - 1,
+                ready_at=None,
+                due_at=now,
+                dispatches=0,
+                updated_at=now,
+            )
             .returning(runs.c.id)
         )
         self._renew_leases = (
             update(runs)
-            .where(ns, runs.c.owner == bindparam("p_owner"), runs.c.status == "RUNNING",
-                   runs.c.id.in_(bindparam("p_ids", expanding=True)))
+            .where(
+                ns,
+                runs.c.owner == bindparam("p_owner"),
+                runs.c.status == "RUNNING",
+                runs.c.id.in_(bindparam("p_ids", expanding=True)),
+            )
             .values(due_at=now + bindparam("p_lease"))
         )
 
@@ -396,7 +459,9 @@ class Store:
         if self.is_postgres:
             due = due.with_for_update(skip_locked=True)
         exhausted = and_(runs.c.status == "RUNNING", runs.c.attempts >= runs.c.max_attempts)
-        backoff = case((runs.c.dispatches >= 6, 64), else_=literal_column("1").op("<<")(runs.c.dispatches))
+        backoff = case(
+            (runs.c.dispatches >= 6, 64), else_=literal_column("1").op("<<")(runs.c.dispatches)
+        )
         self._sweep_due_runs = (
             update(runs)
             .where(ns, runs.c.id.in_(due.scalar_subquery()))
@@ -404,7 +469,8 @@ class Store:
                 status=case((exhausted, "FAILED"), else_="PENDING"),
                 error=case((exhausted, bindparam("p_lost_error")), else_=runs.c.error),
                 finished_at=case((exhausted, now), else_=None),
-                owner=None, wait_signal=None,
+                owner=None,
+                wait_signal=None,
                 due_at=case((exhausted, None), else_=now + bindparam("p_grace") * backoff),
                 dispatches=runs.c.dispatches + 1,
                 updated_at=now,
@@ -412,10 +478,24 @@ class Store:
             .returning(runs.c.id, runs.c.name, runs.c.status, runs.c.args, runs.c.queue)
         )
         self._get_run = select(
-            runs.c.id, runs.c.name, runs.c.status, runs.c.queue, runs.c.args, runs.c.attempts,
-            runs.c.max_attempts, runs.c.fence, runs.c.owner, runs.c.result, runs.c.error,
-            runs.c.cancel_requested, runs.c.cancel_reason, runs.c.wait_signal, runs.c.due_at,
-            runs.c.created_at, runs.c.started_at, runs.c.finished_at,
+            runs.c.id,
+            runs.c.name,
+            runs.c.status,
+            runs.c.queue,
+            runs.c.args,
+            runs.c.attempts,
+            runs.c.max_attempts,
+            runs.c.fence,
+            runs.c.owner,
+            runs.c.result,
+            runs.c.error,
+            runs.c.cancel_requested,
+            runs.c.cancel_reason,
+            runs.c.wait_signal,
+            runs.c.due_at,
+            runs.c.created_at,
+            runs.c.started_at,
+            runs.c.finished_at,
         ).where(run_is)
         self._get_status = select(runs.c.status).where(run_is)
 
@@ -426,19 +506,24 @@ class Store:
         changed = stmt.cte("changed")
         return select(
             changed.c.id,
-            func.pg_notify(self.notify_channel,
-                           literal(self.namespace + ":").concat(changed.c.id)),
+            func.pg_notify(self.notify_channel, literal(self.namespace + ":").concat(changed.c.id)),
         ).select_from(changed)
 
     # -- start ---------------------------------------------------------------------------
 
     def insert_run(self, run: NewRun, connection: Connection | Session | None = None) -> bool:
         """Insert a PENDING run; False when the id is taken. ``connection``: the caller's tx."""
-        params = _p({
-            "id": run.id, "name": run.name, "queue": run.queue, "args": run.args,
-            "max_attempts": run.max_attempts, "retry_backoff": run.retry_backoff,
-            "grace": run.dispatch_grace,
-        })
+        params = _p(
+            {
+                "id": run.id,
+                "name": run.name,
+                "queue": run.queue,
+                "args": run.args,
+                "max_attempts": run.max_attempts,
+                "retry_backoff": run.retry_backoff,
+                "grace": run.dispatch_grace,
+            }
+        )
         stmt = self._insert_run.returning(self.tables.runs.c.id)
         if connection is not None:
             return connection.execute(stmt, params).first() is not None
@@ -455,16 +540,23 @@ class Store:
             ).first()
         if row is None:
             return None
-        return Claim(row.fence, row.attempts, row.max_attempts, row.retry_backoff, row.args,
-                     bool(row.has_steps))
+        return Claim(
+            row.fence,
+            row.attempts,
+            row.max_attempts,
+            row.retry_backoff,
+            row.args,
+            bool(row.has_steps),
+        )
 
     def load_steps(self, run_id: str) -> dict[int, StepRecord]:
         with self.engine.connect() as conn:
             rows = conn.execute(self._load_steps, _p({"run_id": run_id})).all()
             if not self.is_postgres:
                 conn.rollback()
-        return {r.idx: StepRecord(r.idx, r.name, r.status, r.input, r.output, r.error)
-                for r in rows}
+        return {
+            r.idx: StepRecord(r.idx, r.name, r.status, r.input, r.output, r.error) for r in rows
+        }
 
     def record_step(
         self, run_id: str, fence: int, step: StepRecord, connection: Connection | None = None
@@ -474,11 +566,18 @@ class Store:
         Returns RECORDED, LEASE_LOST, CANCELLED, or the already stored row when an earlier
         write of this very step committed (e.g. interrupted after the server's commit).
         """
-        params = _p({
-            "run_id": run_id, "fence": fence, "idx": step.idx, "name": step.name,
-            "status": step.status, "input": step.input, "output": step.output,
-            "error": step.error,
-        })
+        params = _p(
+            {
+                "run_id": run_id,
+                "fence": fence,
+                "idx": step.idx,
+                "name": step.name,
+                "status": step.status,
+                "input": step.input,
+                "output": step.output,
+                "error": step.error,
+            }
+        )
         if connection is not None:
             written = self._record_step_on(connection, params)
         else:
@@ -508,7 +607,12 @@ class Store:
         return StepRecord(row.idx, row.name, row.status, row.input, row.output, row.error)
 
     def settle_run(
-        self, run_id: str, fence: int, status: str, *, result: str | None = None,
+        self,
+        run_id: str,
+        fence: int,
+        status: str,
+        *,
+        result: str | None = None,
         error: str | None = None,
     ) -> bool:
         """Finish the run (SUCCEEDED, FAILED or CANCELLED) if this worker still owns it."""
@@ -516,8 +620,15 @@ class Store:
         with self._write() as conn:
             row = conn.execute(
                 self._settle_run,
-                _p({"run_id": run_id, "fence": fence, "status": status, "result": result,
-                 "error": error}),
+                _p(
+                    {
+                        "run_id": run_id,
+                        "fence": fence,
+                        "status": status,
+                        "result": result,
+                        "error": error,
+                    }
+                ),
             ).first()
         return row is not None
 
@@ -533,7 +644,10 @@ class Store:
     def release_run(self, run_id: str, fence: int) -> bool:
         """Give the lease back so another worker resumes the run at the next sweep."""
         with self._write() as conn:
-            return conn.execute(self._release_run, _p({"run_id": run_id, "fence": fence})).first() is not None
+            return (
+                conn.execute(self._release_run, _p({"run_id": run_id, "fence": fence})).first()
+                is not None
+            )
 
     def release_owner(self, owner: str) -> list[str]:
         """Give back every lease an exiting process holds."""
@@ -585,7 +699,7 @@ class Store:
 
     def now(self) -> float:
         with self.engine.connect() as conn:
-            value = conn.execute(select(self._now)).scalar()
+            value = conn.execute(select(self._now)).scalar_one()
             if not self.is_postgres:
                 conn.rollback()
         return float(value)
@@ -600,6 +714,13 @@ class Store:
 
 
 __all__ = [
-    "CANCELLED", "Claim", "DueRun", "LEASE_LOST", "NewRun", "RECORDED",
-    "RunRecord", "StepRecord", "Store",
+    "CANCELLED",
+    "Claim",
+    "DueRun",
+    "LEASE_LOST",
+    "NewRun",
+    "RECORDED",
+    "RunRecord",
+    "StepRecord",
+    "Store",
 ]

@@ -23,8 +23,9 @@ app.conf.update(
     worker_hijack_root_logger=True,
 )
 durable = Durable(app)  # every setting from CELERY_DURABLE_* env vars
-_redis = redis.Redis.from_url(os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0"),
-                              decode_responses=True)
+_redis = redis.Redis.from_url(
+    os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0"), decode_responses=True
+)
 
 
 def effect(key: str, step: str) -> int:
@@ -134,7 +135,11 @@ def interrupted(key: str) -> None:
 def context_probe(key: str) -> dict:
     ctx = cd.WorkflowContext.current()
     assert ctx is not None
-    return {"id": ctx.workflow_id, "name": ctx.workflow_name, "active": cd.WorkflowContext.is_active()}
+    return {
+        "id": ctx.workflow_id,
+        "name": ctx.workflow_name,
+        "active": cd.WorkflowContext.is_active(),
+    }
 
 
 @durable.step

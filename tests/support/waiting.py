@@ -10,7 +10,9 @@ T = TypeVar("T")
 
 
 def wait_until(
-    condition: Callable[[], T], timeout: float = 30.0, interval: float = 0.05,
+    condition: Callable[[], T],
+    timeout: float = 30.0,
+    interval: float = 0.05,
     message: str | Callable[[], str] = "condition",
 ) -> T:
     """Return the first truthy value of ``condition()``; fail after ``timeout`` seconds."""

@@ -18,16 +18,45 @@ ROOT = Path(__file__).resolve().parents[2]
 class Worker:
     """One worker subprocess; ``kill()`` SIGKILLs its whole process group (main + children)."""
 
-    def __init__(self, app: str, env: Mapping[str, str], *, queues: str, name: str,
-                 concurrency: int = 2, extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        app: str,
+        env: Mapping[str, str],
+        *,
+        queues: str,
+        name: str,
+        concurrency: int = 2,
+        extra: tuple[str, ...] = (),
+    ) -> None:
         self.log_path = Path(tempfile.mkstemp(prefix=f"worker-{name}-", suffix=".log")[1])
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()/kill()
         full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", app, "worker", "-P", "prefork",
-             "-c", str(concurrency), "-Q", queues, "-n", f"{name}@%h", "--loglevel=INFO",
-             "--without-gossip", "--without-mingle", "--without-heartbeat", *extra],
-            cwd=ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                app,
+                "worker",
+                "-P",
+                "prefork",
+                "-c",
+                str(concurrency),
+                "-Q",
+                queues,
+                "-n",
+                f"{name}@%h",
+                "--loglevel=INFO",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                *extra,
+            ],
+            cwd=ROOT,
+            env=full_env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 

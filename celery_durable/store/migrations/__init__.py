@@ -24,8 +24,9 @@ HERE = os.path.dirname(__file__)
 def alembic_config(store: Store, output: io.StringIO | None = None) -> Config:
     config = Config(output_buffer=output) if output is not None else Config()
     config.set_main_option("script_location", HERE)
-    config.set_main_option("sqlalchemy.url", store.url.render_as_string(hide_password=False)
-                           .replace("%", "%%"))
+    config.set_main_option(
+        "sqlalchemy.url", store.url.render_as_string(hide_password=False).replace("%", "%%")
+    )
     config.attributes["table_prefix"] = store.table_prefix
     config.attributes["store"] = store
     return config
@@ -46,5 +47,6 @@ def current(store: Store) -> str | None:
 
     with store.engine.connect() as conn:
         context = MigrationContext.configure(
-            conn, opts={"version_table": f"{store.table_prefix}alembic_version"})
+            conn, opts={"version_table": f"{store.table_prefix}alembic_version"}
+        )
         return context.get_current_revision()

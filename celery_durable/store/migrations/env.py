@@ -14,8 +14,10 @@ version_table = f"{prefix}alembic_version"
 
 def run_offline() -> None:
     context.configure(
-        url=config.get_main_option("sqlalchemy.url"), target_metadata=target_metadata,
-        literal_binds=True, version_table=version_table,
+        url=config.get_main_option("sqlalchemy.url"),
+        target_metadata=target_metadata,
+        literal_binds=True,
+        version_table=version_table,
     )
     with context.begin_transaction():
         context.run_migrations()
@@ -32,10 +34,12 @@ def run_online() -> None:
         with engine.begin() as connection:
             if connection.dialect.name == "postgresql":
                 # Two workers migrating at once must not both create the tables.
-                connection.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext(%s))",
-                                           (version_table,))
-            context.configure(connection=connection, target_metadata=target_metadata,
-                              version_table=version_table)
+                connection.exec_driver_sql(
+                    "SELECT pg_advisory_xact_lock(hashtext(%s))", (version_table,)
+                )
+            context.configure(
+                connection=connection, target_metadata=target_metadata, version_table=version_table
+            )
             with context.begin_transaction():
                 context.run_migrations()
     finally:

@@ -44,12 +44,16 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.Float, nullable=False),
     )
     op.create_index(
-        f"ix_{P}runs_due", f"{P}runs", ["namespace", "due_at"],
+        f"ix_{P}runs_due",
+        f"{P}runs",
+        ["namespace", "due_at"],
         postgresql_where=sa.text("due_at IS NOT NULL"),
         sqlite_where=sa.text("due_at IS NOT NULL"),
     )
     op.create_index(
-        f"ix_{P}runs_owner", f"{P}runs", ["owner"],
+        f"ix_{P}runs_owner",
+        f"{P}runs",
+        ["owner"],
         postgresql_where=sa.text("status = 'RUNNING'"),
         sqlite_where=sa.text("status = 'RUNNING'"),
     )
@@ -67,8 +71,12 @@ def upgrade() -> None:
     )
     op.create_table(
         f"{P}signals",
-        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-                  primary_key=True, autoincrement=True),
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
         sa.Column("namespace", sa.String(200), nullable=False),
         sa.Column("run_id", sa.String(255), nullable=False),
         sa.Column("name", sa.String(255), nullable=False),
@@ -76,11 +84,12 @@ def upgrade() -> None:
         sa.Column("idempotency_key", sa.String(255)),
         sa.Column("created_at", sa.Float, nullable=False),
         sa.Column("consumed_at", sa.Float),
-        sa.UniqueConstraint("namespace", "run_id", "idempotency_key",
-                            name=f"uq_{P}signals_key"),
+        sa.UniqueConstraint("namespace", "run_id", "idempotency_key", name=f"uq_{P}signals_key"),
     )
     op.create_index(
-        f"ix_{P}signals_pending", f"{P}signals", ["namespace", "run_id", "name", "id"],
+        f"ix_{P}signals_pending",
+        f"{P}signals",
+        ["namespace", "run_id", "name", "id"],
         postgresql_where=sa.text("consumed_at IS NULL"),
         sqlite_where=sa.text("consumed_at IS NULL"),
     )
