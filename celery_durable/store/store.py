@@ -33,6 +33,7 @@ from sqlalchemy import (
     event,
     exists,
     false,
+    true,
     func,
     literal,
     literal_column,
@@ -456,22 +457,33 @@ class Store:
             .order_by(runs.c.due_at)
             .limit(bindparam("p_limit"))
         )
-        if self.is_postgres:
-            due = due.with_for_update(skip_locked=True)
         exhausted = and_(runs.c.status == "RUNNING", runs.c.attempts >= runs.c.max_attempts)
+        cancelled = runs.c.cancel_requested == true()
+        finished = or_(cancelled, exhausted)
         backoff = case(
             (runs.c.dispatches >= 6, 64), else_=literal_column("1").op("<<")(runs.c.dispatches)
         )
+        if self.is_postgres:
+            # A materialised CTE locks exactly the rows it returns; an IN (subquery) may be
+            # rescanned and lock rows that the UPDATE then leaves alone.
+            due_runs = due.with_for_update(skip_locked=True).cte("due_runs")
+            due_runs = due_runs.prefix_with("MATERIALIZED")
+            picked = runs.c.id == due_runs.c.id
+        else:
+            picked = runs.c.id.in_(due.scalar_subquery())
         self._sweep_due_runs = (
             update(runs)
-            .where(ns, runs.c.id.in_(due.scalar_subquery()))
+            .where(ns, picked)
             .values(
-                status=case((exhausted, "FAILED"), else_="PENDING"),
-                error=case((exhausted, bindparam("p_lost_error")), else_=runs.c.error),
-                finished_at=case((exhausted, now), else_=None),
+                status=case((cancelled, "CANCELLED"), (exhausted, "FAILED"), else_="PENDING"),
+                error=case(
+                    (cancelled, runs.c.error), (exhausted, bindparam("p_lost_error")),
+                    else_=runs.c.error,
+                ),
+                finished_at=case((finished, now), else_=None),
                 owner=None,
                 wait_signal=None,
-                due_at=case((exhausted, None), else_=now + bindparam("p_grace") * backoff),
+                due_at=case((finished, None), else_=now + bindparam("p_grace") * backoff),
                 dispatches=runs.c.dispatches + 1,
                 updated_at=now,
             )
