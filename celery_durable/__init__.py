@@ -18,6 +18,9 @@ from .errors import (
 )
 from .extension import Durable
 from .handle import WorkflowHandle, WorkflowStatus
+from .signals import wait_for_signal
+from .state import set_state
+from .waits import sleep, sleep_until
 from .workflow import WorkflowTask
 
 __all__ = [
@@ -39,4 +42,8 @@ __all__ = [
     "WorkflowNotFound",
     "WorkflowStatus",
     "WorkflowTask",
+    "set_state",
+    "sleep",
+    "sleep_until",
+    "wait_for_signal",
 ]

@@ -112,3 +112,11 @@ class UnknownQuery(DurableError, KeyError):
 
 class LeaseLost(BaseException):  # noqa: N818
     """Internal: this worker no longer owns the run; it must stop without writing."""
+
+
+class Suspended(BaseException):  # noqa: N818
+    """Internal: the run now waits (signal or timer); the task returns, freeing its slot."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

@@ -28,6 +28,7 @@ from . import serialization
 from .config import DurableConfig
 from .errors import ConfigurationError, DuplicateRegistration, WorkflowNotFound
 from .handle import WorkflowHandle
+from .signals import register_tasks, send_signal_via_broker, signal_queue_bootstep
 from .step import DEFAULT_MAX_BACKOFF, Step
 from .store import Store
 from .waiting import NotifyWaiter, Waiter
@@ -65,6 +66,8 @@ class Durable:
         self.leases = LeaseKeeper(self)
         self.sweeper = Sweeper(self)
         app.steps["worker"].add(sweeper_bootstep(self))
+        app.steps["consumer"].add(signal_queue_bootstep(self))
+        register_tasks(app)
         celery_signals.worker_process_shutdown.connect(self._on_process_exit, weak=False)
         _BOUND.setdefault(app, []).append(self)
 
@@ -242,6 +245,14 @@ class Durable:
         call_args, call_kwargs = serialization.loads(args)
         options: dict[str, Any] = {"queue": queue} if queue else {}
         self.app.send_task(name, call_args, call_kwargs, task_id=run_id, **options)
+
+    def send_signal(
+        self, workflow_id: str, name: str, payload: Any = None,
+        idempotency_key: str | None = None,
+    ) -> str:
+        """Signal a run through the broker only (no database needed here); a worker stores
+        it. Returns the message id. See :meth:`WorkflowHandle.signal` for the direct path."""
+        return send_signal_via_broker(self, workflow_id, name, payload, idempotency_key)
 
     def sweep_once(self) -> int:
         """Run one sweep now (what every worker's sweeper does each poll interval)."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from . import serialization
-from .errors import WorkflowCancelled, WorkflowFailed, WorkflowNotFound
+from .errors import WorkflowAlreadyCompleted, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
 from .store.store import RunRecord
 
 if TYPE_CHECKING:
@@ -112,6 +112,38 @@ class WorkflowHandle:
         )
 
     result = get
+
+    def signal(self, name: str, payload: Any = None, idempotency_key: str | None = None) -> bool:
+        """Store a signal for this run (before returning) and wake it if it waits for it.
+
+        Returns False when ``idempotency_key`` was already used for this run (a no-op).
+        Raises WorkflowNotFound, WorkflowAlreadyCompleted or PendingSignalsFull.
+        """
+        from .signals import send_signal
+
+        return send_signal(self.durable, self.id, name, payload, idempotency_key)
+
+    def query(self, key: str = "state") -> Any:
+        """The latest value the run stored with ``set_state(value, key)``, from the database.
+
+        For "state" before any ``set_state``: the output of the last finished step.
+        Raises UnknownQuery for a key never set.
+        """
+        from .state import query
+
+        return query(self.durable, self.id, key)
+
+    def cancel(self, reason: str | None = None) -> WorkflowStatus:
+        """Cancel the run: at once if pending or waiting, at its next step if running.
+
+        Raises WorkflowAlreadyCompleted for a finished run.
+        """
+        requested, status = self.durable.store.cancel_run(self.id, reason)
+        if status is None:
+            raise WorkflowNotFound(self.id)
+        if not requested:
+            raise WorkflowAlreadyCompleted(self.id, status)
+        return WorkflowStatus(status)
 
     def _wait_finished(self, timeout: float | None, interval: float) -> RunRecord:
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar
 
 from . import serialization
 from .context import WorkflowContext
@@ -170,6 +170,14 @@ def _clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def stop_writing(ctx: WorkflowContext) -> NoReturn:
+    """A fenced write failed: raise WorkflowCancelled or LeaseLost, whichever is true."""
+    run = ctx.durable.store.get_run(ctx.workflow_id)
+    if run is not None and run.fence == ctx.fence and run.cancel_requested:
+        raise WorkflowCancelled(ctx.workflow_id, run.cancel_reason)
+    raise LeaseLost(f"run {ctx.workflow_id!r} is no longer owned by this worker")
+
+
 def record(ctx: WorkflowContext, step: StepRecord) -> StepRecord:
     """Persist a step under the run's fencing token; stop the body if the lease is gone."""
     store = ctx.durable.store
@@ -177,11 +185,8 @@ def record(ctx: WorkflowContext, step: StepRecord) -> StepRecord:
     if outcome == RECORDED:
         ctx.history[step.idx] = step
         return step
-    if outcome == LEASE_LOST:
-        raise LeaseLost(f"run {ctx.workflow_id!r} is no longer owned by this worker")
-    if outcome == CANCELLED:
-        run = store.get_run(ctx.workflow_id)
-        raise WorkflowCancelled(ctx.workflow_id, run.cancel_reason if run else None)
+    if outcome in (LEASE_LOST, CANCELLED):
+        stop_writing(ctx)
     assert isinstance(outcome, StepRecord)
     # An earlier write of this step committed (e.g. interrupted after the server's
     # commit): keep what is stored, so every replay agrees with it.

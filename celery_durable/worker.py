@@ -195,6 +195,12 @@ class Sweeper:
                     )
             if len(due) < config.sweep_batch:
                 break
+        for run in durable.store.wake_signalled_runs(config.dispatch_grace):
+            # A signal whose wake-up message was lost: the run still waits for it.
+            durable.publish(run.id, run.name, run.args, run.queue)
+            published += 1
+            logger.info("woke workflow %s run %s for a stored signal", run.name, run.id,
+                        extra={"workflow_id": run.id, "workflow": run.name})
         return published
 
 

@@ -32,6 +32,7 @@ from .errors import (
     LeaseLost,
     NonDeterminismError,
     PermanentError,
+    Suspended,
     WorkflowAlreadyExists,
     WorkflowCancelled,
 )
@@ -225,6 +226,10 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
         finally:
             deactivate(token)
         return _settle_success(durable, ctx, value)
+    except Suspended as exc:
+        logger.info("workflow %s run %s is %s; its worker slot is free",
+                    definition.name, run_id, exc.reason, extra=ctx.log_fields())
+        return f"suspended, {exc.reason}"
     except LeaseLost:
         logger.warning(
             "workflow %s run %s lost its lease; another worker owns it now",

@@ -115,6 +115,8 @@ def build_tables(prefix: str) -> Tables:
         Column("idempotency_key", String(255)),
         Column("created_at", Float, nullable=False),
         Column("consumed_at", Float),
+        # Why a signal was rejected (run missing, finished, cancelled or full); kept, not lost.
+        Column("error", Text),
         UniqueConstraint("namespace", "run_id", "idempotency_key", name=f"uq_{prefix}signals_key"),
     )
     Index(

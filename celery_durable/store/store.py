@@ -33,12 +33,12 @@ from sqlalchemy import (
     event,
     exists,
     false,
-    true,
     func,
     literal,
     literal_column,
     or_,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -46,12 +46,19 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from ..errors import ConfigurationError
-from .schema import FINISHED_STATUSES, Tables, build_tables
+from .schema import ACTIVE_STATUSES, FINISHED_STATUSES, Tables, build_tables
 
-# Outcomes of record_step.
+# Outcomes of the fenced writes.
 RECORDED = "recorded"
 LEASE_LOST = "lease_lost"
 CANCELLED = "cancelled"
+SUSPENDED = "suspended"
+SIGNALLED = "signalled"
+# Outcomes of insert_signal (besides a finished run's status).
+STORED = "stored"
+DUPLICATE = "duplicate"
+NOT_FOUND = "not_found"
+FULL = "full"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,33 +347,42 @@ class Store:
         )
 
         live = and_(fenced, runs.c.cancel_requested == false())
-        step_columns = ["namespace", "run_id", "idx", "name", "status", "input", "output",
-                        "error", "created_at"]
-        step_values = [
-            literal(self.namespace), bindparam("p_run_id"), bindparam("p_idx"),
-            bindparam("p_name"), bindparam("p_status"), bindparam("p_input"),
-            bindparam("p_output"), bindparam("p_error"), now,
-        ]
-        ins: Any
-        if self.is_postgres:
-            # FOR SHARE on the run row serialises the write with a concurrent claim, and
-            # the fencing check and the insert are one statement.
-            live_run = select(runs.c.id).where(live).with_for_update(read=True).cte("live_run")
-            ins = postgresql.insert(steps).from_select(
-                step_columns, select(*step_values).select_from(live_run)
-            )
-        else:
-            # SQLite: _check_live runs first in the same BEGIN IMMEDIATE transaction.
-            self._check_live = select(runs.c.id).where(live)
-            ins = sqlite.insert(steps).values(dict(zip(step_columns, step_values, strict=True)))
+        self._live = live
+        # SQLite runs this first in the same BEGIN IMMEDIATE transaction as the write.
+        self._check_live = select(runs.c.id, runs.c.cancel_requested).where(fenced)
+        self._check_live_locked = (
+            self._check_live.with_for_update() if self.is_postgres else self._check_live)
         # Insert-or-verify: a stored "ok" row is never overwritten; a failed or waiting
         # frontier step is.
-        self._record_step = ins.on_conflict_do_update(
-            index_elements=[steps.c.namespace, steps.c.run_id, steps.c.idx],
-            set_={name: ins.excluded[name]
-                  for name in ("name", "status", "input", "output", "error", "created_at")},
+        self._record_step = self._fenced_upsert(
+            steps,
+            {
+                "namespace": literal(self.namespace), "run_id": bindparam("p_run_id"),
+                "idx": bindparam("p_idx"), "name": bindparam("p_name"),
+                "status": bindparam("p_status"), "input": bindparam("p_input"),
+                "output": bindparam("p_output"), "error": bindparam("p_error"),
+                "created_at": now,
+            },
+            conflict=[steps.c.namespace, steps.c.run_id, steps.c.idx],
+            updates=("name", "status", "input", "output", "error", "created_at"),
             where=steps.c.status.in_(("error", "waiting")),
         ).returning(steps.c.idx)
+        state = self.tables.state
+        self._set_state = self._fenced_upsert(
+            state,
+            {"namespace": literal(self.namespace), "run_id": bindparam("p_run_id"),
+             "key": bindparam("p_key"), "value": bindparam("p_value"), "updated_at": now},
+            conflict=[state.c.namespace, state.c.run_id, state.c.key],
+            updates=("value", "updated_at"),
+        ).returning(state.c.key)
+        # Callers add which runs; the status check keeps a wake-up idempotent.
+        self._wake = (
+            update(runs)
+            .where(ns, runs.c.status == "WAITING")
+            .values(status="PENDING", wait_signal=None, ready_at=None,
+                    due_at=now + bindparam("p_grace"), dispatches=0, updated_at=now)
+            .returning(runs.c.id, runs.c.name, runs.c.status, runs.c.args, runs.c.queue)
+        )
         self._get_step = select(
             steps.c.idx,
             steps.c.name,
@@ -521,6 +537,29 @@ class Store:
             func.pg_notify(self.notify_channel, literal(self.namespace + ":").concat(changed.c.id)),
         ).select_from(changed)
 
+    def _fenced_upsert(
+        self, table: Any, values: dict[str, Any], *, conflict: list[Any],
+        updates: Sequence[str], where: Any = None,
+    ) -> Any:
+        """INSERT ... ON CONFLICT DO UPDATE, only while the caller holds the run's lease.
+
+        On Postgres the fencing check is part of the statement: FOR SHARE on the run row
+        serialises the write with a concurrent claim. SQLite checks ``_check_live`` first
+        in the same (BEGIN IMMEDIATE) transaction.
+        """
+        ins: Any
+        if self.is_postgres:
+            live_run = (select(self.tables.runs.c.id).where(self._live)
+                        .with_for_update(read=True).cte("live_run"))
+            ins = postgresql.insert(table).from_select(
+                list(values), select(*values.values()).select_from(live_run))
+        else:
+            ins = sqlite.insert(table).values(values)
+        return ins.on_conflict_do_update(
+            index_elements=conflict, set_={name: ins.excluded[name] for name in updates},
+            where=where,
+        )
+
     # -- start ---------------------------------------------------------------------------
 
     def insert_run(self, run: NewRun, connection: Connection | Session | None = None) -> bool:
@@ -600,9 +639,13 @@ class Store:
         return self._diagnose_step(run_id, fence, step.idx)
 
     def _record_step_on(self, conn: Connection, params: dict[str, Any]) -> bool:
-        if not self.is_postgres and conn.execute(self._check_live, params).first() is None:
+        if not self.is_postgres and not self._is_live(conn, params):
             return False
         return conn.execute(self._record_step, params).first() is not None
+
+    def _is_live(self, conn: Connection, params: dict[str, Any]) -> bool:
+        row = conn.execute(self._check_live, params).first()
+        return row is not None and not row.cancel_requested
 
     def _diagnose_step(self, run_id: str, fence: int, idx: int) -> str | StepRecord:
         run = self.get_run(run_id)
@@ -690,6 +733,208 @@ class Store:
                 _p({"limit": limit, "grace": grace, "lost_error": lost_error}),
             ).all()
         return [DueRun(r.id, r.name, r.status, r.args, r.queue) for r in rows]
+
+    # -- signals, timers, state, cancellation ---------------------------------------------
+
+    def insert_signal(
+        self, run_id: str, name: str, payload: str, idempotency_key: str | None,
+        max_pending: int,
+    ) -> str:
+        """Store a signal for a run. Returns STORED, DUPLICATE, NOT_FOUND, FULL, or the
+        finished run's status."""
+        runs, signals = self.tables.runs, self.tables.signals
+        with self.transaction() as conn:
+            # Locking the run row serialises the pending-signals cap between senders.
+            lock = select(runs.c.status).where(
+                runs.c.namespace == self.namespace, runs.c.id == run_id)
+            if self.is_postgres:
+                lock = lock.with_for_update()
+            status = conn.execute(lock).scalar()
+            if status is None:
+                return NOT_FOUND
+            if status in FINISHED_STATUSES:
+                return str(status)
+            mine = and_(signals.c.namespace == self.namespace, signals.c.run_id == run_id)
+            if idempotency_key is not None and conn.execute(
+                select(signals.c.id).where(mine, signals.c.idempotency_key == idempotency_key)
+            ).first():
+                return DUPLICATE
+            pending = conn.execute(
+                select(func.count()).select_from(signals)
+                .where(mine, signals.c.consumed_at.is_(None))
+            ).scalar_one()
+            if pending >= max_pending:
+                return FULL
+            conn.execute(self._insert(signals).values(
+                namespace=self.namespace, run_id=run_id, name=name, payload=payload,
+                idempotency_key=idempotency_key, created_at=self._now,
+            ))
+            return STORED
+
+    def reject_signal(
+        self, run_id: str, name: str, payload: str, idempotency_key: str | None, error: str
+    ) -> None:
+        """Keep a signal that could not be delivered, with the reason, for inspection."""
+        signals = self.tables.signals
+        with self._write() as conn:
+            conn.execute(self._insert(signals).values(
+                namespace=self.namespace, run_id=run_id, name=name, payload=payload,
+                idempotency_key=idempotency_key, created_at=self._now,
+                consumed_at=self._now, error=error,
+            ).on_conflict_do_nothing())
+
+    def wake_run(self, run_id: str, signal_name: str, grace: float) -> DueRun | None:
+        """A run waiting for ``signal_name`` becomes PENDING; the caller publishes it."""
+        runs = self.tables.runs
+        stmt = self._wake.where(runs.c.id == run_id, runs.c.wait_signal == signal_name)
+        with self._write() as conn:
+            row = conn.execute(stmt, _p({"grace": grace})).first()
+        return None if row is None else DueRun(row.id, row.name, row.status, row.args, row.queue)
+
+    def wake_signalled_runs(self, grace: float) -> list[DueRun]:
+        """Wake every waiting run that has a matching unconsumed signal (lost wake-ups)."""
+        runs, signals = self.tables.runs, self.tables.signals
+        signalled = select(signals.c.run_id).where(
+            signals.c.namespace == self.namespace, signals.c.consumed_at.is_(None),
+            signals.c.run_id == runs.c.id, signals.c.name == runs.c.wait_signal)
+        stmt = self._wake.where(runs.c.wait_signal.isnot(None), exists(signalled))
+        with self._write() as conn:
+            rows = conn.execute(stmt, _p({"grace": grace})).all()
+        return [DueRun(r.id, r.name, r.status, r.args, r.queue) for r in rows]
+
+    def consume_signal(
+        self, run_id: str, fence: int, signal_name: str, step: StepRecord
+    ) -> str | None:
+        """Take the oldest unconsumed signal of this name and record it as ``step``'s
+        output, in one transaction. Returns its payload, None, LEASE_LOST or CANCELLED."""
+        signals = self.tables.signals
+        params = _p({"run_id": run_id, "fence": fence})
+        with self.transaction() as conn:
+            live = conn.execute(self._check_live_locked, params).first()
+            if live is None:
+                return LEASE_LOST
+            if live.cancel_requested:
+                return CANCELLED
+            oldest = (
+                select(signals.c.id, signals.c.payload)
+                .where(signals.c.namespace == self.namespace, signals.c.run_id == run_id,
+                       signals.c.name == signal_name, signals.c.consumed_at.is_(None))
+                .order_by(signals.c.id).limit(1)
+            )
+            if self.is_postgres:
+                oldest = oldest.with_for_update()
+            signal = conn.execute(oldest).first()
+            if signal is None:
+                return None
+            conn.execute(update(signals).where(signals.c.id == signal.id)
+                         .values(consumed_at=self._now))
+            conn.execute(self._record_step, _p({
+                "run_id": run_id, "fence": fence, "idx": step.idx, "name": step.name,
+                "status": "ok", "input": step.input, "output": signal.payload, "error": None,
+            }))
+            return str(signal.payload)
+
+    def suspend_run(
+        self, run_id: str, fence: int, step: StepRecord, wait_signal: str | None,
+        wake_at: float | None,
+    ) -> str:
+        """Record the waiting step and release the run as WAITING, unless a matching
+        signal is already there. Returns SUSPENDED, SIGNALLED, LEASE_LOST or CANCELLED."""
+        runs, signals = self.tables.runs, self.tables.signals
+        params = _p({"run_id": run_id, "fence": fence})
+        with self.transaction() as conn:
+            # FOR UPDATE: a concurrent wake-up waits for this transaction, then sees WAITING.
+            live = conn.execute(self._check_live_locked, params).first()
+            if live is None:
+                return LEASE_LOST
+            if live.cancel_requested:
+                return CANCELLED
+            if wait_signal is not None and conn.execute(
+                select(signals.c.id).where(
+                    signals.c.namespace == self.namespace, signals.c.run_id == run_id,
+                    signals.c.name == wait_signal, signals.c.consumed_at.is_(None)).limit(1)
+            ).first():
+                return SIGNALLED
+            conn.execute(self._record_step, _p({
+                "run_id": run_id, "fence": fence, "idx": step.idx, "name": step.name,
+                "status": "waiting", "input": step.input, "output": step.output, "error": None,
+            }))
+            conn.execute(
+                update(runs)
+                .where(runs.c.namespace == self.namespace, runs.c.id == run_id,
+                       runs.c.fence == fence)
+                .values(status="WAITING", owner=None, wait_signal=wait_signal, due_at=wake_at,
+                        attempts=runs.c.attempts - 1, dispatches=0, updated_at=self._now)
+            )
+            return SUSPENDED
+
+    def set_state(self, run_id: str, fence: int, key: str, value: str) -> bool:
+        """Upsert a queryable value, only while the caller holds the lease."""
+        params = _p({"run_id": run_id, "fence": fence, "key": key, "value": value})
+        with self._write() as conn:
+            if not self.is_postgres and not self._is_live(conn, params):
+                return False
+            return conn.execute(self._set_state, params).first() is not None
+
+    def get_state(self, run_id: str, key: str) -> str | None:
+        state = self.tables.state
+        with self.engine.connect() as conn:
+            value = conn.execute(select(state.c.value).where(
+                state.c.namespace == self.namespace, state.c.run_id == run_id,
+                state.c.key == key)).scalar()
+            if not self.is_postgres:
+                conn.rollback()
+        return value
+
+    def last_step_output(self, run_id: str) -> str | None:
+        steps = self.tables.steps
+        with self.engine.connect() as conn:
+            value = conn.execute(
+                select(steps.c.output)
+                .where(steps.c.namespace == self.namespace, steps.c.run_id == run_id,
+                       steps.c.status == "ok")
+                .order_by(steps.c.idx.desc()).limit(1)
+            ).scalar()
+            if not self.is_postgres:
+                conn.rollback()
+        return value
+
+    def cancel_run(self, run_id: str, reason: str | None) -> tuple[bool, str | None]:
+        """Request cancellation. A pending or waiting run is CANCELLED at once (timer and
+        pending signals dropped); a running one is flagged for its next step write.
+        Returns (whether cancellation was requested now, the run's status afterwards);
+        the status is None when there is no such run."""
+        runs, signals = self.tables.runs, self.tables.signals
+        idle = runs.c.status.in_(("PENDING", "WAITING"))
+        with self.transaction() as conn:
+            row = conn.execute(
+                update(runs)
+                .where(runs.c.namespace == self.namespace, runs.c.id == run_id,
+                       runs.c.status.in_(ACTIVE_STATUSES))
+                .values(
+                    cancel_requested=True, cancel_reason=reason,
+                    status=case((idle, "CANCELLED"), else_=runs.c.status),
+                    finished_at=case((idle, self._now), else_=runs.c.finished_at),
+                    due_at=case((idle, None), else_=runs.c.due_at),
+                    wait_signal=case((idle, None), else_=runs.c.wait_signal),
+                    updated_at=self._now,
+                )
+                .returning(runs.c.status)
+            ).first()
+            if row is None:
+                return False, conn.execute(select(runs.c.status).where(
+                    runs.c.namespace == self.namespace, runs.c.id == run_id)).scalar()
+            if row.status == "CANCELLED":
+                conn.execute(
+                    update(signals)
+                    .where(signals.c.namespace == self.namespace, signals.c.run_id == run_id,
+                           signals.c.consumed_at.is_(None))
+                    .values(consumed_at=self._now, error="dropped: the run was cancelled")
+                )
+                if self.is_postgres:
+                    conn.execute(select(func.pg_notify(self.notify_channel,
+                                                       f"{self.namespace}:{run_id}")))
+            return True, str(row.status)
 
     # -- reads -----------------------------------------------------------------------------
 

@@ -152,3 +152,45 @@ def kill_my_process(key: str) -> None:
 def suicidal(key: str) -> None:
     """Each attempt SIGKILLs its pool process: the attempt counter must end it."""
     kill_my_process(key)
+
+
+@durable.step
+def stamp(key: str, label: str) -> float:
+    """Record when this step started (wall clock), for timer precision checks."""
+    now = time.time()
+    _redis.set(f"stamp:{key}:{label}", repr(now))
+    return now
+
+
+@durable.workflow
+def booking(key: str, timeout: float) -> dict:
+    hold = numbered(key, 1)
+    decision = cd.wait_for_signal("approval", timeout=timeout)
+    if decision is None:
+        return {"status": "expired", "hold": hold}
+    cd.set_state({"stage": "approved", "by": decision["by"]})
+    cd.sleep(0.2)
+    return {"status": "confirmed", "receipt": numbered(key, 2)}
+
+
+@durable.workflow
+def collector(key: str, count: int) -> list:
+    numbered(key, 1)
+    return [cd.wait_for_signal("item") for _ in range(count)]
+
+
+@durable.workflow
+def sleeper(key: str, seconds: float) -> float:
+    start = stamp(key, "before")
+    cd.sleep(seconds)
+    return stamp(key, "after") - start
+
+
+@durable.workflow
+def long_sleeper(key: str) -> None:
+    cd.sleep(3600)
+
+
+@durable.workflow
+def cancellable(key: str) -> list:
+    return [numbered(key, n) for n in range(1, 4)]

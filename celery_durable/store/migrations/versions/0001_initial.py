@@ -84,6 +84,7 @@ def upgrade() -> None:
         sa.Column("idempotency_key", sa.String(255)),
         sa.Column("created_at", sa.Float, nullable=False),
         sa.Column("consumed_at", sa.Float),
+        sa.Column("error", sa.Text),
         sa.UniqueConstraint("namespace", "run_id", "idempotency_key", name=f"uq_{P}signals_key"),
     )
     op.create_index(

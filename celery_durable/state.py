@@ -1,0 +1,54 @@
+"""Queries: values a workflow publishes with ``set_state``, read without running it.
+
+Example::
+
+    @durable.workflow
+    def booking(booking_id: str) -> dict:
+        cd.set_state({"stage": "reserved"})
+        ...
+
+    handle.query()               # {"stage": "reserved"}
+    handle.query("progress")     # UnknownQuery until the workflow sets that key
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import serialization
+from .errors import UnknownQuery, WorkflowNotFound
+from .step import stop_writing
+from .waits import require_context
+
+if TYPE_CHECKING:
+    from .extension import Durable
+
+DEFAULT_KEY = "state"
+
+
+def set_state(value: Any, key: str = DEFAULT_KEY) -> None:
+    """Record ``value`` under ``key`` for ``handle.query(key)``; the latest value wins."""
+    ctx = require_context("set_state")
+    if not isinstance(key, str) or not key or len(key) > 255:
+        raise ValueError(f"set_state(key) must be a non-empty string, got {key!r}")
+    try:
+        encoded = serialization.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"set_state({key!r}): the value is not JSON serialisable: {exc}") from None
+    if not ctx.durable.store.set_state(ctx.workflow_id, ctx.fence, key, encoded):
+        stop_writing(ctx)
+
+
+def query(durable: Durable, workflow_id: str, key: str = DEFAULT_KEY) -> Any:
+    """The latest value set under ``key``; for "state" before any set_state, the output
+    of the last finished step (None if there is none)."""
+    store = durable.store
+    value = store.get_state(workflow_id, key)
+    if value is not None:
+        return serialization.loads(value)
+    if store.get_status(workflow_id) is None:
+        raise WorkflowNotFound(workflow_id)
+    if key == DEFAULT_KEY:
+        output = store.last_step_output(workflow_id)
+        return None if output is None else serialization.loads(output)
+    raise UnknownQuery(f"workflow run {workflow_id!r} has no query value {key!r}")

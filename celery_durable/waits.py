@@ -1,0 +1,107 @@
+"""Suspension: a workflow that waits holds no worker, no lease and no broker message.
+
+A wait is recorded as a step. The first time the body reaches it, the step is stored as
+"waiting" (with its deadline), the run becomes WAITING and the Celery task returns. A
+signal or the sweeper (when the deadline passes) makes the run PENDING again; the body
+replays up to the wait, which now completes and is stored as "ok".
+
+Example::
+
+    @durable.workflow
+    def reminder(user_id: int) -> None:
+        cd.sleep(24 * 3600)         # a durable timer; no worker is held for a day
+        send_reminder(user_id)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from . import serialization
+from .context import WorkflowContext
+from .errors import Suspended
+from .step import check_replay, record, stop_writing
+from .store.store import CANCELLED, LEASE_LOST, SIGNALLED, StepRecord
+
+SLEEP_STEP = "celery_durable.sleep"
+SIGNAL_STEP_PREFIX = "celery_durable.signal:"
+
+
+def require_context(function: str) -> WorkflowContext:
+    ctx = WorkflowContext.current()
+    if ctx is None:
+        raise RuntimeError(f"celery_durable.{function}() can only be called inside a workflow")
+    if ctx.in_step:
+        raise RuntimeError(
+            f"celery_durable.{function}() can't be called inside a step; call it from the "
+            "workflow body")
+    return ctx
+
+
+def wait_step(
+    ctx: WorkflowContext, step_name: str, step_input: str, *, timeout: float | None = None,
+    wake_at: float | None = None, signal: str | None = None,
+) -> Any:
+    """The one suspension routine behind sleep, sleep_until and wait_for_signal.
+
+    Returns the signal's payload, or None once the deadline has passed.
+    """
+    store = ctx.durable.store
+    index = ctx.take_index()
+    recorded = ctx.history.get(index)
+    deadline = wake_at
+    if recorded is not None:
+        check_replay(ctx, index, recorded, step_name, step_input)
+        if recorded.status == "ok":
+            return serialization.loads(recorded.output or "null")
+        deadline = serialization.loads(recorded.output or "{}").get("deadline")
+    elif timeout is not None:
+        deadline = store.now() + max(0.0, timeout)
+    step = StepRecord(index, step_name, "ok", step_input, None, None)
+    while True:
+        if signal is not None:
+            payload = store.consume_signal(ctx.workflow_id, ctx.fence, signal, step)
+            if payload in (LEASE_LOST, CANCELLED):
+                stop_writing(ctx)
+            if payload is not None:
+                ctx.history[index] = StepRecord(index, step_name, "ok", step_input, payload, None)
+                return serialization.loads(payload)
+        if deadline is not None and store.now() >= deadline:
+            record(ctx, StepRecord(index, step_name, "ok", step_input, "null", None))
+            return None
+        waiting = StepRecord(index, step_name, "waiting", step_input,
+                             serialization.dumps({"deadline": deadline}), None)
+        outcome = store.suspend_run(ctx.workflow_id, ctx.fence, waiting, signal, deadline)
+        if outcome == SIGNALLED:
+            continue  # a signal arrived between our look and the suspension: take it
+        if outcome in (LEASE_LOST, CANCELLED):
+            stop_writing(ctx)
+        what = f"signal {signal!r}" if signal is not None else "its timer"
+        until = "" if deadline is None else f" until {_iso(deadline)}"
+        raise Suspended(f"waiting for {what}{until}")
+
+
+def _iso(timestamp: float) -> str:
+    return dt.datetime.fromtimestamp(timestamp, dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def sleep(seconds: float) -> None:
+    """Durably sleep: the run waits ``seconds`` without holding a worker.
+
+    The timer lives in the database and fires within one ``durable_poll_interval``.
+    """
+    ctx = require_context("sleep")
+    if seconds != seconds or seconds < 0:  # NaN or negative
+        raise ValueError(f"sleep(seconds) needs a non-negative number, got {seconds!r}")
+    wait_step(ctx, SLEEP_STEP, "[]", timeout=float(seconds))
+
+
+def sleep_until(when: dt.datetime) -> None:
+    """Durably sleep until ``when`` (a naive datetime is taken as UTC)."""
+    ctx = require_context("sleep_until")
+    if not isinstance(when, dt.datetime):
+        raise TypeError(f"sleep_until(when) needs a datetime, got {type(when).__name__}")
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    wait_step(ctx, SLEEP_STEP, "[]", wake_at=when.timestamp())
