@@ -247,7 +247,10 @@ class Durable:
         self.app.send_task(name, call_args, call_kwargs, task_id=run_id, **options)
 
     def send_signal(
-        self, workflow_id: str, name: str, payload: Any = None,
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Any = None,
         idempotency_key: str | None = None,
     ) -> str:
         """Signal a run through the broker only (no database needed here); a worker stores

@@ -51,8 +51,9 @@ def wait_for_signal(name: str, timeout: float | None = None) -> Any:
 
 def _check_name(name: str) -> None:
     if not isinstance(name, str) or not name or len(name) > 200:
-        raise ValueError(f"a signal name must be a non-empty string of at most 200 "
-                         f"characters, got {name!r}")
+        raise ValueError(
+            f"a signal name must be a non-empty string of at most 200 characters, got {name!r}"
+        )
 
 
 def _encode_payload(name: str, payload: Any) -> str:
@@ -63,13 +64,17 @@ def _encode_payload(name: str, payload: Any) -> str:
 
 
 def store_signal(
-    durable: Durable, workflow_id: str, name: str, payload_json: str,
+    durable: Durable,
+    workflow_id: str,
+    name: str,
+    payload_json: str,
     idempotency_key: str | None,
 ) -> bool:
     """Store a signal; True if stored, False for a repeated idempotency key."""
     config = durable.config
     outcome = durable.store.insert_signal(
-        workflow_id, name, payload_json, idempotency_key, config.max_pending_signals)
+        workflow_id, name, payload_json, idempotency_key, config.max_pending_signals
+    )
     if outcome == STORED:
         return True
     if outcome == DUPLICATE:
@@ -79,12 +84,16 @@ def store_signal(
     if outcome == FULL:
         raise PendingSignalsFull(
             f"workflow run {workflow_id!r} already holds {config.max_pending_signals} "
-            f"unconsumed signals (durable_max_pending_signals); signal {name!r} refused")
+            f"unconsumed signals (durable_max_pending_signals); signal {name!r} refused"
+        )
     raise WorkflowAlreadyCompleted(workflow_id, outcome)
 
 
 def send_signal(
-    durable: Durable, workflow_id: str, name: str, payload: Any = None,
+    durable: Durable,
+    workflow_id: str,
+    name: str,
+    payload: Any = None,
     idempotency_key: str | None = None,
 ) -> bool:
     """Store the signal (before returning), then publish its wake-up on the signal queue.
@@ -99,18 +108,25 @@ def send_signal(
         publish_wake(durable, workflow_id, name)
     except Exception:
         # Stored: the sweeper wakes the run if it waits for this signal.
-        logger.exception("publishing the wake-up of workflow %s failed; the sweeper will "
-                         "wake it", workflow_id, extra={"workflow_id": workflow_id})
+        logger.exception(
+            "publishing the wake-up of workflow %s failed; the sweeper will wake it",
+            workflow_id,
+            extra={"workflow_id": workflow_id},
+        )
     return True
 
 
 def publish_wake(durable: Durable, workflow_id: str, name: str) -> None:
-    durable.app.send_task(WAKE_TASK, (durable.config.namespace, workflow_id, name),
-                          queue=durable.config.signal_queue)
+    durable.app.send_task(
+        WAKE_TASK, (durable.config.namespace, workflow_id, name), queue=durable.config.signal_queue
+    )
 
 
 def send_signal_via_broker(
-    durable: Durable, workflow_id: str, name: str, payload: Any = None,
+    durable: Durable,
+    workflow_id: str,
+    name: str,
+    payload: Any = None,
     idempotency_key: str | None = None,
 ) -> str:
     """Publish a signal for a worker to store: needs the broker only, no database.
@@ -124,9 +140,15 @@ def send_signal_via_broker(
     message_id = str(uuid.uuid4())
     durable.app.send_task(
         SIGNAL_TASK,
-        (durable.config.namespace, workflow_id, name, encoded,
-         idempotency_key or f"message:{message_id}"),
-        task_id=message_id, queue=durable.config.signal_queue,
+        (
+            durable.config.namespace,
+            workflow_id,
+            name,
+            encoded,
+            idempotency_key or f"message:{message_id}",
+        ),
+        task_id=message_id,
+        queue=durable.config.signal_queue,
     )
     return message_id
 
@@ -145,17 +167,24 @@ def register_tasks(app: Celery) -> None:
         raise LookupError(f"no Durable with namespace {namespace!r} is bound to this app")
 
     @app.task(name=SIGNAL_TASK, shared=False, lazy=False, acks_late=True, ignore_result=True)
-    def receive_signal(namespace: str, workflow_id: str, name: str, payload_json: str,
-                       idempotency_key: str | None) -> bool:
+    def receive_signal(
+        namespace: str, workflow_id: str, name: str, payload_json: str, idempotency_key: str | None
+    ) -> bool:
         durable = durable_for(namespace)
         fields = {"workflow_id": workflow_id, "signal": name}
         try:
             stored = store_signal(durable, workflow_id, name, payload_json, idempotency_key)
         except (WorkflowNotFound, WorkflowAlreadyCompleted, PendingSignalsFull) as exc:
-            durable.store.reject_signal(workflow_id, name, payload_json, idempotency_key,
-                                        f"{type(exc).__name__}: {exc}")
-            logger.error("signal %r for workflow %s refused and kept: %s", name,
-                         workflow_id, exc, extra=fields)
+            durable.store.reject_signal(
+                workflow_id, name, payload_json, idempotency_key, f"{type(exc).__name__}: {exc}"
+            )
+            logger.error(
+                "signal %r for workflow %s refused and kept: %s",
+                name,
+                workflow_id,
+                exc,
+                extra=fields,
+            )
             raise
         if stored:
             wake(durable, workflow_id, name)

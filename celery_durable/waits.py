@@ -35,13 +35,19 @@ def require_context(function: str) -> WorkflowContext:
     if ctx.in_step:
         raise RuntimeError(
             f"celery_durable.{function}() can't be called inside a step; call it from the "
-            "workflow body")
+            "workflow body"
+        )
     return ctx
 
 
 def wait_step(
-    ctx: WorkflowContext, step_name: str, step_input: str, *, timeout: float | None = None,
-    wake_at: float | None = None, signal: str | None = None,
+    ctx: WorkflowContext,
+    step_name: str,
+    step_input: str,
+    *,
+    timeout: float | None = None,
+    wake_at: float | None = None,
+    signal: str | None = None,
 ) -> Any:
     """The one suspension routine behind sleep, sleep_until and wait_for_signal.
 
@@ -70,8 +76,14 @@ def wait_step(
         if deadline is not None and store.now() >= deadline:
             record(ctx, StepRecord(index, step_name, "ok", step_input, "null", None))
             return None
-        waiting = StepRecord(index, step_name, "waiting", step_input,
-                             serialization.dumps({"deadline": deadline}), None)
+        waiting = StepRecord(
+            index,
+            step_name,
+            "waiting",
+            step_input,
+            serialization.dumps({"deadline": deadline}),
+            None,
+        )
         outcome = store.suspend_run(ctx.workflow_id, ctx.fence, waiting, signal, deadline)
         if outcome == SIGNALLED:
             continue  # a signal arrived between our look and the suspension: take it

@@ -199,8 +199,12 @@ class Sweeper:
             # A signal whose wake-up message was lost: the run still waits for it.
             durable.publish(run.id, run.name, run.args, run.queue)
             published += 1
-            logger.info("woke workflow %s run %s for a stored signal", run.name, run.id,
-                        extra={"workflow_id": run.id, "workflow": run.name})
+            logger.info(
+                "woke workflow %s run %s for a stored signal",
+                run.name,
+                run.id,
+                extra={"workflow_id": run.id, "workflow": run.name},
+            )
         return published
 
 

@@ -227,8 +227,13 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
             deactivate(token)
         return _settle_success(durable, ctx, value)
     except Suspended as exc:
-        logger.info("workflow %s run %s is %s; its worker slot is free",
-                    definition.name, run_id, exc.reason, extra=ctx.log_fields())
+        logger.info(
+            "workflow %s run %s is %s; its worker slot is free",
+            definition.name,
+            run_id,
+            exc.reason,
+            extra=ctx.log_fields(),
+        )
         return f"suspended, {exc.reason}"
     except LeaseLost:
         logger.warning(

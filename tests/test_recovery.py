@@ -121,3 +121,17 @@ def test_a_run_that_keeps_killing_its_worker_ends_failed(basic_app, start_worker
         handle.get(timeout=60)
     assert failed.value.error_type == "celery_durable.errors.WorkerLost"
     assert effects(rds, key, "kill") == 2
+
+
+def test_timers_fire_from_another_worker_after_a_sigkill(basic_app, start_worker, key):
+    first = start_worker("timers-a")
+    handles = [basic_app.sleeper.delay(f"{key}-{n}", 2.0) for n in range(5)]
+    wait_until(
+        lambda: all(h.status() is WorkflowStatus.WAITING for h in handles),
+        30,
+        message="the sleepers to suspend",
+    )
+    first.kill()
+    start_worker("timers-b")
+    for handle in handles:
+        assert handle.get(timeout=60) >= 2.0

@@ -351,16 +351,21 @@ class Store:
         # SQLite runs this first in the same BEGIN IMMEDIATE transaction as the write.
         self._check_live = select(runs.c.id, runs.c.cancel_requested).where(fenced)
         self._check_live_locked = (
-            self._check_live.with_for_update() if self.is_postgres else self._check_live)
+            self._check_live.with_for_update() if self.is_postgres else self._check_live
+        )
         # Insert-or-verify: a stored "ok" row is never overwritten; a failed or waiting
         # frontier step is.
         self._record_step = self._fenced_upsert(
             steps,
             {
-                "namespace": literal(self.namespace), "run_id": bindparam("p_run_id"),
-                "idx": bindparam("p_idx"), "name": bindparam("p_name"),
-                "status": bindparam("p_status"), "input": bindparam("p_input"),
-                "output": bindparam("p_output"), "error": bindparam("p_error"),
+                "namespace": literal(self.namespace),
+                "run_id": bindparam("p_run_id"),
+                "idx": bindparam("p_idx"),
+                "name": bindparam("p_name"),
+                "status": bindparam("p_status"),
+                "input": bindparam("p_input"),
+                "output": bindparam("p_output"),
+                "error": bindparam("p_error"),
                 "created_at": now,
             },
             conflict=[steps.c.namespace, steps.c.run_id, steps.c.idx],
@@ -370,8 +375,13 @@ class Store:
         state = self.tables.state
         self._set_state = self._fenced_upsert(
             state,
-            {"namespace": literal(self.namespace), "run_id": bindparam("p_run_id"),
-             "key": bindparam("p_key"), "value": bindparam("p_value"), "updated_at": now},
+            {
+                "namespace": literal(self.namespace),
+                "run_id": bindparam("p_run_id"),
+                "key": bindparam("p_key"),
+                "value": bindparam("p_value"),
+                "updated_at": now,
+            },
             conflict=[state.c.namespace, state.c.run_id, state.c.key],
             updates=("value", "updated_at"),
         ).returning(state.c.key)
@@ -379,8 +389,14 @@ class Store:
         self._wake = (
             update(runs)
             .where(ns, runs.c.status == "WAITING")
-            .values(status="PENDING", wait_signal=None, ready_at=None,
-                    due_at=now + bindparam("p_grace"), dispatches=0, updated_at=now)
+            .values(
+                status="PENDING",
+                wait_signal=None,
+                ready_at=None,
+                due_at=now + bindparam("p_grace"),
+                dispatches=0,
+                updated_at=now,
+            )
             .returning(runs.c.id, runs.c.name, runs.c.status, runs.c.args, runs.c.queue)
         )
         self._get_step = select(
@@ -493,7 +509,8 @@ class Store:
             .values(
                 status=case((cancelled, "CANCELLED"), (exhausted, "FAILED"), else_="PENDING"),
                 error=case(
-                    (cancelled, runs.c.error), (exhausted, bindparam("p_lost_error")),
+                    (cancelled, runs.c.error),
+                    (exhausted, bindparam("p_lost_error")),
                     else_=runs.c.error,
                 ),
                 finished_at=case((finished, now), else_=None),
@@ -538,8 +555,13 @@ class Store:
         ).select_from(changed)
 
     def _fenced_upsert(
-        self, table: Any, values: dict[str, Any], *, conflict: list[Any],
-        updates: Sequence[str], where: Any = None,
+        self,
+        table: Any,
+        values: dict[str, Any],
+        *,
+        conflict: list[Any],
+        updates: Sequence[str],
+        where: Any = None,
     ) -> Any:
         """INSERT ... ON CONFLICT DO UPDATE, only while the caller holds the run's lease.
 
@@ -549,14 +571,20 @@ class Store:
         """
         ins: Any
         if self.is_postgres:
-            live_run = (select(self.tables.runs.c.id).where(self._live)
-                        .with_for_update(read=True).cte("live_run"))
+            live_run = (
+                select(self.tables.runs.c.id)
+                .where(self._live)
+                .with_for_update(read=True)
+                .cte("live_run")
+            )
             ins = postgresql.insert(table).from_select(
-                list(values), select(*values.values()).select_from(live_run))
+                list(values), select(*values.values()).select_from(live_run)
+            )
         else:
             ins = sqlite.insert(table).values(values)
         return ins.on_conflict_do_update(
-            index_elements=conflict, set_={name: ins.excluded[name] for name in updates},
+            index_elements=conflict,
+            set_={name: ins.excluded[name] for name in updates},
             where=where,
         )
 
@@ -737,7 +765,11 @@ class Store:
     # -- signals, timers, state, cancellation ---------------------------------------------
 
     def insert_signal(
-        self, run_id: str, name: str, payload: str, idempotency_key: str | None,
+        self,
+        run_id: str,
+        name: str,
+        payload: str,
+        idempotency_key: str | None,
         max_pending: int,
     ) -> str:
         """Store a signal for a run. Returns STORED, DUPLICATE, NOT_FOUND, FULL, or the
@@ -746,7 +778,8 @@ class Store:
         with self.transaction() as conn:
             # Locking the run row serialises the pending-signals cap between senders.
             lock = select(runs.c.status).where(
-                runs.c.namespace == self.namespace, runs.c.id == run_id)
+                runs.c.namespace == self.namespace, runs.c.id == run_id
+            )
             if self.is_postgres:
                 lock = lock.with_for_update()
             status = conn.execute(lock).scalar()
@@ -755,20 +788,30 @@ class Store:
             if status in FINISHED_STATUSES:
                 return str(status)
             mine = and_(signals.c.namespace == self.namespace, signals.c.run_id == run_id)
-            if idempotency_key is not None and conn.execute(
-                select(signals.c.id).where(mine, signals.c.idempotency_key == idempotency_key)
-            ).first():
+            if (
+                idempotency_key is not None
+                and conn.execute(
+                    select(signals.c.id).where(mine, signals.c.idempotency_key == idempotency_key)
+                ).first()
+            ):
                 return DUPLICATE
             pending = conn.execute(
-                select(func.count()).select_from(signals)
+                select(func.count())
+                .select_from(signals)
                 .where(mine, signals.c.consumed_at.is_(None))
             ).scalar_one()
             if pending >= max_pending:
                 return FULL
-            conn.execute(self._insert(signals).values(
-                namespace=self.namespace, run_id=run_id, name=name, payload=payload,
-                idempotency_key=idempotency_key, created_at=self._now,
-            ))
+            conn.execute(
+                self._insert(signals).values(
+                    namespace=self.namespace,
+                    run_id=run_id,
+                    name=name,
+                    payload=payload,
+                    idempotency_key=idempotency_key,
+                    created_at=self._now,
+                )
+            )
             return STORED
 
     def reject_signal(
@@ -777,11 +820,20 @@ class Store:
         """Keep a signal that could not be delivered, with the reason, for inspection."""
         signals = self.tables.signals
         with self._write() as conn:
-            conn.execute(self._insert(signals).values(
-                namespace=self.namespace, run_id=run_id, name=name, payload=payload,
-                idempotency_key=idempotency_key, created_at=self._now,
-                consumed_at=self._now, error=error,
-            ).on_conflict_do_nothing())
+            conn.execute(
+                self._insert(signals)
+                .values(
+                    namespace=self.namespace,
+                    run_id=run_id,
+                    name=name,
+                    payload=payload,
+                    idempotency_key=idempotency_key,
+                    created_at=self._now,
+                    consumed_at=self._now,
+                    error=error,
+                )
+                .on_conflict_do_nothing()
+            )
 
     def wake_run(self, run_id: str, signal_name: str, grace: float) -> DueRun | None:
         """A run waiting for ``signal_name`` becomes PENDING; the caller publishes it."""
@@ -795,8 +847,11 @@ class Store:
         """Wake every waiting run that has a matching unconsumed signal (lost wake-ups)."""
         runs, signals = self.tables.runs, self.tables.signals
         signalled = select(signals.c.run_id).where(
-            signals.c.namespace == self.namespace, signals.c.consumed_at.is_(None),
-            signals.c.run_id == runs.c.id, signals.c.name == runs.c.wait_signal)
+            signals.c.namespace == self.namespace,
+            signals.c.consumed_at.is_(None),
+            signals.c.run_id == runs.c.id,
+            signals.c.name == runs.c.wait_signal,
+        )
         stmt = self._wake.where(runs.c.wait_signal.isnot(None), exists(signalled))
         with self._write() as conn:
             rows = conn.execute(stmt, _p({"grace": grace})).all()
@@ -817,25 +872,46 @@ class Store:
                 return CANCELLED
             oldest = (
                 select(signals.c.id, signals.c.payload)
-                .where(signals.c.namespace == self.namespace, signals.c.run_id == run_id,
-                       signals.c.name == signal_name, signals.c.consumed_at.is_(None))
-                .order_by(signals.c.id).limit(1)
+                .where(
+                    signals.c.namespace == self.namespace,
+                    signals.c.run_id == run_id,
+                    signals.c.name == signal_name,
+                    signals.c.consumed_at.is_(None),
+                )
+                .order_by(signals.c.id)
+                .limit(1)
             )
             if self.is_postgres:
                 oldest = oldest.with_for_update()
             signal = conn.execute(oldest).first()
             if signal is None:
                 return None
-            conn.execute(update(signals).where(signals.c.id == signal.id)
-                         .values(consumed_at=self._now))
-            conn.execute(self._record_step, _p({
-                "run_id": run_id, "fence": fence, "idx": step.idx, "name": step.name,
-                "status": "ok", "input": step.input, "output": signal.payload, "error": None,
-            }))
+            conn.execute(
+                update(signals).where(signals.c.id == signal.id).values(consumed_at=self._now)
+            )
+            conn.execute(
+                self._record_step,
+                _p(
+                    {
+                        "run_id": run_id,
+                        "fence": fence,
+                        "idx": step.idx,
+                        "name": step.name,
+                        "status": "ok",
+                        "input": step.input,
+                        "output": signal.payload,
+                        "error": None,
+                    }
+                ),
+            )
             return str(signal.payload)
 
     def suspend_run(
-        self, run_id: str, fence: int, step: StepRecord, wait_signal: str | None,
+        self,
+        run_id: str,
+        fence: int,
+        step: StepRecord,
+        wait_signal: str | None,
         wake_at: float | None,
     ) -> str:
         """Record the waiting step and release the run as WAITING, unless a matching
@@ -849,22 +925,49 @@ class Store:
                 return LEASE_LOST
             if live.cancel_requested:
                 return CANCELLED
-            if wait_signal is not None and conn.execute(
-                select(signals.c.id).where(
-                    signals.c.namespace == self.namespace, signals.c.run_id == run_id,
-                    signals.c.name == wait_signal, signals.c.consumed_at.is_(None)).limit(1)
-            ).first():
+            if (
+                wait_signal is not None
+                and conn.execute(
+                    select(signals.c.id)
+                    .where(
+                        signals.c.namespace == self.namespace,
+                        signals.c.run_id == run_id,
+                        signals.c.name == wait_signal,
+                        signals.c.consumed_at.is_(None),
+                    )
+                    .limit(1)
+                ).first()
+            ):
                 return SIGNALLED
-            conn.execute(self._record_step, _p({
-                "run_id": run_id, "fence": fence, "idx": step.idx, "name": step.name,
-                "status": "waiting", "input": step.input, "output": step.output, "error": None,
-            }))
+            conn.execute(
+                self._record_step,
+                _p(
+                    {
+                        "run_id": run_id,
+                        "fence": fence,
+                        "idx": step.idx,
+                        "name": step.name,
+                        "status": "waiting",
+                        "input": step.input,
+                        "output": step.output,
+                        "error": None,
+                    }
+                ),
+            )
             conn.execute(
                 update(runs)
-                .where(runs.c.namespace == self.namespace, runs.c.id == run_id,
-                       runs.c.fence == fence)
-                .values(status="WAITING", owner=None, wait_signal=wait_signal, due_at=wake_at,
-                        attempts=runs.c.attempts - 1, dispatches=0, updated_at=self._now)
+                .where(
+                    runs.c.namespace == self.namespace, runs.c.id == run_id, runs.c.fence == fence
+                )
+                .values(
+                    status="WAITING",
+                    owner=None,
+                    wait_signal=wait_signal,
+                    due_at=wake_at,
+                    attempts=runs.c.attempts - 1,
+                    dispatches=0,
+                    updated_at=self._now,
+                )
             )
             return SUSPENDED
 
@@ -879,9 +982,13 @@ class Store:
     def get_state(self, run_id: str, key: str) -> str | None:
         state = self.tables.state
         with self.engine.connect() as conn:
-            value = conn.execute(select(state.c.value).where(
-                state.c.namespace == self.namespace, state.c.run_id == run_id,
-                state.c.key == key)).scalar()
+            value = conn.execute(
+                select(state.c.value).where(
+                    state.c.namespace == self.namespace,
+                    state.c.run_id == run_id,
+                    state.c.key == key,
+                )
+            ).scalar()
             if not self.is_postgres:
                 conn.rollback()
         return value
@@ -891,9 +998,13 @@ class Store:
         with self.engine.connect() as conn:
             value = conn.execute(
                 select(steps.c.output)
-                .where(steps.c.namespace == self.namespace, steps.c.run_id == run_id,
-                       steps.c.status == "ok")
-                .order_by(steps.c.idx.desc()).limit(1)
+                .where(
+                    steps.c.namespace == self.namespace,
+                    steps.c.run_id == run_id,
+                    steps.c.status == "ok",
+                )
+                .order_by(steps.c.idx.desc())
+                .limit(1)
             ).scalar()
             if not self.is_postgres:
                 conn.rollback()
@@ -909,10 +1020,14 @@ class Store:
         with self.transaction() as conn:
             row = conn.execute(
                 update(runs)
-                .where(runs.c.namespace == self.namespace, runs.c.id == run_id,
-                       runs.c.status.in_(ACTIVE_STATUSES))
+                .where(
+                    runs.c.namespace == self.namespace,
+                    runs.c.id == run_id,
+                    runs.c.status.in_(ACTIVE_STATUSES),
+                )
                 .values(
-                    cancel_requested=True, cancel_reason=reason,
+                    cancel_requested=True,
+                    cancel_reason=reason,
                     status=case((idle, "CANCELLED"), else_=runs.c.status),
                     finished_at=case((idle, self._now), else_=runs.c.finished_at),
                     due_at=case((idle, None), else_=runs.c.due_at),
@@ -922,18 +1037,25 @@ class Store:
                 .returning(runs.c.status)
             ).first()
             if row is None:
-                return False, conn.execute(select(runs.c.status).where(
-                    runs.c.namespace == self.namespace, runs.c.id == run_id)).scalar()
+                return False, conn.execute(
+                    select(runs.c.status).where(
+                        runs.c.namespace == self.namespace, runs.c.id == run_id
+                    )
+                ).scalar()
             if row.status == "CANCELLED":
                 conn.execute(
                     update(signals)
-                    .where(signals.c.namespace == self.namespace, signals.c.run_id == run_id,
-                           signals.c.consumed_at.is_(None))
+                    .where(
+                        signals.c.namespace == self.namespace,
+                        signals.c.run_id == run_id,
+                        signals.c.consumed_at.is_(None),
+                    )
                     .values(consumed_at=self._now, error="dropped: the run was cancelled")
                 )
                 if self.is_postgres:
-                    conn.execute(select(func.pg_notify(self.notify_channel,
-                                                       f"{self.namespace}:{run_id}")))
+                    conn.execute(
+                        select(func.pg_notify(self.notify_channel, f"{self.namespace}:{run_id}"))
+                    )
             return True, str(row.status)
 
     # -- reads -----------------------------------------------------------------------------

@@ -1,0 +1,224 @@
+"""Signals, timers, queries and cancellation against a real worker, Redis and Postgres."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import sqlalchemy as sa
+
+import celery_durable as cd
+from celery_durable import (
+    PendingSignalsFull,
+    UnknownQuery,
+    WorkflowAlreadyCompleted,
+    WorkflowCancelled,
+    WorkflowNotFound,
+    WorkflowStatus,
+)
+from tests.support.waiting import wait_until
+
+
+def effects(rds, key: str, step: str) -> int:  # type: ignore[no-untyped-def]
+    return int(rds.get(f"effects:{key}:{step}") or 0)
+
+
+def waiting(handle: cd.WorkflowHandle) -> bool:
+    return handle.status() is WorkflowStatus.WAITING
+
+
+def test_signal_after_the_wait_resumes_the_run(basic_app, shared_worker, key):
+    handle = basic_app.booking.delay(key, 60)
+    wait_until(lambda: waiting(handle), 30, message="the run to wait")
+    record = handle.record()
+    assert record.owner is None and record.wait_signal == "approval"  # no lease held
+    assert handle.signal("approval", {"by": "alice"})
+    assert handle.get(timeout=30) == {"status": "confirmed", "receipt": 20}
+
+
+def test_signal_sent_before_the_wait_is_kept(basic_app, shared_worker, key, rds):
+    rds.set(f"block:{key}:s1", "1")
+    handle = basic_app.booking.delay(key, 60)
+    wait_until(lambda: rds.get(f"started:{key}:s1"), 30, message="step 1 to start")
+    assert handle.signal("approval", {"by": "early"})
+    rds.delete(f"block:{key}:s1")
+    assert handle.get(timeout=30)["status"] == "confirmed"
+    assert handle.query() == {"stage": "approved", "by": "early"}
+
+
+def test_wait_times_out_with_none(basic_app, shared_worker, key):
+    handle = basic_app.booking.delay(key, 0.3)
+    assert handle.get(timeout=30) == {"status": "expired", "hold": 10}
+    # The timeout was recorded as the wait step's output: a later signal is refused.
+    with pytest.raises(WorkflowAlreadyCompleted):
+        handle.signal("approval", {"by": "late"})
+
+
+def test_repeated_idempotency_key_is_a_no_op(basic_app, shared_worker, key):
+    handle = basic_app.collector.delay(key, 2)
+    assert handle.signal("item", 1, idempotency_key="once")
+    assert not handle.signal("item", 1, idempotency_key="once")
+    assert handle.signal("item", 2, idempotency_key="twice")
+    assert handle.get(timeout=30) == [1, 2]
+
+
+def test_signals_of_one_name_are_consumed_in_order(basic_app, shared_worker, key, rds):
+    rds.set(f"block:{key}:s1", "1")
+    handle = basic_app.collector.delay(key, 4)
+    wait_until(lambda: rds.get(f"started:{key}:s1"), 30, message="step 1 to start")
+    for n in range(3):
+        handle.signal("item", {"n": n})
+    rds.delete(f"block:{key}:s1")
+    wait_until(lambda: waiting(handle), 30, message="the run to wait for the 4th")
+    handle.signal("item", {"n": 3})
+    assert handle.get(timeout=30) == [{"n": 0}, {"n": 1}, {"n": 2}, {"n": 3}]
+
+
+def test_pending_signals_are_capped(basic_app, shared_worker, key):
+    cap = basic_app.durable.config.max_pending_signals
+    handle = basic_app.collector.delay(key, 1)
+    wait_until(lambda: waiting(handle), 30, message="the run to wait")
+    for n in range(cap):
+        handle.signal("unrelated", n)
+    with pytest.raises(PendingSignalsFull, match=f"{cap} unconsumed signals"):
+        handle.signal("unrelated", cap)
+    with pytest.raises(PendingSignalsFull):  # the cap counts every name
+        handle.signal("item", "done")
+    handle.cancel("test over")
+
+
+def test_signal_errors_name_the_run(basic_app, shared_worker, key):
+    with pytest.raises(WorkflowNotFound, match=f"missing-{key}"):
+        cd.WorkflowHandle(basic_app.durable, f"missing-{key}").signal("approval", {})
+    done = basic_app.context_probe.delay(key)
+    done.get(timeout=30)
+    with pytest.raises(WorkflowAlreadyCompleted, match="SUCCEEDED"):
+        done.signal("approval", {})
+    with pytest.raises(TypeError, match="payload of signal 'approval'"):
+        done.signal("approval", object())
+
+
+def test_broker_only_signal_path(basic_app, shared_worker, key):
+    handle = basic_app.booking.delay(key, 60)
+    wait_until(lambda: waiting(handle), 30, message="the run to wait")
+    message_id = basic_app.durable.send_signal(handle.id, "approval", {"by": "bob"})
+    assert isinstance(message_id, str)
+    assert handle.get(timeout=30)["status"] == "confirmed"
+    assert handle.query() == {"stage": "approved", "by": "bob"}
+
+
+def test_broker_only_signal_errors_are_logged_and_kept(basic_app, shared_worker, key):
+    durable = basic_app.durable
+    durable.send_signal(f"ghost-{key}", "approval", {"by": "nobody"})
+    signals = durable.store.tables.signals
+
+    def kept() -> str | None:
+        with durable.store.engine.connect() as conn:
+            return conn.execute(
+                sa.select(signals.c.error).where(signals.c.run_id == f"ghost-{key}")
+            ).scalar()
+
+    error = wait_until(kept, 30, message="the refused signal to be kept")
+    assert error.startswith("WorkflowNotFound") and f"ghost-{key}" in error
+    wait_until(lambda: "refused and kept" in shared_worker.log(), 10)
+
+
+def test_query_before_and_after_set_state(basic_app, shared_worker, key, rds):
+    handle = basic_app.booking.delay(key, 60)
+    wait_until(lambda: waiting(handle), 30, message="the run to wait")
+    assert handle.query() == 10  # no set_state yet: the last finished step's output
+    with pytest.raises(UnknownQuery, match="progress"):
+        handle.query("progress")
+    handle.signal("approval", {"by": "carol"})
+    handle.get(timeout=30)
+    assert handle.query("state") == {"stage": "approved", "by": "carol"}
+    with pytest.raises(WorkflowNotFound):
+        cd.WorkflowHandle(basic_app.durable, f"nope-{key}").query()
+
+
+def test_cancel_a_pending_run(basic_app, key):
+    handle = basic_app.cancellable.apply_async(args=(key,), queue=f"nobody-{key}")
+    assert handle.cancel("changed my mind") is WorkflowStatus.CANCELLED
+    assert handle.status() is WorkflowStatus.CANCELLED
+    assert handle.record().due_at is None  # the sweeper won't publish it again
+    with pytest.raises(WorkflowCancelled, match="changed my mind"):
+        handle.get(timeout=5)
+
+
+def test_cancel_a_running_run_at_its_next_step(basic_app, shared_worker, key, rds):
+    rds.set(f"block:{key}:s1", "1")
+    handle = basic_app.cancellable.delay(key)
+    wait_until(lambda: rds.get(f"started:{key}:s1"), 30, message="step 1 to start")
+    assert handle.cancel("stop") is WorkflowStatus.RUNNING
+    rds.delete(f"block:{key}:s1")
+    with pytest.raises(WorkflowCancelled) as cancelled:
+        handle.get(timeout=30)
+    assert cancelled.value.reason == "stop"
+    assert not isinstance(cancelled.value, Exception)  # except Exception can't swallow it
+    assert effects(rds, key, "s1") == 1 and effects(rds, key, "s2") == 0
+    assert basic_app.durable.store.load_steps(handle.id) == {}  # step 1's write was refused
+
+
+def test_cancel_a_waiting_run_drops_its_timer_and_signals(basic_app, shared_worker, key):
+    handle = basic_app.collector.delay(key, 2)
+    wait_until(lambda: waiting(handle), 30, message="the run to wait")
+    handle.signal("item", "one")
+    wait_until(
+        lambda: waiting(handle) and len(basic_app.durable.store.load_steps(handle.id)) > 1,
+        30,
+        message="the first signal to be consumed",
+    )
+    handle.signal("unrelated", "pending")
+    assert handle.cancel() is WorkflowStatus.CANCELLED
+    signals = basic_app.durable.store.tables.signals
+    with basic_app.durable.store.engine.connect() as conn:
+        left = conn.execute(
+            sa.select(sa.func.count())
+            .select_from(signals)
+            .where(signals.c.run_id == handle.id, signals.c.consumed_at.is_(None))
+        ).scalar()
+    assert left == 0
+    with pytest.raises(WorkflowCancelled):
+        handle.get(timeout=5)
+
+
+def test_cancel_a_finished_run_raises(basic_app, shared_worker, key):
+    handle = basic_app.context_probe.delay(key)
+    handle.get(timeout=30)
+    with pytest.raises(WorkflowAlreadyCompleted, match="SUCCEEDED"):
+        handle.cancel()
+    with pytest.raises(WorkflowNotFound):
+        cd.WorkflowHandle(basic_app.durable, f"nope-{key}").cancel()
+
+
+def test_timer_fires_after_its_deadline_within_a_few_polls(basic_app, shared_worker, key, rds):
+    handle = basic_app.sleeper.delay(key, 1.0)
+    slept = handle.get(timeout=30)
+    assert slept >= 1.0  # never early
+    # Within the sweeper's poll interval, plus slack for a loaded 2-core machine. The
+    # benchmark suite measures the real figure.
+    assert slept < 1.0 + basic_app.durable.config.poll_interval + 2.0, slept
+
+
+def test_a_thousand_sleeping_workflows_do_not_block_new_work(basic_app, shared_worker, key):
+    sleepers = [basic_app.long_sleeper.apply_async(args=(f"{key}-{n}",)) for n in range(1000)]
+    store = basic_app.durable.store
+    runs = store.tables.runs
+
+    def all_waiting() -> bool:
+        with store.engine.connect() as conn:
+            return (
+                conn.execute(
+                    sa.select(sa.func.count())
+                    .select_from(runs)
+                    .where(runs.c.id.in_([h.id for h in sleepers]), runs.c.status == "WAITING")
+                ).scalar()
+                == 1000
+            )
+
+    wait_until(all_waiting, 120, 0.5, message="1,000 workflows to be sleeping")
+    started = time.monotonic()
+    assert basic_app.five_steps.delay(key).get(timeout=30) == [10, 20, 30, 40, 50]
+    assert time.monotonic() - started < 10  # not queued behind the sleepers
+    for handle in sleepers:
+        handle.cancel("test over")
