@@ -55,7 +55,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("table_prefix", str, "durable_", help="prefix of the tables"),
     Setting("namespace", str, "default", help="runs of other namespaces are invisible"),
-    Setting("signal_queue", str, "celery_durable.signals", help="queue of signal wake-ups"),
+    Setting(
+        "signal_queue",
+        str,
+        "",
+        help="queue of signal wake-ups; default celery_durable.signals, with "
+        ".<namespace> appended outside the default namespace",
+    ),
     Setting("max_pending_signals", int, 100, 1, "unconsumed signals a run may hold"),
     Setting("sweep_batch", int, 500, 1, "runs one sweep dispatches at most"),
 )
@@ -110,6 +116,9 @@ class DurableConfig:
                 values[setting.name] = setting.default
                 continue
             values[setting.name] = _clamp(setting, _coerce(setting, raw, origin), origin)
+        if not values["signal_queue"]:
+            # Apps of two namespaces on one broker must not take each other's signals.
+            values["signal_queue"] = default_signal_queue(values["namespace"])
         config = cls(**values)
         config.validate()
         return config
@@ -146,6 +155,11 @@ class DurableConfig:
                 f"durable_poll_interval={self.poll_interval}"
             )
         return self
+
+
+def default_signal_queue(namespace: str) -> str:
+    base = "celery_durable.signals"
+    return base if namespace == "default" else f"{base}.{namespace}"
 
 
 def _coerce(setting: Setting, raw: Any, origin: str) -> Any:

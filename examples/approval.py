@@ -28,8 +28,7 @@ BROKER = DATA / "broker"
 BROKER.mkdir(parents=True, exist_ok=True)
 
 app = Celery("approval", broker="filesystem://")
-app.conf.broker_transport_options = {"data_folder_in": str(BROKER),
-                                     "data_folder_out": str(BROKER)}
+app.conf.broker_transport_options = {"data_folder_in": str(BROKER), "data_folder_out": str(BROKER)}
 durable = Durable(app, database_url=f"sqlite:///{DATA}/durable.sqlite3", poll_interval=0.2)
 
 
@@ -72,9 +71,20 @@ def wait_status(handle: cd.WorkflowHandle, status: cd.WorkflowStatus) -> None:
 def main() -> None:
     durable.migrate()
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "--quiet", "-A", "approval", "worker", "-c", "2",
-         "--loglevel=WARNING"],
-        cwd=Path(__file__).parent, env={**os.environ, "APPROVAL_DIR": str(DATA)},
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "--quiet",
+            "-A",
+            "approval",
+            "worker",
+            "-c",
+            "2",
+            "--loglevel=WARNING",
+        ],
+        cwd=Path(__file__).parent,
+        env={**os.environ, "APPROVAL_DIR": str(DATA)},
     )
     try:
         first, second = booking.delay("b-1"), booking.delay("b-2")

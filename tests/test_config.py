@@ -21,6 +21,15 @@ def test_defaults():
     ) == (30.0, 1.0, 3, 5.0)
     assert config.namespace == "default" and config.table_prefix == "durable_"
     assert config.database_url.startswith("sqlite:///")
+    assert config.signal_queue == "celery_durable.signals"
+
+
+def test_signal_queue_follows_the_namespace_unless_set():
+    assert DurableConfig.from_sources({"namespace": "shop"}, {}, {}).signal_queue == (
+        "celery_durable.signals.shop"
+    )
+    explicit = DurableConfig.from_sources({"namespace": "shop", "signal_queue": "sig"}, {}, {})
+    assert explicit.signal_queue == "sig"
 
 
 def test_keywords_beat_env_beat_app_conf():

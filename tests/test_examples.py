@@ -31,11 +31,17 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 def test_approval_example_signals_queries_timers_and_cancel(tmp_path):
     done = subprocess.run(
-        [sys.executable, "examples/approval.py"], cwd=ROOT, capture_output=True, text=True,
-        timeout=240, env=_clean_env(APPROVAL_DIR=str(tmp_path)),
+        [sys.executable, "examples/approval.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=_clean_env(APPROVAL_DIR=str(tmp_path)),
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "b-1 is WAITING; query: {'stage': 'awaiting approval'}" in done.stdout
-    assert ("b-1 result: {'status': 'confirmed', 'receipt': 'receipt-b-1'}; "
-            "query: {'stage': 'approved', 'by': 'alice'}") in done.stdout
+    assert (
+        "b-1 result: {'status': 'confirmed', 'receipt': 'receipt-b-1'}; "
+        "query: {'stage': 'approved', 'by': 'alice'}"
+    ) in done.stdout
     assert "b-2 cancelled: customer left" in done.stdout

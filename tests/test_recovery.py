@@ -135,3 +135,19 @@ def test_timers_fire_from_another_worker_after_a_sigkill(basic_app, start_worker
     start_worker("timers-b")
     for handle in handles:
         assert handle.get(timeout=60) >= 2.0
+
+
+def test_cold_shutdown_gives_the_lease_back_at_once(basic_app, start_worker, key, rds):
+    rds.set(f"block:{key}:s3", "1")
+    worker = start_worker("cold")
+    handle = basic_app.five_steps.delay(key)
+    wait_until(lambda: rds.get(f"started:{key}:s3"), 30, message="step 3 to start")
+    worker.proc.send_signal(signal.SIGQUIT)  # cold shutdown: running tasks are stopped
+    worker.proc.wait(30)
+    record = handle.record()
+    assert record.owner is None
+    assert record.status == "PENDING"  # released, not left to a lease timeout
+    rds.delete(f"block:{key}:s3")
+    start_worker("after-cold")
+    assert handle.get(timeout=60) == [10, 20, 30, 40, 50]
+    assert effects(rds, key, "s2") == 1 and effects(rds, key, "s3") == 2

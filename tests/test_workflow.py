@@ -250,3 +250,35 @@ def test_steps_outside_a_workflow_are_plain_calls(basic_app, key, rds):
     assert basic_app.numbered(key, 4) == 40
     assert effects(rds, key, "s4") == 1
     assert basic_app.durable.store.load_steps(key) == {}
+
+
+def test_get_is_woken_by_notify_not_by_polling(basic_app, shared_worker, key, rds):
+    rds.set(f"block:{key}:s1", "1")
+    handle = basic_app.five_steps.delay(key)
+    wait_until(lambda: rds.get(f"started:{key}:s1"), 30, message="step 1 to start")
+    rds.delete(f"block:{key}:s1")
+    # A poll every 120 s would miss this 60 s timeout: only LISTEN/NOTIFY can wake it.
+    assert handle.get(timeout=60, interval=120) == [10, 20, 30, 40, 50]
+
+
+def test_publish_failure_after_insert_loses_nothing(basic_app, shared_worker, key, caplog):
+    """The producer's broker is down: the run is stored, and a worker's sweeper sends it."""
+    producer_app = Celery("producer", broker="redis://127.0.0.1:1/0")
+    producer_app.conf.update(
+        task_publish_retry=False,
+        broker_connection_retry=False,
+        broker_connection_max_retries=0,
+        broker_connection_timeout=1,
+    )
+    producer = Durable(producer_app)  # same store and namespace (env), broken broker
+
+    @producer.workflow(name="tests.apps.basic.context_probe")
+    def probe(k: str) -> dict:
+        return {}
+
+    handle = probe.apply_async(args=(key,), workflow_id=f"nopub-{key}")
+    assert "the sweeper will dispatch it" in caplog.text
+    assert handle.id == f"nopub-{key}"
+    result = basic_app.durable.get_handle(handle.id).get(timeout=60)
+    assert result["id"] == f"nopub-{key}"
+    producer.store.dispose()
