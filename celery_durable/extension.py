@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
-from celery import Celery
+from celery import Celery, Task
 from celery import signals as celery_signals
 
 from . import serialization
@@ -244,7 +244,12 @@ class Durable:
         """Publish a stored run's task message (the sweeper's re-dispatch)."""
         call_args, call_kwargs = serialization.loads(args)
         options: dict[str, Any] = {"queue": queue} if queue else {}
-        self.app.send_task(name, call_args, call_kwargs, task_id=run_id, **options)
+        task = self.app.tasks.get(name)
+        if isinstance(task, WorkflowTask):
+            # Celery's own apply_async: routing from the task class, eager mode honoured.
+            Task.apply_async(task, call_args, call_kwargs, task_id=run_id, **options)
+        else:  # a workflow this process doesn't import: publish by name
+            self.app.send_task(name, call_args, call_kwargs, task_id=run_id, **options)
 
     def send_signal(
         self,

@@ -444,20 +444,6 @@ class Store:
             .returning(runs.c.id)
         )
         # Giving a lease back does not count as a failed attempt.
-        self._release_run = (
-            update(runs)
-            .where(fenced)
-            .values(
-                status="PENDING",
-                owner=None,
-                attempts=runs.c.attempts - 1,
-                ready_at=None,
-                due_at=now,
-                dispatches=0,
-                updated_at=now,
-            )
-            .returning(runs.c.id)
-        )
         self._release_owner = (
             update(runs)
             .where(ns, runs.c.owner == bindparam("p_owner"), runs.c.status == "RUNNING")
@@ -723,14 +709,6 @@ class Store:
                 _p({"run_id": run_id, "fence": fence, "delay": delay, "error": error}),
             ).first()
         return row is not None
-
-    def release_run(self, run_id: str, fence: int) -> bool:
-        """Give the lease back so another worker resumes the run at the next sweep."""
-        with self._write() as conn:
-            return (
-                conn.execute(self._release_run, _p({"run_id": run_id, "fence": fence})).first()
-                is not None
-            )
 
     def release_owner(self, owner: str) -> list[str]:
         """Give back every lease an exiting process holds."""
