@@ -108,7 +108,7 @@ class LeaseKeeper:
         if self._pid != os.getpid():
             return []
         try:
-            released = self.durable.store.release_owner(self._owner)
+            released = self.durable.store.release_owner(self._owner, self.running())
         except Exception:
             logger.exception("could not give back the leases of %s", self._owner)
             return []

@@ -16,6 +16,7 @@ import dataclasses
 import datetime as dt
 import inspect
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -100,7 +101,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
             raise ValueError(f'if_exists must be "error" or "return", got {if_exists!r}')
         if workflow_id is not None and task_id is not None and workflow_id != task_id:
             raise ValueError("pass workflow_id or task_id, not two different ids")
-        run_id = workflow_id or task_id or str(uuid.uuid4())
+        run_id = workflow_id or task_id or time_ordered_id()
         if not isinstance(run_id, str) or not run_id or len(run_id) > 255:
             raise ValueError(
                 f"workflow_id must be a non-empty string of at most 255 characters, got {run_id!r}"
@@ -167,6 +168,19 @@ class WorkflowTask(Task):  # type: ignore[misc]
         if request.called_directly:
             return self.definition.fn(*args, **kwargs)
         return execute(self.durable, self.definition, request)
+
+
+def time_ordered_id() -> str:
+    """A UUID whose first 48 bits are the time in ms (the UUIDv7 layout).
+
+    New runs then land at the right edge of the primary-key indexes instead of on random
+    pages, which keeps inserts fast when the tables hold millions of finished runs.
+    """
+    millis = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (millis & ((1 << 48) - 1)) << 80 | 0x7 << 76 | (rand >> 62 & 0xFFF) << 64
+    value |= 0b10 << 62 | rand & ((1 << 62) - 1)
+    return str(uuid.UUID(int=value))
 
 
 def _publish_after_commit(connection: Connection | Session, publish: Callable[[], None]) -> None:

@@ -153,10 +153,11 @@ def test_heartbeat_renews_only_the_listed_runs_of_the_owner(store):
         store.claim_run(run_id, "me", lease=1)
     assert store.renew_leases("me", ["h1", "h2"], 60) == 2
     assert store.renew_leases("someone-else", ["h1"], 60) == 0
-    assert sorted(store.release_owner("me")) == ["h1", "h2"]
+    assert store.release_owner("someone-else", ["h1", "h2"]) == []
+    assert sorted(store.release_owner("me", ["h1", "h2"])) == ["h1", "h2"]
     released = store.get_run("h1")
     assert (released.status, released.owner, released.attempts) == ("PENDING", None, 0)
-    assert store.release_owner("me") == []
+    assert store.release_owner("me", ["h1", "h2"]) == []
 
 
 def test_concurrent_sweepers_never_share_a_run():

@@ -282,3 +282,16 @@ def test_publish_failure_after_insert_loses_nothing(basic_app, shared_worker, ke
     result = basic_app.durable.get_handle(handle.id).get(timeout=60)
     assert result["id"] == f"nopub-{key}"
     producer.store.dispose()
+
+
+def test_generated_workflow_ids_are_time_ordered_uuids():
+    import time
+    import uuid
+
+    from celery_durable.workflow import time_ordered_id
+
+    first = time_ordered_id()
+    wait_until(lambda: time.time_ns() // 1_000_000 > int(first[:13].replace("-", ""), 16), 5)
+    second = time_ordered_id()
+    assert uuid.UUID(first).version == 7 and uuid.UUID(second).version == 7
+    assert first < second and first != second

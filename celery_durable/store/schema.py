@@ -85,12 +85,6 @@ def build_tables(prefix: str) -> Tables:
         postgresql_where=runs.c.due_at.isnot(None),
         sqlite_where=runs.c.due_at.isnot(None),
     )
-    Index(
-        f"ix_{prefix}runs_owner",
-        runs.c.owner,
-        postgresql_where=runs.c.status == "RUNNING",
-        sqlite_where=runs.c.status == "RUNNING",
-    )
     steps = Table(
         f"{prefix}steps",
         metadata,

@@ -370,7 +370,7 @@ class Store:
             },
             conflict=[steps.c.namespace, steps.c.run_id, steps.c.idx],
             updates=("name", "status", "input", "output", "error", "created_at"),
-            where=steps.c.status.in_(("error", "waiting")),
+            where=steps.c.status != "ok",
         ).returning(steps.c.idx)
         state = self.tables.state
         self._set_state = self._fenced_upsert(
@@ -446,7 +446,12 @@ class Store:
         # Giving a lease back does not count as a failed attempt.
         self._release_owner = (
             update(runs)
-            .where(ns, runs.c.owner == bindparam("p_owner"), runs.c.status == "RUNNING")
+            .where(
+                ns,
+                runs.c.owner == bindparam("p_owner"),
+                runs.c.status == "RUNNING",
+                runs.c.id.in_(bindparam("p_ids", expanding=True)),
+            )
             .values(
                 status="PENDING",
                 owner=None,
@@ -710,10 +715,13 @@ class Store:
             ).first()
         return row is not None
 
-    def release_owner(self, owner: str) -> list[str]:
-        """Give back every lease an exiting process holds."""
+    def release_owner(self, owner: str, run_ids: Sequence[str]) -> list[str]:
+        """Give back the leases an exiting process still holds on ``run_ids``."""
+        if not run_ids:
+            return []
         with self._write() as conn:
-            return [r.id for r in conn.execute(self._release_owner, _p({"owner": owner}))]
+            rows = conn.execute(self._release_owner, _p({"owner": owner, "ids": list(run_ids)}))
+            return [r.id for r in rows]
 
     def renew_leases(self, owner: str, run_ids: Sequence[str], lease: float) -> int:
         """One statement renews all of a process's leases."""

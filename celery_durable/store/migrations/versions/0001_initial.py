@@ -50,13 +50,6 @@ def upgrade() -> None:
         postgresql_where=sa.text("due_at IS NOT NULL"),
         sqlite_where=sa.text("due_at IS NOT NULL"),
     )
-    op.create_index(
-        f"ix_{P}runs_owner",
-        f"{P}runs",
-        ["owner"],
-        postgresql_where=sa.text("status = 'RUNNING'"),
-        sqlite_where=sa.text("status = 'RUNNING'"),
-    )
     op.create_table(
         f"{P}steps",
         sa.Column("namespace", sa.String(200), primary_key=True),
@@ -109,6 +102,5 @@ def downgrade() -> None:
     op.drop_index(f"ix_{P}signals_pending", table_name=f"{P}signals")
     op.drop_table(f"{P}signals")
     op.drop_table(f"{P}steps")
-    op.drop_index(f"ix_{P}runs_owner", table_name=f"{P}runs")
     op.drop_index(f"ix_{P}runs_due", table_name=f"{P}runs")
     op.drop_table(f"{P}runs")
