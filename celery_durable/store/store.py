@@ -46,6 +46,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from ..errors import ConfigurationError
+
+try:  # the Postgres driver is optional: SQLite needs none
+    import psycopg
+    from psycopg.rows import namedtuple_row
+except ImportError:  # pragma: no cover - exercised only without the postgres extra
+    psycopg = None  # type: ignore[assignment]
 from .schema import ACTIVE_STATUSES, FINISHED_STATUSES, Tables, build_tables
 
 # Outcomes of the fenced writes.
@@ -166,6 +172,7 @@ class Store:
         self.tables: Tables = build_tables(table_prefix)
         self.notify_channel = f"{table_prefix}events"
         self._engine: Engine | None = None
+        self._compiled: dict[int, tuple[str, dict[str, Any]]] = {}
         self._pid = -1
         self._lock = threading.Lock()
         _STORES.add(self)
@@ -292,6 +299,7 @@ class Store:
                 updated_at=now,
             )
             .on_conflict_do_nothing()
+            .returning(runs.c.id)
         )
 
         has_steps: Any = exists().where(
@@ -579,6 +587,30 @@ class Store:
             where=where,
         )
 
+    def _one(self, stmt: Any, params: dict[str, Any]) -> Any:
+        """Run one hot-path statement and return its first row (or None).
+
+        On Postgres the statement goes straight to psycopg, compiled once: SQLAlchemy's
+        per-execute work costs about a third of a step's write. SQLite takes the regular
+        path, in a BEGIN IMMEDIATE transaction.
+        """
+        if not self.is_postgres:
+            with self._write() as conn:
+                return conn.execute(stmt, params).first()
+        compiled = self._compiled.get(id(stmt))
+        if compiled is None:
+            done = stmt.compile(dialect=self.engine.dialect)
+            compiled = self._compiled[id(stmt)] = (str(done), dict(done.params))
+        sql, defaults = compiled
+        with self.engine.connect() as conn:
+            driver: Any = conn.connection.driver_connection
+            try:
+                cursor = driver.cursor(row_factory=namedtuple_row)
+                return cursor.execute(sql, {**defaults, **params}).fetchone()
+            except psycopg.OperationalError:
+                conn.invalidate()  # a dead connection must not go back to the pool
+                raise
+
     # -- start ---------------------------------------------------------------------------
 
     def insert_run(self, run: NewRun, connection: Connection | Session | None = None) -> bool:
@@ -594,20 +626,15 @@ class Store:
                 "grace": run.dispatch_grace,
             }
         )
-        stmt = self._insert_run.returning(self.tables.runs.c.id)
         if connection is not None:
-            return connection.execute(stmt, params).first() is not None
-        with self._write() as conn:
-            return conn.execute(stmt, params).first() is not None
+            return connection.execute(self._insert_run, params).first() is not None
+        return self._one(self._insert_run, params) is not None
 
     # -- run -----------------------------------------------------------------------------
 
     def claim_run(self, run_id: str, owner: str, lease: float) -> Claim | None:
         """Take the run if it is pending and ready, or running with an expired lease."""
-        with self._write() as conn:
-            row = conn.execute(
-                self._claim_run, _p({"run_id": run_id, "owner": owner, "lease": lease})
-            ).first()
+        row = self._one(self._claim_run, _p({"run_id": run_id, "owner": owner, "lease": lease}))
         if row is None:
             return None
         return Claim(
@@ -650,6 +677,8 @@ class Store:
         )
         if connection is not None:
             written = self._record_step_on(connection, params)
+        elif self.is_postgres:
+            written = self._one(self._record_step, params) is not None
         else:
             with self._write() as conn:
                 written = self._record_step_on(conn, params)
@@ -691,28 +720,26 @@ class Store:
     ) -> bool:
         """Finish the run (SUCCEEDED, FAILED or CANCELLED) if this worker still owns it."""
         assert status in FINISHED_STATUSES
-        with self._write() as conn:
-            row = conn.execute(
-                self._settle_run,
-                _p(
-                    {
-                        "run_id": run_id,
-                        "fence": fence,
-                        "status": status,
-                        "result": result,
-                        "error": error,
-                    }
-                ),
-            ).first()
+        row = self._one(
+            self._settle_run,
+            _p(
+                {
+                    "run_id": run_id,
+                    "fence": fence,
+                    "status": status,
+                    "result": result,
+                    "error": error,
+                }
+            ),
+        )
         return row is not None
 
     def schedule_retry(self, run_id: str, fence: int, delay: float, error: str) -> bool:
         """Back to PENDING; the sweeper publishes it again once ``delay`` has passed."""
-        with self._write() as conn:
-            row = conn.execute(
-                self._schedule_retry,
-                _p({"run_id": run_id, "fence": fence, "delay": delay, "error": error}),
-            ).first()
+        row = self._one(
+            self._schedule_retry,
+            _p({"run_id": run_id, "fence": fence, "delay": delay, "error": error}),
+        )
         return row is not None
 
     def release_owner(self, owner: str, run_ids: Sequence[str]) -> list[str]:
