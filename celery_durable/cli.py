@@ -5,10 +5,14 @@ Example::
     celery -A shop durable migrate          # create or upgrade the tables
     celery -A shop durable migrate --sql    # print the DDL instead
     celery -A shop durable sweep            # one sweep now (workers sweep on their own)
+    celery -A shop durable show order-42    # a run's status, attempts and steps
+    celery -A shop durable signal order-42 approval '{"by": "alice"}'
+    celery -A shop durable cancel order-42 --reason "customer left"
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
@@ -50,3 +54,54 @@ def migrate(ctx: click.Context, sql: bool, revision: str) -> None:
 def sweep(ctx: click.Context) -> None:
     for instance in _durables(ctx):
         click.echo(f"published {instance.sweep_once()} run(s)")
+
+
+def _only_durable(ctx: click.Context) -> Durable:
+    found = _durables(ctx)
+    if len(found) > 1:
+        raise click.UsageError("several Durable instances are bound to this app")
+    return found[0]
+
+
+@durable.command(help="Show a run: status, attempts, steps.")
+@click.argument("workflow_id")
+@click.pass_context
+def show(ctx: click.Context, workflow_id: str) -> None:
+    instance = _only_durable(ctx)
+    run = instance.store.get_run(workflow_id)
+    if run is None:
+        raise click.ClickException(f"no workflow run {workflow_id!r}")
+    click.echo(f"{run.id}  {run.name}  {run.status}  attempt {run.attempts}/{run.max_attempts}")
+    if run.wait_signal:
+        click.echo(f"waiting for signal {run.wait_signal!r}")
+    for step in instance.store.load_steps(workflow_id).values():
+        click.echo(f"  step {step.idx}: {step.name} {step.status}")
+    if run.error:
+        click.echo(f"error: {json.loads(run.error).get('message')}")
+
+
+@durable.command(name="signal", help="Send a signal (payload as JSON) to a run.")
+@click.argument("workflow_id")
+@click.argument("name")
+@click.argument("payload", default="null")
+@click.option("--idempotency-key", default=None)
+@click.pass_context
+def signal_command(
+    ctx: click.Context, workflow_id: str, name: str, payload: str, idempotency_key: str | None
+) -> None:
+    instance = _only_durable(ctx)
+    try:
+        value = json.loads(payload)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="PAYLOAD") from None
+    stored = instance.get_handle(workflow_id).signal(name, value, idempotency_key)
+    click.echo("stored" if stored else "duplicate idempotency key: nothing stored")
+
+
+@durable.command(help="Cancel a run.")
+@click.argument("workflow_id")
+@click.option("--reason", default=None)
+@click.pass_context
+def cancel(ctx: click.Context, workflow_id: str, reason: str | None) -> None:
+    status = _only_durable(ctx).get_handle(workflow_id).cancel(reason)
+    click.echo(f"{workflow_id}: {status}")
