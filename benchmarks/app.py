@@ -1,0 +1,125 @@
+"""The app every benchmark worker runs: plain Celery no-op tasks and durable workflows.
+
+Settings come from the environment, set by the driver (``benchmarks.cli``) before it imports
+this module and before it starts workers:
+
+- ``BENCH_BROKER_URL``, ``BENCH_RESULT_BACKEND``, ``BENCH_QUEUE`` (unique per run);
+- ``BENCH_REDIS_URL`` for the timestamps the steps write;
+- ``CELERY_DURABLE_*`` for the durable store (database URL, table prefix, namespace, ...).
+
+Timestamps are ``time.time()`` pushed onto Redis lists: workers and the driver share the
+machine's clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+import redis
+from celery import Celery
+from celery.signals import task_prerun, worker_ready
+
+import celery_durable as cd
+from celery_durable import Durable, WorkflowContext
+
+BROKER_URL = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/0")
+RESULT_BACKEND = os.environ.get("BENCH_RESULT_BACKEND", "redis://127.0.0.1:6379/1")
+QUEUE = os.environ.get("BENCH_QUEUE", "celery_durable.bench")
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", BROKER_URL)
+
+app = Celery("benchmarks", broker=BROKER_URL, backend=RESULT_BACKEND)
+app.conf.update(
+    task_default_queue=QUEUE,
+    task_acks_late=True,
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+    result_expires=3600,
+)
+durable = Durable(app)  # every setting from CELERY_DURABLE_* env vars
+
+_redis = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+logger = logging.getLogger("benchmarks.app")
+
+
+def mark(key: str, label: str) -> float:
+    """Push the current wall-clock time onto the Redis list ``<key>:<label>``."""
+    now = time.time()
+    _redis.rpush(f"{key}:{label}", repr(now))
+    return now
+
+
+# -- plain Celery ---------------------------------------------------------------------------
+
+
+@app.task(name="benchmarks.noop")
+def noop(_previous: Any = None) -> None:
+    """A no-op task; its result (None) goes to the Redis result backend. Chains pass it on."""
+    return None
+
+
+# -- durable --------------------------------------------------------------------------------
+
+
+@durable.step(name="benchmarks.noop_step")
+def noop_step(i: int) -> int:
+    return i
+
+
+@durable.step(name="benchmarks.stamp")
+def stamp(key: str) -> float:
+    """A step that records when it started (``<key>:stamp``)."""
+    return mark(key, "stamp")
+
+
+@durable.workflow(name="benchmarks.three_steps")
+def three_steps() -> int:
+    """Three no-op steps: the throughput and latency workflow."""
+    return sum(noop_step(i) for i in range(3))
+
+
+@durable.workflow(name="benchmarks.k_steps")
+def k_steps(k: int) -> int:
+    """``k`` no-op steps: the commit-count workflow (3 vs 10 steps)."""
+    return sum(noop_step(i) for i in range(k))
+
+
+@durable.workflow(name="benchmarks.replay", max_attempts=2, retry_backoff=0.0)
+def replay(key: str, k: int) -> float:
+    """``k`` no-op steps, then fail on attempt 1; attempt 2 replays them and stamps.
+
+    Marks: ``prerun`` (task_prerun, each attempt, just before the claim), ``body`` (attempt 2
+    body start, after claim and history load), ``first_done`` (attempt 1 after its k steps),
+    ``stamp`` (step k+1 starts).
+    """
+    ctx = WorkflowContext.current()
+    assert ctx is not None
+    if ctx.attempt > 1:
+        mark(key, "body")
+    for i in range(k):
+        noop_step(i)
+    if ctx.attempt == 1:
+        mark(key, "first_done")
+        raise RuntimeError("attempt 1 fails on purpose so that attempt 2 replays its steps")
+    return stamp(key)
+
+
+@durable.workflow(name="benchmarks.signalled")
+def signalled(key: str) -> float:
+    """Wait for signal ``go``, then run the stamp step."""
+    cd.wait_for_signal("go")
+    return stamp(key)
+
+
+@task_prerun.connect
+def _mark_replay_attempt(sender: Any = None, args: Any = None, **_: Any) -> None:
+    if sender is not None and sender.name == replay.name and args:
+        mark(str(args[0]), "prerun")
+
+
+@worker_ready.connect
+def _announce_ready(sender: Any = None, **_: Any) -> None:
+    # Celery logs its own "ready." at INFO; the benchmark workers run at WARNING.
+    logger.warning("%s ready.", getattr(sender, "hostname", "worker"))

@@ -1,0 +1,354 @@
+"""``python -m benchmarks``: set up a private queue/namespace/tables, run, report, clean up."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import redis
+from sqlalchemy.engine import make_url
+
+from benchmarks.workers import WorkerProcess, worker_command
+
+T = TypeVar("T")
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_RESULT_BACKEND = "redis://127.0.0.1:6379/1"
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How much of everything one run does."""
+
+    n: int
+    warmup: int
+    latency_samples: int
+    replay_steps: int
+    replay_reps: int
+    commit_workflows: int
+    idle_seconds: float
+    fill_runs: int
+    fill_steps_per_run: int
+    signal_samples: int
+    commit_attempts: int
+
+
+def scale_for(quick: bool, n: int | None, fill: int | None) -> Scale:
+    if quick:
+        base = Scale(100, 10, 10, 1000, 1, 20, 5.0, 20_000, 3, 5, 1)
+    else:
+        base = Scale(2000, 100, 100, 1000, 3, 300, 15.0, 1_000_000, 3, 100, 3)
+    return Scale(
+        **{
+            **asdict(base),
+            **({"n": n} if n else {}),
+            **({"fill_runs": fill} if fill is not None else {}),
+        }
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description="celery_durable vs plain Celery benchmarks"
+    )
+    parser.add_argument("--n", type=int, help="throughput batch size (default 2000, quick 100)")
+    parser.add_argument("--quick", action="store_true", help="tiny smoke run (about a minute)")
+    parser.add_argument(
+        "--json", type=Path, default=RESULTS / "latest.json", help="where to write the JSON"
+    )
+    parser.add_argument("--fill", type=int, help="finished runs to insert (default 1,000,000)")
+    parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
+    parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL, help="broker and timestamps")
+    parser.add_argument("--result-backend", default=DEFAULT_RESULT_BACKEND)
+    parser.add_argument(
+        "--log-dir", type=Path, default=RESULTS / "logs", help="worker logs go to DIR/<run id>/"
+    )
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="DIR",
+        help="record py-spy flame graphs of the durable worker's processes during the "
+        "empty-table durable throughput measurement into DIR (that figure is then perturbed)",
+    )
+    return parser.parse_args(argv)
+
+
+class Progress:
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        print(f"[{time.monotonic() - self.started:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def other_celery_workers(own_groups: set[int]) -> int:
+    """Celery worker processes on this machine that are not this run's (interference)."""
+    count = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+            pgid = os.getpgid(int(proc.name))
+        except OSError:
+            continue
+        if b"celery" in cmd and b" worker" in cmd and pgid not in own_groups:
+            count += 1
+    return count
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    scale = scale_for(args.quick, args.n, args.fill)
+    progress = Progress()
+    wall_start = time.time()
+    run_id = uuid.uuid4().hex[:8]
+    tag = f"celery_durable_bench_{run_id}"
+    prefix = f"bench_{run_id}_"
+    namespace = f"bench-{run_id}"
+    queue = f"celery_durable.bench.{run_id}"
+    database_url = (
+        make_url(args.database_url)
+        .update_query_dict({"application_name": tag})
+        .render_as_string(hide_password=False)
+    )
+    env = {
+        "BENCH_BROKER_URL": args.redis_url,
+        "BENCH_REDIS_URL": args.redis_url,
+        "BENCH_RESULT_BACKEND": args.result_backend,
+        "BENCH_QUEUE": queue,
+        "CELERY_DURABLE_DATABASE_URL": database_url,
+        "CELERY_DURABLE_TABLE_PREFIX": prefix,
+        "CELERY_DURABLE_NAMESPACE": namespace,
+        "CELERY_DURABLE_SIGNAL_QUEUE": f"{queue}.signals",
+    }
+    os.environ.update(env)
+    # Imported after the environment is set: the app reads it at import.
+    from benchmarks import app as bench
+    from benchmarks import measure
+    from benchmarks.db import Monitor
+    from benchmarks.report import (
+        METHODS,
+        build_figures,
+        build_targets,
+        machine_info,
+        render,
+        write_json,
+    )
+
+    log_dir = args.log_dir / run_id
+    log_dir.mkdir(parents=True, exist_ok=True)
+    rds = redis.Redis.from_url(args.redis_url, decode_responses=True)
+    progress(f"run {run_id}: namespace {namespace}, tables {prefix}*, queue {queue}")
+    monitor = Monitor(database_url, prefix, namespace)
+    b = measure.Bench(run_id=run_id, tag=tag, monitor=monitor, rds=rds)
+    machine = machine_info(monitor.server_info(), str(rds.info("server")["redis_version"]))
+    workers: list[WorkerProcess] = []
+    r: dict[str, Any] = {}
+
+    def start_worker(role: str) -> WorkerProcess:
+        worker = WorkerProcess(f"bench-{run_id}-{role}", env, log_dir)
+        workers.append(worker)
+        b.worker_groups.add(worker.proc.pid)
+        worker.wait_ready()
+        progress(f"worker {worker.name} ready (pid {worker.proc.pid})")
+        return worker
+
+    def step(name: str, fn: Callable[[], T], show: Callable[[T], str]) -> T:
+        value = fn()
+        progress(f"{name}: {show(value)}")
+        return value
+
+    def rate(x: dict[str, Any]) -> str:
+        return (
+            f"{x['rate_per_s']:.1f}/s ({x['n']} in {x['elapsed_s']:.2f}s; "
+            f"{x['cpu_cores_busy']:.2f} cores busy, {x['other_cores_busy']:.2f} by others)"
+        )
+
+    def lat(x: dict[str, Any]) -> str:
+        return f"p50 {x['p50_ms']:.1f} ms, p99 {x['p99_ms']:.1f} ms"
+
+    try:
+        bench.durable.migrate()
+        machine["other_celery_workers_start"] = other_celery_workers(set())
+        # -- plain Celery ------------------------------------------------------------------
+        plain = start_worker("plain")
+        measure.plain_tasks(b, scale.warmup)
+        measure.plain_chains(b, scale.warmup)
+        r["plain_tasks"] = step("plain tasks", lambda: measure.plain_tasks(b, scale.n), rate)
+        r["plain_chains"] = step("plain chains", lambda: measure.plain_chains(b, scale.n), rate)
+        measure.plain_latency(b, 5, chained=False)
+        r["plain_task_latency"] = step(
+            "plain task latency",
+            lambda: measure.plain_latency(b, scale.latency_samples, chained=False),
+            lat,
+        )
+        r["plain_chain_latency"] = step(
+            "plain chain latency",
+            lambda: measure.plain_latency(b, scale.latency_samples, chained=True),
+            lat,
+        )
+        plain.stop()
+        workers.remove(plain)
+        # -- durable -------------------------------------------------------------------------
+        durable = start_worker("durable")
+        measure.durable_throughput(b, scale.warmup)
+        with profiled(durable, args.py_spy):
+            r["durable_empty"] = step(
+                "durable throughput (empty tables)",
+                lambda: measure.durable_throughput(b, scale.n, checkpoint=True),
+                rate,
+            )
+        measure.durable_latency(5)
+        r["durable_latency"] = step(
+            "durable latency", lambda: measure.durable_latency(scale.latency_samples), lat
+        )
+        r["replay"] = step(
+            "replay",
+            lambda: measure.replay_cost(b, scale.replay_steps, scale.replay_reps),
+            lambda x: f"{x['median_replay_ms']:.1f} ms for {x['k']} steps",
+        )
+        r["signal_latency"] = step(
+            "signal -> resume", lambda: measure.signal_latency(b, scale.signal_samples), lat
+        )
+        r["commits"] = step(
+            "commits",
+            lambda: measure.commits_per_workflow(
+                b, scale.commit_workflows, scale.idle_seconds, scale.commit_attempts
+            ),
+            lambda x: (
+                f"{x['commits_per_workflow_3_steps']:.2f}/3-step workflow, "
+                f"{x['commits_per_step']:.2f}/step, {x['commits_per_workflow_fixed']:.2f} fixed"
+                f"{'' if x['clean'] else ' (NOT CLEAN)'}"
+            ),
+        )
+        fill_started = time.monotonic()
+        timings = monitor.fill_finished(
+            scale.fill_runs,
+            scale.fill_steps_per_run,
+            bench.three_steps.name,
+            bench.noop_step.name,
+            queue,
+        )
+        r["fill"] = {
+            "runs": scale.fill_runs,
+            "steps_per_run": scale.fill_steps_per_run,
+            **timings,
+            "seconds": time.monotonic() - fill_started,
+            "rows_after": monitor.row_counts(),
+            "sizes": monitor.table_sizes(),
+        }
+        progress(f"filled {scale.fill_runs:,} finished runs in {r['fill']['seconds']:.1f}s")
+        measure.durable_throughput(b, scale.warmup)
+        r["durable_filled"] = step(
+            f"durable throughput ({scale.fill_runs:,} finished runs)",
+            lambda: measure.durable_throughput(b, scale.n, checkpoint=True),
+            rate,
+        )
+        machine["other_celery_workers_end"] = other_celery_workers({w.proc.pid for w in workers})
+        durable.stop()
+        workers.remove(durable)
+    finally:
+        for worker in workers:
+            worker.stop()
+        cleanup(b, queue, bench.app)
+        bench.durable.store.dispose()
+        monitor.close()
+
+    machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    figures = build_figures(r)
+    by_name = {f.name: f for f in figures}
+    doc: dict[str, Any] = {
+        "schema": 1,
+        "run_id": run_id,
+        "started_at": wall_start,
+        "quick": args.quick,
+        "n": scale.n,
+        "scale": asdict(scale),
+        "machine": machine,
+        "settings": {
+            "worker_command": worker_command(f"bench-{run_id}-<role>")[1:],
+            "app": "benchmarks.app: Redis broker, Redis result backend, task_acks_late=True, "
+            "worker_prefetch_multiplier=1; durable defaults (lock_timeout 30 s, "
+            "poll_interval 1 s) with a private namespace, table prefix and signal queue",
+            "database_url": args.database_url,
+            "broker": args.redis_url,
+            "result_backend": args.result_backend,
+            "py_spy": str(args.py_spy) if args.py_spy else None,
+        },
+        "figures": {f.name: f.as_dict() for f in figures},
+        "targets": build_targets(by_name, r["commits"]["clean"]),
+        "methods": METHODS,
+        "raw": r,
+        "worker_logs": str(log_dir),
+        "runtime_s": time.time() - wall_start,
+        "json_path": str(args.json),
+    }
+    write_json(doc, args.json)
+    print(render(doc))
+    return 0
+
+
+@contextmanager
+def profiled(worker: WorkerProcess, out_dir: Path | None) -> Iterator[None]:
+    """With ``out_dir``: py-spy records the worker's main and pool processes meanwhile."""
+    if out_dir is None:
+        yield
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    roles = [("main", worker.proc.pid)] + [
+        (f"child{i}", pid) for i, pid in enumerate(worker.children())
+    ]
+    spies = [
+        subprocess.Popen(
+            ["py-spy", "record", "--pid", str(pid), "--rate", "200", "--nonblocking"]
+            + ["-o", str(out_dir / f"{worker.name}-{role}.svg")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for role, pid in roles
+    ]
+    try:
+        yield
+    finally:
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+        for spy in spies:
+            try:
+                spy.wait(30)
+            except subprocess.TimeoutExpired:
+                spy.kill()
+                spy.wait(5)
+
+
+def cleanup(b: Any, queue: str, app: Any) -> None:
+    """Drop the run's tables and delete its Redis keys (queues, timestamps, results)."""
+    try:
+        b.monitor.drop_tables()
+    except Exception as exc:  # noqa: BLE001 - clean-up reports and goes on
+        print(f"could not drop the tables: {exc}", file=sys.stderr)
+    try:
+        rds = b.rds
+        for pattern in (f"bench:{b.run_id}:*", f"{queue}*", f"_kombu.binding*.{queue}*"):
+            keys = list(rds.scan_iter(match=pattern, count=1000))
+            for i in range(0, len(keys), 500):
+                rds.delete(*keys[i : i + 500])
+        client = app.backend.client
+        ids = b.result_ids
+        for i in range(0, len(ids), 500):
+            client.delete(*(f"celery-task-meta-{x}" for x in ids[i : i + 500]))
+    except Exception as exc:  # noqa: BLE001
+        print(f"could not clean Redis up: {exc}", file=sys.stderr)

@@ -1,0 +1,217 @@
+"""Postgres access of the driver: monitoring, commit counters, the big fill, clean-up.
+
+Every statement runs on one autocommit psycopg connection tagged with the run's
+``application_name`` and is counted, so the commit measurements can subtract the driver's
+own transactions exactly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def libpq_url(sqlalchemy_url: str) -> str:
+    """A SQLAlchemy ``postgresql+psycopg://`` URL as a libpq URI."""
+    url = make_url(sqlalchemy_url).set(drivername="postgresql")
+    return url.render_as_string(hide_password=False)
+
+
+class Monitor:
+    """The driver's own database connection; ``queries`` counts its transactions."""
+
+    def __init__(self, url: str, prefix: str, namespace: str) -> None:
+        self.conn = psycopg.connect(libpq_url(url), autocommit=True)
+        self.prefix = prefix
+        self.namespace = namespace
+        self.runs = sql.Identifier(f"{prefix}runs")
+        self.steps = sql.Identifier(f"{prefix}steps")
+        self.queries = 0
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def execute(self, query: Any, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:
+        self.queries += 1
+        return self.conn.execute(query, params)
+
+    # -- cumulative statistics -----------------------------------------------------------
+
+    def commits(self) -> tuple[int, int]:
+        """(xact_commit, sessions) of this database; this backend's own stats are flushed
+        as soon as it is idle (``pg_stat_force_next_flush``)."""
+        row = self.execute(
+            "SELECT pg_stat_force_next_flush(), xact_commit, sessions "
+            "FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+        assert row is not None
+        return int(row[1]), int(row[2])
+
+    def foreign_sessions(self, since: float, tag: str) -> int:
+        """Client sessions of other programs that started or ran a statement since ``since``."""
+        row = self.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND backend_type = 'client backend' AND application_name IS DISTINCT FROM %s "
+            "AND (backend_start >= to_timestamp(%s) OR state_change >= to_timestamp(%s))",
+            (tag, since, since),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def own_new_sessions(self, since: float, tag: str) -> int:
+        row = self.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = %s AND backend_start >= to_timestamp(%s)",
+            (tag, since),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def wal_position(self) -> int:
+        """The WAL insert position in bytes (a WAL volume counter that needs no flush)."""
+        row = self.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    # -- runs ------------------------------------------------------------------------------
+
+    def unfinished(self, ids: Sequence[str]) -> list[str]:
+        """The ids among ``ids`` whose run has not finished (index lookups only)."""
+        if not ids:
+            return []
+        rows = self.execute(
+            sql.SQL(
+                "SELECT id FROM {} WHERE namespace = %s AND id = ANY(%s) "
+                "AND status NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"
+            ).format(self.runs),
+            (self.namespace, list(ids)),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def count_status(self, ids: Sequence[str], status: str) -> int:
+        row = self.execute(
+            sql.SQL(
+                "SELECT count(*) FROM {} WHERE namespace = %s AND id = ANY(%s) AND status = %s"
+            ).format(self.runs),
+            (self.namespace, list(ids), status),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def last_finished_at(self, ids: Sequence[str]) -> float:
+        """The database-clock time the last of ``ids`` finished (epoch seconds)."""
+        row = self.execute(
+            sql.SQL("SELECT max(finished_at) FROM {} WHERE namespace = %s AND id = ANY(%s)").format(
+                self.runs
+            ),
+            (self.namespace, list(ids)),
+        ).fetchone()
+        assert row is not None and row[0] is not None
+        return float(row[0])
+
+    def row_counts(self) -> dict[str, int]:
+        out = {}
+        for name, table in (("runs", self.runs), ("steps", self.steps)):
+            row = self.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
+            out[name] = int(row[0]) if row else 0
+        return out
+
+    # -- the 1M fill -----------------------------------------------------------------------
+
+    def fill_finished(
+        self, runs: int, steps_per_run: int, workflow: str, step: str, queue: str
+    ) -> dict[str, float]:
+        """Insert ``runs`` SUCCEEDED runs of ``steps_per_run`` steps each (INSERT ... SELECT
+        generate_series), then VACUUM ANALYZE both tables. Returns the seconds each took.
+
+        Run ``g`` was created at ``first + g * 10 ms`` (all in the past) and its id has the
+        layout of the ids the library generates (UUIDv7: time in ms, then random bits).
+        """
+        timings: dict[str, float] = {}
+        first = time.time() - 60.0 - runs * 0.01
+        created = "(%(first)s + g * 0.01)"
+        run_id = (
+            f"(lpad(to_hex(floor({created} * 1000)::bigint), 12, '0') || '7' || "
+            "substr(md5('fill' || g), 1, 3) || '8' || substr(md5('fill' || g), 4, 15))"
+            "::uuid::text"
+        )
+        started = time.perf_counter()
+        self.execute(
+            sql.SQL(
+                "INSERT INTO {} (namespace, id, name, status, queue, args, attempts, "
+                "max_attempts, retry_backoff, owner, fence, due_at, ready_at, dispatches, "
+                "wait_signal, result, error, cancel_requested, cancel_reason, created_at, "
+                "started_at, finished_at, updated_at) "
+                f"SELECT %(ns)s, {run_id}, %(name)s, 'SUCCEEDED', %(queue)s, "
+                "'[[],{{}}]', 1, 3, 5.0, NULL, 1, NULL, NULL, 1, NULL, %(result)s, NULL, false, "
+                f"NULL, {created}, {created} + 0.002, {created} + 0.008, {created} + 0.008 "
+                "FROM generate_series(1, %(n)s) AS g"
+            ).format(self.runs),
+            {
+                "ns": self.namespace,
+                "name": workflow,
+                "queue": queue,
+                "result": str(sum(range(steps_per_run))),
+                "first": first,
+                "n": runs,
+            },
+        )
+        timings["insert_runs_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        self.execute(
+            sql.SQL(
+                "INSERT INTO {} (namespace, run_id, idx, name, status, input, output, error, "
+                "created_at) "
+                f"SELECT %(ns)s, {run_id}, s, %(step)s, 'ok', "
+                "'[[' || s || '],{{}}]', s::text, NULL, "
+                f"{created} + 0.003 + s * 0.001 "
+                "FROM generate_series(1, %(n)s) AS g, generate_series(0, %(k)s - 1) AS s"
+            ).format(self.steps),
+            {"ns": self.namespace, "step": step, "first": first, "n": runs, "k": steps_per_run},
+        )
+        timings["insert_steps_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        self.execute(sql.SQL("VACUUM ANALYZE {}").format(self.runs))
+        self.execute(sql.SQL("VACUUM ANALYZE {}").format(self.steps))
+        timings["vacuum_analyze_s"] = time.perf_counter() - started
+        return timings
+
+    def table_sizes(self) -> dict[str, str]:
+        out = {}
+        for name in ("runs", "steps"):
+            row = self.execute(
+                "SELECT pg_size_pretty(pg_total_relation_size(%s))", (f"{self.prefix}{name}",)
+            ).fetchone()
+            out[name] = str(row[0]) if row else "?"
+        return out
+
+    def drop_tables(self) -> list[str]:
+        """Drop every table whose name starts with the run's prefix."""
+        rows = self.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+            "AND left(tablename, %s) = %s",
+            (len(self.prefix), self.prefix),
+        ).fetchall()
+        names = [r[0] for r in rows]
+        for name in names:
+            self.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+        return names
+
+    def server_info(self) -> dict[str, str]:
+        info = {}
+        for setting in (
+            "server_version",
+            "shared_buffers",
+            "synchronous_commit",
+            "fsync",
+            "wal_sync_method",
+            "autovacuum",
+            "max_connections",
+        ):
+            row = self.execute(sql.SQL("SHOW {}").format(sql.Identifier(setting))).fetchone()
+            info[setting] = str(row[0]) if row else "?"
+        return info

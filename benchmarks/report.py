@@ -1,0 +1,323 @@
+"""Figures, ratios to plain Celery, targets, the printed table and the JSON document."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Measurement tolerance of the commit counts (idle-rate subtraction), stated in the output.
+COMMIT_TOLERANCE = 0.05
+
+METHODS = {
+    "throughput": (
+        "N started back to back with .delay() after a short warm-up, one measurement. Clock: "
+        "from just before the first .delay() to the last completion: the latest date_done of "
+        "the plain results (stored by the worker), the latest finished_at of the durable runs "
+        "(database clock, same host). The driver waits with AsyncResult joins (plain) or by "
+        "polling the runs table for the batch's unfinished ids (durable). Each durable "
+        "measurement starts with a CHECKPOINT (after its warm-up), so that neither the empty "
+        "nor the filled measurement pays for flushing earlier writes (the fill's)."
+    ),
+    "cpu": (
+        "CPU seconds from /proc between start and the driver seeing the last result, per "
+        "item: driver (this process), worker (benchmark worker process groups), postgres "
+        "(all its processes), redis, other (everything else: interference, kernel threads)."
+    ),
+    "latency": (
+        "One at a time after a warm-up: start, then AsyncResult.get() (plain, Redis pub/sub) "
+        "or handle.get() (durable, LISTEN/NOTIFY); driver perf_counter."
+    ),
+    "replay": (
+        "Workflow of K no-op steps that raises on attempt 1 (max_attempts=2, retry_backoff=0); "
+        "the sweeper republishes it and attempt 2 replays K steps from history. Time from "
+        "attempt 2's task_prerun (worker time.time(), just before the claim UPDATE) to the "
+        "start of step K+1 (worker time.time() written to Redis). Median of the repetitions."
+    ),
+    "commits": (
+        "pg_stat_database.xact_commit deltas (read-only transactions count too). Each window "
+        "starts after every backend flushed its statistics and ends 11 s after the workload "
+        "(PG15 flushes idle backends within 10 s). Subtracted: the driver's own monitoring "
+        "transactions (counted) and the idle rate (sweeper, heartbeat) measured with the "
+        "workers idle before and after, times the window length. Includes the driver's "
+        "INSERT of each run. per step = (c10 - c3) / 7; fixed = c3 - 3 x per step."
+    ),
+    "fill": (
+        "INSERT ... SELECT generate_series of SUCCEEDED runs (due_at NULL, ids in the "
+        "library's time-ordered UUIDv7 layout, created 10 ms apart in the past) "
+        "with their steps into the run's own namespace and tables, then VACUUM ANALYZE, then "
+        "the durable throughput measurement again on the same worker."
+    ),
+    "signal": (
+        "Start the signal workflow, poll until WAITING, then from just before handle.signal() "
+        "(driver time.time()) to the start of the next step (worker time.time() via Redis)."
+    ),
+}
+
+
+@dataclass
+class Figure:
+    name: str
+    label: str
+    value: float
+    unit: str
+    vs_plain_task: float | None = None
+    vs_plain_chain: float | None = None
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "value": self.value,
+            "unit": self.unit,
+            "vs_plain_task": self.vs_plain_task,
+            "vs_plain_chain": self.vs_plain_chain,
+            "note": self.note,
+        }
+
+
+def build_figures(r: dict[str, Any]) -> list[Figure]:
+    """The figures of a run's raw results ``r``, each with its ratio to plain Celery."""
+    task_tps = r["plain_tasks"]["rate_per_s"]
+    chain_tps = r["plain_chains"]["rate_per_s"]
+    task_lat = r["plain_task_latency"]
+    fill = r["fill"]["runs"]
+    figures = [
+        Figure("plain_task_throughput", "plain task throughput", task_tps, "tasks/s", 1.0),
+        Figure(
+            "plain_chain_throughput",
+            "plain 3-task chain throughput",
+            chain_tps,
+            "chains/s",
+            chain_tps / task_tps,
+            1.0,
+        ),
+    ]
+    for name, label, key, note in (
+        ("durable_throughput", "durable 3-step throughput", "durable_empty", "empty tables"),
+        (
+            "durable_throughput_filled",
+            f"durable 3-step throughput, {fill:,} finished runs",
+            "durable_filled",
+            f"{r['durable_filled']['rate_per_s'] / r['durable_empty']['rate_per_s']:.2f} x empty",
+        ),
+    ):
+        tps = r[key]["rate_per_s"]
+        figures.append(
+            Figure(name, label, tps, "workflows/s", tps / task_tps, tps / chain_tps, note)
+        )
+    for name, label, key in (
+        ("plain_task_latency", "plain task latency", "plain_task_latency"),
+        ("plain_chain_latency", "plain 3-task chain latency", "plain_chain_latency"),
+        ("durable_latency", "durable 3-step latency", "durable_latency"),
+        ("signal_resume_latency", "signal -> resume latency", "signal_latency"),
+    ):
+        for q in ("p50", "p99"):
+            value = r[key][f"{q}_ms"]
+            figures.append(
+                Figure(f"{name}_{q}", f"{label} {q}", value, "ms", value / task_lat[f"{q}_ms"])
+            )
+    replay = r["replay"]
+    figures.append(
+        Figure(
+            "replay_ms",
+            f"replay of {replay['k']:,} finished steps",
+            replay["median_replay_ms"],
+            "ms",
+            replay["median_replay_ms"] / task_lat["p50_ms"],
+            note=(
+                f"claim+history {replay['median_claim_and_load_history_ms']:.1f} ms, "
+                f"replay loop {replay['median_replay_loop_ms']:.1f} ms"
+            ),
+        )
+    )
+    commits = r["commits"]
+    clean = "" if commits["clean"] else "NOT CLEAN: other sessions were active"
+    for name, label, unit in (
+        ("commits_per_workflow_3_steps", "DB commits per 3-step workflow", "commits"),
+        ("commits_per_workflow_10_steps", "DB commits per 10-step workflow", "commits"),
+        ("commits_per_step", "DB commits per finished step (marginal)", "commits"),
+        ("commits_per_workflow_fixed", "DB commits per workflow beyond steps", "commits"),
+    ):
+        figures.append(Figure(name, label, commits[name], unit, note=clean or "plain: 0"))
+    return figures
+
+
+def build_targets(figures: dict[str, Figure], commits_clean: bool) -> list[dict[str, Any]]:
+    def target(
+        name: str, value: float, op: str, threshold: float, slack: float = 0.0, note: str = ""
+    ) -> dict[str, Any]:
+        ok = {
+            ">=": value >= threshold - slack,
+            "<=": value <= threshold + slack,
+            "<": value < threshold,
+        }[op]
+        return {
+            "target": name,
+            "value": value,
+            "op": op,
+            "threshold": threshold,
+            "pass": ok,
+            "note": note,
+        }
+
+    durable = figures["durable_throughput"]
+    unclean = "" if commits_clean else "other sessions were active: not clean"
+    return [
+        target(
+            "durable 3-step throughput / plain task throughput",
+            durable.vs_plain_task or 0,
+            ">=",
+            0.8,
+        ),
+        target(
+            "durable 3-step throughput / plain 3-task chain throughput",
+            durable.vs_plain_chain or 0,
+            ">=",
+            3.0,
+        ),
+        target(
+            "DB commits per finished step",
+            figures["commits_per_step"].value,
+            "<=",
+            1.0,
+            COMMIT_TOLERANCE,
+            unclean,
+        ),
+        target(
+            "DB commits per workflow beyond its steps",
+            figures["commits_per_workflow_fixed"].value,
+            "<=",
+            3.0,
+            COMMIT_TOLERANCE,
+            unclean,
+        ),
+        target("replay of 1,000 finished steps (ms)", figures["replay_ms"].value, "<=", 50.0),
+        target(
+            "throughput with finished runs / empty",
+            figures["durable_throughput_filled"].value / durable.value,
+            ">=",
+            0.9,
+        ),
+        target("signal -> resume p50 (ms)", figures["signal_resume_latency_p50"].value, "<", 100.0),
+    ]
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}"
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The human-readable report."""
+    lines = []
+    m = doc["machine"]
+    lines.append(
+        f"machine: {m['nproc']} cores, {m['cpu_model']}, Postgres {m['postgres']['server_version']}"
+        f" (synchronous_commit={m['postgres']['synchronous_commit']}, "
+        f"autovacuum={m['postgres']['autovacuum']}), Redis {m['redis_version']}, "
+        f"Python {m['python']}, Celery {m['celery']}"
+    )
+    lines.append(
+        f"workers: {' '.join(doc['settings']['worker_command'][1:])}  "
+        f"(acks_late, prefetch multiplier 1, Redis broker; load avg at start {m['loadavg_start']})"
+    )
+    lines.append(f"scale: n={doc['n']}{' (quick)' if doc['quick'] else ''}")
+    if doc["settings"].get("py_spy"):
+        lines.append(
+            f"py-spy flame graphs in {doc['settings']['py_spy']}: the empty-table durable "
+            "throughput was measured under profiling and is perturbed"
+        )
+    lines.append("")
+    width = max(len(f["label"]) for f in doc["figures"].values())
+    header = f"{'figure':<{width}} {'value':>12} {'unit':<12} {'vs task':>8} {'vs chain':>8}  note"
+    lines.append(header)
+    lines.append("-" * len(header))
+    for f in doc["figures"].values():
+        lines.append(
+            f"{f['label']:<{width}} {_fmt(f['value']):>12} {f['unit']:<12} "
+            f"{_fmt(f['vs_plain_task']):>8} {_fmt(f['vs_plain_chain']):>8}  {f['note']}"
+        )
+    lines.append("")
+    lines.append(
+        "ratios: throughput vs plain task and vs plain chain throughput; latencies and "
+        "replay vs plain task latency (p50 vs p50, p99 vs p99)"
+    )
+    lines.append("")
+    lines.append("CPU per item, ms (driver / worker / postgres / redis / other), cores busy:")
+    raw = doc["raw"]
+    for key, label in (
+        ("plain_tasks", "plain task"),
+        ("plain_chains", "plain 3-task chain"),
+        ("durable_empty", "durable 3-step, empty"),
+        ("durable_filled", "durable 3-step, filled"),
+    ):
+        x = raw[key]
+        c = x["cpu_ms_per_item"]
+        parts = " / ".join(
+            f"{c[k]:.2f}" for k in ("driver", "worker", "postgres", "redis", "other")
+        )
+        wal = (
+            f", WAL {x['wal_bytes_per_item'] / 1024:.1f} KiB/item"
+            if "wal_bytes_per_item" in x
+            else ""
+        )
+        lines.append(
+            f"  {label:<24} {parts}  ({x['cpu_cores_busy']:.2f} cores, "
+            f"{x['other_cores_busy']:.2f} by others{wal})"
+        )
+    busy = max(
+        raw[k]["other_cores_busy"]
+        for k in ("plain_tasks", "plain_chains", "durable_empty", "durable_filled")
+    )
+    if busy > 0.1:
+        lines.append(
+            f"  WARNING: other processes used up to {busy:.2f} cores during a measurement; "
+            "throughput figures are disturbed"
+        )
+    lines.append("")
+    lines.append("targets:")
+    for t in doc["targets"]:
+        verdict = "PASS" if t["pass"] else "FAIL"
+        lines.append(
+            f"  [{verdict}] {t['target']}: {_fmt(t['value'])} {t['op']} {_fmt(t['threshold'])}"
+            + (f"  ({t['note']})" if t["note"] else "")
+        )
+    lines.append(f"  (commit targets allow a measurement tolerance of {COMMIT_TOLERANCE})")
+    lines.append("")
+    lines.append(f"total runtime: {doc['runtime_s']:.0f} s; JSON: {doc.get('json_path', '-')}")
+    return "\n".join(lines)
+
+
+def machine_info(postgres: dict[str, str], redis_version: str) -> dict[str, Any]:
+    import celery
+
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_model": model,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "celery": celery.__version__,
+        "postgres": postgres,
+        "redis_version": redis_version,
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def write_json(doc: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")

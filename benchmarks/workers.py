@@ -1,0 +1,114 @@
+"""Benchmark worker subprocesses and deadline-bounded polling."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parents[1]
+APP_MODULE = "benchmarks.app"
+
+
+def worker_command(name: str) -> list[str]:
+    """The one worker command line every compared system runs with."""
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        APP_MODULE,
+        "worker",
+        "-P",
+        "prefork",
+        "-c",
+        "2",
+        "-n",
+        f"{name}@%h",
+        "--loglevel=WARNING",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    ]
+
+
+def wait_until(
+    condition: Callable[[], T],
+    timeout: float,
+    interval: float = 0.01,
+    what: str | Callable[[], str] = "condition",
+) -> T:
+    """Return the first truthy ``condition()``; raise TimeoutError after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            text = what() if callable(what) else what
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {text}")
+        time.sleep(interval)
+
+
+class WorkerProcess:
+    """One ``celery worker`` in its own session (process group); logs to ``log_path``."""
+
+    def __init__(self, name: str, env: Mapping[str, str], log_dir: Path) -> None:
+        self.name = name
+        self.command = worker_command(name)
+        self.log_path = log_dir / f"{name}.log"
+        self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            self.command,
+            cwd=ROOT,
+            env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 60.0) -> WorkerProcess:
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker {self.name} exited early:\n{self.log()[-4000:]}")
+            return " ready." in self.log()
+
+        wait_until(ready, timeout, 0.05, lambda: f"worker {self.name}; log:\n{self.log()[-4000:]}")
+        return self
+
+    def children(self) -> list[int]:
+        """Pids of the pool processes (for py-spy)."""
+        path = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        try:
+            return [int(pid) for pid in path.read_text().split()]
+        except OSError:
+            return []
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM the process group (warm shutdown), SIGKILL it after ``timeout`` s."""
+        try:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    pass
+            # Whatever is left of the group (pool children) goes too.
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+        finally:
+            self._log.close()
