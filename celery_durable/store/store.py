@@ -49,7 +49,6 @@ from ..errors import ConfigurationError
 
 try:  # the Postgres driver is optional: SQLite needs none
     import psycopg
-    from psycopg.rows import namedtuple_row
 except ImportError:  # pragma: no cover - exercised only without the postgres extra
     psycopg = None  # type: ignore[assignment]
 from .schema import ACTIVE_STATUSES, FINISHED_STATUSES, Tables, build_tables
@@ -173,6 +172,7 @@ class Store:
         self.notify_channel = f"{table_prefix}events"
         self._engine: Engine | None = None
         self._compiled: dict[int, tuple[str, dict[str, Any]]] = {}
+        self._local = threading.local()
         self._pid = -1
         self._lock = threading.Lock()
         _STORES.add(self)
@@ -182,6 +182,7 @@ class Store:
         # Another thread may have held the lock at fork time: the child gets a fresh one,
         # and must not touch the parent's pooled sockets.
         self._lock = threading.Lock()
+        self._local = threading.local()  # psycopg never closes a parent's socket on GC
         if self._engine is not None:
             self._engine.dispose(close=False)
         self._engine = None
@@ -258,6 +259,10 @@ class Store:
                 yield conn
 
     def dispose(self) -> None:
+        held = getattr(self._local, "held", None)
+        if held is not None and held[0] == os.getpid():
+            held[1].close()
+        self._local.held = None
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
@@ -587,29 +592,40 @@ class Store:
             where=where,
         )
 
-    def _one(self, stmt: Any, params: dict[str, Any]) -> Any:
-        """Run one hot-path statement and return its first row (or None).
+    def _one(self, stmt: Any, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """Run one hot-path statement and return its first row as a tuple (or None).
 
-        On Postgres the statement goes straight to psycopg, compiled once: SQLAlchemy's
-        per-execute work costs about a third of a step's write. SQLite takes the regular
-        path, in a BEGIN IMMEDIATE transaction.
+        On Postgres the statement goes straight to psycopg, compiled once, on a connection
+        each thread keeps: SQLAlchemy's per-execute work and a pool checkout would cost
+        about a third of a step's write. SQLite takes the regular path, in a
+        BEGIN IMMEDIATE transaction.
         """
         if not self.is_postgres:
             with self._write() as conn:
-                return conn.execute(stmt, params).first()
+                row = conn.execute(stmt, params).first()
+                return None if row is None else tuple(row)
         compiled = self._compiled.get(id(stmt))
         if compiled is None:
             done = stmt.compile(dialect=self.engine.dialect)
             compiled = self._compiled[id(stmt)] = (str(done), dict(done.params))
         sql, defaults = compiled
-        with self.engine.connect() as conn:
-            driver: Any = conn.connection.driver_connection
-            try:
-                cursor = driver.cursor(row_factory=namedtuple_row)
-                return cursor.execute(sql, {**defaults, **params}).fetchone()
-            except psycopg.OperationalError:
-                conn.invalidate()  # a dead connection must not go back to the pool
-                raise
+        driver = self._held_connection()
+        try:
+            return driver.execute(sql, {**defaults, **params}).fetchone()  # type: ignore[no-any-return]
+        except psycopg.OperationalError:
+            self._local.held = None  # reconnect on the next call
+            driver.close()
+            raise
+
+    def _held_connection(self) -> Any:
+        """This thread's autocommit psycopg connection (a forked child opens its own)."""
+        held = getattr(self._local, "held", None)
+        if held is not None and held[0] == os.getpid() and not held[1].closed:
+            return held[1]
+        url = self.url.set(drivername="postgresql")
+        driver = psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
+        self._local.held = (os.getpid(), driver)
+        return driver
 
     # -- start ---------------------------------------------------------------------------
 
@@ -637,14 +653,8 @@ class Store:
         row = self._one(self._claim_run, _p({"run_id": run_id, "owner": owner, "lease": lease}))
         if row is None:
             return None
-        return Claim(
-            row.fence,
-            row.attempts,
-            row.max_attempts,
-            row.retry_backoff,
-            row.args,
-            bool(row.has_steps),
-        )
+        fence, attempts, max_attempts, retry_backoff, args, has_steps = row
+        return Claim(fence, attempts, max_attempts, retry_backoff, args, bool(has_steps))
 
     def load_steps(self, run_id: str) -> dict[int, StepRecord]:
         with self.engine.connect() as conn:
