@@ -117,6 +117,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
         )
         config = durable.config
         queue = options.get("queue") or definition.queue
+        start_delay = _start_delay(options.pop("countdown", None), options.pop("eta", None))
         run = NewRun(
             id=run_id,
             name=definition.name,
@@ -129,6 +130,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 else definition.retry_backoff
             ),
             dispatch_grace=config.dispatch_grace,
+            start_delay=start_delay,
         )
         bind = connection.connection() if isinstance(connection, Session) else connection
         if not durable.store.insert_run(run, bind):
@@ -138,6 +140,8 @@ class WorkflowTask(Task):  # type: ignore[misc]
         if queue:
             options["queue"] = queue
         handle = WorkflowHandle(durable, run_id, definition.name)
+        if start_delay is not None:
+            return handle  # the sweeper publishes it when due: no long ETA message
         if connection is None:
             self._publish_started(args, kwargs, run_id, options)
         else:
@@ -168,6 +172,24 @@ class WorkflowTask(Task):  # type: ignore[misc]
         if request.called_directly:
             return self.definition.fn(*args, **kwargs)
         return execute(self.durable, self.definition, request)
+
+
+def _start_delay(countdown: Any, eta: Any) -> float | None:
+    """countdown/eta become a start time kept in the database, never an ETA message."""
+    if countdown is not None and eta is not None:
+        raise ValueError("pass countdown or eta, not both")
+    if countdown is not None:
+        if not isinstance(countdown, int | float) or countdown != countdown:
+            raise TypeError(f"countdown must be a number of seconds, got {countdown!r}")
+        return float(countdown) if countdown > 0 else None
+    if eta is not None:
+        if not isinstance(eta, dt.datetime):
+            raise TypeError(f"eta must be a datetime, got {type(eta).__name__}")
+        if eta.tzinfo is None:
+            eta = eta.replace(tzinfo=dt.timezone.utc)
+        delay = (eta - dt.datetime.now(dt.timezone.utc)).total_seconds()
+        return delay if delay > 0 else None
+    return None
 
 
 def time_ordered_id() -> str:

@@ -295,3 +295,14 @@ def test_generated_workflow_ids_are_time_ordered_uuids():
     second = time_ordered_id()
     assert uuid.UUID(first).version == 7 and uuid.UUID(second).version == 7
     assert first < second and first != second
+
+
+def test_countdown_is_kept_in_the_database_not_in_an_eta_message(basic_app, shared_worker, key):
+    handle = basic_app.context_probe.apply_async(args=(key,), countdown=1.0)
+    record = handle.record()
+    assert record.status == "PENDING" and record.due_at is not None
+    assert handle.get(timeout=30)["id"] == handle.id
+    record = handle.record()
+    assert record.started_at - record.created_at >= 1.0  # database clock
+    with pytest.raises(ValueError, match="countdown or eta"):
+        basic_app.context_probe.apply_async(args=(key,), countdown=1, eta=object())

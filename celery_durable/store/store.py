@@ -25,6 +25,7 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Engine,
+    Float,
     and_,
     bindparam,
     case,
@@ -75,6 +76,8 @@ class NewRun:
     max_attempts: int
     retry_backoff: float
     dispatch_grace: float
+    # Seconds before the run may start (countdown/eta): the sweeper publishes it then.
+    start_delay: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,6 +287,7 @@ class Store:
         run_is = and_(ns, runs.c.id == bindparam("p_run_id"))
         fenced = and_(run_is, runs.c.fence == bindparam("p_fence"), runs.c.status == "RUNNING")
 
+        start_delay = bindparam("p_start_delay", type_=Float)
         self._insert_run = (
             self._insert(runs)
             .values(
@@ -297,7 +301,8 @@ class Store:
                 max_attempts=bindparam("p_max_attempts"),
                 retry_backoff=bindparam("p_retry_backoff"),
                 fence=0,
-                due_at=now + bindparam("p_grace"),
+                ready_at=case((start_delay.is_(None), None), else_=now + start_delay),
+                due_at=now + func.coalesce(start_delay, bindparam("p_grace")),
                 dispatches=0,
                 cancel_requested=False,
                 created_at=now,
@@ -640,6 +645,7 @@ class Store:
                 "max_attempts": run.max_attempts,
                 "retry_backoff": run.retry_backoff,
                 "grace": run.dispatch_grace,
+                "start_delay": run.start_delay,
             }
         )
         if connection is not None:
