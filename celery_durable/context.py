@@ -37,6 +37,11 @@ class WorkflowContext:
     history: dict[int, StepRecord]
     next_index: int = 0
     in_step: bool = False
+    # Set once the body must stop (suspended, lease lost, cancelled): steps and waits in
+    # the user's finally/with blocks re-raise it instead of running.
+    stopping: BaseException | None = None
+    # The last step failure the body raised: (index, exception).
+    failed_step: tuple[int, BaseException] | None = None
 
     @classmethod
     def current(cls) -> WorkflowContext | None:
@@ -52,6 +57,16 @@ class WorkflowContext:
     def replaying(self) -> bool:
         """True while the body is re-executing steps that history already holds."""
         return self.next_index in self.history
+
+    def stop(self, exc: BaseException) -> BaseException:
+        """Remember why the body stops; returns ``exc`` for ``raise ctx.stop(...)``."""
+        if self.stopping is None:
+            self.stopping = exc
+        return self.stopping
+
+    def check_stopping(self) -> None:
+        if self.stopping is not None:
+            raise self.stopping
 
     def take_index(self) -> int:
         index = self.next_index

@@ -120,3 +120,8 @@ class Suspended(BaseException):  # noqa: N818
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class StoreUnavailable(BaseException):  # noqa: N818
+    """Internal: a database write failed inside the body; ``except Exception`` in workflow
+    code must not swallow it. The run is left to its lease: the sweeper resumes it."""

@@ -54,7 +54,7 @@ def encode_arguments(
     labelled = list(zip(names, args, strict=True)) + list(kwargs.items())
     for name, value in labelled:
         try:
-            _dumps(value)
+            _dumps_sorted(value)
         except (TypeError, ValueError) as exc:
             raise TypeError(
                 f"argument {name!r} of {owner} is not JSON serialisable ({_describe(value)}): {exc}"

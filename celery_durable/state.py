@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import serialization
 from .errors import UnknownQuery, WorkflowNotFound
-from .step import stop_writing
+from .step import stop_writing, store_guard
 from .waits import require_context
 
 if TYPE_CHECKING:
@@ -29,13 +29,16 @@ DEFAULT_KEY = "state"
 def set_state(value: Any, key: str = DEFAULT_KEY) -> None:
     """Record ``value`` under ``key`` for ``handle.query(key)``; the latest value wins."""
     ctx = require_context("set_state")
+    ctx.check_stopping()
     if not isinstance(key, str) or not key or len(key) > 255:
         raise ValueError(f"set_state(key) must be a non-empty string, got {key!r}")
     try:
         encoded = serialization.dumps(value)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"set_state({key!r}): the value is not JSON serialisable: {exc}") from None
-    if not ctx.durable.store.set_state(ctx.workflow_id, ctx.fence, key, encoded):
+    with store_guard(ctx):
+        stored = ctx.durable.store.set_state(ctx.workflow_id, ctx.fence, key, encoded)
+    if not stored:
         stop_writing(ctx)
 
 

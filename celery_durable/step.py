@@ -13,12 +13,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar
 
 from . import serialization
 from .context import WorkflowContext
-from .errors import LeaseLost, NonDeterminismError, PermanentError, WorkflowCancelled
+from .errors import (
+    LeaseLost,
+    NonDeterminismError,
+    PermanentError,
+    StoreUnavailable,
+    WorkflowCancelled,
+)
 from .store.store import CANCELLED, LEASE_LOST, RECORDED, StepRecord
 
 if TYPE_CHECKING:
@@ -50,7 +57,9 @@ class Step(Generic[P, R]):
         if max_attempts < 1:
             raise ValueError(f"step {name}: max_attempts must be at least 1, got {max_attempts}")
         if backoff < 0 or max_backoff < 0:
-            raise ValueError(f"step {name}: backoff and max_backoff must not be negative")
+            raise ValueError(
+                f"step {name}: backoff={backoff} and max_backoff={max_backoff} must not be negative"
+            )
         self.durable = durable
         self.fn = fn
         self.name = name
@@ -85,6 +94,7 @@ class Step(Generic[P, R]):
         return float(min(self.backoff * (2 ** (attempt - 1)), self.max_backoff))
 
     def _run_in(self, ctx: WorkflowContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        ctx.check_stopping()
         index = ctx.take_index()
         step_input = serialization.encode_arguments(f"step {self.name}", self.fn, args, kwargs)
         recorded = ctx.history.get(index)
@@ -92,8 +102,9 @@ class Step(Generic[P, R]):
             check_replay(ctx, index, recorded, self.name, step_input)
             if recorded.status == "ok":
                 return serialization.loads(recorded.output)  # type: ignore[no-any-return,arg-type]
-            if recorded.status == "error" and max(ctx.history) > index:
-                # The workflow caught this failure and went on: replay the same exception.
+            if recorded.status == "error":
+                # A failure that did not end an attempt (the body caught it) is final:
+                # replay the same exception. Only "retry" rows run again.
                 raise serialization.rebuild_exception(self.name, recorded.error or "{}")
         return self._execute(ctx, index, step_input, args, kwargs)
 
@@ -131,6 +142,7 @@ class Step(Generic[P, R]):
                         index, self.name, "error", step_input, None, serialization.encode_error(exc)
                     ),
                 )
+                ctx.failed_step = (index, exc)
                 raise
             finally:
                 ctx.in_step = False
@@ -172,16 +184,28 @@ def _clip(text: str, limit: int = 200) -> str:
 
 def stop_writing(ctx: WorkflowContext) -> NoReturn:
     """A fenced write failed: raise WorkflowCancelled or LeaseLost, whichever is true."""
-    run = ctx.durable.store.get_run(ctx.workflow_id)
+    with store_guard(ctx):
+        run = ctx.durable.store.get_run(ctx.workflow_id)
     if run is not None and run.fence == ctx.fence and run.cancel_requested:
-        raise WorkflowCancelled(ctx.workflow_id, run.cancel_reason)
-    raise LeaseLost(f"run {ctx.workflow_id!r} is no longer owned by this worker")
+        raise ctx.stop(WorkflowCancelled(ctx.workflow_id, run.cancel_reason))
+    raise ctx.stop(LeaseLost(f"run {ctx.workflow_id!r} is no longer owned by this worker"))
+
+
+@contextmanager
+def store_guard(ctx: WorkflowContext) -> Iterator[None]:
+    """A database error inside the body becomes StoreUnavailable, which user code's
+    ``except Exception`` can't swallow; the run is then left to its lease."""
+    try:
+        yield
+    except Exception as exc:
+        stopped = StoreUnavailable(f"run {ctx.workflow_id!r}: the store failed: {exc!r}")
+        raise ctx.stop(stopped) from exc
 
 
 def record(ctx: WorkflowContext, step: StepRecord) -> StepRecord:
     """Persist a step under the run's fencing token; stop the body if the lease is gone."""
-    store = ctx.durable.store
-    outcome = store.record_step(ctx.workflow_id, ctx.fence, step)
+    with store_guard(ctx):
+        outcome = ctx.durable.store.record_step(ctx.workflow_id, ctx.fence, step)
     if outcome == RECORDED:
         ctx.history[step.idx] = step
         return step

@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from types import TracebackType
@@ -55,7 +56,8 @@ class NotifyWaiter(Waiter):
     def __enter__(self) -> NotifyWaiter:
         conns: dict[str, Any] = getattr(self._local, "conns", None) or {}
         self._local.conns = conns
-        key = f"{self.store.url}|{self.store.notify_channel}"
+        # Keyed by pid: a forked child must not reuse (and later close) the parent's socket.
+        key = f"{os.getpid()}|{self.store.url}|{self.store.notify_channel}"
         conn = conns.get(key)
         if conn is not None and (conn.closed or conn.info.backend_pid is None):
             conn = None

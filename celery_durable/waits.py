@@ -21,7 +21,7 @@ from typing import Any
 from . import serialization
 from .context import WorkflowContext
 from .errors import Suspended
-from .step import check_replay, record, stop_writing
+from .step import check_replay, record, stop_writing, store_guard
 from .store.store import CANCELLED, LEASE_LOST, SIGNALLED, StepRecord
 
 SLEEP_STEP = "celery_durable.sleep"
@@ -53,6 +53,7 @@ def wait_step(
 
     Returns the signal's payload, or None once the deadline has passed.
     """
+    ctx.check_stopping()
     store = ctx.durable.store
     index = ctx.take_index()
     recorded = ctx.history.get(index)
@@ -63,17 +64,21 @@ def wait_step(
             return serialization.loads(recorded.output or "null")
         deadline = serialization.loads(recorded.output or "{}").get("deadline")
     elif timeout is not None:
-        deadline = store.now() + max(0.0, timeout)
+        with store_guard(ctx):
+            deadline = store.now() + max(0.0, timeout)
     step = StepRecord(index, step_name, "ok", step_input, None, None)
     while True:
         if signal is not None:
-            payload = store.consume_signal(ctx.workflow_id, ctx.fence, signal, step)
+            with store_guard(ctx):
+                payload = store.consume_signal(ctx.workflow_id, ctx.fence, signal, step)
             if payload in (LEASE_LOST, CANCELLED):
                 stop_writing(ctx)
             if payload is not None:
                 ctx.history[index] = StepRecord(index, step_name, "ok", step_input, payload, None)
                 return serialization.loads(payload)
-        if deadline is not None and store.now() >= deadline:
+        with store_guard(ctx):
+            due = deadline is not None and store.now() >= deadline
+        if due:
             record(ctx, StepRecord(index, step_name, "ok", step_input, "null", None))
             return None
         waiting = StepRecord(
@@ -84,14 +89,15 @@ def wait_step(
             serialization.dumps({"deadline": deadline}),
             None,
         )
-        outcome = store.suspend_run(ctx.workflow_id, ctx.fence, waiting, signal, deadline)
+        with store_guard(ctx):
+            outcome = store.suspend_run(ctx.workflow_id, ctx.fence, waiting, signal, deadline)
         if outcome == SIGNALLED:
             continue  # a signal arrived between our look and the suspension: take it
         if outcome in (LEASE_LOST, CANCELLED):
             stop_writing(ctx)
         what = f"signal {signal!r}" if signal is not None else "its timer"
         until = "" if deadline is None else f" until {_iso(deadline)}"
-        raise Suspended(f"waiting for {what}{until}")
+        raise ctx.stop(Suspended(f"waiting for {what}{until}"))
 
 
 def _iso(timestamp: float) -> str:

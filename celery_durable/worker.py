@@ -17,11 +17,13 @@ import socket
 import threading
 import uuid
 import weakref
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
 
 from . import serialization
+from .store.schema import FINISHED_STATUSES
 
 if TYPE_CHECKING:
     from .extension import Durable
@@ -47,7 +49,7 @@ class LeaseKeeper:
         self.durable = durable
         self._pid = -1
         self._owner = ""
-        self._runs: set[str] = set()
+        self._runs: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -63,7 +65,7 @@ class LeaseKeeper:
     def _reset_after_fork(self) -> None:
         self._pid = os.getpid()
         self._owner = f"{socket.gethostname()}:{self._pid}:{uuid.uuid4().hex[:8]}"
-        self._runs = set()
+        self._runs = Counter()
         self._thread = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -71,7 +73,7 @@ class LeaseKeeper:
     def track(self, run_id: str) -> None:
         self.owner  # noqa: B018 - resets state in a freshly forked child
         with self._lock:
-            self._runs.add(run_id)
+            self._runs[run_id] += 1
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._beat, name="celery_durable-heartbeat", daemon=True
@@ -80,7 +82,9 @@ class LeaseKeeper:
 
     def untrack(self, run_id: str) -> None:
         with self._lock:
-            self._runs.discard(run_id)
+            self._runs[run_id] -= 1
+            if self._runs[run_id] <= 0:
+                del self._runs[run_id]
 
     def running(self) -> list[str]:
         with self._lock:
@@ -172,13 +176,22 @@ class Sweeper:
                     "attempt": None,
                     "step_index": None,
                 }
-                if run.status == "FAILED":
-                    logger.error(
-                        "workflow %s run %s failed: its worker was lost on the last attempt",
-                        run.name,
-                        run.id,
-                        extra=fields,
-                    )
+                if run.status in FINISHED_STATUSES:
+                    durable.store.notify_finished(run.id)
+                    if run.status == "FAILED":
+                        logger.error(
+                            "workflow %s run %s failed: its worker was lost on the last attempt",
+                            run.name,
+                            run.id,
+                            extra=fields,
+                        )
+                    else:
+                        logger.info(
+                            "workflow %s run %s cancelled (its worker was lost)",
+                            run.name,
+                            run.id,
+                            extra=fields,
+                        )
                     continue
                 try:
                     durable.publish(run.id, run.name, run.args, run.queue)
@@ -197,13 +210,17 @@ class Sweeper:
                 break
         for run in durable.store.wake_signalled_runs(config.dispatch_grace):
             # A signal whose wake-up message was lost: the run still waits for it.
-            durable.publish(run.id, run.name, run.args, run.queue)
+            fields = {"workflow_id": run.id, "workflow": run.name}
+            try:
+                durable.publish(run.id, run.name, run.args, run.queue)
+            except Exception:  # the run is PENDING with a due time: a later sweep sends it
+                logger.exception(
+                    "publishing woken workflow %s run %s failed", run.name, run.id, extra=fields
+                )
+                continue
             published += 1
             logger.info(
-                "woke workflow %s run %s for a stored signal",
-                run.name,
-                run.id,
-                extra={"workflow_id": run.id, "workflow": run.name},
+                "woke workflow %s run %s for a stored signal", run.name, run.id, extra=fields
             )
         return published
 

@@ -16,6 +16,7 @@ import dataclasses
 import datetime as dt
 import inspect
 import logging
+import math
 import os
 import time
 import uuid
@@ -33,6 +34,7 @@ from .errors import (
     LeaseLost,
     NonDeterminismError,
     PermanentError,
+    StoreUnavailable,
     Suspended,
     WorkflowAlreadyExists,
     WorkflowCancelled,
@@ -98,9 +100,23 @@ class WorkflowTask(Task):  # type: ignore[misc]
         """
         durable, definition = self.durable, self.definition
         if if_exists not in ("error", "return"):
-            raise ValueError(f'if_exists must be "error" or "return", got {if_exists!r}')
+            raise ValueError(
+                f'workflow {definition.name}: if_exists must be "error" or "return", '
+                f"got {if_exists!r}"
+            )
         if workflow_id is not None and task_id is not None and workflow_id != task_id:
-            raise ValueError("pass workflow_id or task_id, not two different ids")
+            raise ValueError(
+                f"workflow {definition.name}: workflow_id={workflow_id!r} and "
+                f"task_id={task_id!r} differ; pass one of them"
+            )
+        unsupported = sorted(set(options) & {"link", "link_error", "chain"})
+        if unsupported:
+            # A run outlives its first message (retries, suspensions, re-dispatches), so
+            # a callback on that message would fire at the wrong time.
+            raise TypeError(
+                f"workflow {definition.name}: {', '.join(unsupported)} is not supported; "
+                "call the next task from the workflow's last step instead"
+            )
         run_id = workflow_id or task_id or time_ordered_id()
         if not isinstance(run_id, str) or not run_id or len(run_id) > 255:
             raise ValueError(
@@ -117,7 +133,10 @@ class WorkflowTask(Task):  # type: ignore[misc]
         )
         config = durable.config
         queue = options.get("queue") or definition.queue
-        start_delay = _start_delay(options.pop("countdown", None), options.pop("eta", None))
+        try:
+            start_delay = _start_delay(options.pop("countdown", None), options.pop("eta", None))
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"workflow {definition.name}: {exc}") from None
         run = NewRun(
             id=run_id,
             name=definition.name,
@@ -165,6 +184,17 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 extra={"workflow_id": run_id, "workflow": self.definition.name},
             )
 
+    def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        """Celery's in-process execution, for a run that exists (eager mode goes through
+        apply_async, which inserts it first)."""
+        task_id = options.get("task_id")
+        if task_id is None or self.durable.store.get_status(task_id) is None:
+            raise TypeError(
+                f"workflow {self.definition.name}: start runs with .delay() or .apply_async() "
+                "(set task_always_eager to run them in-process); .apply() alone has no run"
+            )
+        return super().apply(args, kwargs, **options)
+
     # -- run -----------------------------------------------------------------------------
 
     def run_workflow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -179,8 +209,12 @@ def _start_delay(countdown: Any, eta: Any) -> float | None:
     if countdown is not None and eta is not None:
         raise ValueError("pass countdown or eta, not both")
     if countdown is not None:
-        if not isinstance(countdown, int | float) or countdown != countdown:
-            raise TypeError(f"countdown must be a number of seconds, got {countdown!r}")
+        if (
+            isinstance(countdown, bool)
+            or not isinstance(countdown, int | float)
+            or not math.isfinite(countdown)
+        ):
+            raise TypeError(f"countdown must be a finite number of seconds, got {countdown!r}")
         return float(countdown) if countdown > 0 else None
     if eta is not None:
         if not isinstance(eta, dt.datetime):
@@ -261,57 +295,69 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
             value = definition.fn(*args, **kwargs)
         finally:
             deactivate(token)
-        return _settle_success(durable, ctx, value)
-    except Suspended as exc:
-        logger.info(
-            "workflow %s run %s is %s; its worker slot is free",
-            definition.name,
-            run_id,
-            exc.reason,
-            extra=ctx.log_fields(),
-        )
-        return f"suspended, {exc.reason}"
-    except LeaseLost:
-        logger.warning(
-            "workflow %s run %s lost its lease; another worker owns it now",
-            definition.name,
-            run_id,
-            extra=ctx.log_fields(),
-        )
-        return None
-    except WorkflowCancelled as exc:
-        if store.settle_run(run_id, ctx.fence, "CANCELLED"):
-            logger.info(
-                "workflow %s run %s cancelled: %s",
-                definition.name,
-                run_id,
-                exc.reason,
-                extra=ctx.log_fields(),
-            )
-        return None
-    except BaseException as exc:  # noqa: BLE001 - every exception is settled
-        return _settle_error(durable, ctx, claim, exc)
+        encoded = serialization.encode_value(f"workflow {ctx.workflow_name}", value)
+    except BaseException as raised:  # noqa: BLE001 - every exception is settled
+        # Why the body was told to stop wins over what its finally blocks raised after.
+        return _settle_stop_or_error(durable, ctx, claim, ctx.stopping or raised)
+    else:
+        # Outside the try: a failed settle leaves the run to its lease, never to a retry.
+        _settle_success(durable, ctx, encoded)
+        return value
     finally:
         durable.leases.untrack(run_id)
 
 
-def _settle_success(durable: Durable, ctx: WorkflowContext, value: Any) -> Any:
-    encoded = serialization.encode_value(f"workflow {ctx.workflow_name}", value)
+def _settle_stop_or_error(
+    durable: Durable, ctx: WorkflowContext, claim: Claim, exc: BaseException
+) -> Any:
+    fields = ctx.log_fields()
+    name, run_id = ctx.workflow_name, ctx.workflow_id
+    if isinstance(exc, Suspended):
+        logger.info(
+            "workflow %s run %s is %s; its worker slot is free",
+            name,
+            run_id,
+            exc.reason,
+            extra=fields,
+        )
+        return f"suspended, {exc.reason}"
+    if isinstance(exc, LeaseLost):
+        logger.warning(
+            "workflow %s run %s lost its lease; another worker owns it now",
+            name,
+            run_id,
+            extra=fields,
+        )
+        return None
+    if isinstance(exc, WorkflowCancelled):
+        if durable.store.settle_run(run_id, ctx.fence, "CANCELLED"):
+            logger.info("workflow %s run %s cancelled: %s", name, run_id, exc.reason, extra=fields)
+        return None
+    if isinstance(exc, StoreUnavailable):
+        logger.error(
+            "workflow %s run %s stopped: %s; the sweeper resumes it once its lease expires",
+            name,
+            run_id,
+            exc,
+            extra=fields,
+        )
+        raise exc.__cause__ or RuntimeError(str(exc))
+    return _settle_error(durable, ctx, claim, exc)
+
+
+def _settle_success(durable: Durable, ctx: WorkflowContext, encoded: str) -> None:
+    fields = ctx.log_fields()
     if durable.store.settle_run(ctx.workflow_id, ctx.fence, "SUCCEEDED", result=encoded):
         logger.info(
-            "workflow %s run %s succeeded",
-            ctx.workflow_name,
-            ctx.workflow_id,
-            extra=ctx.log_fields(),
+            "workflow %s run %s succeeded", ctx.workflow_name, ctx.workflow_id, extra=fields
         )
     else:
         logger.warning(
             "workflow %s run %s finished but lost its lease before settling",
             ctx.workflow_name,
             ctx.workflow_id,
-            extra=ctx.log_fields(),
+            extra=fields,
         )
-    return value
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -320,18 +366,51 @@ def _retryable(exc: BaseException) -> bool:
     return not isinstance(exc, PermanentError | NonDeterminismError)
 
 
+def _step_that_ended_the_attempt(ctx: WorkflowContext, exc: BaseException) -> int | None:
+    """The failed step whose exception (or a cause of it) ended this attempt, if any."""
+    if ctx.failed_step is None:
+        return None
+    index, step_exc = ctx.failed_step
+    seen: BaseException | None = exc
+    for _ in range(100):  # exception chains can loop
+        if seen is None:
+            return None
+        if seen is step_exc:
+            return index
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _worker_shutting_down() -> bool:
+    from celery.worker import state
+
+    return bool(state.should_stop or state.should_terminate)
+
+
 def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: BaseException) -> Any:
     store, config = durable.store, durable.config
     error = serialization.encode_error(exc)
     fields = ctx.log_fields()
     interrupted = not isinstance(exc, Exception)  # KeyboardInterrupt, SystemExit, ...
+    if interrupted and _worker_shutting_down():
+        # Cold shutdown: give the lease back at once; not a failed attempt.
+        if store.release_run(ctx.workflow_id, ctx.fence):
+            logger.warning(
+                "workflow %s run %s interrupted by the worker's shutdown; lease given back",
+                ctx.workflow_name,
+                ctx.workflow_id,
+                extra=fields,
+            )
+        raise exc
     if _retryable(exc) and claim.attempts < claim.max_attempts:
         delay = (
             0.0
             if interrupted
             else min(claim.retry_backoff * (2 ** (claim.attempts - 1)), config.max_retry_backoff)
         )
-        if store.schedule_retry(ctx.workflow_id, ctx.fence, delay, error):
+        retry_step = _step_that_ended_the_attempt(ctx, exc)
+        status = store.schedule_retry(ctx.workflow_id, ctx.fence, delay, error, retry_step)
+        if status == "PENDING":
             logger.warning(
                 "workflow %s run %s failed on attempt %d of %d, retrying in %.1fs: %r",
                 ctx.workflow_name,
@@ -342,6 +421,14 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
                 exc,
                 extra=fields,
             )
+        elif status == "CANCELLED":
+            logger.info(
+                "workflow %s run %s cancelled (it failed after cancel was requested)",
+                ctx.workflow_name,
+                ctx.workflow_id,
+                extra=fields,
+            )
+            return None
         else:
             _log_lost_at_settle(ctx)
         if interrupted:

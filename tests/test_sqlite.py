@@ -110,3 +110,75 @@ def test_sleep_suspends_and_the_sweeper_fires_the_timer(durable):
 
     wait_until(fired, 10, message="the timer to fire")
     assert handle.get(timeout=5) == "rested"
+
+
+def test_steps_in_finally_blocks_do_not_run_once_the_body_must_stop(durable):
+    released: list[str] = []
+
+    @durable.step
+    def release(what: str) -> None:
+        released.append(what)
+
+    @durable.workflow
+    def holds() -> None:
+        try:
+            cd.wait_for_signal("go")
+        finally:
+            release("hold")  # runs for real only when the body really finishes
+
+    handle = holds.delay()
+    assert handle.status() is WorkflowStatus.WAITING  # suspended, not "lease lost"
+    assert released == []
+    assert [s.status for s in durable.store.load_steps(handle.id).values()] == ["waiting"]
+
+
+def test_a_caught_step_failure_is_final_even_at_the_frontier(durable):
+    runs: list[str] = []
+
+    @durable.step
+    def charge() -> str:
+        runs.append("charge")
+        raise ValueError("card declined")
+
+    @durable.workflow(max_attempts=2, retry_backoff=0)
+    def checkout() -> str:
+        try:
+            charge()
+        except ValueError:
+            outcome = "declined, handled"
+        if runs.count("body") == 0:
+            runs.append("body")
+            raise RuntimeError("crash before the next step is recorded")
+        return outcome
+
+    handle = checkout.delay()
+    durable.sweep_once()
+    assert handle.get(timeout=5) == "declined, handled"
+    assert runs.count("charge") == 1  # replayed as the same exception, not charged again
+
+
+def test_celery_callbacks_and_bare_apply_are_refused_with_the_workflow_named(durable):
+    @durable.workflow
+    def lonely() -> None:
+        return None
+
+    with pytest.raises(TypeError, match="lonely.*link is not supported"):
+        lonely.apply_async(link=lonely.s())
+    with pytest.raises(TypeError, match="lonely.*apply"):
+        lonely.apply()
+    with pytest.raises(TypeError, match="lonely.*countdown must be a finite number"):
+        lonely.apply_async(countdown=float("inf"))
+    with pytest.raises(TypeError, match="lonely.*countdown"):
+        lonely.apply_async(countdown=True)
+    with pytest.raises(ValueError, match="lonely.*differ"):
+        lonely.apply_async(workflow_id="a", task_id="b")
+
+
+def test_lease_keeper_counts_nested_tracking(durable):
+    keeper = durable.leases
+    keeper.track("r")
+    keeper.track("r")
+    keeper.untrack("r")
+    assert keeper.running() == ["r"]
+    keeper.untrack("r")
+    assert keeper.running() == []

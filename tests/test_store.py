@@ -183,3 +183,23 @@ def test_concurrent_sweepers_never_share_a_run():
     finally:
         store.dispose()
         drop_tables(PG_URL, prefix)
+
+
+def test_a_cancelled_run_is_never_claimed_or_retried(store):
+    store.insert_run(new_run("c1"))
+    claim = store.claim_run("c1", "a", lease=30)
+    assert store.cancel_run("c1", "stop") == (True, "RUNNING")
+    assert store.schedule_retry("c1", claim.fence, 0.0, '{"type":"x"}') == "CANCELLED"
+    assert store.get_run("c1").status == "CANCELLED"
+    store.insert_run(new_run("c2"))
+    dead = store.claim_run("c2", "dead", lease=0)
+    store.cancel_run("c2", None)
+    assert store.claim_run("c2", "next", lease=30) is None
+    assert dead is not None
+
+
+def test_a_refused_signal_keeps_its_reason_but_not_its_key(store):
+    store.reject_signal("ghost", "go", "1", "key-1", "WorkflowNotFound: no run 'ghost'")
+    store.insert_run(new_run("ghost"))
+    assert store.insert_signal("ghost", "go", "1", "key-1", 10) == "stored"
+    assert store.insert_signal("ghost", "go", "1", "key-1", 10) == "duplicate"

@@ -315,14 +315,18 @@ class Store:
         has_steps: Any = exists().where(
             steps.c.namespace == self.namespace, steps.c.run_id == runs.c.id
         )
-        claimable = or_(
-            and_(
-                runs.c.status == "PENDING", or_(runs.c.ready_at.is_(None), runs.c.ready_at <= now)
-            ),
-            and_(
-                runs.c.status == "RUNNING",
-                runs.c.due_at < now,
-                runs.c.attempts < runs.c.max_attempts,
+        claimable = and_(
+            runs.c.cancel_requested == false(),
+            or_(
+                and_(
+                    runs.c.status == "PENDING",
+                    or_(runs.c.ready_at.is_(None), runs.c.ready_at <= now),
+                ),
+                and_(
+                    runs.c.status == "RUNNING",
+                    runs.c.due_at < now,
+                    runs.c.attempts < runs.c.max_attempts,
+                ),
             ),
         )
         claim = (
@@ -447,15 +451,43 @@ class Store:
             .returning(runs.c.id)
         )
         self._settle_run = self._with_notify(terminal)
+        cancelled_now = runs.c.cancel_requested == true()
         self._schedule_retry = (
             update(runs)
             .where(fenced)
             .values(
-                status="PENDING",
+                status=case((cancelled_now, "CANCELLED"), else_="PENDING"),
                 error=bindparam("p_error"),
                 owner=None,
-                ready_at=now + bindparam("p_delay"),
-                due_at=now + bindparam("p_delay"),
+                ready_at=case((cancelled_now, None), else_=now + bindparam("p_delay")),
+                due_at=case((cancelled_now, None), else_=now + bindparam("p_delay")),
+                finished_at=case((cancelled_now, now), else_=None),
+                dispatches=0,
+                updated_at=now,
+            )
+            .returning(runs.c.id, runs.c.status)
+        )
+        # Only a step failure that ended an attempt runs again; a caught one replays.
+        self._mark_step_retryable = (
+            update(steps)
+            .where(
+                steps.c.namespace == self.namespace,
+                steps.c.run_id == bindparam("p_run_id"),
+                steps.c.idx == bindparam("p_idx"),
+                steps.c.status == "error",
+            )
+            .values(status="retry")
+        )
+        # Giving a lease back (shutdown) does not count as a failed attempt.
+        self._release_run = (
+            update(runs)
+            .where(fenced)
+            .values(
+                status="PENDING",
+                owner=None,
+                attempts=runs.c.attempts - 1,
+                ready_at=None,
+                due_at=now,
                 dispatches=0,
                 updated_at=now,
             )
@@ -597,13 +629,17 @@ class Store:
             where=where,
         )
 
-    def _one(self, stmt: Any, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    def _one(
+        self, stmt: Any, params: dict[str, Any], *, retry: bool = False
+    ) -> tuple[Any, ...] | None:
         """Run one hot-path statement and return its first row as a tuple (or None).
 
         On Postgres the statement goes straight to psycopg, compiled once, on a connection
         each thread keeps: SQLAlchemy's per-execute work and a pool checkout would cost
         about a third of a step's write. SQLite takes the regular path, in a
-        BEGIN IMMEDIATE transaction.
+        BEGIN IMMEDIATE transaction. ``retry``: the statement is idempotent (fenced, or
+        insert-or-verify), so a connection that died (server restart, idle kill) is
+        replaced and the statement sent once more.
         """
         if not self.is_postgres:
             with self._write() as conn:
@@ -614,13 +650,16 @@ class Store:
             done = stmt.compile(dialect=self.engine.dialect)
             compiled = self._compiled[id(stmt)] = (str(done), dict(done.params))
         sql, defaults = compiled
-        driver = self._held_connection()
-        try:
-            return driver.execute(sql, {**defaults, **params}).fetchone()  # type: ignore[no-any-return]
-        except psycopg.OperationalError:
-            self._local.held = None  # reconnect on the next call
-            driver.close()
-            raise
+        for last_try in (not retry, True):
+            driver = self._held_connection()
+            try:
+                return driver.execute(sql, {**defaults, **params}).fetchone()  # type: ignore[no-any-return]
+            except psycopg.OperationalError:
+                self._local.held = None  # reconnect on the next call
+                driver.close()
+                if last_try:
+                    raise
+        raise AssertionError("unreachable")
 
     def _held_connection(self) -> Any:
         """This thread's autocommit psycopg connection (a forked child opens its own)."""
@@ -694,7 +733,7 @@ class Store:
         if connection is not None:
             written = self._record_step_on(connection, params)
         elif self.is_postgres:
-            written = self._one(self._record_step, params) is not None
+            written = self._one(self._record_step, params, retry=True) is not None
         else:
             with self._write() as conn:
                 written = self._record_step_on(conn, params)
@@ -747,16 +786,33 @@ class Store:
                     "error": error,
                 }
             ),
+            retry=True,
         )
         return row is not None
 
-    def schedule_retry(self, run_id: str, fence: int, delay: float, error: str) -> bool:
-        """Back to PENDING; the sweeper publishes it again once ``delay`` has passed."""
-        row = self._one(
-            self._schedule_retry,
-            _p({"run_id": run_id, "fence": fence, "delay": delay, "error": error}),
-        )
-        return row is not None
+    def schedule_retry(
+        self, run_id: str, fence: int, delay: float, error: str, retry_step: int | None = None
+    ) -> str | None:
+        """Back to PENDING; the sweeper publishes it again once ``delay`` has passed.
+
+        ``retry_step``: the failed step that ended this attempt runs again on the next one.
+        A run whose cancellation was requested becomes CANCELLED instead. Returns the new
+        status, or None when the lease was lost.
+        """
+        params = _p({"run_id": run_id, "fence": fence, "delay": delay, "error": error})
+        if retry_step is None:
+            row = self._one(self._schedule_retry, params, retry=True)
+            return None if row is None else str(row[1])
+        with self.transaction() as conn:
+            found = conn.execute(self._schedule_retry, params).first()
+            if found is not None and found.status == "PENDING":
+                conn.execute(self._mark_step_retryable, _p({"run_id": run_id, "idx": retry_step}))
+            return None if found is None else str(found.status)
+
+    def release_run(self, run_id: str, fence: int) -> bool:
+        """Give the lease back (worker shutting down): not a failed attempt."""
+        params = _p({"run_id": run_id, "fence": fence})
+        return self._one(self._release_run, params, retry=True) is not None
 
     def release_owner(self, owner: str, run_ids: Sequence[str]) -> list[str]:
         """Give back the leases an exiting process still holds on ``run_ids``."""
@@ -850,18 +906,17 @@ class Store:
         signals = self.tables.signals
         with self._write() as conn:
             conn.execute(
-                self._insert(signals)
-                .values(
+                self._insert(signals).values(
                     namespace=self.namespace,
                     run_id=run_id,
                     name=name,
                     payload=payload,
-                    idempotency_key=idempotency_key,
+                    # The key stays free: a resend after the cause is fixed is stored.
+                    idempotency_key=None,
                     created_at=self._now,
                     consumed_at=self._now,
-                    error=error,
+                    error=error if idempotency_key is None else f"{error} (key {idempotency_key})",
                 )
-                .on_conflict_do_nothing()
             )
 
     def wake_run(self, run_id: str, signal_name: str, grace: float) -> DueRun | None:
@@ -1086,6 +1141,14 @@ class Store:
                         select(func.pg_notify(self.notify_channel, f"{self.namespace}:{run_id}"))
                     )
             return True, str(row.status)
+
+    def notify_finished(self, run_id: str) -> None:
+        """Wake handle waiters of a run that a sweep finished (Postgres LISTEN/NOTIFY)."""
+        if self.is_postgres:
+            with self._write() as conn:
+                conn.execute(
+                    select(func.pg_notify(self.notify_channel, f"{self.namespace}:{run_id}"))
+                )
 
     # -- reads -----------------------------------------------------------------------------
 
