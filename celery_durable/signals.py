@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("celery_durable.signals")
 
 SIGNAL_TASK = "celery_durable.signal"
+# A broker-only signal for a run not (yet) in the store is retried 0.25+0.5+1+2 s later.
+NOT_FOUND_RETRIES = 4
 WAKE_TASK = "celery_durable.wake"
 
 
@@ -166,25 +168,35 @@ def register_tasks(app: Celery) -> None:
                 return durable
         raise LookupError(f"no Durable with namespace {namespace!r} is bound to this app")
 
-    @app.task(name=SIGNAL_TASK, shared=False, lazy=False, acks_late=True, ignore_result=True)
+    @app.task(
+        name=SIGNAL_TASK,
+        shared=False,
+        lazy=False,
+        acks_late=True,
+        ignore_result=True,
+        bind=True,
+        max_retries=NOT_FOUND_RETRIES,
+    )
     def receive_signal(
-        namespace: str, workflow_id: str, name: str, payload_json: str, idempotency_key: str | None
+        task: Any,
+        namespace: str,
+        workflow_id: str,
+        name: str,
+        payload_json: str,
+        idempotency_key: str | None,
     ) -> bool:
         durable = durable_for(namespace)
         fields = {"workflow_id": workflow_id, "signal": name}
         try:
             stored = store_signal(durable, workflow_id, name, payload_json, idempotency_key)
-        except (WorkflowNotFound, WorkflowAlreadyCompleted, PendingSignalsFull) as exc:
-            durable.store.reject_signal(
-                workflow_id, name, payload_json, idempotency_key, f"{type(exc).__name__}: {exc}"
-            )
-            logger.error(
-                "signal %r for workflow %s refused and kept: %s",
-                name,
-                workflow_id,
-                exc,
-                extra=fields,
-            )
+        except WorkflowNotFound as exc:
+            # The run may not be committed yet (a transactional start): ask again shortly.
+            if task.request.retries < NOT_FOUND_RETRIES:
+                raise task.retry(countdown=0.25 * 2**task.request.retries, exc=exc) from exc
+            _refuse(durable, workflow_id, name, payload_json, idempotency_key, exc, fields)
+            raise
+        except (WorkflowAlreadyCompleted, PendingSignalsFull) as exc:
+            _refuse(durable, workflow_id, name, payload_json, idempotency_key, exc, fields)
             raise
         if stored:
             wake(durable, workflow_id, name)
@@ -193,6 +205,24 @@ def register_tasks(app: Celery) -> None:
     @app.task(name=WAKE_TASK, shared=False, lazy=False, acks_late=True, ignore_result=True)
     def wake_task(namespace: str, workflow_id: str, name: str) -> bool:
         return wake(durable_for(namespace), workflow_id, name)
+
+
+def _refuse(
+    durable: Durable,
+    workflow_id: str,
+    name: str,
+    payload_json: str,
+    idempotency_key: str | None,
+    exc: Exception,
+    fields: dict[str, Any],
+) -> None:
+    """Keep a signal the store refused, with the reason, and log it."""
+    durable.store.reject_signal(
+        workflow_id, name, payload_json, idempotency_key, f"{type(exc).__name__}: {exc}"
+    )
+    logger.error(
+        "signal %r for workflow %s refused and kept: %s", name, workflow_id, exc, extra=fields
+    )
 
 
 def wake(durable: Durable, workflow_id: str, name: str) -> bool:

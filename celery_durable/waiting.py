@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -19,6 +20,8 @@ from types import TracebackType
 from typing import Any
 
 from .store import Store
+
+logger = logging.getLogger("celery_durable.waiting")
 
 
 class Waiter:
@@ -52,26 +55,26 @@ class NotifyWaiter(Waiter):
         super().__init__()
         self.store = store
         self.conn: Any = None
+        self._key = ""
 
     def __enter__(self) -> NotifyWaiter:
         conns: dict[str, Any] = getattr(self._local, "conns", None) or {}
         self._local.conns = conns
         # Keyed by pid: a forked child must not reuse (and later close) the parent's socket.
-        key = f"{os.getpid()}|{self.store.url}|{self.store.notify_channel}"
-        conn = conns.get(key)
-        if conn is not None and (conn.closed or conn.info.backend_pid is None):
-            conn = None
-        if conn is None:
-            import psycopg
-
-            url = self.store.url.set(drivername="postgresql")
-            conn = psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
-            conn.execute(f'LISTEN "{self.store.notify_channel}"')
-            conns[key] = conn
-        # Drop what arrived while nobody listened: the caller re-reads the row first.
-        for _ in conn.notifies(timeout=0):
-            pass
-        self.conn = conn
+        self._key = f"{os.getpid()}|{self.store.url}|{self.store.notify_channel}"
+        conn = conns.get(self._key)
+        try:
+            if conn is None or conn.closed:
+                conn = self.store.driver_connect()
+                conn.execute(f'LISTEN "{self.store.notify_channel}"')
+                conns[self._key] = conn
+            # Drop what arrived while nobody listened: the caller re-reads the row first.
+            for _ in conn.notifies(timeout=0):
+                pass
+            self.conn = conn
+        except Exception:  # noqa: BLE001 - no LISTEN connection: poll instead
+            logger.warning("LISTEN unavailable; polling for run changes", exc_info=True)
+            self._drop(conn)
         return self
 
     def __exit__(
@@ -80,20 +83,32 @@ class NotifyWaiter(Waiter):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc is not None and self.conn is not None:
+        if exc is not None:
+            self._drop(self.conn)
+
+    def _drop(self, conn: Any) -> None:
+        self._local.conns.pop(self._key, None)
+        self.conn = None
+        if conn is not None:
             try:
-                self.conn.close()
+                conn.close()
             except Exception:  # noqa: BLE001 - closing a broken connection
                 pass
-        self.conn = None
 
     def wait_for(self, run_id: str, timeout: float) -> None:
+        if self.conn is None:
+            super().wait_for(run_id, timeout)
+            return
         wanted = f"{self.store.namespace}:{run_id}"
         deadline = time.monotonic() + max(0.0, timeout)
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            for note in self.conn.notifies(timeout=remaining, stop_after=1):
-                if note.payload == wanted:
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     return
+                for note in self.conn.notifies(timeout=remaining, stop_after=1):
+                    if note.payload == wanted:
+                        return
+        except Exception:  # noqa: BLE001 - the server went away: poll from now on
+            logger.warning("LISTEN connection lost; polling for run changes", exc_info=True)
+            self._drop(self.conn)

@@ -151,3 +151,31 @@ def test_cold_shutdown_gives_the_lease_back_at_once(basic_app, start_worker, key
     start_worker("after-cold")
     assert handle.get(timeout=60) == [10, 20, 30, 40, 50]
     assert effects(rds, key, "s2") == 1 and effects(rds, key, "s3") == 2
+
+
+def test_workflows_survive_the_database_dropping_every_connection(
+    basic_app, start_worker, key, rds
+):
+    """A Postgres restart or an idle-connection killer: the held hot-path connection,
+    the pool, the sweeper and the LISTEN waiter all reconnect."""
+    import sqlalchemy as sa
+
+    from tests.support.services import PG_URL
+
+    rds.set(f"block:{key}:s2", "1")
+    start_worker("reconnects")
+    handle = basic_app.five_steps.delay(key)
+    wait_until(lambda: rds.get(f"started:{key}:s2"), 30, message="step 2 to start")
+    engine = sa.create_engine(PG_URL, connect_args={"application_name": "the-killer"})
+    with engine.connect() as conn:
+        killed = conn.execute(
+            sa.text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = 'celery_durable' AND pid <> pg_backend_pid()"
+            )
+        ).scalar()
+    engine.dispose()
+    assert killed >= 2  # at least the worker child's held connection and the sweeper's
+    rds.delete(f"block:{key}:s2")
+    assert handle.get(timeout=60) == [10, 20, 30, 40, 50]
+    assert [effects(rds, key, f"s{n}") for n in range(1, 6)] == [1] * 5

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import select as select_module
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -53,6 +54,8 @@ try:  # the Postgres driver is optional: SQLite needs none
 except ImportError:  # pragma: no cover - exercised only without the postgres extra
     psycopg = None  # type: ignore[assignment]
 from .schema import ACTIVE_STATUSES, FINISHED_STATUSES, Tables, build_tables
+
+APP_NAME = "celery_durable"
 
 # Outcomes of the fenced writes.
 RECORDED = "recorded"
@@ -134,6 +137,14 @@ class DueRun:
 def _p(params: dict[str, Any]) -> dict[str, Any]:
     """Bind names carry a prefix: SQLAlchemy reserves column names in VALUES/SET."""
     return {f"p_{key}": value for key, value in params.items()}
+
+
+def _has_pending_input(driver: Any) -> bool:
+    try:
+        readable, _, _ = select_module.select([driver.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 def _now_sql(dialect: str) -> Any:
@@ -219,6 +230,9 @@ class Store:
                 pool_size=5,
                 max_overflow=10,
                 pool_reset_on_return=None,
+                # Off the hot path: a connection killed by a server restart is replaced.
+                pool_pre_ping=True,
+                connect_args=self._connect_args(),
             )
         engine = create_engine(self.url, connect_args={"timeout": 30, "check_same_thread": False})
 
@@ -665,11 +679,25 @@ class Store:
         """This thread's autocommit psycopg connection (a forked child opens its own)."""
         held = getattr(self._local, "held", None)
         if held is not None and held[0] == os.getpid() and not held[1].closed:
-            return held[1]
-        url = self.url.set(drivername="postgresql")
-        driver = psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
+            if not _has_pending_input(held[1]):
+                return held[1]
+            # An idle connection with input waiting was terminated by the server (restart,
+            # idle killer): replace it before sending a statement that must not be retried.
+            held[1].close()
+        driver = self.driver_connect()
         self._local.held = (os.getpid(), driver)
         return driver
+
+    def _connect_args(self) -> dict[str, Any]:
+        # Named in pg_stat_activity, unless the URL names the application itself.
+        return {} if "application_name" in self.url.query else {"application_name": APP_NAME}
+
+    def driver_connect(self) -> Any:
+        """A new autocommit psycopg connection to the store (hot path, LISTEN)."""
+        url = self.url.set(drivername="postgresql")
+        return psycopg.connect(
+            url.render_as_string(hide_password=False), autocommit=True, **self._connect_args()
+        )
 
     # -- start ---------------------------------------------------------------------------
 
