@@ -493,21 +493,16 @@ class Store:
             .values(status="retry")
         )
         # Giving a lease back (shutdown) does not count as a failed attempt.
-        self._release_run = (
-            update(runs)
-            .where(fenced)
-            .values(
-                status="PENDING",
-                owner=None,
-                attempts=runs.c.attempts - 1,
-                ready_at=None,
-                due_at=now,
-                dispatches=0,
-                updated_at=now,
-            )
-            .returning(runs.c.id)
-        )
-        # Giving a lease back does not count as a failed attempt.
+        given_back = {
+            "status": "PENDING",
+            "owner": None,
+            "attempts": runs.c.attempts - 1,
+            "ready_at": None,
+            "due_at": now,
+            "dispatches": 0,
+            "updated_at": now,
+        }
+        self._release_run = update(runs).where(fenced).values(given_back).returning(runs.c.id)
         self._release_owner = (
             update(runs)
             .where(
@@ -516,15 +511,7 @@ class Store:
                 runs.c.status == "RUNNING",
                 runs.c.id.in_(bindparam("p_ids", expanding=True)),
             )
-            .values(
-                status="PENDING",
-                owner=None,
-                attempts=runs.c.attempts - 1,
-                ready_at=None,
-                due_at=now,
-                dispatches=0,
-                updated_at=now,
-            )
+            .values(given_back)
             .returning(runs.c.id)
         )
         self._renew_leases = (
