@@ -119,9 +119,13 @@ def send_signal(
 
 
 def publish_wake(durable: Durable, workflow_id: str, name: str) -> None:
-    durable.app.send_task(
-        WAKE_TASK, (durable.config.namespace, workflow_id, name), queue=durable.config.signal_queue
-    )
+    _publish(durable, WAKE_TASK, (durable.config.namespace, workflow_id, name))
+
+
+def _publish(durable: Durable, task_name: str, args: tuple[Any, ...], **options: Any) -> None:
+    # Through the registered task rather than send_task: task_always_eager then runs the
+    # whole signal path in-process, which makes eager mode a complete test harness.
+    durable.app.tasks[task_name].apply_async(args, queue=durable.config.signal_queue, **options)
 
 
 def send_signal_via_broker(
@@ -140,18 +144,14 @@ def send_signal_via_broker(
     _check_name(name)
     encoded = _encode_payload(name, payload)
     message_id = str(uuid.uuid4())
-    durable.app.send_task(
-        SIGNAL_TASK,
-        (
-            durable.config.namespace,
-            workflow_id,
-            name,
-            encoded,
-            idempotency_key or f"message:{message_id}",
-        ),
-        task_id=message_id,
-        queue=durable.config.signal_queue,
+    args = (
+        durable.config.namespace,
+        workflow_id,
+        name,
+        encoded,
+        idempotency_key or f"message:{message_id}",
     )
+    _publish(durable, SIGNAL_TASK, args, task_id=message_id)
     return message_id
 
 

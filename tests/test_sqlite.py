@@ -182,3 +182,27 @@ def test_lease_keeper_counts_nested_tracking(durable):
     assert keeper.running() == ["r"]
     keeper.untrack("r")
     assert keeper.running() == []
+
+
+def test_signals_queries_and_cancel_in_eager_mode(durable):
+    @durable.workflow
+    def approval(order: str) -> dict:
+        cd.set_state({"stage": "waiting"})
+        decision = cd.wait_for_signal("approval", timeout=60)
+        return {"order": order, "by": decision["by"]}
+
+    handle = approval.delay("o-1")
+    assert handle.status() is WorkflowStatus.WAITING
+    assert handle.query() == {"stage": "waiting"}
+    assert handle.signal("approval", {"by": "alice"}, idempotency_key="k")
+    assert not handle.signal("approval", {"by": "alice"}, idempotency_key="k")
+    assert handle.get(timeout=5) == {"order": "o-1", "by": "alice"}
+
+    via_broker = approval.delay("o-2")
+    durable.send_signal(via_broker.id, "approval", {"by": "bob"})
+    assert via_broker.get(timeout=5) == {"order": "o-2", "by": "bob"}
+
+    cancelled = approval.delay("o-3")
+    assert cancelled.cancel("gone") is WorkflowStatus.CANCELLED
+    with pytest.raises(cd.WorkflowCancelled, match="gone"):
+        cancelled.get(timeout=5)

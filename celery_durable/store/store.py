@@ -885,8 +885,6 @@ class Store:
             status = conn.execute(lock).scalar()
             if status is None:
                 return NOT_FOUND
-            if status in FINISHED_STATUSES:
-                return str(status)
             mine = and_(signals.c.namespace == self.namespace, signals.c.run_id == run_id)
             if (
                 idempotency_key is not None
@@ -895,6 +893,9 @@ class Store:
                 ).first()
             ):
                 return DUPLICATE
+            # After the duplicate check: a retried send to a finished run is a no-op.
+            if status in FINISHED_STATUSES:
+                return str(status)
             pending = conn.execute(
                 select(func.count())
                 .select_from(signals)
