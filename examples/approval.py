@@ -28,7 +28,11 @@ BROKER = DATA / "broker"
 BROKER.mkdir(parents=True, exist_ok=True)
 
 app = Celery("approval", broker="filesystem://")
-app.conf.broker_transport_options = {"data_folder_in": str(BROKER), "data_folder_out": str(BROKER)}
+app.conf.broker_transport_options = {
+    "data_folder_in": str(BROKER),
+    "data_folder_out": str(BROKER),
+    "control_folder": str(DATA / "control"),
+}
 durable = Durable(app, database_url=f"sqlite:///{DATA}/durable.sqlite3", poll_interval=0.2)
 
 

@@ -30,7 +30,11 @@ EFFECTS = DATA / "effects.log"
 HOLD = DATA / "hold-step-2"
 
 app = Celery("quickstart", broker="filesystem://")
-app.conf.broker_transport_options = {"data_folder_in": str(BROKER), "data_folder_out": str(BROKER)}
+app.conf.broker_transport_options = {
+    "data_folder_in": str(BROKER),
+    "data_folder_out": str(BROKER),
+    "control_folder": str(DATA / "control"),
+}
 durable = Durable(
     app, database_url=f"sqlite:///{DATA}/durable.sqlite3", lock_timeout=3, poll_interval=0.2
 )
