@@ -150,9 +150,13 @@ class Sweeper:
             try:
                 self.sweep_once()
                 failures = 0
-            except Exception:
+            except Exception as exc:
                 failures += 1
-                logger.exception("sweep failed (%d in a row)", failures)
+                try:
+                    self.durable.store.raise_if_tables_missing(exc)
+                    logger.exception("sweep failed (%d in a row)", failures)
+                except Exception as explained:  # noqa: BLE001 - log the clearer message
+                    logger.error("sweep failed (%d in a row): %s", failures, explained)
             self._stop.wait(interval * min(2**failures, 30))
 
     def sweep_once(self) -> int:

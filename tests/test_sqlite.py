@@ -206,3 +206,18 @@ def test_signals_queries_and_cancel_in_eager_mode(durable):
     assert cancelled.cancel("gone") is WorkflowStatus.CANCELLED
     with pytest.raises(cd.WorkflowCancelled, match="gone"):
         cancelled.get(timeout=5)
+
+
+def test_missing_tables_name_the_command_to_run(tmp_path, monkeypatch):
+    for name in ("NAMESPACE", "TABLE_PREFIX", "DATABASE_URL"):
+        monkeypatch.delenv(f"CELERY_DURABLE_{name}", raising=False)
+    app = Celery("unmigrated", broker="memory://")
+    app.conf.task_always_eager = True
+    durable = Durable(app, database_url=f"sqlite:///{tmp_path}/empty.sqlite3")
+
+    @durable.workflow
+    def nothing() -> None:
+        return None
+
+    with pytest.raises(cd.ConfigurationError, match="durable migrate"):
+        nothing.delay()

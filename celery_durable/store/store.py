@@ -702,9 +702,29 @@ class Store:
                 "start_delay": run.start_delay,
             }
         )
-        if connection is not None:
-            return connection.execute(self._insert_run, params).first() is not None
-        return self._one(self._insert_run, params) is not None
+        try:
+            if connection is not None:
+                return connection.execute(self._insert_run, params).first() is not None
+            return self._one(self._insert_run, params) is not None
+        except Exception as exc:
+            self.raise_if_tables_missing(exc)
+            raise
+
+    def raise_if_tables_missing(self, exc: BaseException) -> None:
+        """Turn "no such table" into an error that says what to run."""
+        text = str(exc)
+        if (
+            "UndefinedTable" in type(exc).__name__
+            or "does not exist" in text
+            or ("no such table" in text)
+        ):
+            if f"{self.table_prefix}" in text:
+                raise ConfigurationError(
+                    f"the celery_durable tables ({self.table_prefix}*) are missing in "
+                    f"{self.url.render_as_string(hide_password=True)}: run "
+                    "`celery -A <your app> durable migrate` or durable.migrate() "
+                    "(durable_table_prefix and durable_database_url name where they go)"
+                ) from exc
 
     # -- run -----------------------------------------------------------------------------
 
