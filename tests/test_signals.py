@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import sqlalchemy as sa
 
@@ -217,8 +215,7 @@ def test_a_thousand_sleeping_workflows_do_not_block_new_work(basic_app, shared_w
             )
 
     wait_until(all_waiting, 120, 0.5, message="1,000 workflows to be sleeping")
-    started = time.monotonic()
+    # Had the sleepers kept their slots, this would wait an hour behind them.
     assert basic_app.five_steps.delay(key).get(timeout=30) == [10, 20, 30, 40, 50]
-    assert time.monotonic() - started < 10  # not queued behind the sleepers
     for handle in sleepers:
         handle.cancel("test over")
