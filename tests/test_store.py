@@ -69,7 +69,7 @@ def test_claim_is_exclusive_and_fenced(store):
     assert store.insert_run(new_run("r1"))
     assert not store.insert_run(new_run("r1"))
     first = store.claim_run("r1", "a", lease=30)
-    assert first is not None and first.fence == 1 and first.attempts == 1
+    assert first is not None and first.fence > 0 and first.attempts == 1
     assert store.claim_run("r1", "b", lease=30) is None  # live lease
     assert store.record_step("r1", first.fence, step(0)) == RECORDED
     assert store.load_steps("r1")[0].output == "1"
@@ -79,12 +79,13 @@ def test_stale_fence_cannot_record_or_settle(store):
     store.insert_run(new_run("r2"))
     zombie = store.claim_run("r2", "zombie", lease=0.01)
     assert zombie is not None
-    wait_until(lambda: store.claim_run("r2", "successor", lease=30), 10)
+    successor = wait_until(lambda: store.claim_run("r2", "successor", lease=30), 10)
+    assert successor.fence > zombie.fence  # tokens grow
     assert store.record_step("r2", zombie.fence, step(0)) == LEASE_LOST
     assert not store.settle_run("r2", zombie.fence, "SUCCEEDED", result="1")
     assert store.get_run("r2").status == "RUNNING"
     assert store.get_run("r2").owner == "successor"
-    assert store.settle_run("r2", zombie.fence + 1, "SUCCEEDED", result="2")
+    assert store.settle_run("r2", successor.fence, "SUCCEEDED", result="2")
     assert store.get_run("r2").result == "2"
 
 

@@ -24,12 +24,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Connection,
     Engine,
     Float,
     and_,
     bindparam,
     case,
+    cast,
     create_engine,
     delete,
     event,
@@ -137,6 +139,10 @@ class DueRun:
 def _p(params: dict[str, Any]) -> dict[str, Any]:
     """Bind names carry a prefix: SQLAlchemy reserves column names in VALUES/SET."""
     return {f"p_{key}": value for key, value in params.items()}
+
+
+def _held_slot(relaxed: bool) -> str:
+    return "held_relaxed" if relaxed else "held"
 
 
 def _has_pending_input(driver: Any) -> bool:
@@ -276,10 +282,11 @@ class Store:
                 yield conn
 
     def dispose(self) -> None:
-        held = getattr(self._local, "held", None)
-        if held is not None and held[0] == os.getpid():
-            held[1].close()
-        self._local.held = None
+        for slot in (_held_slot(False), _held_slot(True)):
+            held = getattr(self._local, slot, None)
+            if held is not None and held[0] == os.getpid():
+                held[1].close()
+            setattr(self._local, slot, None)
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
@@ -349,7 +356,7 @@ class Store:
             .values(
                 status="RUNNING",
                 owner=bindparam("p_owner"),
-                fence=runs.c.fence + 1,
+                fence=self._next_fence(runs.c.fence, now),
                 attempts=runs.c.attempts + 1,
                 due_at=now + bindparam("p_lease"),
                 ready_at=None,
@@ -596,6 +603,15 @@ class Store:
             func.pg_notify(self.notify_channel, literal(self.namespace + ":").concat(changed.c.id)),
         ).select_from(changed)
 
+    def _next_fence(self, fence: Any, now: Any) -> Any:
+        """A fencing token that grows and is never handed out twice, even when a claim is
+        lost in a database crash (claims commit asynchronously): the database clock in
+        microseconds, or the old token + 1 if that is larger."""
+        micros = cast(now * 1_000_000, BigInteger)
+        if self.is_postgres:
+            return func.greatest(fence + 1, micros)
+        return func.max(fence + 1, micros)
+
     def _fenced_upsert(
         self,
         table: Any,
@@ -631,7 +647,7 @@ class Store:
         )
 
     def _one(
-        self, stmt: Any, params: dict[str, Any], *, retry: bool = False
+        self, stmt: Any, params: dict[str, Any], *, retry: bool = False, relaxed: bool = False
     ) -> tuple[Any, ...] | None:
         """Run one hot-path statement and return its first row as a tuple (or None).
 
@@ -640,7 +656,8 @@ class Store:
         about a third of a step's write. SQLite takes the regular path, in a
         BEGIN IMMEDIATE transaction. ``retry``: the statement is idempotent (fenced, or
         insert-or-verify), so a connection that died (server restart, idle kill) is
-        replaced and the statement sent once more.
+        replaced and the statement sent once more. ``relaxed``: commit without waiting for
+        the WAL flush (``synchronous_commit=off``), on a connection of its own.
         """
         if not self.is_postgres:
             with self._write() as conn:
@@ -652,39 +669,41 @@ class Store:
             compiled = self._compiled[id(stmt)] = (str(done), dict(done.params))
         sql, defaults = compiled
         for last_try in (not retry, True):
-            driver = self._held_connection()
+            driver = self._held_connection(relaxed)
             try:
                 return driver.execute(sql, {**defaults, **params}).fetchone()  # type: ignore[no-any-return]
             except psycopg.OperationalError:
-                self._local.held = None  # reconnect on the next call
+                setattr(self._local, _held_slot(relaxed), None)  # reconnect next call
                 driver.close()
                 if last_try:
                     raise
         raise AssertionError("unreachable")
 
-    def _held_connection(self) -> Any:
+    def _held_connection(self, relaxed: bool = False) -> Any:
         """This thread's autocommit psycopg connection (a forked child opens its own)."""
-        held = getattr(self._local, "held", None)
+        slot = _held_slot(relaxed)
+        held = getattr(self._local, slot, None)
         if held is not None and held[0] == os.getpid() and not held[1].closed:
             if not _has_pending_input(held[1]):
                 return held[1]
             # An idle connection with input waiting was terminated by the server (restart,
             # idle killer): replace it before sending a statement that must not be retried.
             held[1].close()
-        driver = self.driver_connect()
-        self._local.held = (os.getpid(), driver)
+        driver = self.driver_connect("-c synchronous_commit=off" if relaxed else None)
+        setattr(self._local, slot, (os.getpid(), driver))
         return driver
 
     def _connect_args(self) -> dict[str, Any]:
         # Named in pg_stat_activity, unless the URL names the application itself.
         return {} if "application_name" in self.url.query else {"application_name": APP_NAME}
 
-    def driver_connect(self) -> Any:
+    def driver_connect(self, options: str | None = None) -> Any:
         """A new autocommit psycopg connection to the store (hot path, LISTEN)."""
         url = self.url.set(drivername="postgresql")
-        return psycopg.connect(
-            url.render_as_string(hide_password=False), autocommit=True, **self._connect_args()
-        )
+        extra = self._connect_args()
+        if options:
+            extra["options"] = options
+        return psycopg.connect(url.render_as_string(hide_password=False), autocommit=True, **extra)
 
     # -- start ---------------------------------------------------------------------------
 
@@ -730,7 +749,15 @@ class Store:
 
     def claim_run(self, run_id: str, owner: str, lease: float) -> Claim | None:
         """Take the run if it is pending and ready, or running with an expired lease."""
-        row = self._one(self._claim_run, _p({"run_id": run_id, "owner": owner, "lease": lease}))
+        # Asynchronous commit: the claim needs no fsync of its own. Every later write of the
+        # run is a synchronous commit, which flushes the WAL up to and including the claim;
+        # if the database crashes before that, the claim is lost, the run is as before it,
+        # and the fencing token of the lost claim (unique) matches nothing.
+        row = self._one(
+            self._claim_run,
+            _p({"run_id": run_id, "owner": owner, "lease": lease}),
+            relaxed=True,
+        )
         if row is None:
             return None
         fence, attempts, max_attempts, retry_backoff, args, has_steps = row
