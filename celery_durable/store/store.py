@@ -302,6 +302,16 @@ class Store:
 
     def _build_statements(self) -> None:
         runs, steps = self.tables.runs, self.tables.steps
+        # The columns of a StepRecord and of a DueRun, in their field order.
+        step_row = (
+            steps.c.idx,
+            steps.c.name,
+            steps.c.status,
+            steps.c.input,
+            steps.c.output,
+            steps.c.error,
+        )
+        due_row = (runs.c.id, runs.c.name, runs.c.status, runs.c.args, runs.c.queue)
         now = _now_sql(self.dialect)
         self._now = now
         ns = runs.c.namespace == self.namespace
@@ -377,14 +387,7 @@ class Store:
             self._claim_run = claim.returning(*returning, literal(True).label("has_steps"))
 
         self._load_steps = (
-            select(
-                steps.c.idx,
-                steps.c.name,
-                steps.c.status,
-                steps.c.input,
-                steps.c.output,
-                steps.c.error,
-            )
+            select(*step_row)
             .where(steps.c.namespace == self.namespace, steps.c.run_id == bindparam("p_run_id"))
             .order_by(steps.c.idx)
         )
@@ -440,16 +443,9 @@ class Store:
                 dispatches=0,
                 updated_at=now,
             )
-            .returning(runs.c.id, runs.c.name, runs.c.status, runs.c.args, runs.c.queue)
+            .returning(*due_row)
         )
-        self._get_step = select(
-            steps.c.idx,
-            steps.c.name,
-            steps.c.status,
-            steps.c.input,
-            steps.c.output,
-            steps.c.error,
-        ).where(
+        self._get_step = select(*step_row).where(
             steps.c.namespace == self.namespace,
             steps.c.run_id == bindparam("p_run_id"),
             steps.c.idx == bindparam("p_idx"),
@@ -569,7 +565,7 @@ class Store:
                 dispatches=runs.c.dispatches + 1,
                 updated_at=now,
             )
-            .returning(runs.c.id, runs.c.name, runs.c.status, runs.c.args, runs.c.queue)
+            .returning(*due_row)
         )
         self._get_run = select(
             runs.c.id,
