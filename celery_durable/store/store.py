@@ -33,7 +33,6 @@ from sqlalchemy import (
     case,
     cast,
     create_engine,
-    delete,
     event,
     exists,
     false,
@@ -270,6 +269,14 @@ class Store:
                 yield conn
 
     @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """Reads; on SQLite the transaction a read opens (BEGIN IMMEDIATE) ends at once."""
+        with self.engine.connect() as conn:
+            yield conn
+            if not self.is_postgres:
+                conn.rollback()
+
+    @contextmanager
     def transaction(self) -> Iterator[Connection]:
         """Several statements in one transaction."""
         if self.is_postgres:
@@ -290,10 +297,6 @@ class Store:
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
-
-    def create_all(self) -> None:
-        """Create the tables directly (tests, SQLite quick start); production uses migrate."""
-        self.tables.metadata.create_all(self.engine)
 
     # -- statements, built once so SQLAlchemy's compiled cache serves every call --------
 
@@ -760,13 +763,9 @@ class Store:
         return Claim(fence, attempts, max_attempts, retry_backoff, args, bool(has_steps))
 
     def load_steps(self, run_id: str) -> dict[int, StepRecord]:
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             rows = conn.execute(self._load_steps, _p({"run_id": run_id})).all()
-            if not self.is_postgres:
-                conn.rollback()
-        return {
-            r.idx: StepRecord(r.idx, r.name, r.status, r.input, r.output, r.error) for r in rows
-        }
+        return {r.idx: StepRecord(*r) for r in rows}
 
     def record_step(
         self, run_id: str, fence: int, step: StepRecord, connection: Connection | None = None
@@ -814,13 +813,11 @@ class Store:
             return LEASE_LOST
         if run.cancel_requested:
             return CANCELLED
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             row = conn.execute(self._get_step, _p({"run_id": run_id, "idx": idx})).first()
-            if not self.is_postgres:
-                conn.rollback()
         if row is None:
             return LEASE_LOST
-        return StepRecord(row.idx, row.name, row.status, row.input, row.output, row.error)
+        return StepRecord(*row)
 
     def settle_run(
         self,
@@ -903,7 +900,7 @@ class Store:
                 self._sweep_due_runs,
                 _p({"limit": limit, "grace": grace, "lost_error": lost_error}),
             ).all()
-        return [DueRun(r.id, r.name, r.status, r.args, r.queue) for r in rows]
+        return [DueRun(*r) for r in rows]
 
     # -- signals, timers, state, cancellation ---------------------------------------------
 
@@ -948,12 +945,7 @@ class Store:
                 return FULL
             conn.execute(
                 self._insert(signals).values(
-                    namespace=self.namespace,
-                    run_id=run_id,
-                    name=name,
-                    payload=payload,
-                    idempotency_key=idempotency_key,
-                    created_at=self._now,
+                    **self._signal_row(run_id, name, payload), idempotency_key=idempotency_key
                 )
             )
             return STORED
@@ -966,17 +958,22 @@ class Store:
         with self._write() as conn:
             conn.execute(
                 self._insert(signals).values(
-                    namespace=self.namespace,
-                    run_id=run_id,
-                    name=name,
-                    payload=payload,
+                    **self._signal_row(run_id, name, payload),
                     # The key stays free: a resend after the cause is fixed is stored.
                     idempotency_key=None,
-                    created_at=self._now,
                     consumed_at=self._now,
                     error=error if idempotency_key is None else f"{error} (key {idempotency_key})",
                 )
             )
+
+    def _signal_row(self, run_id: str, name: str, payload: str) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "run_id": run_id,
+            "name": name,
+            "payload": payload,
+            "created_at": self._now,
+        }
 
     def wake_run(self, run_id: str, signal_name: str, grace: float) -> DueRun | None:
         """A run waiting for ``signal_name`` becomes PENDING; the caller publishes it."""
@@ -984,7 +981,7 @@ class Store:
         stmt = self._wake.where(runs.c.id == run_id, runs.c.wait_signal == signal_name)
         with self._write() as conn:
             row = conn.execute(stmt, _p({"grace": grace})).first()
-        return None if row is None else DueRun(row.id, row.name, row.status, row.args, row.queue)
+        return None if row is None else DueRun(*row)
 
     def wake_signalled_runs(self, grace: float) -> list[DueRun]:
         """Wake every waiting run that has a matching unconsumed signal (lost wake-ups)."""
@@ -998,7 +995,7 @@ class Store:
         stmt = self._wake.where(runs.c.wait_signal.isnot(None), exists(signalled))
         with self._write() as conn:
             rows = conn.execute(stmt, _p({"grace": grace})).all()
-        return [DueRun(r.id, r.name, r.status, r.args, r.queue) for r in rows]
+        return [DueRun(*r) for r in rows]
 
     def consume_signal(
         self, run_id: str, fence: int, signal_name: str, step: StepRecord
@@ -1124,7 +1121,7 @@ class Store:
 
     def get_state(self, run_id: str, key: str) -> str | None:
         state = self.tables.state
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             value = conn.execute(
                 select(state.c.value).where(
                     state.c.namespace == self.namespace,
@@ -1132,13 +1129,11 @@ class Store:
                     state.c.key == key,
                 )
             ).scalar()
-            if not self.is_postgres:
-                conn.rollback()
         return value
 
     def last_step_output(self, run_id: str) -> str | None:
         steps = self.tables.steps
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             value = conn.execute(
                 select(steps.c.output)
                 .where(
@@ -1149,8 +1144,6 @@ class Store:
                 .order_by(steps.c.idx.desc())
                 .limit(1)
             ).scalar()
-            if not self.is_postgres:
-                conn.rollback()
         return value
 
     def cancel_run(self, run_id: str, reason: str | None) -> tuple[bool, str | None]:
@@ -1212,35 +1205,21 @@ class Store:
     # -- reads -----------------------------------------------------------------------------
 
     def get_run(self, run_id: str) -> RunRecord | None:
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             row = conn.execute(self._get_run, _p({"run_id": run_id})).first()
-            if not self.is_postgres:
-                conn.rollback()
         if row is None:
             return None
         return RunRecord(**row._asdict())
 
     def get_status(self, run_id: str) -> str | None:
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             status = conn.execute(self._get_status, _p({"run_id": run_id})).scalar()
-            if not self.is_postgres:
-                conn.rollback()
         return status
 
     def now(self) -> float:
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             value = conn.execute(select(self._now)).scalar_one()
-            if not self.is_postgres:
-                conn.rollback()
         return float(value)
-
-    def delete_namespace(self) -> None:
-        """Drop every row of this namespace (tests, and ``celery durable purge``)."""
-        t = self.tables
-        with self.transaction() as conn:
-            for table in (t.steps, t.signals, t.state):
-                conn.execute(delete(table).where(table.c.namespace == self.namespace))
-            conn.execute(delete(t.runs).where(t.runs.c.namespace == self.namespace))
 
 
 __all__ = [
