@@ -1,47 +1,42 @@
-"""The README's quick start works as written: SQLite store, file broker, a real crash."""
+"""The README's examples work as written: SQLite store, file broker, real worker processes."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.support.workers import ROOT
 
 
-def test_quickstart_resumes_after_a_crash(tmp_path):
+def run_example(script: str, data_dir_variable: str, data_dir: Path) -> str:
+    """Run ``examples/<script>`` as a user would (none of the test session's durable
+    settings in its environment); return what it printed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CELERY_DURABLE_")}
     done = subprocess.run(
-        [sys.executable, "examples/quickstart.py"],
+        [sys.executable, f"examples/{script}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=240,
-        env=_clean_env(QUICKSTART_DIR=str(tmp_path)),
+        env={**env, data_dir_variable: str(data_dir)},
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "result: {'receipt': 'receipt-42-1999', 'parcel': 'parcel-42'}" in done.stdout
-    assert "times each step ran: {'reserve': 1, 'charge': 2, 'ship': 1}" in done.stdout
+    return done.stdout
 
 
-def _clean_env(**extra: str) -> dict[str, str]:
-    """The environment a user would have: none of the test session's durable settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CELERY_DURABLE_")}
-    return {**env, **extra}
+def test_quickstart_resumes_after_a_crash(tmp_path):
+    printed = run_example("quickstart.py", "QUICKSTART_DIR", tmp_path)
+    assert "result: {'receipt': 'receipt-42-1999', 'parcel': 'parcel-42'}" in printed
+    assert "times each step ran: {'reserve': 1, 'charge': 2, 'ship': 1}" in printed
 
 
 def test_approval_example_signals_queries_timers_and_cancel(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "examples/approval.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=_clean_env(APPROVAL_DIR=str(tmp_path)),
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "b-1 is WAITING; query: {'stage': 'awaiting approval'}" in done.stdout
+    printed = run_example("approval.py", "APPROVAL_DIR", tmp_path)
+    assert "b-1 is WAITING; query: {'stage': 'awaiting approval'}" in printed
     assert (
         "b-1 result: {'status': 'confirmed', 'receipt': 'receipt-b-1'}; "
         "query: {'stage': 'approved', 'by': 'alice'}"
-    ) in done.stdout
-    assert "b-2 cancelled: customer left" in done.stdout
+    ) in printed
+    assert "b-2 cancelled: customer left" in printed
