@@ -24,11 +24,22 @@ from celery import bootsteps
 
 from . import serialization
 from .store.schema import FINISHED_STATUSES
+from .store.store import DueRun
 
 if TYPE_CHECKING:
     from .extension import Durable
 
 logger = logging.getLogger("celery_durable.worker")
+
+# The error a run ends with when its worker died on the last attempt.
+_WORKER_LOST = serialization.dumps(
+    {
+        "type": "celery_durable.errors.WorkerLost",
+        "message": "the worker running this workflow was lost on its last attempt",
+        "traceback": "",
+        "args": None,
+    }
+)
 
 
 _KEEPERS: weakref.WeakSet[LeaseKeeper] = weakref.WeakSet()
@@ -162,71 +173,54 @@ class Sweeper:
     def sweep_once(self) -> int:
         """One sweep; returns how many runs were published."""
         durable, config = self.durable, self.durable.config
-        lost = serialization.dumps(
-            {
-                "type": "celery_durable.errors.WorkerLost",
-                "message": "the worker running this workflow was lost on its last attempt",
-                "traceback": "",
-                "args": None,
-            }
-        )
         published = 0
         while not self._stop.is_set():
-            due = durable.store.sweep_due_runs(config.sweep_batch, config.dispatch_grace, lost)
+            due = durable.store.sweep_due_runs(
+                config.sweep_batch, config.dispatch_grace, _WORKER_LOST
+            )
             for run in due:
-                fields = {
-                    "workflow_id": run.id,
-                    "workflow": run.name,
-                    "attempt": None,
-                    "step_index": None,
-                }
                 if run.status in FINISHED_STATUSES:
-                    durable.store.notify_finished(run.id)
-                    if run.status == "FAILED":
-                        logger.error(
-                            "workflow %s run %s failed: its worker was lost on the last attempt",
-                            run.name,
-                            run.id,
-                            extra=fields,
-                        )
-                    else:
-                        logger.info(
-                            "workflow %s run %s cancelled (its worker was lost)",
-                            run.name,
-                            run.id,
-                            extra=fields,
-                        )
-                    continue
-                try:
-                    durable.publish(run.id, run.name, run.args, run.queue)
-                    published += 1
-                    logger.info(
-                        "dispatched workflow %s run %s again", run.name, run.id, extra=fields
-                    )
-                except Exception:
-                    logger.exception(
-                        "publishing workflow %s run %s failed; next sweep retries",
-                        run.name,
-                        run.id,
-                        extra=fields,
-                    )
+                    self._announce_finished(run)
+                else:
+                    published += self._publish(run, "dispatched workflow %s run %s again")
             if len(due) < config.sweep_batch:
                 break
         for run in durable.store.wake_signalled_runs(config.dispatch_grace):
             # A signal whose wake-up message was lost: the run still waits for it.
-            fields = {"workflow_id": run.id, "workflow": run.name}
-            try:
-                durable.publish(run.id, run.name, run.args, run.queue)
-            except Exception:  # the run is PENDING with a due time: a later sweep sends it
-                logger.exception(
-                    "publishing woken workflow %s run %s failed", run.name, run.id, extra=fields
-                )
-                continue
-            published += 1
-            logger.info(
-                "woke workflow %s run %s for a stored signal", run.name, run.id, extra=fields
-            )
+            published += self._publish(run, "woke workflow %s run %s for a stored signal")
         return published
+
+    def _publish(self, run: DueRun, done: str) -> int:
+        """Publish a run the sweep took; on failure it stays due and a later sweep retries."""
+        fields = {"workflow_id": run.id, "workflow": run.name, "attempt": None, "step_index": None}
+        try:
+            self.durable.publish(run.id, run.name, run.args, run.queue)
+        except Exception:
+            logger.exception(
+                "publishing workflow %s run %s failed; a later sweep retries",
+                run.name,
+                run.id,
+                extra=fields,
+            )
+            return 0
+        logger.info(done, run.name, run.id, extra=fields)
+        return 1
+
+    def _announce_finished(self, run: DueRun) -> None:
+        """A run the sweep itself finished (worker lost too often, or cancelled)."""
+        self.durable.store.notify_finished(run.id)
+        fields = {"workflow_id": run.id, "workflow": run.name, "attempt": None, "step_index": None}
+        if run.status == "FAILED":
+            logger.error(
+                "workflow %s run %s failed: its worker was lost on the last attempt",
+                run.name,
+                run.id,
+                extra=fields,
+            )
+        else:
+            logger.info(
+                "workflow %s run %s cancelled (its worker was lost)", run.name, run.id, extra=fields
+            )
 
 
 def sweeper_bootstep(durable: Durable) -> type[bootsteps.StartStopStep]:
