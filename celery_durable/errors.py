@@ -61,6 +61,10 @@ class PermanentError(DurableError):
     """Raise (or subclass) this in a step or workflow to fail at once, without retries."""
 
 
+class NotSerialisable(PermanentError, TypeError):
+    """An argument, step output or result JSON can't hold; retrying would not help."""
+
+
 class WorkflowFailed(DurableError):
     """The workflow ended FAILED; carries the stored error's type, message and traceback."""
 

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from .errors import StepFailed
+from .errors import NotSerialisable, StepFailed
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 _dumps_sorted = json.JSONEncoder(
@@ -56,10 +56,10 @@ def encode_arguments(
         try:
             _dumps_sorted(value)
         except (TypeError, ValueError) as exc:
-            raise TypeError(
+            raise NotSerialisable(
                 f"argument {name!r} of {owner} is not JSON serialisable ({_describe(value)}): {exc}"
             ) from None
-    raise TypeError(f"the arguments of {owner} are not JSON serialisable")
+    raise NotSerialisable(f"the arguments of {owner} are not JSON serialisable")
 
 
 def encode_value(owner: str, value: Any) -> str:
@@ -67,7 +67,9 @@ def encode_value(owner: str, value: Any) -> str:
     try:
         return _dumps(value)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"the return value of {owner} is not JSON serialisable: {exc}") from None
+        raise NotSerialisable(
+            f"the return value of {owner} is not JSON serialisable: {exc}"
+        ) from None
 
 
 def encode_error(exc: BaseException) -> str:

@@ -22,6 +22,7 @@ from .context import WorkflowContext
 from .errors import (
     LeaseLost,
     NonDeterminismError,
+    NotSerialisable,
     PermanentError,
     StoreUnavailable,
     WorkflowCancelled,
@@ -148,14 +149,14 @@ class Step(Generic[P, R]):
                 ctx.in_step = False
             try:
                 output = serialization.encode_value(f"step {self.name}", value)
-            except TypeError as exc:
+            except NotSerialisable as exc:
                 record(
                     ctx,
                     StepRecord(
                         index, self.name, "error", step_input, None, serialization.encode_error(exc)
                     ),
                 )
-                raise PermanentError(str(exc)) from None
+                raise
             stored = record(ctx, StepRecord(index, self.name, "ok", step_input, output, None))
             # Return what replay will return (JSON round trip), so both paths agree.
             return serialization.loads(stored.output or "null")  # type: ignore[no-any-return]

@@ -361,8 +361,6 @@ def _settle_success(durable: Durable, ctx: WorkflowContext, encoded: str) -> Non
 
 
 def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, TypeError) and "not JSON serialisable" in str(exc):
-        return False
     return not isinstance(exc, PermanentError | NonDeterminismError)
 
 

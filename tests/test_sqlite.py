@@ -221,3 +221,27 @@ def test_missing_tables_name_the_command_to_run(tmp_path, monkeypatch):
 
     with pytest.raises(cd.ConfigurationError, match="durable migrate"):
         nothing.delay()
+
+
+def test_values_json_cannot_hold_fail_at_once_naming_the_culprit(durable):
+    @durable.step
+    def takes(value: object) -> None:
+        return None
+
+    @durable.workflow(max_attempts=3, retry_backoff=0)
+    def bad_result() -> object:
+        return object()
+
+    @durable.workflow(max_attempts=3, retry_backoff=0)
+    def bad_step_argument() -> None:
+        takes(object())
+
+    for workflow, culprit in (
+        (bad_result, "return value of workflow"),
+        (bad_step_argument, "argument 'value' of step"),
+    ):
+        handle = workflow.delay()
+        with pytest.raises(WorkflowFailed, match=culprit) as failed:
+            handle.get(timeout=5)
+        assert failed.value.error_type == "celery_durable.errors.NotSerialisable"
+        assert handle.record().attempts == 1  # not retried
