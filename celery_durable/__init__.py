@@ -19,9 +19,8 @@ from .errors import (
 )
 from .extension import Durable
 from .handle import WorkflowHandle, WorkflowStatus
-from .signals import wait_for_signal
 from .state import set_state
-from .waits import sleep, sleep_until
+from .suspend import sleep, sleep_until, wait_for_signal
 from .workflow import WorkflowTask
 
 __all__ = [

@@ -17,7 +17,8 @@ from typing import Any
 
 import click
 
-from .extension import Durable, durables_of
+from .apps import durables_of
+from .extension import Durable
 
 
 def _durables(ctx: click.Context) -> list[Durable]:

@@ -93,13 +93,7 @@ class DurableConfig:
         environ: Mapping[str, str] | None = None,
     ) -> DurableConfig:
         """Merge the sources; out-of-range numbers are clamped with a warning."""
-        overrides = dict(overrides or {})
-        unknown = set(overrides) - set(_BY_NAME)
-        if unknown:
-            raise ConfigurationError(
-                f"unknown celery_durable setting(s): {', '.join(sorted(unknown))}; "
-                f"known: {', '.join(_BY_NAME)}"
-            )
+        overrides = cls.check_keywords(overrides or {})
         environ = os.environ if environ is None else environ
         app_conf = app_conf or {}
         values: dict[str, Any] = {}
@@ -122,6 +116,24 @@ class DurableConfig:
         config = cls(**values)
         config.validate()
         return config
+
+    @staticmethod
+    def check_keywords(overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """Check ``Durable(...)`` keywords on their own: known names, right types.
+
+        Cross-field rules (``lock_timeout`` > ``poll_interval``) wait for the merge: the
+        other field may come from the environment or ``app.conf``.
+        """
+        unknown = set(overrides) - set(_BY_NAME)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown celery_durable setting(s): {', '.join(sorted(unknown))}; "
+                f"known: {', '.join(_BY_NAME)}"
+            )
+        for name, raw in overrides.items():
+            if raw is not None:
+                _coerce(_BY_NAME[name], raw, f"Durable({name}=...)")
+        return dict(overrides)
 
     def validate(self) -> DurableConfig:
         """Raise :class:`ConfigurationError` naming the first setting out of range."""

@@ -17,8 +17,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .extension import Durable
-    from .store.store import StepRecord
+    from .store import StepRecord, Store
 
 _current: contextvars.ContextVar[WorkflowContext | None] = contextvars.ContextVar(
     "celery_durable_workflow", default=None
@@ -29,7 +28,7 @@ _current: contextvars.ContextVar[WorkflowContext | None] = contextvars.ContextVa
 class WorkflowContext:
     """One execution of a workflow body: its run, lease and replay position."""
 
-    durable: Durable
+    store: Store
     workflow_id: str
     workflow_name: str
     attempt: int
@@ -40,8 +39,9 @@ class WorkflowContext:
     # Set once the body must stop (suspended, lease lost, cancelled): steps and waits in
     # the user's finally/with blocks re-raise it instead of running.
     stopping: BaseException | None = None
-    # The last step failure the body raised: (index, exception).
-    failed_step: tuple[int, BaseException] | None = None
+    # The last step failure the body raised. Its record is written lazily: with the next
+    # write if the body caught it, or with the retry or settle it caused, in one transaction.
+    failed_step: FailedStep | None = None
 
     @classmethod
     def current(cls) -> WorkflowContext | None:
@@ -80,6 +80,15 @@ class WorkflowContext:
             "attempt": self.attempt,
             "step_index": self.next_index if step_index is None else step_index,
         }
+
+
+@dataclasses.dataclass
+class FailedStep:
+    """A step failure the body raised, and whether its record is written yet."""
+
+    record: StepRecord
+    exc: BaseException
+    written: bool = False
 
 
 def activate(ctx: WorkflowContext) -> contextvars.Token[WorkflowContext | None]:

@@ -17,34 +17,25 @@ from __future__ import annotations
 
 import inspect
 import logging
-import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 from celery import Celery, Task
 from celery import signals as celery_signals
 
-from . import serialization
+from . import apps, serialization
 from .config import DurableConfig
 from .errors import ConfigurationError, DuplicateRegistration, WorkflowNotFound
 from .handle import WorkflowHandle
-from .signals import register_tasks, send_signal_via_broker, signal_queue_bootstep
+from .signals import SignalQueue, register_tasks, send_signal_via_broker
 from .step import DEFAULT_MAX_BACKOFF, Step
 from .store import Store
-from .waiting import NotifyWaiter, Waiter
-from .worker import LeaseKeeper, Sweeper, sweeper_bootstep
+from .worker import DurableSweeper, LeaseKeeper, Sweeper
 from .workflow import WorkflowDefinition, WorkflowTask
 
 logger = logging.getLogger("celery_durable")
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_BOUND: weakref.WeakKeyDictionary[Celery, list[Durable]] = weakref.WeakKeyDictionary()
-
-
-def durables_of(app: Celery) -> list[Durable]:
-    """The Durable instances bound to ``app`` (used by the CLI)."""
-    return list(_BOUND.get(app, []))
 
 
 class Durable:
@@ -58,18 +49,23 @@ class Durable:
     def __init__(self, app: Celery, **settings: Any) -> None:
         self.app = app
         self._settings = settings
-        DurableConfig.from_sources(settings, {}, {})  # unknown names fail here, at import
+        # Unknown names and wrong types fail here, at import; ranges that depend on the
+        # other sources (env, app.conf) are checked once they are merged, on first use.
+        DurableConfig.check_keywords(settings)
         self._config: DurableConfig | None = None
         self._store: Store | None = None
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.steps: dict[str, Step[Any, Any]] = {}
         self.leases = LeaseKeeper(self)
         self.sweeper = Sweeper(self)
-        app.steps["worker"].add(sweeper_bootstep(self))
-        app.steps["consumer"].add(signal_queue_bootstep(self))
+        app.steps["worker"].add(DurableSweeper)
+        app.steps["consumer"].add(SignalQueue)
         register_tasks(app)
         celery_signals.worker_process_shutdown.connect(self._on_process_exit, weak=False)
-        _BOUND.setdefault(app, []).append(self)
+        apps.bind(app, self)
+
+    def __repr__(self) -> str:
+        return f"<Durable app={self.app.main!r} settings={sorted(self._settings)}>"
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -128,6 +124,7 @@ class Durable:
         if retry_backoff is not None and retry_backoff < 0:
             raise ConfigurationError(f"workflow {fn.__qualname__}: retry_backoff must be >= 0")
         task_name = name or self.app.gen_task_name(fn.__name__, fn.__module__)
+        _refuse_coroutine(fn, f"workflow {task_name}")
         self._check_unique_workflow(task_name, fn)
         try:
             signature: inspect.Signature | None = inspect.signature(fn)
@@ -164,7 +161,7 @@ class Durable:
                 f"workflow name {task_name!r} is already registered (by "
                 f"{earlier.__module__}.{earlier.__qualname__}); pass name= to tell them apart"
             )
-        for other in _BOUND.get(self.app, []):
+        for other in apps.durables_of(self.app):
             if other is not self and task_name in other.workflows:
                 raise DuplicateRegistration(
                     f"workflow name {task_name!r} is already registered on this app"
@@ -218,8 +215,8 @@ class Durable:
             raise DuplicateRegistration(
                 f"step name {step_name!r} is already registered; pass name= to tell them apart"
             )
+        _refuse_coroutine(fn, f"step {step_name}")
         step = Step(
-            self,
             fn,
             name=step_name,
             max_attempts=max_attempts,
@@ -266,9 +263,6 @@ class Durable:
         """Run one sweep now (what every worker's sweeper does each poll interval)."""
         return self.sweeper.sweep_once()
 
-    def waiter(self) -> Waiter:
-        return NotifyWaiter(self.store) if self.store.is_postgres else Waiter()
-
     # -- schema -------------------------------------------------------------------------------
 
     def migrate(self, revision: str = "head", sql: bool = False) -> str | None:
@@ -282,3 +276,12 @@ class Durable:
     def _on_process_exit(self, **_: Any) -> None:
         if self._store is not None:
             self.leases.release_all()
+
+
+def _refuse_coroutine(fn: Callable[..., Any], what: str) -> None:
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        raise TypeError(
+            f"{what}: async def functions are not supported; celery_durable runs workflows "
+            "and steps in Celery's worker processes, so write a plain def (call "
+            "asyncio.run(...) inside a step if it must await)"
+        )

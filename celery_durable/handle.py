@@ -18,7 +18,9 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from . import serialization
 from .errors import WorkflowAlreadyCompleted, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
-from .store.store import RunRecord
+from .signals import send_signal
+from .state import query
+from .store import RunRecord
 
 if TYPE_CHECKING:
     from .extension import Durable
@@ -119,8 +121,6 @@ class WorkflowHandle:
         Returns False when ``idempotency_key`` was already used for this run (a no-op).
         Raises WorkflowNotFound, WorkflowAlreadyCompleted or PendingSignalsFull.
         """
-        from .signals import send_signal
-
         return send_signal(self.durable, self.id, name, payload, idempotency_key)
 
     def query(self, key: str = "state") -> Any:
@@ -129,9 +129,7 @@ class WorkflowHandle:
         For "state" before any ``set_state``: the output of the last finished step.
         Raises UnknownQuery for a key never set.
         """
-        from .state import query
-
-        return query(self.durable, self.id, key)
+        return query(self.durable.store, self.id, key)
 
     def cancel(self, reason: str | None = None) -> WorkflowStatus:
         """Cancel the run: at once if pending or waiting, at its next step if running.
@@ -147,7 +145,7 @@ class WorkflowHandle:
 
     def _wait_finished(self, timeout: float | None, interval: float) -> RunRecord:
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self.durable.waiter() as waiter:
+        with self.durable.store.listener() as listener:
             while True:
                 run = self.record()
                 if WorkflowStatus(run.status).finished:
@@ -158,6 +156,6 @@ class WorkflowHandle:
                         f"workflow run {self.id!r} did not finish within {timeout}s "
                         f"(status {run.status}); it goes on running"
                     )
-                waiter.wait_for(
+                listener.wait_for(
                     self.id, interval if remaining is None else min(interval, remaining)
                 )

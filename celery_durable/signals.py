@@ -1,14 +1,10 @@
 """Signals: stored in the database, their wake-ups carried by a dedicated Celery queue.
 
 Every worker consumes ``durable_signal_queue`` (default ``celery_durable.signals``) on top
-of its ``-Q`` queues; nothing to configure.
+of its ``-Q`` queues; nothing to configure. The body's side is
+:func:`celery_durable.wait_for_signal`.
 
 Example::
-
-    @durable.workflow
-    def booking(booking_id: str) -> dict:
-        decision = cd.wait_for_signal("approval", timeout=3600)   # None on timeout
-        ...
 
     handle.signal("approval", {"by": "alice"}, idempotency_key="approve-b-1")
     durable.send_signal("wf-id", "approval", {"by": "bob"})   # producers with a broker only
@@ -23,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery, bootsteps
 
 from . import serialization
+from .apps import durable_for, durables_of
 from .errors import PendingSignalsFull, WorkflowAlreadyCompleted, WorkflowNotFound
-from .store.store import DUPLICATE, FULL, NOT_FOUND, STORED
-from .waits import SIGNAL_STEP_PREFIX, require_context, wait_step
+from .store import Outcome
+from .suspend import check_signal_name
 
 if TYPE_CHECKING:
     from .extension import Durable
@@ -36,26 +33,6 @@ SIGNAL_TASK = "celery_durable.signal"
 # A broker-only signal for a run not (yet) in the store is retried 0.25+0.5+1+2 s later.
 NOT_FOUND_RETRIES = 4
 WAKE_TASK = "celery_durable.wake"
-
-
-def wait_for_signal(name: str, timeout: float | None = None) -> Any:
-    """Wait for the next signal ``name``; return its payload, or None after ``timeout`` s.
-
-    The run is suspended while it waits (status WAITING, no worker held). Signals of one
-    name are consumed in the order sent, each by exactly one call.
-    """
-    ctx = require_context("wait_for_signal")
-    _check_name(name)
-    if timeout is not None and (timeout != timeout or timeout < 0):
-        raise ValueError(f"wait_for_signal(timeout) must be None or >= 0, got {timeout!r}")
-    return wait_step(ctx, SIGNAL_STEP_PREFIX + name, "[]", timeout=timeout, signal=name)
-
-
-def _check_name(name: str) -> None:
-    if not isinstance(name, str) or not name or len(name) > 200:
-        raise ValueError(
-            f"a signal name must be a non-empty string of at most 200 characters, got {name!r}"
-        )
 
 
 def _encode_payload(name: str, payload: Any) -> str:
@@ -74,21 +51,21 @@ def store_signal(
 ) -> bool:
     """Store a signal; True if stored, False for a repeated idempotency key."""
     config = durable.config
-    outcome = durable.store.insert_signal(
+    stored = durable.store.insert_signal(
         workflow_id, name, payload_json, idempotency_key, config.max_pending_signals
     )
-    if outcome == STORED:
+    if stored.outcome is Outcome.STORED:
         return True
-    if outcome == DUPLICATE:
+    if stored.outcome is Outcome.DUPLICATE:
         return False
-    if outcome == NOT_FOUND:
+    if stored.outcome is Outcome.NOT_FOUND:
         raise WorkflowNotFound(workflow_id)
-    if outcome == FULL:
+    if stored.outcome is Outcome.FULL:
         raise PendingSignalsFull(
             f"workflow run {workflow_id!r} already holds {config.max_pending_signals} "
             f"unconsumed signals (durable_max_pending_signals); signal {name!r} refused"
         )
-    raise WorkflowAlreadyCompleted(workflow_id, outcome)
+    raise WorkflowAlreadyCompleted(workflow_id, stored.status or "finished")
 
 
 def send_signal(
@@ -102,7 +79,7 @@ def send_signal(
 
     Returns False when ``idempotency_key`` was seen before for this run (a no-op).
     """
-    _check_name(name)
+    check_signal_name(name)
     encoded = _encode_payload(name, payload)
     if not store_signal(durable, workflow_id, name, encoded, idempotency_key):
         return False
@@ -141,7 +118,7 @@ def send_signal_via_broker(
     stored once. Errors (no such run, finished, full) are logged by the worker and the
     signal is kept in the signals table with the reason. Returns the message id.
     """
-    _check_name(name)
+    check_signal_name(name)
     encoded = _encode_payload(name, payload)
     message_id = str(uuid.uuid4())
     args = (
@@ -160,14 +137,6 @@ def register_tasks(app: Celery) -> None:
     if SIGNAL_TASK in app._tasks:  # noqa: SLF001 - .tasks would finalize the app
         return
 
-    from .extension import durables_of
-
-    def durable_for(namespace: str) -> Durable:
-        for durable in durables_of(app):
-            if durable.config.namespace == namespace:
-                return durable
-        raise LookupError(f"no Durable with namespace {namespace!r} is bound to this app")
-
     @app.task(
         name=SIGNAL_TASK,
         shared=False,
@@ -185,7 +154,7 @@ def register_tasks(app: Celery) -> None:
         payload_json: str,
         idempotency_key: str | None,
     ) -> bool:
-        durable = durable_for(namespace)
+        durable = durable_for(app, namespace)
         fields = {"workflow_id": workflow_id, "signal": name}
         try:
             stored = store_signal(durable, workflow_id, name, payload_json, idempotency_key)
@@ -204,7 +173,7 @@ def register_tasks(app: Celery) -> None:
 
     @app.task(name=WAKE_TASK, shared=False, lazy=False, acks_late=True, ignore_result=True)
     def wake_task(namespace: str, workflow_id: str, name: str) -> bool:
-        return wake(durable_for(namespace), workflow_id, name)
+        return wake(durable_for(app, namespace), workflow_id, name)
 
 
 def _refuse(
@@ -234,16 +203,12 @@ def wake(durable: Durable, workflow_id: str, name: str) -> bool:
     return True
 
 
-def signal_queue_bootstep(durable: Durable) -> type[bootsteps.StartStopStep]:
-    """A consumer bootstep that makes every worker consume the signal queue."""
+class SignalQueue(bootsteps.StartStopStep):  # type: ignore[misc]
+    """A consumer bootstep: every worker consumes the signal queues of its app's Durables."""
 
-    class SignalQueue(bootsteps.StartStopStep):  # type: ignore[misc]
-        name = f"celery_durable.signal_queue.{id(durable):x}"
-        requires = ("celery.worker.consumer.tasks:Tasks",)
+    requires = ("celery.worker.consumer.tasks:Tasks",)
 
-        def start(self, consumer: Any) -> None:
-            queue = durable.config.signal_queue
+    def start(self, consumer: Any) -> None:
+        for queue in dict.fromkeys(d.config.signal_queue for d in durables_of(consumer.app)):
             consumer.add_task_queue(queue)
             logger.info("consuming the signal queue %r", queue)
-
-    return SignalQueue

@@ -13,15 +13,13 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import serialization
-from .errors import UnknownQuery, WorkflowNotFound
-from .step import stop_writing, store_guard
-from .waits import require_context
-
-if TYPE_CHECKING:
-    from .extension import Durable
+from .errors import NotSerialisable, UnknownQuery, WorkflowNotFound
+from .step import stop_writing, store_guard, write_caught_failure
+from .store import Store
+from .suspend import require_context
 
 DEFAULT_KEY = "state"
 
@@ -35,17 +33,21 @@ def set_state(value: Any, key: str = DEFAULT_KEY) -> None:
     try:
         encoded = serialization.dumps(value)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"set_state({key!r}): the value is not JSON serialisable: {exc}") from None
+        # NotSerialisable is permanent: retrying the workflow would fail the same way.
+        raise NotSerialisable(
+            f"set_state({key!r}) in workflow run {ctx.workflow_id!r}: the value is not JSON "
+            f"serialisable: {exc}"
+        ) from None
+    write_caught_failure(ctx)
     with store_guard(ctx):
-        stored = ctx.durable.store.set_state(ctx.workflow_id, ctx.fence, key, encoded)
+        stored = ctx.store.set_state(ctx.workflow_id, ctx.fence, key, encoded)
     if not stored:
         stop_writing(ctx)
 
 
-def query(durable: Durable, workflow_id: str, key: str = DEFAULT_KEY) -> Any:
+def query(store: Store, workflow_id: str, key: str = DEFAULT_KEY) -> Any:
     """The latest value set under ``key``; for "state" before any set_state, the output
     of the last finished step (None if there is none)."""
-    store = durable.store
     value = store.get_state(workflow_id, key)
     if value is not None:
         return serialization.loads(value)

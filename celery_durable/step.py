@@ -15,10 +15,10 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar
+from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
 
-from . import serialization
-from .context import WorkflowContext
+from . import faults, serialization
+from .context import FailedStep, WorkflowContext
 from .errors import (
     LeaseLost,
     NonDeterminismError,
@@ -27,10 +27,7 @@ from .errors import (
     StoreUnavailable,
     WorkflowCancelled,
 )
-from .store.store import CANCELLED, LEASE_LOST, RECORDED, StepRecord
-
-if TYPE_CHECKING:
-    from .extension import Durable
+from .store import Outcome, StepRecord
 
 logger = logging.getLogger("celery_durable.step")
 
@@ -45,7 +42,6 @@ class Step(Generic[P, R]):
 
     def __init__(
         self,
-        durable: Durable,
         fn: Callable[P, R],
         *,
         name: str,
@@ -61,7 +57,6 @@ class Step(Generic[P, R]):
             raise ValueError(
                 f"step {name}: backoff={backoff} and max_backoff={max_backoff} must not be negative"
             )
-        self.durable = durable
         self.fn = fn
         self.name = name
         self.max_attempts = max_attempts
@@ -96,6 +91,7 @@ class Step(Generic[P, R]):
 
     def _run_in(self, ctx: WorkflowContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         ctx.check_stopping()
+        write_caught_failure(ctx)
         index = ctx.take_index()
         step_input = serialization.encode_arguments(f"step {self.name}", self.fn, args, kwargs)
         recorded = ctx.history.get(index)
@@ -137,29 +133,26 @@ class Step(Generic[P, R]):
                     )
                     time.sleep(delay)
                     continue
-                record(
-                    ctx,
-                    StepRecord(
-                        index, self.name, "error", step_input, None, serialization.encode_error(exc)
-                    ),
-                )
-                ctx.failed_step = (index, exc)
-                raise
+                raise self._failed(ctx, index, step_input, exc) from None
             finally:
                 ctx.in_step = False
             try:
                 output = serialization.encode_value(f"step {self.name}", value)
             except NotSerialisable as exc:
-                record(
-                    ctx,
-                    StepRecord(
-                        index, self.name, "error", step_input, None, serialization.encode_error(exc)
-                    ),
-                )
-                raise
+                raise self._failed(ctx, index, step_input, exc) from None
             stored = record(ctx, StepRecord(index, self.name, "ok", step_input, output, None))
             # Return what replay will return (JSON round trip), so both paths agree.
             return serialization.loads(stored.output or "null")  # type: ignore[no-any-return]
+
+    def _failed(
+        self, ctx: WorkflowContext, index: int, step_input: str, exc: BaseException
+    ) -> BaseException:
+        """Remember the failure; its record is written with whatever write comes next."""
+        error = serialization.encode_error(exc)
+        ctx.failed_step = FailedStep(
+            StepRecord(index, self.name, "error", step_input, None, error), exc
+        )
+        return exc
 
 
 def check_replay(
@@ -186,7 +179,7 @@ def _clip(text: str, limit: int = 200) -> str:
 def stop_writing(ctx: WorkflowContext) -> NoReturn:
     """A fenced write failed: raise WorkflowCancelled or LeaseLost, whichever is true."""
     with store_guard(ctx):
-        run = ctx.durable.store.get_run(ctx.workflow_id)
+        run = ctx.store.get_run(ctx.workflow_id)
     if run is not None and run.fence == ctx.fence and run.cancel_requested:
         raise ctx.stop(WorkflowCancelled(ctx.workflow_id, run.cancel_reason))
     raise ctx.stop(LeaseLost(f"run {ctx.workflow_id!r} is no longer owned by this worker"))
@@ -203,18 +196,26 @@ def store_guard(ctx: WorkflowContext) -> Iterator[None]:
         raise ctx.stop(stopped) from exc
 
 
+def write_caught_failure(ctx: WorkflowContext) -> None:
+    """The body caught a step failure and goes on: record it, so replay raises it again."""
+    failed = ctx.failed_step
+    if failed is not None and not failed.written:
+        failed.written = True
+        record(ctx, failed.record)
+
+
 def record(ctx: WorkflowContext, step: StepRecord) -> StepRecord:
     """Persist a step under the run's fencing token; stop the body if the lease is gone."""
     with store_guard(ctx):
-        outcome = ctx.durable.store.record_step(ctx.workflow_id, ctx.fence, step)
-    if outcome == RECORDED:
+        written = ctx.store.record_step(ctx.workflow_id, ctx.fence, step)
+    if written.outcome is Outcome.RECORDED:
         ctx.history[step.idx] = step
+        faults.reach(faults.AFTER_RECORD_STEP, **ctx.log_fields(step.idx))
         return step
-    if outcome in (LEASE_LOST, CANCELLED):
+    if written.stored is None:
         stop_writing(ctx)
-    assert isinstance(outcome, StepRecord)
     # An earlier write of this step committed (e.g. interrupted after the server's
     # commit): keep what is stored, so every replay agrees with it.
-    check_replay(ctx, step.idx, outcome, step.name, step.input)
-    ctx.history[step.idx] = outcome
-    return outcome
+    check_replay(ctx, step.idx, written.stored, step.name, step.input)
+    ctx.history[step.idx] = written.stored
+    return written.stored

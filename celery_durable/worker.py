@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
 
-from . import serialization
-from .store.schema import FINISHED_STATUSES
-from .store.store import DueRun
+from . import faults, serialization
+from .apps import durables_of
+from .store import FINISHED_STATUSES, DueRun
 
 if TYPE_CHECKING:
     from .extension import Durable
@@ -143,6 +143,8 @@ class Sweeper:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
         self._stop.clear()
         self._thread = threading.Thread(
             target=self._loop, name="celery_durable-sweeper", daemon=True
@@ -174,7 +176,7 @@ class Sweeper:
         """One sweep; returns how many runs were published."""
         durable, config = self.durable, self.durable.config
         published = 0
-        while not self._stop.is_set():
+        while True:
             due = durable.store.sweep_due_runs(
                 config.sweep_batch, config.dispatch_grace, _WORKER_LOST
             )
@@ -208,6 +210,7 @@ class Sweeper:
 
     def _announce_finished(self, run: DueRun) -> None:
         """A run the sweep itself finished (worker lost too often, or cancelled)."""
+        faults.reach(faults.AFTER_SETTLE, workflow_id=run.id, workflow=run.name)
         self.durable.store.notify_finished(run.id)
         fields = {"workflow_id": run.id, "workflow": run.name, "attempt": None, "step_index": None}
         if run.status == "FAILED":
@@ -223,37 +226,39 @@ class Sweeper:
             )
 
 
-def sweeper_bootstep(durable: Durable) -> type[bootsteps.StartStopStep]:
-    """A worker bootstep class bound to ``durable`` (each Durable sweeps its namespace)."""
+class DurableSweeper(bootsteps.StartStopStep):  # type: ignore[misc]
+    """A worker bootstep: runs the sweeper of every Durable bound to the worker's app.
 
-    class DurableSweeper(bootsteps.StartStopStep):  # type: ignore[misc]
-        name = f"celery_durable.sweeper.{id(durable):x}"
-        label = "celery_durable sweeper"
-        # After the pool: children fork before the sweeper thread exists.
-        requires = ("celery.worker.components:Pool",)
+    It runs in every ``celery worker`` (and ``celery.contrib.testing`` worker); nothing
+    else to deploy. Each Durable sweeps its own namespace.
+    """
 
-        def __init__(self, worker: Any, **kwargs: Any) -> None:
-            self.sweeper: Sweeper | None = None
+    label = "celery_durable sweeper"
+    # After the pool: children fork before the sweeper thread exists.
+    requires = ("celery.worker.components:Pool",)
 
-        def start(self, worker: Any) -> None:
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        self.sweepers: list[Sweeper] = []
+
+    def start(self, worker: Any) -> None:
+        for durable in durables_of(worker.app):
             # Import the driver and open the engine in the main thread: a child forked
             # while another thread holds an import lock would hang on that import.
             try:
                 durable.store.now()
             except Exception:
                 logger.exception("celery_durable: the store is unreachable; sweeping anyway")
-            self.sweeper = Sweeper(durable)
-            self.sweeper.start()
+            durable.sweeper.start()
+            self.sweepers.append(durable.sweeper)
             logger.info(
                 "celery_durable sweeper started (namespace %r, every %.2fs)",
                 durable.config.namespace,
                 durable.config.poll_interval,
             )
 
-        def stop(self, worker: Any) -> None:
-            if self.sweeper is not None:
-                self.sweeper.stop()
+    def stop(self, worker: Any) -> None:
+        for sweeper in self.sweepers:
+            sweeper.stop()
+        self.sweepers = []
 
-        shutdown = stop
-
-    return DurableSweeper
+    shutdown = stop

@@ -28,7 +28,7 @@ from celery.exceptions import Retry
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from . import serialization
+from . import faults, serialization
 from .context import WorkflowContext, activate, deactivate
 from .errors import (
     LeaseLost,
@@ -40,7 +40,7 @@ from .errors import (
     WorkflowCancelled,
 )
 from .handle import WorkflowHandle
-from .store.store import Claim, NewRun
+from .store import Claim, NewRun, StepRecord, Store
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -271,22 +271,20 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
     owner = durable.leases.owner
     claim = store.claim_run(run_id, owner, config.lock_timeout)
     if claim is None and _request_header(request, TRANSACTIONAL_HEADER):
-        deadline = time.monotonic() + _TRANSACTIONAL_VISIBILITY_WAIT
-        while claim is None and time.monotonic() < deadline and store.get_status(run_id) is None:
-            time.sleep(0.02)
-            claim = store.claim_run(run_id, owner, config.lock_timeout)
+        claim = _claim_when_visible(store, run_id, owner, config.lock_timeout)
     if claim is None:
         _log_unclaimed(durable, definition, run_id)
         return None
     history = store.load_steps(run_id) if claim.has_steps else {}
     ctx = WorkflowContext(
-        durable=durable,
+        store=store,
         workflow_id=run_id,
         workflow_name=definition.name,
         attempt=claim.attempts,
         fence=claim.fence,
         history=history,
     )
+    faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
     args, kwargs = serialization.loads(claim.args)
     durable.leases.track(run_id)
     token = activate(ctx)
@@ -295,16 +293,34 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
             value = definition.fn(*args, **kwargs)
         finally:
             deactivate(token)
+        if ctx.stopping is not None:
+            # The body swallowed the stop (a bare except around a step): it still wins.
+            raise ctx.stopping
         encoded = serialization.encode_value(f"workflow {ctx.workflow_name}", value)
     except BaseException as raised:  # noqa: BLE001 - every exception is settled
         # Why the body was told to stop wins over what its finally blocks raised after.
         return _settle_stop_or_error(durable, ctx, claim, ctx.stopping or raised)
     else:
         # Outside the try: a failed settle leaves the run to its lease, never to a retry.
-        _settle_success(durable, ctx, encoded)
-        return value
+        if _settle_success(durable, ctx, encoded):
+            return value
+        return None
     finally:
         durable.leases.untrack(run_id)
+
+
+def _claim_when_visible(store: Store, run_id: str, owner: str, lease: float) -> Claim | None:
+    """A transactional start's message can arrive a moment before its COMMIT: look again
+    briefly. The row's visibility is read before each claim, so a COMMIT that lands
+    between the two can't end the wait with the run unclaimed."""
+    deadline = time.monotonic() + _TRANSACTIONAL_VISIBILITY_WAIT
+    while True:
+        faults.reach(faults.AFTER_CLAIM_MISSED, workflow_id=run_id)
+        visible = store.get_status(run_id) is not None
+        claim = store.claim_run(run_id, owner, lease)
+        if claim is not None or visible or time.monotonic() > deadline:
+            return claim
+        time.sleep(0.02)
 
 
 def _settle_stop_or_error(
@@ -331,6 +347,7 @@ def _settle_stop_or_error(
         return None
     if isinstance(exc, WorkflowCancelled):
         if durable.store.settle_run(run_id, ctx.fence, "CANCELLED"):
+            faults.reach(faults.AFTER_SETTLE, **fields)
             logger.info("workflow %s run %s cancelled: %s", name, run_id, exc.reason, extra=fields)
         return None
     if isinstance(exc, StoreUnavailable):
@@ -345,38 +362,52 @@ def _settle_stop_or_error(
     return _settle_error(durable, ctx, claim, exc)
 
 
-def _settle_success(durable: Durable, ctx: WorkflowContext, encoded: str) -> None:
+def _settle_success(durable: Durable, ctx: WorkflowContext, encoded: str) -> bool:
     fields = ctx.log_fields()
-    if durable.store.settle_run(ctx.workflow_id, ctx.fence, "SUCCEEDED", result=encoded):
+    failed = ctx.failed_step
+    caught = failed.record if failed is not None and not failed.written else None
+    status = durable.store.settle_run(
+        ctx.workflow_id, ctx.fence, "SUCCEEDED", result=encoded, step=caught
+    )
+    faults.reach(faults.AFTER_SETTLE, **fields)
+    if status == "SUCCEEDED":
         logger.info(
             "workflow %s run %s succeeded", ctx.workflow_name, ctx.workflow_id, extra=fields
         )
-    else:
-        logger.warning(
-            "workflow %s run %s finished but lost its lease before settling",
+        return True
+    if status == "CANCELLED":
+        logger.info(
+            "workflow %s run %s cancelled (cancel was requested before it settled)",
             ctx.workflow_name,
             ctx.workflow_id,
             extra=fields,
         )
+        return False
+    logger.warning(
+        "workflow %s run %s finished but lost its lease before settling",
+        ctx.workflow_name,
+        ctx.workflow_id,
+        extra=fields,
+    )
+    return False
 
 
 def _retryable(exc: BaseException) -> bool:
     return not isinstance(exc, PermanentError | NonDeterminismError)
 
 
-def _step_that_ended_the_attempt(ctx: WorkflowContext, exc: BaseException) -> int | None:
-    """The failed step whose exception (or a cause of it) ended this attempt, if any."""
+def _ended_the_attempt(ctx: WorkflowContext, exc: BaseException) -> bool:
+    """Whether the last failed step's exception (or a cause of it) ended this attempt."""
     if ctx.failed_step is None:
-        return None
-    index, step_exc = ctx.failed_step
+        return False
     seen: BaseException | None = exc
     for _ in range(100):  # exception chains can loop
         if seen is None:
-            return None
-        if seen is step_exc:
-            return index
+            return False
+        if seen is ctx.failed_step.exc:
+            return True
         seen = seen.__cause__ or seen.__context__
-    return None
+    return False
 
 
 def _worker_shutting_down() -> bool:
@@ -406,8 +437,12 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
             if interrupted
             else min(claim.retry_backoff * (2 ** (claim.attempts - 1)), config.max_retry_backoff)
         )
-        retry_step = _step_that_ended_the_attempt(ctx, exc)
-        status = store.schedule_retry(ctx.workflow_id, ctx.fence, delay, error, retry_step)
+        faults.reach(faults.BEFORE_SCHEDULE_RETRY, **fields)
+        # The failed step's record goes with the retry, in one transaction: "retry" (runs
+        # again) if its failure ended the attempt, "error" (replays) if the body caught it.
+        status = store.schedule_retry(
+            ctx.workflow_id, ctx.fence, delay, error, _failed_step_record(ctx, exc, "retry")
+        )
         if status == "PENDING":
             logger.warning(
                 "workflow %s run %s failed on attempt %d of %d, retrying in %.1fs: %r",
@@ -420,12 +455,7 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
                 extra=fields,
             )
         elif status == "CANCELLED":
-            logger.info(
-                "workflow %s run %s cancelled (it failed after cancel was requested)",
-                ctx.workflow_name,
-                ctx.workflow_id,
-                extra=fields,
-            )
+            _log_cancelled_after_failure(ctx)
             return None
         else:
             _log_lost_at_settle(ctx)
@@ -435,7 +465,14 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
         raise Retry(
             f"retry attempt {claim.attempts + 1} at {when.isoformat()}", exc=exc, when=when
         ) from exc
-    if store.settle_run(ctx.workflow_id, ctx.fence, "FAILED", error=error):
+    status = store.settle_run(
+        ctx.workflow_id, ctx.fence, "FAILED", error=error, step=_failed_step_record(ctx, exc)
+    )
+    if status == "CANCELLED":
+        _log_cancelled_after_failure(ctx)
+        return None
+    if status == "FAILED":
+        faults.reach(faults.AFTER_SETTLE, **fields)
         logger.error(
             "workflow %s run %s failed for good on attempt %d of %d: %r",
             ctx.workflow_name,
@@ -448,6 +485,27 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
     else:
         _log_lost_at_settle(ctx)
     raise exc
+
+
+def _failed_step_record(
+    ctx: WorkflowContext, exc: BaseException, status_if_ended: str = "error"
+) -> StepRecord | None:
+    """The record of the last failed step, if it still has to be written with the settle."""
+    failed = ctx.failed_step
+    if failed is None:
+        return None
+    if _ended_the_attempt(ctx, exc):
+        return dataclasses.replace(failed.record, status=status_if_ended)
+    return None if failed.written else failed.record
+
+
+def _log_cancelled_after_failure(ctx: WorkflowContext) -> None:
+    logger.info(
+        "workflow %s run %s cancelled (it failed after cancel was requested)",
+        ctx.workflow_name,
+        ctx.workflow_id,
+        extra=ctx.log_fields(),
+    )
 
 
 def _log_lost_at_settle(ctx: WorkflowContext) -> None:

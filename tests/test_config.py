@@ -77,3 +77,21 @@ def test_durable_reads_app_conf_on_first_use(monkeypatch):
     assert durable.config.namespace == "late"
     with pytest.raises(ConfigurationError, match="lock_timout"):
         Durable(app, lock_timout=3)
+
+
+def test_keywords_are_checked_against_the_merged_sources(monkeypatch):
+    """Bug: Durable(app, poll_interval=40) raised although lock_timeout=120 came from
+    app.conf or the environment: the cross-field check ran on the keywords alone."""
+    monkeypatch.delenv("CELERY_DURABLE_LOCK_TIMEOUT", raising=False)
+    monkeypatch.delenv("CELERY_DURABLE_POLL_INTERVAL", raising=False)
+    app = Celery("conf-merge", broker="memory://")
+    app.conf.durable_lock_timeout = 120
+    durable = Durable(app, poll_interval=40)
+    assert (durable.config.lock_timeout, durable.config.poll_interval) == (120.0, 40.0)
+    monkeypatch.setenv("CELERY_DURABLE_LOCK_TIMEOUT", "90")
+    from_env = Durable(Celery("conf-env", broker="memory://"), poll_interval=40)
+    assert from_env.config.lock_timeout == 90.0
+    with pytest.raises(ConfigurationError, match="durable_lock_timeout=90.0 must exceed"):
+        _ = Durable(Celery("conf-bad", broker="memory://"), poll_interval=95).config
+    with pytest.raises(ConfigurationError, match="poll_interval"):
+        Durable(Celery("conf-type", broker="memory://"), poll_interval="soon")

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from celery_durable import WorkflowFailed, WorkflowStatus
-from celery_durable.store.store import NewRun
+from celery_durable.store import NewRun
 from tests.support.waiting import wait_until
 
 

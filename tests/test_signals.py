@@ -219,3 +219,13 @@ def test_a_thousand_sleeping_workflows_do_not_block_new_work(basic_app, shared_w
     assert basic_app.five_steps.delay(key).get(timeout=30) == [10, 20, 30, 40, 50]
     for handle in sleepers:
         handle.cancel("test over")
+
+
+def test_set_state_of_a_value_json_cannot_hold_fails_at_once(basic_app, shared_worker, key, rds):
+    """Bug: a plain TypeError made the workflow retry max_attempts times to no purpose."""
+    handle = basic_app.state_of_object.delay(key)
+    with pytest.raises(cd.WorkflowFailed) as failed:
+        handle.get(timeout=30)
+    assert failed.value.error_type == "celery_durable.errors.NotSerialisable"
+    assert "set_state('state')" in failed.value.error_message
+    assert effects(rds, key, "body") == 1  # not retried

@@ -8,9 +8,8 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from celery_durable.store import Store
+from celery_durable.store import NewRun, Outcome, StepRecord, Store
 from celery_durable.store.migrations import current, upgrade
-from celery_durable.store.store import CANCELLED, LEASE_LOST, RECORDED, NewRun, StepRecord
 from tests.support.services import PG_URL, drop_tables, unique
 from tests.support.waiting import wait_until
 
@@ -71,7 +70,7 @@ def test_claim_is_exclusive_and_fenced(store):
     first = store.claim_run("r1", "a", lease=30)
     assert first is not None and first.fence > 0 and first.attempts == 1
     assert store.claim_run("r1", "b", lease=30) is None  # live lease
-    assert store.record_step("r1", first.fence, step(0)) == RECORDED
+    assert store.record_step("r1", first.fence, step(0)).outcome is Outcome.RECORDED
     assert store.load_steps("r1")[0].output == "1"
 
 
@@ -81,33 +80,38 @@ def test_stale_fence_cannot_record_or_settle(store):
     assert zombie is not None
     successor = wait_until(lambda: store.claim_run("r2", "successor", lease=30), 10)
     assert successor.fence > zombie.fence  # tokens grow
-    assert store.record_step("r2", zombie.fence, step(0)) == LEASE_LOST
-    assert not store.settle_run("r2", zombie.fence, "SUCCEEDED", result="1")
+    assert store.record_step("r2", zombie.fence, step(0)).outcome is Outcome.LEASE_LOST
+    assert store.settle_run("r2", zombie.fence, "SUCCEEDED", result="1") is None
     assert store.get_run("r2").status == "RUNNING"
     assert store.get_run("r2").owner == "successor"
-    assert store.settle_run("r2", successor.fence, "SUCCEEDED", result="2")
+    assert store.settle_run("r2", successor.fence, "SUCCEEDED", result="2") == "SUCCEEDED"
     assert store.get_run("r2").result == "2"
 
 
 def test_step_write_is_insert_or_verify(store):
     store.insert_run(new_run("r3"))
     claim = store.claim_run("r3", "a", lease=30)
-    assert store.record_step("r3", claim.fence, step(0, "41")) == RECORDED
+    assert store.record_step("r3", claim.fence, step(0, "41")).outcome is Outcome.RECORDED
     again = store.record_step("r3", claim.fence, step(0, "42"))
-    assert isinstance(again, StepRecord) and again.output == "41"  # the stored row wins
+    assert again.outcome is Outcome.EXISTS
+    assert again.stored is not None and again.stored.output == "41"  # the stored row wins
     failed = StepRecord(1, "s", "error", "[[],{}]", None, '{"type":"x"}')
-    assert store.record_step("r3", claim.fence, failed) == RECORDED
-    assert store.record_step("r3", claim.fence, step(1, "7")) == RECORDED  # frontier rerun
+    assert store.record_step("r3", claim.fence, failed).outcome is Outcome.RECORDED
+    rerun = store.record_step("r3", claim.fence, step(1, "7"))  # frontier rerun
+    assert rerun.outcome is Outcome.RECORDED
     assert store.load_steps("r3")[1].output == "7"
 
 
 def test_cancel_requested_is_seen_by_the_step_write(store):
     store.insert_run(new_run("r4"))
     claim = store.claim_run("r4", "a", lease=30)
-    with store.transaction() as conn:
+    with store.db.transaction() as conn:
         runs = store.tables.runs
         conn.execute(sa.update(runs).where(runs.c.id == "r4").values(cancel_requested=True))
-    assert store.record_step("r4", claim.fence, step(0)) == CANCELLED
+    assert store.record_step("r4", claim.fence, step(0)).outcome is Outcome.CANCELLED
+    # The settle statement checks the flag too: the run ends CANCELLED, not SUCCEEDED.
+    assert store.settle_run("r4", claim.fence, "SUCCEEDED", result="1") == "CANCELLED"
+    assert store.get_run("r4").result is None
 
 
 def test_sweep_takes_expired_leases_and_stale_pending_runs(store):
@@ -202,5 +206,5 @@ def test_a_cancelled_run_is_never_claimed_or_retried(store):
 def test_a_refused_signal_keeps_its_reason_but_not_its_key(store):
     store.reject_signal("ghost", "go", "1", "key-1", "WorkflowNotFound: no run 'ghost'")
     store.insert_run(new_run("ghost"))
-    assert store.insert_signal("ghost", "go", "1", "key-1", 10) == "stored"
-    assert store.insert_signal("ghost", "go", "1", "key-1", 10) == "duplicate"
+    assert store.insert_signal("ghost", "go", "1", "key-1", 10).outcome is Outcome.STORED
+    assert store.insert_signal("ghost", "go", "1", "key-1", 10).outcome is Outcome.DUPLICATE

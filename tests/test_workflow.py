@@ -252,13 +252,19 @@ def test_steps_outside_a_workflow_are_plain_calls(basic_app, key, rds):
     assert basic_app.durable.store.load_steps(key) == {}
 
 
-def test_get_is_woken_by_notify_not_by_polling(basic_app, shared_worker, key, rds):
+def test_get_is_woken_by_notify_not_by_polling(basic_app, shared_worker, key, rds, monkeypatch):
+    from celery_durable.store.connections import Listener
+
+    # The polling fallback now sleeps longer than the timeout: only NOTIFY can wake get().
+    monkeypatch.setattr(Listener, "first_poll", 120.0)
+    monkeypatch.setattr(Listener, "max_poll", 120.0)
     rds.set(f"block:{key}:s1", "1")
     handle = basic_app.five_steps.delay(key)
     wait_until(lambda: rds.get(f"started:{key}:s1"), 30, message="step 1 to start")
+    with basic_app.durable.store.listener() as listener:
+        assert listener.conn is not None  # LISTENing, not polling
     rds.delete(f"block:{key}:s1")
-    # A poll every 120 s would miss this 60 s timeout: only LISTEN/NOTIFY can wake it.
-    assert handle.get(timeout=60, interval=120) == [10, 20, 30, 40, 50]
+    assert handle.get(timeout=30, interval=120) == [10, 20, 30, 40, 50]
 
 
 def test_publish_failure_after_insert_loses_nothing(basic_app, shared_worker, key, caplog):
@@ -306,3 +312,42 @@ def test_countdown_is_kept_in_the_database_not_in_an_eta_message(basic_app, shar
     assert record.started_at - record.created_at >= 1.0  # database clock
     with pytest.raises(ValueError, match="countdown or eta"):
         basic_app.context_probe.apply_async(args=(key,), countdown=1, eta=object())
+
+
+def test_transactional_start_committed_during_the_visibility_wait_is_claimed(basic_app, key):
+    """Bug: a COMMIT landing between a failed claim and the row check ended the wait with
+    the run unclaimed, leaving it to the sweeper's dispatch grace. The fault point sits
+    exactly there; the hook commits the caller's transaction at that moment."""
+    from types import SimpleNamespace
+
+    from celery_durable import faults
+    from celery_durable.store import NewRun
+    from celery_durable.workflow import TRANSACTIONAL_HEADER, execute
+
+    durable = basic_app.durable
+    engine = sa.create_engine(PG_URL)
+    run_id = f"race-{key}"
+    conn = engine.connect()
+    tx = conn.begin()
+    durable.store.insert_run(
+        NewRun(run_id, basic_app.context_probe.name, f'[["{key}"],{{}}]', None, 1, 0.0, 60.0),
+        conn,
+    )
+    committed: list[str] = []
+
+    def commit_now(point: str, info: dict) -> None:
+        if point == faults.AFTER_CLAIM_MISSED and not committed:
+            tx.commit()
+            committed.append(info["workflow_id"])
+
+    request = SimpleNamespace(id=run_id, headers={TRANSACTIONAL_HEADER: True})
+    faults.install(commit_now)
+    try:
+        result = execute(durable, basic_app.context_probe.definition, request)
+    finally:
+        faults.install(None)
+        conn.close()
+        engine.dispose()
+    assert committed == [run_id]
+    assert result == {"id": run_id, "name": basic_app.context_probe.name, "active": True}
+    assert durable.get_handle(run_id).status() is WorkflowStatus.SUCCEEDED

@@ -1,6 +1,37 @@
-"""The database layer: tables in ``schema``, every statement in ``store``."""
+"""The database layer: tables in ``schema``, SQL in ``statements``, operations in ``store``.
 
+Example::
+
+    from celery_durable.store import Store, StepRecord, Outcome
+"""
+
+from .records import (
+    Claim,
+    DueRun,
+    NewRun,
+    Outcome,
+    RunRecord,
+    SignalStore,
+    SignalTake,
+    StepRecord,
+    StepWrite,
+)
 from .schema import ACTIVE_STATUSES, FINISHED_STATUSES, Tables, build_tables
 from .store import Store
 
-__all__ = ["ACTIVE_STATUSES", "FINISHED_STATUSES", "Store", "Tables", "build_tables"]
+__all__ = [
+    "ACTIVE_STATUSES",
+    "FINISHED_STATUSES",
+    "Claim",
+    "DueRun",
+    "NewRun",
+    "Outcome",
+    "RunRecord",
+    "SignalStore",
+    "SignalTake",
+    "StepRecord",
+    "StepWrite",
+    "Store",
+    "Tables",
+    "build_tables",
+]

@@ -7,13 +7,15 @@ many times each step really ran, across processes and SIGKILLs.
 from __future__ import annotations
 
 import os
+import signal
 import time
+from typing import Any
 
 import redis
 from celery import Celery
 
 import celery_durable as cd
-from celery_durable import Durable, PermanentError
+from celery_durable import Durable, PermanentError, faults
 
 app = Celery("basic", broker=os.environ.get("TEST_BROKER_URL", "redis://127.0.0.1:6379/0"))
 app.conf.update(
@@ -26,6 +28,29 @@ durable = Durable(app)  # every setting from CELERY_DURABLE_* env vars
 _redis = redis.Redis.from_url(
     os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0"), decode_responses=True
 )
+
+
+def inject_fault(point: str, info: dict[str, Any]) -> None:
+    """Fault points armed by a test: ``SET fault:<workflow id> <point>:<action>[:<step>]``.
+
+    The action (``kill``: SIGKILL this pool process; ``raise``: an exception) fires once.
+    """
+    key = f"fault:{info.get('workflow_id')}"
+    armed = _redis.get(key)
+    if not armed:
+        return
+    wanted_point, action, *step = armed.split(":")
+    if wanted_point != point or (step and int(step[0]) != info.get("step_index")):
+        return
+    if not _redis.delete(key):
+        return  # another process fired it first
+    _redis.incr(f"fired:{info.get('workflow_id')}:{point}")
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise RuntimeError(f"injected fault at {point}")
+
+
+faults.install(inject_fault)
 
 
 def effect(key: str, step: str) -> int:
@@ -194,3 +219,39 @@ def long_sleeper(key: str) -> None:
 @durable.workflow
 def cancellable(key: str) -> list:
     return [numbered(key, n) for n in range(1, 4)]
+
+
+@durable.workflow
+def swallows_cancel(key: str) -> str:
+    """A bare except around a step: the body swallows the cancellation and returns."""
+    try:
+        numbered(key, 1)
+        numbered(key, 2)
+    except BaseException:  # noqa: BLE001 - the point of this workflow
+        pass
+    return "finished anyway"
+
+
+@durable.step
+def fails_once(key: str) -> str:
+    if effect(key, "fails_once") == 1:
+        raise ConnectionError(f"first call fails {key}")
+    return "second call ok"
+
+
+@durable.workflow(max_attempts=3, retry_backoff=0.05)
+def retried_step(key: str) -> str:
+    return fails_once(key)
+
+
+@durable.workflow(max_attempts=3, retry_backoff=0.05)
+def state_of_object(key: str) -> None:
+    effect(key, "body")
+    cd.set_state(object())
+
+
+@durable.workflow
+def signalled_steps(key: str) -> list:
+    first = numbered(key, 1)
+    payload = cd.wait_for_signal("go")
+    return [first, payload, numbered(key, 2)]

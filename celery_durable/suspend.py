@@ -1,4 +1,5 @@
-"""Suspension: a workflow that waits holds no worker, no lease and no broker message.
+"""Suspension: ``sleep``, ``sleep_until`` and ``wait_for_signal``. A workflow that waits holds
+no worker, no lease and no broker message.
 
 A wait is recorded as a step. The first time the body reaches it, the step is stored as
 "waiting" (with its deadline), the run becomes WAITING and the Celery task returns. A
@@ -10,7 +11,8 @@ Example::
     @durable.workflow
     def reminder(user_id: int) -> None:
         cd.sleep(24 * 3600)         # a durable timer; no worker is held for a day
-        send_reminder(user_id)
+        if cd.wait_for_signal("snooze", timeout=3600) is None:
+            send_reminder(user_id)
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from . import serialization
+from . import faults, serialization
 from .context import WorkflowContext
 from .errors import Suspended
-from .step import check_replay, record, stop_writing, store_guard
-from .store.store import CANCELLED, LEASE_LOST, SIGNALLED, StepRecord
+from .step import check_replay, record, stop_writing, store_guard, write_caught_failure
+from .store import Outcome, StepRecord
 
 SLEEP_STEP = "celery_durable.sleep"
 SIGNAL_STEP_PREFIX = "celery_durable.signal:"
@@ -54,7 +56,8 @@ def wait_step(
     Returns the signal's payload, or None once the deadline has passed.
     """
     ctx.check_stopping()
-    store = ctx.durable.store
+    write_caught_failure(ctx)
+    store = ctx.store
     index = ctx.take_index()
     recorded = ctx.history.get(index)
     deadline = wake_at
@@ -70,12 +73,14 @@ def wait_step(
     while True:
         if signal is not None:
             with store_guard(ctx):
-                payload = store.consume_signal(ctx.workflow_id, ctx.fence, signal, step)
-            if payload in (LEASE_LOST, CANCELLED):
+                taken = store.consume_signal(ctx.workflow_id, ctx.fence, signal, step)
+            if taken.outcome in (Outcome.LEASE_LOST, Outcome.CANCELLED):
                 stop_writing(ctx)
-            if payload is not None:
+            if taken.outcome is Outcome.RECORDED:
+                payload = taken.payload
                 ctx.history[index] = StepRecord(index, step_name, "ok", step_input, payload, None)
-                return serialization.loads(payload)
+                faults.reach(faults.AFTER_CONSUME_SIGNAL, **ctx.log_fields(index))
+                return serialization.loads(payload or "null")
         with store_guard(ctx):
             due = deadline is not None and store.now() >= deadline
         if due:
@@ -91,10 +96,11 @@ def wait_step(
         )
         with store_guard(ctx):
             outcome = store.suspend_run(ctx.workflow_id, ctx.fence, waiting, signal, deadline)
-        if outcome == SIGNALLED:
+        if outcome is Outcome.SIGNALLED:
             continue  # a signal arrived between our look and the suspension: take it
-        if outcome in (LEASE_LOST, CANCELLED):
+        if outcome is not Outcome.SUSPENDED:
             stop_writing(ctx)
+        faults.reach(faults.AFTER_SUSPEND, **ctx.log_fields(index))
         what = f"signal {signal!r}" if signal is not None else "its timer"
         until = "" if deadline is None else f" until {_iso(deadline)}"
         raise ctx.stop(Suspended(f"waiting for {what}{until}"))
@@ -123,3 +129,23 @@ def sleep_until(when: dt.datetime) -> None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.timezone.utc)
     wait_step(ctx, SLEEP_STEP, "[]", wake_at=when.timestamp())
+
+
+def wait_for_signal(name: str, timeout: float | None = None) -> Any:
+    """Wait for the next signal ``name``; return its payload, or None after ``timeout`` s.
+
+    The run is suspended while it waits (status WAITING, no worker held). Signals of one
+    name are consumed in the order sent, each by exactly one call.
+    """
+    ctx = require_context("wait_for_signal")
+    check_signal_name(name)
+    if timeout is not None and (timeout != timeout or timeout < 0):
+        raise ValueError(f"wait_for_signal(timeout) must be None or >= 0, got {timeout!r}")
+    return wait_step(ctx, SIGNAL_STEP_PREFIX + name, "[]", timeout=timeout, signal=name)
+
+
+def check_signal_name(name: str) -> None:
+    if not isinstance(name, str) or not name or len(name) > 200:
+        raise ValueError(
+            f"a signal name must be a non-empty string of at most 200 characters, got {name!r}"
+        )

@@ -1,0 +1,117 @@
+"""What the store takes and returns: plain records, and the outcomes of its fenced writes.
+
+Example::
+
+    written = store.record_step(run_id, fence, StepRecord(0, "shop.reserve", "ok", "[]", "1", None))
+    if written.outcome is Outcome.LEASE_LOST: ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+
+class Outcome(str, enum.Enum):
+    """How a write that depends on the run's state went."""
+
+    RECORDED = "recorded"  # written
+    EXISTS = "exists"  # an earlier write of the same step committed: its row is returned
+    LEASE_LOST = "lease_lost"  # another worker owns the run now (stale fencing token)
+    CANCELLED = "cancelled"  # the run's cancellation was requested
+    SUSPENDED = "suspended"  # the run now waits
+    SIGNALLED = "signalled"  # a matching signal was already there: the run did not suspend
+    NO_SIGNAL = "no_signal"  # nothing to consume yet
+    STORED = "stored"  # a signal was stored
+    DUPLICATE = "duplicate"  # a signal with this idempotency key was stored before
+    NOT_FOUND = "not_found"  # no such run
+    FULL = "full"  # the run holds durable_max_pending_signals unconsumed signals
+    FINISHED = "finished"  # the run has finished; see the status beside the outcome
+
+
+@dataclasses.dataclass(frozen=True)
+class NewRun:
+    id: str
+    name: str
+    args: str
+    queue: str | None
+    max_attempts: int
+    retry_backoff: float
+    dispatch_grace: float
+    # Seconds before the run may start (countdown/eta): the sweeper publishes it then.
+    start_delay: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    fence: int
+    attempts: int
+    max_attempts: int
+    retry_backoff: float
+    args: str
+    has_steps: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRecord:
+    idx: int
+    name: str
+    status: str  # "ok", "error", "retry" (runs again on the next attempt) or "waiting"
+    input: str
+    output: str | None
+    error: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepWrite:
+    """The outcome of ``record_step``; ``stored`` is the row already there for EXISTS."""
+
+    outcome: Outcome
+    stored: StepRecord | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SignalTake:
+    """The outcome of ``consume_signal``; ``payload`` is set for RECORDED."""
+
+    outcome: Outcome
+    payload: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SignalStore:
+    """The outcome of ``insert_signal``; ``status`` names the run's for FINISHED."""
+
+    outcome: Outcome
+    status: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    id: str
+    name: str
+    status: str
+    queue: str | None
+    args: str
+    attempts: int
+    max_attempts: int
+    fence: int
+    owner: str | None
+    result: str | None
+    error: str | None
+    cancel_requested: bool
+    cancel_reason: str | None
+    wait_signal: str | None
+    due_at: float | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class DueRun:
+    id: str
+    name: str
+    status: str
+    args: str
+    queue: str | None

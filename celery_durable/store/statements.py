@@ -1,0 +1,509 @@
+"""Every SQL statement of celery_durable, built once per store, grouped by area.
+
+Each attribute is named after the :class:`~celery_durable.store.store.Store` method that
+runs it (or, for a method that runs several, ``<method>_<part>``). Building them once lets
+SQLAlchemy's compiled cache (and the psycopg fast path) serve every call. Bind names carry
+a ``p_`` prefix, since SQLAlchemy reserves column names in VALUES/SET.
+
+Example::
+
+    sql = Statements(build_tables("durable_"), "postgresql", "default")
+    sql.runs.claim_run       # UPDATE ... RETURNING fence, attempts, ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    and_,
+    bindparam,
+    case,
+    cast,
+    exists,
+    false,
+    func,
+    literal,
+    literal_column,
+    or_,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from .schema import ACTIVE_STATUSES, Tables
+
+
+def params(**values: Any) -> dict[str, Any]:
+    """Statement parameters, with the bind-name prefix."""
+    return {f"p_{key}": value for key, value in values.items()}
+
+
+class _Builder:
+    """What every area's statements share: the dialect, the clock and the fencing guard."""
+
+    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
+        self.tables = tables
+        self.is_postgres = dialect == "postgresql"
+        self.namespace = namespace
+        runs = tables.runs
+        if self.is_postgres:
+            self.now: Any = literal_column(
+                "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+            )
+        else:
+            self.now = literal_column("((julianday('now') - 2440587.5) * 86400.0)")
+        self.ns = runs.c.namespace == namespace
+        self.run_is = and_(self.ns, runs.c.id == bindparam("p_run_id"))
+        # The caller holds the run: same fencing token, still running.
+        self.fenced = and_(
+            self.run_is, runs.c.fence == bindparam("p_fence"), runs.c.status == "RUNNING"
+        )
+        self.live = and_(self.fenced, runs.c.cancel_requested == false())
+
+    def insert(self, table: Any) -> Any:
+        return (postgresql.insert if self.is_postgres else sqlite.insert)(table)
+
+    def with_notify(self, stmt: Any, *columns: str) -> Any:
+        """On Postgres, wake handle waiters from the same statement (no extra round trip)."""
+        if not self.is_postgres:
+            return stmt
+        changed = stmt.cte("changed")
+        channel = f"{self.tables.runs.name.removesuffix('runs')}events"
+        return select(
+            *(changed.c[name] for name in columns),
+            func.pg_notify(channel, literal(self.namespace + ":").concat(changed.c.id)),
+        ).select_from(changed)
+
+    def notify(self, run_id: str) -> Any:
+        channel = f"{self.tables.runs.name.removesuffix('runs')}events"
+        return select(func.pg_notify(channel, f"{self.namespace}:{run_id}"))
+
+    def fenced_upsert(
+        self,
+        table: Any,
+        values: dict[str, Any],
+        *,
+        conflict: list[Any],
+        updates: Sequence[str],
+        where: Any = None,
+    ) -> Any:
+        """INSERT ... ON CONFLICT DO UPDATE, only while the caller holds the run's lease.
+
+        On Postgres the fencing check is part of the statement: FOR SHARE on the run row
+        serialises the write with a concurrent claim. SQLite checks ``check_live`` first
+        in the same (BEGIN IMMEDIATE) transaction.
+        """
+        ins: Any
+        if self.is_postgres:
+            live_run = (
+                select(self.tables.runs.c.id)
+                .where(self.live)
+                .with_for_update(read=True)
+                .cte("live_run")
+            )
+            ins = postgresql.insert(table).from_select(
+                list(values), select(*values.values()).select_from(live_run)
+            )
+        else:
+            ins = sqlite.insert(table).values(values)
+        return ins.on_conflict_do_update(
+            index_elements=conflict,
+            set_={name: ins.excluded[name] for name in updates},
+            where=where,
+        )
+
+
+class RunStatements(_Builder):
+    """Start, claim, settle, retry, release and read a run."""
+
+    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
+        super().__init__(tables, dialect, namespace)
+        runs, steps, now = tables.runs, tables.steps, self.now
+        start_delay = bindparam("p_start_delay", type_=Float)
+        self.insert_run = (
+            self.insert(runs)
+            .values(
+                namespace=namespace,
+                id=bindparam("p_id"),
+                name=bindparam("p_name"),
+                status="PENDING",
+                queue=bindparam("p_queue"),
+                args=bindparam("p_args"),
+                attempts=0,
+                max_attempts=bindparam("p_max_attempts"),
+                retry_backoff=bindparam("p_retry_backoff"),
+                fence=0,
+                ready_at=case((start_delay.is_(None), None), else_=now + start_delay),
+                due_at=now + func.coalesce(start_delay, bindparam("p_grace")),
+                dispatches=0,
+                cancel_requested=False,
+                created_at=now,
+                updated_at=now,
+            )
+            .on_conflict_do_nothing()
+            .returning(runs.c.id)
+        )
+
+        claimable = and_(
+            runs.c.cancel_requested == false(),
+            or_(
+                and_(
+                    runs.c.status == "PENDING",
+                    or_(runs.c.ready_at.is_(None), runs.c.ready_at <= now),
+                ),
+                and_(
+                    runs.c.status == "RUNNING",
+                    runs.c.due_at < now,
+                    runs.c.attempts < runs.c.max_attempts,
+                ),
+            ),
+        )
+        # A fencing token that grows and is never handed out twice, even when a claim is
+        # lost in a database crash (claims commit asynchronously): the database clock in
+        # microseconds, or the old token + 1 if that is larger.
+        micros = cast(now * 1_000_000, BigInteger)
+        next_fence = (func.greatest if self.is_postgres else func.max)(runs.c.fence + 1, micros)
+        claim = (
+            update(runs)
+            .where(self.run_is, claimable)
+            .values(
+                status="RUNNING",
+                owner=bindparam("p_owner"),
+                fence=next_fence,
+                attempts=runs.c.attempts + 1,
+                due_at=now + bindparam("p_lease"),
+                ready_at=None,
+                started_at=func.coalesce(runs.c.started_at, now),
+                updated_at=now,
+            )
+        )
+        returning = [
+            runs.c.fence,
+            runs.c.attempts,
+            runs.c.max_attempts,
+            runs.c.retry_backoff,
+            runs.c.args,
+        ]
+        if self.is_postgres:
+            has_steps: Any = exists().where(
+                steps.c.namespace == namespace, steps.c.run_id == runs.c.id
+            )
+        else:
+            has_steps = literal(True)  # SQLite: one more read costs nothing
+        self.claim_run = claim.returning(*returning, has_steps.label("has_steps"))
+
+        # A run whose cancellation was requested ends CANCELLED, whatever the body did after.
+        cancelled = runs.c.cancel_requested == true()
+        self.settle_run = self.with_notify(
+            update(runs)
+            .where(self.fenced)
+            .values(
+                status=case((cancelled, "CANCELLED"), else_=bindparam("p_status")),
+                result=case((cancelled, None), else_=bindparam("p_result")),
+                error=case((cancelled, None), else_=bindparam("p_error")),
+                owner=None,
+                due_at=None,
+                ready_at=None,
+                wait_signal=None,
+                finished_at=now,
+                updated_at=now,
+            )
+            .returning(runs.c.id, runs.c.status),
+            "id",
+            "status",
+        )
+        self.schedule_retry = (
+            update(runs)
+            .where(self.fenced)
+            .values(
+                status=case((cancelled, "CANCELLED"), else_="PENDING"),
+                error=bindparam("p_error"),
+                owner=None,
+                ready_at=case((cancelled, None), else_=now + bindparam("p_delay")),
+                due_at=case((cancelled, None), else_=now + bindparam("p_delay")),
+                finished_at=case((cancelled, now), else_=None),
+                dispatches=0,
+                updated_at=now,
+            )
+            .returning(runs.c.id, runs.c.status)
+        )
+        # Giving a lease back (shutdown) does not count as a failed attempt.
+        given_back = {
+            "status": "PENDING",
+            "owner": None,
+            "attempts": runs.c.attempts - 1,
+            "ready_at": None,
+            "due_at": now,
+            "dispatches": 0,
+            "updated_at": now,
+        }
+        self.release_run = update(runs).where(self.fenced).values(given_back).returning(runs.c.id)
+        owned = and_(
+            self.ns,
+            runs.c.owner == bindparam("p_owner"),
+            runs.c.status == "RUNNING",
+            runs.c.id.in_(bindparam("p_ids", expanding=True)),
+        )
+        self.release_owner = update(runs).where(owned).values(given_back).returning(runs.c.id)
+        self.renew_leases = update(runs).where(owned).values(due_at=now + bindparam("p_lease"))
+
+        idle = runs.c.status.in_(("PENDING", "WAITING"))
+        self.cancel_run = (
+            update(runs)
+            .where(self.run_is, runs.c.status.in_(ACTIVE_STATUSES))
+            .values(
+                cancel_requested=True,
+                cancel_reason=bindparam("p_reason"),
+                status=case((idle, "CANCELLED"), else_=runs.c.status),
+                finished_at=case((idle, now), else_=runs.c.finished_at),
+                due_at=case((idle, None), else_=runs.c.due_at),
+                wait_signal=case((idle, None), else_=runs.c.wait_signal),
+                updated_at=now,
+            )
+            .returning(runs.c.status)
+        )
+
+        self.get_run = select(
+            runs.c.id,
+            runs.c.name,
+            runs.c.status,
+            runs.c.queue,
+            runs.c.args,
+            runs.c.attempts,
+            runs.c.max_attempts,
+            runs.c.fence,
+            runs.c.owner,
+            runs.c.result,
+            runs.c.error,
+            runs.c.cancel_requested,
+            runs.c.cancel_reason,
+            runs.c.wait_signal,
+            runs.c.due_at,
+            runs.c.created_at,
+            runs.c.started_at,
+            runs.c.finished_at,
+        ).where(self.run_is)
+        self.get_status = select(runs.c.status).where(self.run_is)
+        self.now_value = select(now)
+
+
+class StepStatements(_Builder):
+    """Record, load and check the steps of a run."""
+
+    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
+        super().__init__(tables, dialect, namespace)
+        runs, steps = tables.runs, tables.steps
+        self.columns = (
+            steps.c.idx,
+            steps.c.name,
+            steps.c.status,
+            steps.c.input,
+            steps.c.output,
+            steps.c.error,
+        )
+        of_run = and_(steps.c.namespace == namespace, steps.c.run_id == bindparam("p_run_id"))
+        self.load_steps = select(*self.columns).where(of_run).order_by(steps.c.idx)
+        self.get_step = select(*self.columns).where(of_run, steps.c.idx == bindparam("p_idx"))
+        # SQLite runs this first in the same BEGIN IMMEDIATE transaction as the write.
+        self.check_live = select(runs.c.id, runs.c.cancel_requested).where(self.fenced)
+        self.check_live_locked = (
+            self.check_live.with_for_update() if self.is_postgres else self.check_live
+        )
+        # Insert-or-verify: a stored "ok" row is never overwritten; a failed or waiting
+        # frontier step is.
+        self.record_step = self.fenced_upsert(
+            steps,
+            {
+                "namespace": literal(namespace),
+                "run_id": bindparam("p_run_id"),
+                "idx": bindparam("p_idx"),
+                "name": bindparam("p_name"),
+                "status": bindparam("p_status"),
+                "input": bindparam("p_input"),
+                "output": bindparam("p_output"),
+                "error": bindparam("p_error"),
+                "created_at": self.now,
+            },
+            conflict=[steps.c.namespace, steps.c.run_id, steps.c.idx],
+            updates=("name", "status", "input", "output", "error", "created_at"),
+            where=steps.c.status != "ok",
+        ).returning(steps.c.idx)
+        self.last_step_output = (
+            select(steps.c.output)
+            .where(of_run, steps.c.status == "ok")
+            .order_by(steps.c.idx.desc())
+            .limit(1)
+        )
+
+
+class SweepStatements(_Builder):
+    """What the sweeper takes: expired leases, lost publishes, due backoffs and timers."""
+
+    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
+        super().__init__(tables, dialect, namespace)
+        runs, signals, now = tables.runs, tables.signals, self.now
+        self.due_columns = (runs.c.id, runs.c.name, runs.c.status, runs.c.args, runs.c.queue)
+        due = (
+            select(runs.c.id)
+            .where(self.ns, runs.c.due_at.isnot(None), runs.c.due_at <= now)
+            .order_by(runs.c.due_at)
+            .limit(bindparam("p_limit"))
+        )
+        exhausted = and_(runs.c.status == "RUNNING", runs.c.attempts >= runs.c.max_attempts)
+        cancelled = runs.c.cancel_requested == true()
+        finished = or_(cancelled, exhausted)
+        backoff = case(
+            (runs.c.dispatches >= 6, 64), else_=literal_column("1").op("<<")(runs.c.dispatches)
+        )
+        if self.is_postgres:
+            # A materialised CTE locks exactly the rows it returns; an IN (subquery) may be
+            # rescanned and lock rows that the UPDATE then leaves alone.
+            due_runs = due.with_for_update(skip_locked=True).cte("due_runs")
+            due_runs = due_runs.prefix_with("MATERIALIZED")
+            picked = runs.c.id == due_runs.c.id
+        else:
+            picked = runs.c.id.in_(due.scalar_subquery())
+        self.sweep_due_runs = (
+            update(runs)
+            .where(self.ns, picked)
+            .values(
+                status=case((cancelled, "CANCELLED"), (exhausted, "FAILED"), else_="PENDING"),
+                error=case(
+                    (cancelled, runs.c.error),
+                    (exhausted, bindparam("p_lost_error")),
+                    else_=runs.c.error,
+                ),
+                finished_at=case((finished, now), else_=None),
+                owner=None,
+                wait_signal=None,
+                due_at=case((finished, None), else_=now + bindparam("p_grace") * backoff),
+                dispatches=runs.c.dispatches + 1,
+                updated_at=now,
+            )
+            .returning(*self.due_columns)
+        )
+        # Callers add which runs; the status check keeps a wake-up idempotent.
+        wake = (
+            update(runs)
+            .where(self.ns, runs.c.status == "WAITING")
+            .values(
+                status="PENDING",
+                wait_signal=None,
+                ready_at=None,
+                due_at=now + bindparam("p_grace"),
+                dispatches=0,
+                updated_at=now,
+            )
+            .returning(*self.due_columns)
+        )
+        self.wake_run = wake.where(
+            runs.c.id == bindparam("p_run_id"), runs.c.wait_signal == bindparam("p_signal")
+        )
+        signalled = select(signals.c.run_id).where(
+            signals.c.namespace == namespace,
+            signals.c.consumed_at.is_(None),
+            signals.c.run_id == runs.c.id,
+            signals.c.name == runs.c.wait_signal,
+        )
+        self.wake_signalled_runs = wake.where(runs.c.wait_signal.isnot(None), exists(signalled))
+
+
+class SignalStatements(_Builder):
+    """Store, refuse, consume and wait for signals."""
+
+    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
+        super().__init__(tables, dialect, namespace)
+        runs, signals, now = tables.runs, tables.signals, self.now
+        mine = and_(signals.c.namespace == namespace, signals.c.run_id == bindparam("p_run_id"))
+        pending = and_(mine, signals.c.consumed_at.is_(None))
+        # Locking the run row serialises the pending-signals cap between senders.
+        lock = select(runs.c.status).where(self.run_is)
+        self.insert_signal_lock_run = lock.with_for_update() if self.is_postgres else lock
+        self.insert_signal_find_key = select(signals.c.id).where(
+            mine, signals.c.idempotency_key == bindparam("p_key")
+        )
+        self.insert_signal_count_pending = select(func.count()).select_from(signals).where(pending)
+        row = {
+            "namespace": namespace,
+            "run_id": bindparam("p_run_id"),
+            "name": bindparam("p_name"),
+            "payload": bindparam("p_payload"),
+            "created_at": now,
+        }
+        self.insert_signal = self.insert(signals).values(**row, idempotency_key=bindparam("p_key"))
+        self.reject_signal = self.insert(signals).values(
+            **row, idempotency_key=None, consumed_at=now, error=bindparam("p_error")
+        )
+        oldest = (
+            select(signals.c.id, signals.c.payload)
+            .where(pending, signals.c.name == bindparam("p_name"))
+            .order_by(signals.c.id)
+            .limit(1)
+        )
+        self.consume_signal_oldest = oldest.with_for_update() if self.is_postgres else oldest
+        self.consume_signal_mark = (
+            update(signals).where(signals.c.id == bindparam("p_id")).values(consumed_at=now)
+        )
+        self.suspend_run_has_signal = (
+            select(signals.c.id).where(pending, signals.c.name == bindparam("p_name")).limit(1)
+        )
+        self.suspend_run = (
+            update(runs)
+            .where(self.run_is, runs.c.fence == bindparam("p_fence"))
+            .values(
+                status="WAITING",
+                owner=None,
+                wait_signal=bindparam("p_signal"),
+                due_at=bindparam("p_wake_at", type_=Float),
+                attempts=runs.c.attempts - 1,
+                dispatches=0,
+                updated_at=now,
+            )
+        )
+        self.cancel_run_drop_signals = (
+            update(signals)
+            .where(pending)
+            .values(consumed_at=now, error="dropped: the run was cancelled")
+        )
+
+
+class StateStatements(_Builder):
+    """Values a workflow publishes with ``set_state``."""
+
+    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
+        super().__init__(tables, dialect, namespace)
+        state = tables.state
+        self.set_state = self.fenced_upsert(
+            state,
+            {
+                "namespace": literal(namespace),
+                "run_id": bindparam("p_run_id"),
+                "key": bindparam("p_key"),
+                "value": bindparam("p_value"),
+                "updated_at": self.now,
+            },
+            conflict=[state.c.namespace, state.c.run_id, state.c.key],
+            updates=("value", "updated_at"),
+        ).returning(state.c.key)
+        self.get_state = select(state.c.value).where(
+            state.c.namespace == namespace,
+            state.c.run_id == bindparam("p_run_id"),
+            state.c.key == bindparam("p_key"),
+        )
+
+
+class Statements:
+    """All statements of one store (tables, dialect, namespace)."""
+
+    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
+        self.runs = RunStatements(tables, dialect, namespace)
+        self.steps = StepStatements(tables, dialect, namespace)
+        self.sweep = SweepStatements(tables, dialect, namespace)
+        self.signals = SignalStatements(tables, dialect, namespace)
+        self.state = StateStatements(tables, dialect, namespace)
+        self.notify = self.runs.notify

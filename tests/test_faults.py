@@ -1,0 +1,97 @@
+"""Crash windows: a real worker killed (or failing) at each named fault point of the engine.
+
+The test app arms a point per run (``fault:<workflow id>`` in Redis); the pool process
+that reaches it SIGKILLs itself or raises. Each test checks the run still ends correctly
+and that no step whose record committed runs again (side effects counted in Redis).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from celery_durable import WorkflowCancelled, WorkflowStatus, faults
+from tests.support.waiting import wait_until
+
+
+def effects(rds, key: str, step: str) -> int:  # type: ignore[no-untyped-def]
+    return int(rds.get(f"effects:{key}:{step}") or 0)
+
+
+def arm(rds, workflow_id: str, point: str, action: str, step: int | None = None) -> None:  # type: ignore[no-untyped-def]
+    assert point in faults.POINTS
+    rds.set(f"fault:{workflow_id}", f"{point}:{action}" + ("" if step is None else f":{step}"))
+
+
+def fired(rds, workflow_id: str, point: str) -> bool:  # type: ignore[no-untyped-def]
+    return bool(rds.get(f"fired:{workflow_id}:{point}"))
+
+
+@pytest.mark.parametrize("action", ["kill", "raise"])
+@pytest.mark.parametrize(
+    ("point", "step"),
+    [(faults.AFTER_CLAIM, None), (faults.AFTER_RECORD_STEP, 2), (faults.AFTER_SETTLE, None)],
+)
+def test_fault_in_the_step_path_loses_and_repeats_nothing(
+    basic_app, start_worker, key, rds, point, step, action
+):
+    start_worker()
+    workflow_id = f"fault-{key}"
+    arm(rds, workflow_id, point, action, step)
+    handle = basic_app.five_steps.apply_async(args=(key,), workflow_id=workflow_id)
+    assert handle.get(timeout=90) == [10, 20, 30, 40, 50]
+    # after_settle fires after the commit that get() waits for: wait for the hook too.
+    wait_until(lambda: fired(rds, workflow_id, point), 30, message="the fault to fire")
+    # Every step ran exactly once: a committed record is never run again.
+    assert [effects(rds, key, f"s{n}") for n in range(1, 6)] == [1] * 5
+
+
+@pytest.mark.parametrize("action", ["kill", "raise"])
+def test_fault_between_a_step_failure_and_its_retry_still_retries_the_step(
+    basic_app, start_worker, key, rds, action
+):
+    """Bug: the error row was committed before the retry was scheduled, so a crash in
+    between made the next attempt replay it as a caught failure and end FAILED."""
+    start_worker()
+    workflow_id = f"retry-{key}"
+    arm(rds, workflow_id, faults.BEFORE_SCHEDULE_RETRY, action)
+    handle = basic_app.retried_step.apply_async(args=(key,), workflow_id=workflow_id)
+    assert handle.get(timeout=90) == "second call ok"
+    assert fired(rds, workflow_id, faults.BEFORE_SCHEDULE_RETRY)
+    assert effects(rds, key, "fails_once") == 2  # the failed step ran again, once
+
+
+@pytest.mark.parametrize("point", [faults.AFTER_SUSPEND, faults.AFTER_CONSUME_SIGNAL])
+def test_fault_around_a_wait_keeps_the_signal_and_the_steps(
+    basic_app, start_worker, key, rds, point
+):
+    start_worker()
+    workflow_id = f"wait-{key}"
+    arm(rds, workflow_id, point, "kill")
+    handle = basic_app.signalled_steps.apply_async(args=(key,), workflow_id=workflow_id)
+    if point == faults.AFTER_SUSPEND:
+        wait_until(lambda: fired(rds, workflow_id, point), 60, message="the fault to fire")
+        wait_until(lambda: handle.status() is WorkflowStatus.WAITING, 60, message="WAITING")
+    else:
+        wait_until(lambda: handle.status() is WorkflowStatus.WAITING, 60, message="WAITING")
+    assert handle.signal("go", {"n": 7})
+    assert handle.get(timeout=90) == [10, {"n": 7}, 20]
+    assert fired(rds, workflow_id, point)
+    assert effects(rds, key, "s1") == 1 and effects(rds, key, "s2") == 1
+    steps = basic_app.durable.store.load_steps(handle.id)
+    assert steps[1].output == '{"n":7}'
+
+
+def test_a_body_that_swallows_its_cancellation_still_ends_cancelled(
+    basic_app, shared_worker, key, rds
+):
+    """Bug: a bare except around a step let a cancelled run return and end SUCCEEDED."""
+    rds.set(f"block:{key}:s1", "1")
+    handle = basic_app.swallows_cancel.delay(key)
+    wait_until(lambda: rds.get(f"started:{key}:s1"), 30, message="step 1 to start")
+    handle.cancel(reason="swallowed")
+    rds.delete(f"block:{key}:s1")
+    with pytest.raises(WorkflowCancelled, match="swallowed"):
+        handle.get(timeout=30)
+    assert handle.status() is WorkflowStatus.CANCELLED
+    assert handle.record().result is None
+    assert effects(rds, key, "s2") == 0  # told to stop: no further step ran
