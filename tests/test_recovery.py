@@ -14,11 +14,8 @@ import pytest
 
 from celery_durable import WorkflowFailed, WorkflowStatus
 from celery_durable.store.store import NewRun
+from tests.support.services import effects
 from tests.support.waiting import wait_until
-
-
-def effects(rds, key: str, step: str) -> int:  # type: ignore[no-untyped-def]
-    return int(rds.get(f"effects:{key}:{step}") or 0)
 
 
 def test_sigkill_mid_step_resumes_on_another_worker(basic_app, start_worker, key, rds):

@@ -14,11 +14,8 @@ from celery_durable import (
     WorkflowNotFound,
     WorkflowStatus,
 )
+from tests.support.services import effects
 from tests.support.waiting import wait_until
-
-
-def effects(rds, key: str, step: str) -> int:  # type: ignore[no-untyped-def]
-    return int(rds.get(f"effects:{key}:{step}") or 0)
 
 
 def waiting(handle: cd.WorkflowHandle) -> bool:

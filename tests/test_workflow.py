@@ -17,12 +17,8 @@ from celery_durable import (
     WorkflowNotFound,
     WorkflowStatus,
 )
-from tests.support.services import PG_URL
+from tests.support.services import PG_URL, effects
 from tests.support.waiting import wait_until
-
-
-def effects(rds, key: str, step: str) -> int:  # type: ignore[no-untyped-def]
-    return int(rds.get(f"effects:{key}:{step}") or 0)
 
 
 def test_workflow_runs_its_steps_and_returns(basic_app, shared_worker, key, rds):
