@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.workers import ROOT, clean_env
 
 FIGURES = {
     "plain_task_throughput",
@@ -61,6 +61,7 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
             str(tmp_path / "logs"),
         ],
         cwd=ROOT,
+        env=clean_env(),  # the suite's own settings, not the test session's
         capture_output=True,
         text=True,
         timeout=300,

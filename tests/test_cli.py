@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
+import sqlalchemy as sa
+
+from celery_durable.store.store import StepRecord
+from tests.support.waiting import wait_until
 from tests.support.workers import ROOT
 
 
@@ -36,16 +41,38 @@ def test_migrate_upgrades_and_sweep_runs(basic_app):
 
 
 def test_show_signal_and_cancel_a_run(basic_app, shared_worker, key):
-    from tests.support.waiting import wait_until
-
+    store = basic_app.durable.store
     handle = basic_app.collector.delay(key, 2)
     wait_until(lambda: handle.status().value == "WAITING", 30, message="the run to wait")
+    assert [s.status for s in store.load_steps(handle.id).values()] == ["ok", "waiting"]
     shown = celery("durable", "show", handle.id)
     assert shown.returncode == 0, shown.stderr
     assert "WAITING" in shown.stdout and "waiting for signal 'item'" in shown.stdout
     sent = celery("durable", "signal", handle.id, "item", '{"n": 1}')
     assert sent.returncode == 0 and "stored" in sent.stdout, sent.stderr
-    wait_until(lambda: len(basic_app.durable.store.load_steps(handle.id)) >= 2, 30)
+
+    # The run woke up and recorded the signal as its wait step's output...
+    def wait_step_done() -> StepRecord | None:
+        step = store.load_steps(handle.id).get(1)
+        return step if step is not None and step.status == "ok" else None
+
+    step = wait_until(wait_step_done, 30, message="the run to consume the signal")
+    assert step.name == "celery_durable.signal:item"
+    assert json.loads(step.output) == {"n": 1}
+    # ...from the one row the command stored, now marked consumed.
+    signals = store.tables.signals
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(
+                signals.c.name, signals.c.payload, signals.c.consumed_at, signals.c.error
+            ).where(
+                signals.c.namespace == basic_app.durable.config.namespace,
+                signals.c.run_id == handle.id,
+            )
+        ).all()
+    assert len(rows) == 1, rows
+    assert rows[0].name == "item" and json.loads(rows[0].payload) == {"n": 1}
+    assert rows[0].consumed_at is not None and rows[0].error is None
     cancelled = celery("durable", "cancel", handle.id, "--reason", "cli")
     assert cancelled.returncode == 0, cancelled.stderr
     wait_until(lambda: handle.status().value == "CANCELLED", 30, message="the cancellation")

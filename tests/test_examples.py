@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.workers import ROOT
+from tests.support.workers import ROOT, clean_env
 
 
 def run_example(script: str, data_dir_variable: str, data_dir: Path) -> str:
     """Run ``examples/<script>`` as a user would (none of the test session's durable
     settings in its environment); return what it printed."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CELERY_DURABLE_")}
     done = subprocess.run(
         [sys.executable, f"examples/{script}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=240,
-        env={**env, data_dir_variable: str(data_dir)},
+        env={**clean_env(), data_dir_variable: str(data_dir)},
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout

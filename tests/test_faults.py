@@ -10,11 +10,8 @@ from __future__ import annotations
 import pytest
 
 from celery_durable import WorkflowCancelled, WorkflowStatus, faults
+from tests.support.services import effects
 from tests.support.waiting import wait_until
-
-
-def effects(rds, key: str, step: str) -> int:  # type: ignore[no-untyped-def]
-    return int(rds.get(f"effects:{key}:{step}") or 0)
 
 
 def arm(rds, workflow_id: str, point: str, action: str, step: int | None = None) -> None:  # type: ignore[no-untyped-def]

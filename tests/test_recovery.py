@@ -8,21 +8,16 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
 from celery_durable import WorkflowFailed, WorkflowStatus
 from celery_durable.store import NewRun
+from tests.support.services import effects
 from tests.support.waiting import wait_until
 
 
-def effects(rds, key: str, step: str) -> int:  # type: ignore[no-untyped-def]
-    return int(rds.get(f"effects:{key}:{step}") or 0)
-
-
 def test_sigkill_mid_step_resumes_on_another_worker(basic_app, start_worker, key, rds):
-    config = basic_app.durable.config
     rds.set(f"block:{key}:s3", "1")
     first = start_worker("crash-a")
     handle = basic_app.five_steps.delay(key)
@@ -30,12 +25,10 @@ def test_sigkill_mid_step_resumes_on_another_worker(basic_app, start_worker, key
     first.kill()  # main process and pool children, at once
     rds.delete(f"block:{key}:s3")
     second = start_worker("crash-b")
-    ready_at = time.monotonic()
+    # Its lease runs out and a sweep dispatches it again; how soon is a latency figure for
+    # the benchmark suite, not something to assert on a loaded machine.
     assert handle.get(timeout=60) == [10, 20, 30, 40, 50]
-    took = time.monotonic() - ready_at
     assert [effects(rds, key, f"s{n}") for n in range(1, 6)] == [1, 1, 2, 1, 1]
-    # Lease expiry plus a few sweeps (generous slack for a loaded 2-core machine).
-    assert took < config.lock_timeout + 10 * config.poll_interval + 5, took
     assert "dispatched workflow tests.apps.basic.five_steps" in second.log()
     assert handle.record().attempts == 2
 

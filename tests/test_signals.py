@@ -14,11 +14,8 @@ from celery_durable import (
     WorkflowNotFound,
     WorkflowStatus,
 )
+from tests.support.services import effects
 from tests.support.waiting import wait_until
-
-
-def effects(rds, key: str, step: str) -> int:  # type: ignore[no-untyped-def]
-    return int(rds.get(f"effects:{key}:{step}") or 0)
 
 
 def waiting(handle: cd.WorkflowHandle) -> bool:
@@ -189,13 +186,11 @@ def test_cancel_a_finished_run_raises(basic_app, shared_worker, key):
         cd.WorkflowHandle(basic_app.durable, f"nope-{key}").cancel()
 
 
-def test_timer_fires_after_its_deadline_within_a_few_polls(basic_app, shared_worker, key, rds):
+def test_timer_fires_after_its_deadline(basic_app, shared_worker, key):
     handle = basic_app.sleeper.delay(key, 1.0)
-    slept = handle.get(timeout=30)
-    assert slept >= 1.0  # never early
-    # Within the sweeper's poll interval, plus slack for a loaded 2-core machine. The
-    # benchmark suite measures the real figure.
-    assert slept < 1.0 + basic_app.durable.config.poll_interval + 2.0, slept
+    # Never early: the steps around the sleep stamp the (one) machine clock. How soon after
+    # the deadline it fires is a latency figure for the benchmark suite, not asserted here.
+    assert handle.get(timeout=30) >= 1.0
 
 
 def test_a_thousand_sleeping_workflows_do_not_block_new_work(basic_app, shared_worker, key):

@@ -17,12 +17,8 @@ from celery_durable import (
     WorkflowNotFound,
     WorkflowStatus,
 )
-from tests.support.services import PG_URL
+from tests.support.services import PG_URL, effects
 from tests.support.waiting import wait_until
-
-
-def effects(rds, key: str, step: str) -> int:  # type: ignore[no-untyped-def]
-    return int(rds.get(f"effects:{key}:{step}") or 0)
 
 
 def test_workflow_runs_its_steps_and_returns(basic_app, shared_worker, key, rds):
@@ -207,28 +203,68 @@ def test_get_timeout_raises_celery_timeout_and_run_goes_on(basic_app, shared_wor
     assert handle.get(timeout=30) == [10, 20, 30, 40, 50]
 
 
-def test_two_namespaces_never_see_each_others_runs(basic_app, shared_worker, key):
+def test_two_namespaces_never_see_each_others_runs(basic_app, shared_worker, key, monkeypatch):
     other_app = Celery("other", broker="memory://")
+    # Same tables (settings from the environment), another namespace.
     other = Durable(other_app, namespace=basic_app.durable.config.namespace + "-b")
 
     @other.workflow(name="tests.apps.basic.context_probe")
     def probe(k: str) -> dict:
         return {}
 
-    mine = basic_app.context_probe.apply_async(args=(key,), workflow_id=f"ns-{key}")
-    theirs = probe.apply_async(args=(key,), workflow_id=f"ns-{key}")  # same id, other ns
-    assert mine.get(timeout=30)["id"] == f"ns-{key}"
-    with pytest.raises(WorkflowNotFound):
-        other.get_handle(f"only-{key}")
-    basic_app.context_probe.apply_async(args=(key,), workflow_id=f"only-{key}").get(timeout=30)
-    with pytest.raises(WorkflowNotFound):
-        other.get_handle(f"only-{key}")
-    # The worker's sweeper (namespace A) never dispatches namespace B's pending run.
-    assert theirs.status() is WorkflowStatus.PENDING
-    wait_until(lambda: other.store.get_run(theirs.id).due_at < other.store.now(), 10)
-    basic_app.context_probe.delay(key).get(timeout=30)
-    assert other.store.get_run(theirs.id).status == "PENDING"
-    other.store.dispose()
+    runs = other.store.tables.runs
+
+    def their_row():  # type: ignore[no-untyped-def]
+        """Every column a sweep that took namespace B's run would change."""
+        with other.store.engine.connect() as conn:
+            return conn.execute(
+                sa.select(
+                    runs.c.status, runs.c.dispatches, runs.c.due_at, runs.c.owner, runs.c.updated_at
+                ).where(runs.c.namespace == other.config.namespace, runs.c.id == f"ns-{key}")
+            ).one()
+
+    try:
+        # B's run is published to B's in-memory broker, which nobody reads: it stays PENDING
+        # and is due again after the dispatch grace, for B's sweepers only.
+        theirs = probe.apply_async(args=(f"b-{key}",), workflow_id=f"ns-{key}")
+        with pytest.raises(WorkflowNotFound):
+            basic_app.durable.get_handle(theirs.id)
+        before = their_row()
+        assert before.status == "PENDING" and before.dispatches == 0
+        wait_until(
+            lambda: before.due_at < other.store.now(), 30, message="namespace B's run to be due"
+        )
+        # A's run of the same id, started with a countdown: only a sweep of namespace A
+        # publishes it, so its result proves the worker swept while B's run was due.
+        mine = basic_app.context_probe.apply_async(
+            args=(key,), workflow_id=f"ns-{key}", countdown=0.5
+        )
+        assert mine.get(timeout=30)["id"] == f"ns-{key}"
+        wait_until(
+            lambda: f"run ns-{key} again" in shared_worker.log(),
+            30,
+            message="the worker's sweeper to log that it dispatched A's run",
+        )
+        # One more sweep of namespace A here, B's run still due: nothing of B's is published.
+        published: list[tuple[str, str, str, str | None]] = []
+        publish = basic_app.durable.publish
+
+        def recording_publish(run_id: str, name: str, args: str, queue: str | None) -> None:
+            published.append((run_id, name, args, queue))
+            publish(run_id, name, args, queue)
+
+        monkeypatch.setattr(basic_app.durable, "publish", recording_publish)
+        basic_app.durable.sweep_once()
+        assert not [run for run in published if f'"b-{key}"' in run[2]], published
+        # No sweep took B's run: a sweep that did would have counted a dispatch and moved
+        # its due time (and a run is published only after a sweep took it).
+        assert their_row() == before, "a sweep of namespace A took namespace B's run"
+        assert theirs.status() is WorkflowStatus.PENDING
+        basic_app.context_probe.apply_async(args=(key,), workflow_id=f"only-{key}").get(timeout=30)
+        with pytest.raises(WorkflowNotFound):
+            other.get_handle(f"only-{key}")
+    finally:
+        other.store.dispose()
 
 
 def test_registering_twice_under_one_name_fails(basic_app):

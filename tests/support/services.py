@@ -20,6 +20,11 @@ def redis_client() -> redis.Redis:
     return redis.Redis.from_url(REDIS_URL, decode_responses=True)
 
 
+def effects(rds: redis.Redis, key: str, step: str) -> int:
+    """How many times ``step`` really ran for ``key`` (tests/apps/basic.py counts them)."""
+    return int(rds.get(f"effects:{key}:{step}") or 0)
+
+
 def drop_tables(url: str, prefix: str) -> None:
     engine = sa.create_engine(url)
     try:

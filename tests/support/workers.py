@@ -15,6 +15,13 @@ from .waiting import wait_until
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def clean_env() -> dict[str, str]:
+    """This process's environment without the test session's ``CELERY_DURABLE_*`` settings
+    (conftest sets them for the test app): for a subprocess that must configure itself,
+    as the examples and the benchmark suite do."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("CELERY_DURABLE_")}
+
+
 class Worker:
     """One worker subprocess; ``kill()`` SIGKILLs its whole process group (main + children)."""
 
