@@ -19,6 +19,7 @@ import click
 
 from .apps import durables_of
 from .extension import Durable
+from .store import FINISHED_STATUSES
 
 
 def _durables(ctx: click.Context) -> list[Durable]:
@@ -72,11 +73,26 @@ def show(ctx: click.Context, workflow_id: str) -> None:
     run = instance.store.get_run(workflow_id)
     if run is None:
         raise click.ClickException(f"no workflow run {workflow_id!r}")
-    click.echo(f"{run.id}  {run.name}  {run.status}  attempt {run.attempts}/{run.max_attempts}")
+    # A suspended run gives its attempt back, so a run that ran shows at least attempt 1.
+    attempt = max(run.attempts, 1 if run.started_at is not None else 0)
+    click.echo(f"{run.id}  {run.name}  {run.status}  attempt {attempt}/{run.max_attempts}")
     if run.wait_signal:
         click.echo(f"waiting for signal {run.wait_signal!r}")
+    finished = run.status in FINISHED_STATUSES
     for step in instance.store.load_steps(workflow_id).values():
-        click.echo(f"  step {step.idx}: {step.name} {step.status}")
+        status = step.status
+        if status == "waiting" and finished:
+            status = f"not reached (run {run.status.lower()} while waiting)"
+        line = f"  step {step.idx}: {step.name} {status}"
+        definition = instance.steps.get(step.name)
+        if definition is not None and definition.max_attempts > 1:
+            # Step retries happen inside each workflow attempt: the two multiply.
+            calls = definition.max_attempts * run.max_attempts
+            line += (
+                f"  (up to {definition.max_attempts} tries per attempt x "
+                f"{run.max_attempts} attempts = {calls} calls)"
+            )
+        click.echo(line)
     if run.error:
         click.echo(f"error: {json.loads(run.error).get('message')}")
 

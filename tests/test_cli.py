@@ -48,6 +48,7 @@ def test_show_signal_and_cancel_a_run(basic_app, shared_worker, key):
     shown = celery("durable", "show", handle.id)
     assert shown.returncode == 0, shown.stderr
     assert "WAITING" in shown.stdout and "waiting for signal 'item'" in shown.stdout
+    assert "attempt 1/3" in shown.stdout  # it ran, although the suspension gave it back
     sent = celery("durable", "signal", handle.id, "item", '{"n": 1}')
     assert sent.returncode == 0 and "stored" in sent.stdout, sent.stderr
 
@@ -76,5 +77,17 @@ def test_show_signal_and_cancel_a_run(basic_app, shared_worker, key):
     cancelled = celery("durable", "cancel", handle.id, "--reason", "cli")
     assert cancelled.returncode == 0, cancelled.stderr
     wait_until(lambda: handle.status().value == "CANCELLED", 30, message="the cancellation")
+    after = celery("durable", "show", handle.id).stdout
+    assert "CANCELLED  attempt 1/3" in after
+    assert "step 2: celery_durable.signal:item not reached (run cancelled while waiting)" in after
     missing = celery("durable", "show", f"nope-{key}")
     assert missing.returncode != 0 and f"nope-{key}" in missing.stderr
+
+
+def test_show_says_how_step_and_workflow_retries_multiply(basic_app, shared_worker, key):
+    handle = basic_app.not_retried_step.delay(key)  # a 5-try step in a 3-attempt workflow
+    wait_until(lambda: handle.status().value == "FAILED", 30, message="the run to fail")
+    shown = celery("durable", "show", handle.id)
+    assert shown.returncode == 0, shown.stderr
+    assert "up to 5 tries per attempt x 3 attempts = 15 calls" in shown.stdout
+    assert "step 0: tests.apps.basic.keyerror_step error" in shown.stdout

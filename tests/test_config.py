@@ -95,3 +95,30 @@ def test_keywords_are_checked_against_the_merged_sources(monkeypatch):
         _ = Durable(Celery("conf-bad", broker="memory://"), poll_interval=95).config
     with pytest.raises(ConfigurationError, match="poll_interval"):
         Durable(Celery("conf-type", broker="memory://"), poll_interval="soon")
+
+
+def test_database_urls_that_cannot_work_name_the_fix(monkeypatch):
+    from celery_durable.store import connections
+
+    app = Celery("urls", broker="memory://")
+    with pytest.raises(ConfigurationError, match=r"use a postgresql\+psycopg:// URL"):
+        _ = Durable(app, database_url="postgres://postgres@127.0.0.1/test").store
+    with pytest.raises(ConfigurationError, match="only postgresql"):
+        _ = Durable(app, database_url="mysql://root@127.0.0.1/test").store
+    # Without the postgres extra, psycopg is missing: the error names the extra to install.
+    monkeypatch.setattr(connections, "psycopg", None)
+    with pytest.raises(ConfigurationError, match=r"celery-durable\[postgres\]"):
+        _ = Durable(app, database_url="postgresql+psycopg://postgres@127.0.0.1/test").store
+
+
+def test_async_workflows_and_steps_are_refused_at_registration():
+    durable = Durable(Celery("asyncs", broker="memory://"))
+
+    async def fetch() -> int:
+        return 1
+
+    with pytest.raises(TypeError, match="async def functions are not supported"):
+        durable.step(fetch)
+    with pytest.raises(TypeError, match=r"workflow .*fetch: async def"):
+        durable.workflow(fetch)
+    assert not durable.steps and not durable.workflows

@@ -13,7 +13,6 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -33,92 +32,13 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
+from .records import DueRun, RunRecord, StepRecord
 from .schema import ACTIVE_STATUSES, Tables
+from .sql import Builder, columns_of
 
 
-def params(**values: Any) -> dict[str, Any]:
-    """Statement parameters, with the bind-name prefix."""
-    return {f"p_{key}": value for key, value in values.items()}
-
-
-class _Builder:
-    """What every area's statements share: the dialect, the clock and the fencing guard."""
-
-    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
-        self.tables = tables
-        self.is_postgres = dialect == "postgresql"
-        self.namespace = namespace
-        runs = tables.runs
-        if self.is_postgres:
-            self.now: Any = literal_column(
-                "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
-            )
-        else:
-            self.now = literal_column("((julianday('now') - 2440587.5) * 86400.0)")
-        self.ns = runs.c.namespace == namespace
-        self.run_is = and_(self.ns, runs.c.id == bindparam("p_run_id"))
-        # The caller holds the run: same fencing token, still running.
-        self.fenced = and_(
-            self.run_is, runs.c.fence == bindparam("p_fence"), runs.c.status == "RUNNING"
-        )
-        self.live = and_(self.fenced, runs.c.cancel_requested == false())
-
-    def insert(self, table: Any) -> Any:
-        return (postgresql.insert if self.is_postgres else sqlite.insert)(table)
-
-    def with_notify(self, stmt: Any, *columns: str) -> Any:
-        """On Postgres, wake handle waiters from the same statement (no extra round trip)."""
-        if not self.is_postgres:
-            return stmt
-        changed = stmt.cte("changed")
-        channel = f"{self.tables.runs.name.removesuffix('runs')}events"
-        return select(
-            *(changed.c[name] for name in columns),
-            func.pg_notify(channel, literal(self.namespace + ":").concat(changed.c.id)),
-        ).select_from(changed)
-
-    def notify(self, run_id: str) -> Any:
-        channel = f"{self.tables.runs.name.removesuffix('runs')}events"
-        return select(func.pg_notify(channel, f"{self.namespace}:{run_id}"))
-
-    def fenced_upsert(
-        self,
-        table: Any,
-        values: dict[str, Any],
-        *,
-        conflict: list[Any],
-        updates: Sequence[str],
-        where: Any = None,
-    ) -> Any:
-        """INSERT ... ON CONFLICT DO UPDATE, only while the caller holds the run's lease.
-
-        On Postgres the fencing check is part of the statement: FOR SHARE on the run row
-        serialises the write with a concurrent claim. SQLite checks ``check_live`` first
-        in the same (BEGIN IMMEDIATE) transaction.
-        """
-        ins: Any
-        if self.is_postgres:
-            live_run = (
-                select(self.tables.runs.c.id)
-                .where(self.live)
-                .with_for_update(read=True)
-                .cte("live_run")
-            )
-            ins = postgresql.insert(table).from_select(
-                list(values), select(*values.values()).select_from(live_run)
-            )
-        else:
-            ins = sqlite.insert(table).values(values)
-        return ins.on_conflict_do_update(
-            index_elements=conflict,
-            set_={name: ins.excluded[name] for name in updates},
-            where=where,
-        )
-
-
-class RunStatements(_Builder):
+class RunStatements(Builder):
     """Start, claim, settle, retry, release and read a run."""
 
     def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
@@ -268,44 +188,18 @@ class RunStatements(_Builder):
             .returning(runs.c.status)
         )
 
-        self.get_run = select(
-            runs.c.id,
-            runs.c.name,
-            runs.c.status,
-            runs.c.queue,
-            runs.c.args,
-            runs.c.attempts,
-            runs.c.max_attempts,
-            runs.c.fence,
-            runs.c.owner,
-            runs.c.result,
-            runs.c.error,
-            runs.c.cancel_requested,
-            runs.c.cancel_reason,
-            runs.c.wait_signal,
-            runs.c.due_at,
-            runs.c.created_at,
-            runs.c.started_at,
-            runs.c.finished_at,
-        ).where(self.run_is)
+        self.get_run = select(*columns_of(runs, RunRecord)).where(self.run_is)
         self.get_status = select(runs.c.status).where(self.run_is)
         self.now_value = select(now)
 
 
-class StepStatements(_Builder):
+class StepStatements(Builder):
     """Record, load and check the steps of a run."""
 
     def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
         super().__init__(tables, dialect, namespace)
         runs, steps = tables.runs, tables.steps
-        self.columns = (
-            steps.c.idx,
-            steps.c.name,
-            steps.c.status,
-            steps.c.input,
-            steps.c.output,
-            steps.c.error,
-        )
+        self.columns = columns_of(steps, StepRecord)
         of_run = and_(steps.c.namespace == namespace, steps.c.run_id == bindparam("p_run_id"))
         self.load_steps = select(*self.columns).where(of_run).order_by(steps.c.idx)
         self.get_step = select(*self.columns).where(of_run, steps.c.idx == bindparam("p_idx"))
@@ -341,13 +235,13 @@ class StepStatements(_Builder):
         )
 
 
-class SweepStatements(_Builder):
+class SweepStatements(Builder):
     """What the sweeper takes: expired leases, lost publishes, due backoffs and timers."""
 
     def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
         super().__init__(tables, dialect, namespace)
         runs, signals, now = tables.runs, tables.signals, self.now
-        self.due_columns = (runs.c.id, runs.c.name, runs.c.status, runs.c.args, runs.c.queue)
+        self.due_columns = columns_of(runs, DueRun)
         due = (
             select(runs.c.id)
             .where(self.ns, runs.c.due_at.isnot(None), runs.c.due_at <= now)
@@ -413,7 +307,7 @@ class SweepStatements(_Builder):
         self.wake_signalled_runs = wake.where(runs.c.wait_signal.isnot(None), exists(signalled))
 
 
-class SignalStatements(_Builder):
+class SignalStatements(Builder):
     """Store, refuse, consume and wait for signals."""
 
     def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
@@ -472,7 +366,7 @@ class SignalStatements(_Builder):
         )
 
 
-class StateStatements(_Builder):
+class StateStatements(Builder):
     """Values a workflow publishes with ``set_state``."""
 
     def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:

@@ -35,7 +35,8 @@ from .records import (
     StepWrite,
 )
 from .schema import FINISHED_STATUSES, Tables, build_tables
-from .statements import Statements, params
+from .sql import params
+from .statements import Statements
 
 
 def _step_params(run_id: str, fence: int, step: StepRecord) -> dict[str, Any]:

@@ -29,7 +29,8 @@ def drop_tables(url: str, prefix: str) -> None:
     engine = sa.create_engine(url)
     try:
         meta = sa.MetaData()
-        meta.reflect(engine)
+        # Only ours: another session may drop its own tables while we reflect.
+        meta.reflect(engine, only=lambda name, _meta: name.startswith(prefix))
         doomed = [t for name, t in meta.tables.items() if name.startswith(prefix)]
         meta.drop_all(engine, tables=doomed)
     finally:

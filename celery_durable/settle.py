@@ -1,0 +1,229 @@
+"""Settling an attempt: success, failure (retry or for good), cancellation, suspension.
+
+Every way out of a workflow body ends in one of these; each writes the run's outcome (and
+the failed step's record, if it still has to be written) in one statement or transaction.
+
+Example::
+
+    status = settle_success(durable, ctx, encoded_result)   # inside execute()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from typing import TYPE_CHECKING, Any
+
+from celery.exceptions import Retry
+
+from . import faults, serialization
+from .context import WorkflowContext
+from .errors import (
+    LeaseLost,
+    NonDeterminismError,
+    PermanentError,
+    StoreUnavailable,
+    Suspended,
+    WorkflowCancelled,
+)
+from .store import Claim, StepRecord
+
+if TYPE_CHECKING:
+    from .extension import Durable
+
+logger = logging.getLogger("celery_durable.workflow")
+
+
+def settle_stop_or_error(
+    durable: Durable, ctx: WorkflowContext, claim: Claim, exc: BaseException
+) -> Any:
+    fields = ctx.log_fields()
+    name, run_id = ctx.workflow_name, ctx.workflow_id
+    if isinstance(exc, Suspended):
+        logger.info(
+            "workflow %s run %s is %s; its worker slot is free",
+            name,
+            run_id,
+            exc.reason,
+            extra=fields,
+        )
+        return f"suspended, {exc.reason}"
+    if isinstance(exc, LeaseLost):
+        logger.warning(
+            "workflow %s run %s lost its lease; another worker owns it now",
+            name,
+            run_id,
+            extra=fields,
+        )
+        return None
+    if isinstance(exc, WorkflowCancelled):
+        if durable.store.settle_run(run_id, ctx.fence, "CANCELLED"):
+            faults.reach(faults.AFTER_SETTLE, **fields)
+            logger.info("workflow %s run %s cancelled: %s", name, run_id, exc.reason, extra=fields)
+        return None
+    if isinstance(exc, StoreUnavailable):
+        logger.error(
+            "workflow %s run %s stopped: %s; the sweeper resumes it once its lease expires",
+            name,
+            run_id,
+            exc,
+            extra=fields,
+        )
+        raise exc.__cause__ or RuntimeError(str(exc))
+    return _settle_error(durable, ctx, claim, exc)
+
+
+def settle_success(durable: Durable, ctx: WorkflowContext, encoded: str) -> bool:
+    fields = ctx.log_fields()
+    failed = ctx.failed_step
+    caught = failed.record if failed is not None and not failed.written else None
+    status = durable.store.settle_run(
+        ctx.workflow_id, ctx.fence, "SUCCEEDED", result=encoded, step=caught
+    )
+    faults.reach(faults.AFTER_SETTLE, **fields)
+    if status == "SUCCEEDED":
+        logger.info(
+            "workflow %s run %s succeeded", ctx.workflow_name, ctx.workflow_id, extra=fields
+        )
+        return True
+    if status == "CANCELLED":
+        logger.info(
+            "workflow %s run %s cancelled (cancel was requested before it settled)",
+            ctx.workflow_name,
+            ctx.workflow_id,
+            extra=fields,
+        )
+        return False
+    logger.warning(
+        "workflow %s run %s finished but lost its lease before settling",
+        ctx.workflow_name,
+        ctx.workflow_id,
+        extra=fields,
+    )
+    return False
+
+
+def _retryable(exc: BaseException) -> bool:
+    return not isinstance(exc, PermanentError | NonDeterminismError)
+
+
+def _ended_the_attempt(ctx: WorkflowContext, exc: BaseException) -> bool:
+    """Whether the last failed step's exception (or a cause of it) ended this attempt."""
+    if ctx.failed_step is None:
+        return False
+    seen: BaseException | None = exc
+    for _ in range(100):  # exception chains can loop
+        if seen is None:
+            return False
+        if seen is ctx.failed_step.exc:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _worker_shutting_down() -> bool:
+    from celery.worker import state
+
+    return bool(state.should_stop or state.should_terminate)
+
+
+def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: BaseException) -> Any:
+    store, config = durable.store, durable.config
+    error = serialization.encode_error(exc)
+    fields = ctx.log_fields()
+    interrupted = not isinstance(exc, Exception)  # KeyboardInterrupt, SystemExit, ...
+    if interrupted and _worker_shutting_down():
+        # Cold shutdown: give the lease back at once; not a failed attempt.
+        if store.release_run(ctx.workflow_id, ctx.fence):
+            logger.warning(
+                "workflow %s run %s interrupted by the worker's shutdown; lease given back",
+                ctx.workflow_name,
+                ctx.workflow_id,
+                extra=fields,
+            )
+        raise exc
+    if _retryable(exc) and claim.attempts < claim.max_attempts:
+        delay = (
+            0.0
+            if interrupted
+            else min(claim.retry_backoff * (2 ** (claim.attempts - 1)), config.max_retry_backoff)
+        )
+        faults.reach(faults.BEFORE_SCHEDULE_RETRY, **fields)
+        # The failed step's record goes with the retry, in one transaction: "retry" (runs
+        # again) if its failure ended the attempt, "error" (replays) if the body caught it.
+        status = store.schedule_retry(
+            ctx.workflow_id, ctx.fence, delay, error, _failed_step_record(ctx, exc, "retry")
+        )
+        if status == "PENDING":
+            logger.warning(
+                "workflow %s run %s failed on attempt %d of %d, retrying in %.1fs: %r",
+                ctx.workflow_name,
+                ctx.workflow_id,
+                claim.attempts,
+                claim.max_attempts,
+                delay,
+                exc,
+                extra=fields,
+            )
+        elif status == "CANCELLED":
+            _log_cancelled_after_failure(ctx)
+            return None
+        else:
+            _log_lost_at_settle(ctx)
+        if interrupted:
+            raise exc
+        when = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=delay)
+        raise Retry(
+            f"retry attempt {claim.attempts + 1} at {when.isoformat()}", exc=exc, when=when
+        ) from exc
+    status = store.settle_run(
+        ctx.workflow_id, ctx.fence, "FAILED", error=error, step=_failed_step_record(ctx, exc)
+    )
+    if status == "CANCELLED":
+        _log_cancelled_after_failure(ctx)
+        return None
+    if status == "FAILED":
+        faults.reach(faults.AFTER_SETTLE, **fields)
+        logger.error(
+            "workflow %s run %s failed for good on attempt %d of %d: %r",
+            ctx.workflow_name,
+            ctx.workflow_id,
+            claim.attempts,
+            claim.max_attempts,
+            exc,
+            extra=fields,
+        )
+    else:
+        _log_lost_at_settle(ctx)
+    raise exc
+
+
+def _failed_step_record(
+    ctx: WorkflowContext, exc: BaseException, status_if_ended: str = "error"
+) -> StepRecord | None:
+    """The record of the last failed step, if it still has to be written with the settle."""
+    failed = ctx.failed_step
+    if failed is None:
+        return None
+    if _ended_the_attempt(ctx, exc):
+        return dataclasses.replace(failed.record, status=status_if_ended)
+    return None if failed.written else failed.record
+
+
+def _log_cancelled_after_failure(ctx: WorkflowContext) -> None:
+    logger.info(
+        "workflow %s run %s cancelled (it failed after cancel was requested)",
+        ctx.workflow_name,
+        ctx.workflow_id,
+        extra=ctx.log_fields(),
+    )
+
+
+def _log_lost_at_settle(ctx: WorkflowContext) -> None:
+    logger.warning(
+        "workflow %s run %s lost its lease before settling; its new owner decides",
+        ctx.workflow_name,
+        ctx.workflow_id,
+        extra=ctx.log_fields(),
+    )
