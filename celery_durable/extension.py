@@ -59,7 +59,7 @@ class Durable:
         self.leases = LeaseKeeper(self)
         self.sweeper = Sweeper(self)
         app.steps["worker"].add(DurableSweeper)
-        app.steps["consumer"].add(SignalQueue)
+        app.steps["worker"].add(SignalQueue)
         register_tasks(app)
         celery_signals.worker_process_shutdown.connect(self._on_process_exit, weak=False)
         apps.bind(app, self)

@@ -203,12 +203,20 @@ def wake(durable: Durable, workflow_id: str, name: str) -> bool:
     return True
 
 
-class SignalQueue(bootsteps.StartStopStep):  # type: ignore[misc]
-    """A consumer bootstep: every worker consumes the signal queues of its app's Durables."""
+class SignalQueue(bootsteps.Step):  # type: ignore[misc]
+    """A worker bootstep: every worker consumes its app's signal queues on top of ``-Q``.
 
-    requires = ("celery.worker.consumer.tasks:Tasks",)
+    The queues are added to the worker's selection before the consumer starts, so they
+    are consumed like any ``-Q`` queue. (Adding them from a consumer bootstep, with
+    ``consumer.add_task_queue``, starts consuming before the event loop has set the
+    message callback: on RabbitMQ a backlog then crashes the worker.)
+    """
 
-    def start(self, consumer: Any) -> None:
-        for queue in dict.fromkeys(d.config.signal_queue for d in durables_of(consumer.app)):
-            consumer.add_task_queue(queue)
-            logger.info("consuming the signal queue %r", queue)
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        queues = worker.app.amqp.queues
+        for name in dict.fromkeys(d.config.signal_queue for d in durables_of(worker.app)):
+            if name in queues:
+                queues.select_add(queues[name])
+            else:
+                queues.select_add(name, exchange=name, exchange_type="direct", routing_key=name)
+            logger.info("consuming the signal queue %r", name)

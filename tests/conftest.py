@@ -11,7 +11,16 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.support.services import PG_URL, REDIS_URL, drop_tables, redis_client, unique
+from tests.support.services import (
+    BROKER,
+    BROKER_URL,
+    PG_URL,
+    REDIS_URL,
+    delete_queues,
+    drop_tables,
+    redis_client,
+    unique,
+)
 from tests.support.workers import Worker
 
 PREFIX = unique("t")[:9] + "_"
@@ -28,11 +37,23 @@ os.environ.update(
         "CELERY_DURABLE_POLL_INTERVAL": "0.2",
         "CELERY_DURABLE_DISPATCH_GRACE": "2",
         "CELERY_DURABLE_MAX_PENDING_SIGNALS": "5",
-        "TEST_BROKER_URL": REDIS_URL,
+        "TEST_BROKER_URL": BROKER_URL,
         "TEST_REDIS_URL": REDIS_URL,
         "TEST_QUEUE": QUEUE,
     }
 )
+
+
+def pytest_report_header() -> str:
+    return f"celery_durable tests: broker {BROKER} ({BROKER_URL}), store {PG_URL}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Tests of the worker app touch the broker: `-m broker` selects them for the second
+    # broker's pass of the README's test command.
+    for item in items:
+        if "basic_app" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.broker)
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +65,7 @@ def basic_app() -> Iterator[object]:
     yield basic
     basic.durable.store.dispose()
     drop_tables(PG_URL, PREFIX)
+    delete_queues(BROKER_URL, [QUEUE, basic.durable.config.signal_queue])
 
 
 @pytest.fixture

@@ -172,3 +172,18 @@ def test_workflows_survive_the_database_dropping_every_connection(
     rds.delete(f"block:{key}:s2")
     assert handle.get(timeout=60) == [10, 20, 30, 40, 50]
     assert [effects(rds, key, f"s{n}") for n in range(1, 6)] == [1] * 5
+
+
+def test_a_worker_starts_with_a_backlog_in_its_queues(basic_app, start_worker, key):
+    """Bug (RabbitMQ): the signal queue was added by a consumer bootstep before the event
+    loop set the message callback, so a backlog crashed the worker at start (rc 1)."""
+    handles = [basic_app.context_probe.delay(f"{key}-{n}") for n in range(4)]
+    handles.append(basic_app.booking.delay(key, 60))
+    worker = start_worker("backlog")
+    for handle in handles[:4]:
+        assert handle.get(timeout=60)["id"] == handle.id
+    wait_until(lambda: handles[4].status() is WorkflowStatus.WAITING, 60, message="WAITING")
+    assert handles[4].signal("approval", {"by": "backlog"})  # the signal queue is consumed
+    assert handles[4].get(timeout=60)["status"] == "confirmed"
+    assert worker.proc.poll() is None, worker.log()
+    assert "Consumer does not have any callbacks" not in worker.log()

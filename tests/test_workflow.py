@@ -17,7 +17,7 @@ from celery_durable import (
     WorkflowNotFound,
     WorkflowStatus,
 )
-from tests.support.services import PG_URL, effects
+from tests.support.services import PG_URL, UNREACHABLE_BROKER_URL, effects
 from tests.support.waiting import wait_until
 
 
@@ -305,7 +305,7 @@ def test_get_is_woken_by_notify_not_by_polling(basic_app, shared_worker, key, rd
 
 def test_publish_failure_after_insert_loses_nothing(basic_app, shared_worker, key, caplog):
     """The producer's broker is down: the run is stored, and a worker's sweeper sends it."""
-    producer_app = Celery("producer", broker="redis://127.0.0.1:1/0")
+    producer_app = Celery("producer", broker=UNREACHABLE_BROKER_URL)
     producer_app.conf.update(
         task_publish_retry=False,
         broker_connection_retry=False,

@@ -10,6 +10,21 @@ import sqlalchemy as sa
 
 PG_URL = os.environ.get("TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+AMQP_URL = os.environ.get("TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+# The broker of this test session: TEST_BROKER=redis (default) or rabbitmq. Every test
+# that touches a broker runs on both (the README's test command runs the suite per broker).
+BROKER = os.environ.get("TEST_BROKER", "redis")
+BROKER_URLS = {"redis": REDIS_URL, "rabbitmq": AMQP_URL}
+# A broker of the same kind where nothing listens: publishing to it fails.
+UNREACHABLE_BROKER_URLS = {
+    "redis": "redis://127.0.0.1:1/0",
+    "rabbitmq": "amqp://guest:guest@127.0.0.1:1//",
+}
+if BROKER not in BROKER_URLS:
+    raise RuntimeError(f"TEST_BROKER={BROKER!r}: use one of {', '.join(BROKER_URLS)}")
+BROKER_URL = BROKER_URLS[BROKER]
+UNREACHABLE_BROKER_URL = UNREACHABLE_BROKER_URLS[BROKER]
 
 
 def unique(prefix: str) -> str:
@@ -35,3 +50,16 @@ def drop_tables(url: str, prefix: str) -> None:
         meta.drop_all(engine, tables=doomed)
     finally:
         engine.dispose()
+
+
+def delete_queues(broker_url: str, names: list[str]) -> None:
+    """Remove a session's queues from the broker (RabbitMQ keeps durable queues)."""
+    from kombu import Connection
+
+    with Connection(broker_url, connect_timeout=5) as conn:
+        channel = conn.default_channel
+        for name in names:
+            try:
+                channel.queue_delete(name)
+            except Exception:  # noqa: BLE001 - a queue that never existed
+                channel = conn.channel()
