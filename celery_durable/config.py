@@ -63,6 +63,14 @@ SETTINGS: tuple[Setting, ...] = (
         ".<namespace> appended outside the default namespace",
     ),
     Setting("max_pending_signals", int, 100, 1, "unconsumed signals a run may hold"),
+    Setting(
+        "max_recoveries",
+        int,
+        10,
+        1,
+        "times a run's worker may be lost (crash, OOM, SIGKILL) before the run fails as a "
+        "poison run; separate from max_attempts",
+    ),
     Setting("sweep_batch", int, 500, 1, "runs one sweep dispatches at most"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
@@ -83,6 +91,7 @@ class DurableConfig:
     namespace: str = "default"
     signal_queue: str = "celery_durable.signals"
     max_pending_signals: int = 100
+    max_recoveries: int = 10
     sweep_batch: int = 500
 
     @classmethod

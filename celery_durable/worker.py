@@ -31,15 +31,21 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("celery_durable.worker")
 
-# The error a run ends with when its worker died on the last attempt.
-_WORKER_LOST = serialization.dumps(
-    {
-        "type": "celery_durable.errors.WorkerLost",
-        "message": "the worker running this workflow was lost on its last attempt",
-        "traceback": "",
-        "args": None,
-    }
-)
+
+def worker_lost_error(max_recoveries: int) -> str:
+    """The error a poison run ends with: its worker was lost ``max_recoveries`` times."""
+    return serialization.dumps(
+        {
+            "type": "celery_durable.errors.WorkerLost",
+            "message": (
+                f"the worker running this workflow was lost {max_recoveries} times "
+                f"(durable_max_recoveries={max_recoveries}): each attempt killed its worker "
+                "(out of memory, a crash in native code, SIGKILL?), so the run is not resumed"
+            ),
+            "traceback": "",
+            "args": None,
+        }
+    )
 
 
 _KEEPERS: weakref.WeakSet[LeaseKeeper] = weakref.WeakSet()
@@ -141,6 +147,7 @@ class Sweeper:
         self.durable = durable
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._revoked_seen: set[str] = set()
 
     def start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -175,10 +182,12 @@ class Sweeper:
     def sweep_once(self) -> int:
         """One sweep; returns how many runs were published."""
         durable, config = self.durable, self.durable.config
+        names = sorted(durable.workflows)
+        lost_error = worker_lost_error(config.max_recoveries)
         published = 0
         while True:
             due = durable.store.sweep_due_runs(
-                config.sweep_batch, config.dispatch_grace, _WORKER_LOST
+                config.sweep_batch, config.dispatch_grace, lost_error, names, config.max_recoveries
             )
             for run in due:
                 if run.status in FINISHED_STATUSES:
@@ -187,10 +196,38 @@ class Sweeper:
                     published += self._publish(run, "dispatched workflow %s run %s again")
             if len(due) < config.sweep_batch:
                 break
-        for run in durable.store.wake_signalled_runs(config.dispatch_grace):
+        for run in durable.store.wake_signalled_runs(config.dispatch_grace, names):
             # A signal whose wake-up message was lost: the run still waits for it.
             published += self._publish(run, "woke workflow %s run %s for a stored signal")
+        self.cancel_revoked()
         return published
+
+    def cancel_revoked(self) -> list[str]:
+        """Cancel the runs whose task id this worker was told to revoke.
+
+        ``celery control revoke`` (and Flower's Revoke button) only drops deliveries of the
+        id; a run is published again under the same id (retries, wake-ups, recovery), so
+        a revoke must cancel it in the store, durably.
+        """
+        from celery.worker import state as worker_state
+
+        revoked = set(worker_state.revoked)
+        fresh = sorted(revoked - self._revoked_seen)
+        self._revoked_seen = revoked
+        cancelled = []
+        for run_id in fresh:
+            requested, status = self.durable.store.cancel_run(
+                run_id, "revoked (celery control revoke)"
+            )
+            if requested:
+                cancelled.append(run_id)
+                logger.info(
+                    "workflow run %s revoked: cancellation requested (now %s)",
+                    run_id,
+                    status,
+                    extra={"workflow_id": run_id, "workflow": None, "attempt": None},
+                )
+        return cancelled
 
     def _publish(self, run: DueRun, done: str) -> int:
         """Publish a run the sweep took; on failure it stays due and a later sweep retries."""
@@ -215,9 +252,10 @@ class Sweeper:
         fields = {"workflow_id": run.id, "workflow": run.name, "attempt": None, "step_index": None}
         if run.status == "FAILED":
             logger.error(
-                "workflow %s run %s failed: its worker was lost on the last attempt",
+                "workflow %s run %s failed: its worker was lost %d times (poison run?)",
                 run.name,
                 run.id,
+                self.durable.config.max_recoveries,
                 extra=fields,
             )
         else:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from celery import Task
+from celery.exceptions import Reject
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
@@ -34,7 +35,7 @@ from .errors import (
 )
 from .handle import WorkflowHandle
 from .settle import settle_stop_or_error, settle_success
-from .store import Claim, NewRun, Store
+from .store import Claim, NewRun, Store, is_unavailable
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -44,6 +45,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("celery_durable.workflow")
 
 TRANSACTIONAL_HEADER = "durable_transactional"
+# How often a delivery found the database unreachable: its redelivery backs off.
+REDELIVERY_HEADER = "durable_redeliveries"
+_MAX_REDELIVERY_DELAY = 10.0
 # How long a worker waits for a transactional start's row to become visible: the message
 # is published from the commit hook, a moment before the COMMIT reaches the server.
 _TRANSACTIONAL_VISIBILITY_WAIT = 2.0
@@ -126,7 +130,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
             f"workflow {definition.name}", definition.fn, args, kwargs
         )
         config = durable.config
-        queue = options.get("queue") or definition.queue
+        queue = self._resolve_queue(args, kwargs, options)
         try:
             start_delay = _start_delay(options.pop("countdown", None), options.pop("eta", None))
         except (TypeError, ValueError) as exc:
@@ -164,6 +168,18 @@ class WorkflowTask(Task):  # type: ignore[misc]
             )
         return handle
 
+    def _resolve_queue(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any]
+    ) -> str | None:
+        """The queue Celery's routing sends this run to, stored with the run so that every
+        later publish (sweeper, wake-up, recovery), from any app, goes to the same queue."""
+        wanted = {**self._get_exec_options(), **options}
+        wanted = {key: value for key, value in wanted.items() if value is not None}
+        route = self.app.amqp.router.route(wanted, self.name, args, kwargs, self)
+        queue = route.get("queue")
+        name = getattr(queue, "name", queue)
+        return str(name) if name else None
+
     def _publish_started(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], run_id: str, options: dict[str, Any]
     ) -> None:
@@ -195,7 +211,51 @@ class WorkflowTask(Task):  # type: ignore[misc]
         request = self.request
         if request.called_directly:
             return self.definition.fn(*args, **kwargs)
-        return execute(self.durable, self.definition, request)
+        try:
+            return execute(self.durable, self.definition, request)
+        except ClaimUnavailable as unavailable:
+            if request.is_eager:
+                raise unavailable.__cause__ or unavailable from None
+            return self._redeliver_later(args, kwargs, unavailable)
+
+    def _redeliver_later(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], unavailable: ClaimUnavailable
+    ) -> None:
+        """The database was unreachable at the claim: publish this delivery again a little
+        later (backing off) instead of dropping it, and acknowledge this one. Not an
+        attempt of the run: nothing ran."""
+        request = self.request
+        redeliveries = int(_request_header(request, REDELIVERY_HEADER) or 0)
+        delay = min(0.5 * 2**redeliveries, _MAX_REDELIVERY_DELAY)
+        headers: dict[str, Any] = {REDELIVERY_HEADER: redeliveries + 1}
+        if _request_header(request, TRANSACTIONAL_HEADER):
+            headers[TRANSACTIONAL_HEADER] = True
+        delivery = getattr(request, "delivery_info", None) or {}
+        queue = delivery.get("routing_key") or self.definition.queue
+        options: dict[str, Any] = {"queue": queue} if queue else {}
+        logger.warning(
+            "workflow %s run %s: the database is unreachable (%s); delivering it again in "
+            "%.1fs (redelivery %d)",
+            self.definition.name,
+            request.id,
+            unavailable.__cause__,
+            delay,
+            redeliveries + 1,
+            extra={"workflow_id": request.id, "workflow": self.definition.name},
+        )
+        try:
+            Task.apply_async(
+                self, args, kwargs, task_id=request.id, countdown=delay, headers=headers, **options
+            )
+        except Exception as exc:
+            # Neither the database nor the broker: hand the message back to the broker.
+            raise Reject(
+                f"could not publish run {request.id} again: {exc!r}", requeue=True
+            ) from exc
+
+
+class ClaimUnavailable(Exception):  # noqa: N818 - internal signal, not an error of the run
+    """Internal: the claim could not reach the database; the delivery is retried later."""
 
 
 def _start_delay(countdown: Any, eta: Any) -> float | None:
@@ -263,9 +323,16 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
     store, config = durable.store, durable.config
     run_id: str = request.id
     owner = durable.leases.owner
-    claim = store.claim_run(run_id, owner, config.lock_timeout)
-    if claim is None and _request_header(request, TRANSACTIONAL_HEADER):
-        claim = _claim_when_visible(store, run_id, owner, config.lock_timeout)
+    try:
+        claim = store.claim_run(run_id, owner, config.lock_timeout, config.max_recoveries)
+        if claim is None and _request_header(request, TRANSACTIONAL_HEADER):
+            claim = _claim_when_visible(
+                store, run_id, owner, config.lock_timeout, config.max_recoveries
+            )
+    except Exception as exc:
+        if is_unavailable(exc):
+            raise ClaimUnavailable(str(exc)) from exc
+        raise
     if claim is None:
         _log_unclaimed(durable, definition, run_id)
         return None
@@ -303,7 +370,9 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
         durable.leases.untrack(run_id)
 
 
-def _claim_when_visible(store: Store, run_id: str, owner: str, lease: float) -> Claim | None:
+def _claim_when_visible(
+    store: Store, run_id: str, owner: str, lease: float, max_recoveries: int
+) -> Claim | None:
     """A transactional start's message can arrive a moment before its COMMIT: look again
     briefly. The row's visibility is read before each claim, so a COMMIT that lands
     between the two can't end the wait with the run unclaimed."""
@@ -311,7 +380,7 @@ def _claim_when_visible(store: Store, run_id: str, owner: str, lease: float) -> 
     while True:
         faults.reach(faults.AFTER_CLAIM_MISSED, workflow_id=run_id)
         visible = store.get_status(run_id) is not None
-        claim = store.claim_run(run_id, owner, lease)
+        claim = store.claim_run(run_id, owner, lease, max_recoveries)
         if claim is not None or visible or time.monotonic() > deadline:
             return claim
         time.sleep(0.02)

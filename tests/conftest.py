@@ -26,6 +26,7 @@ from tests.support.workers import Worker
 PREFIX = unique("t")[:9] + "_"
 NAMESPACE = unique("ns-")
 QUEUE = unique("q-")
+OTHER_QUEUE = unique("oq-")
 
 # The test app (tests/apps/basic.py) reads all of these, in this process and in workers.
 os.environ.update(
@@ -37,9 +38,11 @@ os.environ.update(
         "CELERY_DURABLE_POLL_INTERVAL": "0.2",
         "CELERY_DURABLE_DISPATCH_GRACE": "2",
         "CELERY_DURABLE_MAX_PENDING_SIGNALS": "5",
+        "CELERY_DURABLE_MAX_RECOVERIES": "3",
         "TEST_BROKER_URL": BROKER_URL,
         "TEST_REDIS_URL": REDIS_URL,
         "TEST_QUEUE": QUEUE,
+        "TEST_OTHER_QUEUE": OTHER_QUEUE,
     }
 )
 
@@ -65,7 +68,7 @@ def basic_app() -> Iterator[object]:
     yield basic
     basic.durable.store.dispose()
     drop_tables(PG_URL, PREFIX)
-    delete_queues(BROKER_URL, [QUEUE, basic.durable.config.signal_queue])
+    delete_queues(BROKER_URL, [QUEUE, OTHER_QUEUE, basic.durable.config.signal_queue])
 
 
 @pytest.fixture
@@ -87,12 +90,15 @@ def start_worker(basic_app: object) -> Iterator[Callable[..., Worker]]:
     started: list[Worker] = []
 
     def start(
-        name: str | None = None, env: dict[str, str] | None = None, concurrency: int = 2
+        name: str | None = None,
+        env: dict[str, str] | None = None,
+        concurrency: int = 2,
+        app: str = "tests.apps.basic",
     ) -> Worker:
         worker = Worker(
-            "tests.apps.basic",
+            app,
             env or {},
-            queues=QUEUE,
+            queues=OTHER_QUEUE if app == "tests.apps.other" else QUEUE,
             name=name or unique("w"),
             concurrency=concurrency,
         )
@@ -111,3 +117,13 @@ def shared_worker(basic_app: object) -> Iterator[Worker]:
     worker.wait_ready()
     yield worker
     worker.stop()
+
+
+@pytest.fixture
+def flower(basic_app: object) -> Iterator[object]:
+    """A real Flower on the test app's broker (basic auth ops:s3cret)."""
+    from tests.support.flower import Flower
+
+    process = Flower("tests.apps.basic").wait_ready()
+    yield process
+    process.stop()

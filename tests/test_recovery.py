@@ -30,7 +30,8 @@ def test_sigkill_mid_step_resumes_on_another_worker(basic_app, start_worker, key
     assert handle.get(timeout=60) == [10, 20, 30, 40, 50]
     assert [effects(rds, key, f"s{n}") for n in range(1, 6)] == [1, 1, 2, 1, 1]
     assert "dispatched workflow tests.apps.basic.five_steps" in second.log()
-    assert handle.record().attempts == 2
+    # A lost worker is a recovery, not a failed attempt of the run.
+    assert (handle.record().attempts, handle.record().recoveries) == (1, 1)
 
 
 def test_zombie_with_a_stale_fence_cannot_record_or_settle(basic_app, start_worker, key, rds):
@@ -108,12 +109,15 @@ def test_warm_shutdown_lets_the_running_workflow_finish(basic_app, start_worker,
 
 
 def test_a_run_that_keeps_killing_its_worker_ends_failed(basic_app, start_worker, key, rds):
+    """Lost workers use the recoveries budget (3 in the tests), not the attempts (2)."""
     start_worker("victim")
     handle = basic_app.suicidal.delay(key)
     with pytest.raises(WorkflowFailed) as failed:
-        handle.get(timeout=60)
+        handle.get(timeout=90)
     assert failed.value.error_type == "celery_durable.errors.WorkerLost"
-    assert effects(rds, key, "kill") == 2
+    assert "lost 3 times (durable_max_recoveries=3)" in failed.value.error_message
+    assert effects(rds, key, "kill") == 3
+    assert handle.record().attempts <= 1
 
 
 def test_timers_fire_from_another_worker_after_a_sigkill(basic_app, start_worker, key):

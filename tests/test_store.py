@@ -43,7 +43,7 @@ def step(idx: int, output: str = "1") -> StepRecord:
 
 
 def test_migrations_are_recorded_in_their_own_version_table(store):
-    assert current(store) == "0001"
+    assert current(store) == "0002"
     upgrade(store)  # idempotent
     names = sa.inspect(store.engine).get_table_names()
     prefix = store.table_prefix
@@ -119,29 +119,48 @@ def test_sweep_takes_expired_leases_and_stale_pending_runs(store):
     store.insert_run(new_run("stale", grace=0))
     store.insert_run(new_run("expired"))
     store.claim_run("expired", "dead", lease=0)
-    due = {r.id: r.status for r in store.sweep_due_runs(100, 60, "{}")}
+    assert store.sweep_due_runs(100, 60, "{}", ["other.workflow"]) == []  # not this app's
+    due = {r.id: r.status for r in store.sweep_due_runs(100, 60, "{}", ["wf"])}
     assert due == {"stale": "PENDING", "expired": "PENDING"}
-    assert store.sweep_due_runs(100, 60, "{}") == []  # re-published at most once per grace
-    assert store.get_run("expired").owner is None
-    assert store.claim_run("expired", "next", lease=30).attempts == 2
+    assert store.sweep_due_runs(100, 60, "{}", ["wf"]) == []  # published once per grace
+    expired = store.get_run("expired")
+    assert expired.owner is None
+    # A lost worker is a recovery, not an attempt: the next claim is attempt 1 again.
+    assert (expired.attempts, expired.recoveries) == (0, 1)
+    assert store.claim_run("expired", "next", lease=30).attempts == 1
 
 
-def test_expired_lease_out_of_attempts_fails(store):
-    store.insert_run(
-        NewRun(
-            id="poison",
-            name="wf",
-            args="[[],{}]",
-            queue=None,
-            max_attempts=1,
-            retry_backoff=0,
-            dispatch_grace=60,
+def test_a_run_whose_worker_is_lost_too_often_fails(store):
+    store.insert_run(new_run("poison"))
+    for n in range(1, 3):
+        assert store.claim_run("poison", f"dead-{n}", lease=0, max_recoveries=3) is not None
+        due = wait_until(
+            lambda: store.sweep_due_runs(
+                100, 60, '{"type":"WorkerLost"}', ["wf"], max_recoveries=3
+            ),
+            10,
         )
+        assert [(r.id, r.status) for r in due] == [("poison", "PENDING")]
+        assert store.get_run("poison").recoveries == n
+    store.claim_run("poison", "dead-3", lease=0, max_recoveries=3)
+    # Taking over the expired lease would be a third recovery: the budget is spent.
+    assert store.claim_run("poison", "late", lease=0, max_recoveries=3) is None
+    due = wait_until(
+        lambda: store.sweep_due_runs(100, 60, '{"type":"WorkerLost"}', ["wf"], max_recoveries=3),
+        10,
     )
-    store.claim_run("poison", "dead", lease=0)
-    due = store.sweep_due_runs(100, 60, '{"type":"WorkerLost"}')
     assert [(r.id, r.status) for r in due] == [("poison", "FAILED")]
-    assert store.get_run("poison").error == '{"type":"WorkerLost"}'
+    run = store.get_run("poison")
+    assert run.error == '{"type":"WorkerLost"}'
+    assert (run.attempts, run.recoveries) == (1, 3)  # never a failed attempt of its own
+
+
+def test_taking_over_an_expired_lease_counts_a_recovery_not_an_attempt(store):
+    store.insert_run(new_run("takeover"))
+    store.claim_run("takeover", "dead", lease=0)
+    claim = wait_until(lambda: store.claim_run("takeover", "next", lease=30), 10)
+    assert claim.attempts == 1
+    assert store.get_run("takeover").recoveries == 1
 
 
 def test_retry_backoff_gates_the_claim(store):
@@ -149,7 +168,7 @@ def test_retry_backoff_gates_the_claim(store):
     claim = store.claim_run("later", "a", lease=30)
     assert store.schedule_retry("later", claim.fence, 30.0, '{"type":"x"}')
     assert store.claim_run("later", "b", lease=30) is None  # not before its backoff
-    assert store.sweep_due_runs(100, 60, "{}") == []
+    assert store.sweep_due_runs(100, 60, "{}", ["wf"]) == []
 
 
 def test_heartbeat_renews_only_the_listed_runs_of_the_owner(store):
@@ -175,7 +194,7 @@ def test_concurrent_sweepers_never_share_a_run():
         taken: list[list[str]] = [[], [], [], []]
 
         def sweep(slot: int) -> None:
-            while batch := store.sweep_due_runs(7, 60, "{}"):
+            while batch := store.sweep_due_runs(7, 60, "{}", ["wf"]):
                 taken[slot].extend(r.id for r in batch)
 
         threads = [threading.Thread(target=sweep, args=(i,)) for i in range(4)]

@@ -311,6 +311,8 @@ def test_publish_failure_after_insert_loses_nothing(basic_app, shared_worker, ke
         broker_connection_retry=False,
         broker_connection_max_retries=0,
         broker_connection_timeout=1,
+        # The producer routes like the workers do: the run is stored with that queue.
+        task_default_queue=basic_app.app.conf.task_default_queue,
     )
     producer = Durable(producer_app)  # same store and namespace (env), broken broker
 
@@ -387,3 +389,28 @@ def test_transactional_start_committed_during_the_visibility_wait_is_claimed(bas
     assert committed == [run_id]
     assert result == {"id": run_id, "name": basic_app.context_probe.name, "active": True}
     assert durable.get_handle(run_id).status() is WorkflowStatus.SUCCEEDED
+
+
+def test_two_apps_on_one_database_never_dispatch_each_others_runs(basic_app, start_worker, key):
+    """Bug: one app's sweeper republished another app's run to its own queue, where it was
+    'Received unregistered task' and stuck; the queue column was NULL unless set."""
+    from tests.apps import other
+
+    basic_worker = start_worker("basic-only")
+    handle = other.greet.apply_async(args=(key,), workflow_id=f"other-{key}", countdown=0.3)
+    run = handle.record()
+    assert run.queue == other.app.conf.task_default_queue  # resolved by Celery's routing
+    store = basic_app.durable.store
+    wait_until(lambda: store.get_run(handle.id).due_at < store.now(), 10, message="due")
+    basic_app.durable.sweep_once()  # what basic's worker does every poll
+    assert store.get_run(handle.id).dispatches == 0  # no sweep of basic's took it
+    assert store.get_run(handle.id).status == "PENDING"
+    start_worker("other-app", app="tests.apps.other")
+    assert handle.get(timeout=60) == f"hello {key}"
+    assert "unregistered task" not in basic_worker.log()
+
+
+def test_a_run_keeps_the_queue_celery_routed_it_to(basic_app, shared_worker, key):
+    handle = basic_app.context_probe.apply_async(args=(key,), workflow_id=f"routed-{key}")
+    assert handle.record().queue == basic_app.app.conf.task_default_queue
+    handle.get(timeout=30)

@@ -17,7 +17,7 @@ from .records import (
     StepWrite,
 )
 from .schema import ACTIVE_STATUSES, FINISHED_STATUSES, Tables, build_tables
-from .store import Store
+from .store import Store, is_unavailable
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -34,4 +34,5 @@ __all__ = [
     "Store",
     "Tables",
     "build_tables",
+    "is_unavailable",
 ]

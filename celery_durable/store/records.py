@@ -95,6 +95,8 @@ class RunRecord:
     args: str
     attempts: int
     max_attempts: int
+    recoveries: int
+    dispatches: int
     fence: int
     owner: str | None
     result: str | None

@@ -58,6 +58,9 @@ def build_tables(prefix: str) -> Tables:
         Column("args", Text, nullable=False),
         Column("attempts", Integer, nullable=False, server_default=text("0")),
         Column("max_attempts", Integer, nullable=False),
+        # Times the run's worker was lost (lease expired): infrastructure, not the run's
+        # fault, so not an attempt; capped by durable_max_recoveries (the poison guard).
+        Column("recoveries", Integer, nullable=False, server_default=text("0")),
         Column("retry_backoff", Float, nullable=False),
         Column("owner", String(255)),
         Column("fence", BigInteger, nullable=False, server_default=text("0")),

@@ -79,10 +79,12 @@ class RunStatements(Builder):
                 and_(
                     runs.c.status == "RUNNING",
                     runs.c.due_at < now,
-                    runs.c.attempts < runs.c.max_attempts,
+                    runs.c.recoveries + 1 < bindparam("p_max_recoveries"),
                 ),
             ),
         )
+        # Taking over an expired lease recovers a lost worker: not a new attempt.
+        lost = runs.c.status == "RUNNING"
         # A fencing token that grows and is never handed out twice, even when a claim is
         # lost in a database crash (claims commit asynchronously): the database clock in
         # microseconds, or the old token + 1 if that is larger.
@@ -95,7 +97,8 @@ class RunStatements(Builder):
                 status="RUNNING",
                 owner=bindparam("p_owner"),
                 fence=next_fence,
-                attempts=runs.c.attempts + 1,
+                attempts=runs.c.attempts + case((lost, 0), else_=1),
+                recoveries=runs.c.recoveries + case((lost, 1), else_=0),
                 due_at=now + bindparam("p_lease"),
                 ready_at=None,
                 started_at=func.coalesce(runs.c.started_at, now),
@@ -242,13 +245,19 @@ class SweepStatements(Builder):
         super().__init__(tables, dialect, namespace)
         runs, signals, now = tables.runs, tables.signals, self.now
         self.due_columns = columns_of(runs, DueRun)
+        # A sweeper takes only the workflows its app registered: two apps on one database
+        # and namespace never dispatch each other's runs.
+        registered = runs.c.name.in_(bindparam("p_names", expanding=True))
         due = (
             select(runs.c.id)
-            .where(self.ns, runs.c.due_at.isnot(None), runs.c.due_at <= now)
+            .where(self.ns, registered, runs.c.due_at.isnot(None), runs.c.due_at <= now)
             .order_by(runs.c.due_at)
             .limit(bindparam("p_limit"))
         )
-        exhausted = and_(runs.c.status == "RUNNING", runs.c.attempts >= runs.c.max_attempts)
+        # An expired lease: the worker was lost. Not the run's fault, so the attempt is
+        # given back; the recoveries budget (durable_max_recoveries) stops a poison run.
+        lost = runs.c.status == "RUNNING"
+        exhausted = and_(lost, runs.c.recoveries + 1 >= bindparam("p_max_recoveries"))
         cancelled = runs.c.cancel_requested == true()
         finished = or_(cancelled, exhausted)
         backoff = case(
@@ -275,6 +284,8 @@ class SweepStatements(Builder):
                 finished_at=case((finished, now), else_=None),
                 owner=None,
                 wait_signal=None,
+                attempts=runs.c.attempts - case((and_(lost, ~finished), 1), else_=0),
+                recoveries=runs.c.recoveries + case((lost, 1), else_=0),
                 due_at=case((finished, None), else_=now + bindparam("p_grace") * backoff),
                 dispatches=runs.c.dispatches + 1,
                 updated_at=now,
@@ -304,7 +315,9 @@ class SweepStatements(Builder):
             signals.c.run_id == runs.c.id,
             signals.c.name == runs.c.wait_signal,
         )
-        self.wake_signalled_runs = wake.where(runs.c.wait_signal.isnot(None), exists(signalled))
+        self.wake_signalled_runs = wake.where(
+            registered, runs.c.wait_signal.isnot(None), exists(signalled)
+        )
 
 
 class SignalStatements(Builder):

@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from ..errors import ConfigurationError
-from .connections import Connections, Listener, require_driver
+from .connections import Connections, Listener, psycopg, require_driver
 from .records import (
     Claim,
     DueRun,
@@ -50,6 +50,22 @@ def _step_params(run_id: str, fence: int, step: StepRecord) -> dict[str, Any]:
         output=step.output,
         error=step.error,
     )
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database can't be reached (down, restarting, cut off), as
+    opposed to a statement that failed: the caller may retry later."""
+    from sqlalchemy import exc as sa_exc
+
+    if isinstance(exc, sa_exc.DBAPIError):
+        if exc.connection_invalidated or isinstance(
+            exc, sa_exc.OperationalError | sa_exc.InterfaceError
+        ):
+            return True
+        exc = exc.orig if exc.orig is not None else exc
+    if psycopg is not None and isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return True
+    return isinstance(exc, ConnectionError | TimeoutError)
 
 
 def parse_url(url: str) -> Any:
@@ -151,14 +167,19 @@ class Store:
 
     # -- run -----------------------------------------------------------------------------
 
-    def claim_run(self, run_id: str, owner: str, lease: float) -> Claim | None:
-        """Take the run if it is pending and ready, or running with an expired lease."""
+    def claim_run(
+        self, run_id: str, owner: str, lease: float, max_recoveries: int = 10
+    ) -> Claim | None:
+        """Take the run if it is pending and ready, or running with an expired lease (a
+        recovery, while the run has had fewer than ``max_recoveries``)."""
         # Asynchronous commit: the claim needs no fsync of its own. Every later write of the
         # run is a synchronous commit, which flushes the WAL up to and including the claim;
         # if the database crashes before that, the claim is lost, the run is as before it,
         # and the fencing token of the lost claim (unique) matches nothing.
         row = self.db.one(
-            self.sql.runs.claim_run, params(run_id=run_id, owner=owner, lease=lease), relaxed=True
+            self.sql.runs.claim_run,
+            params(run_id=run_id, owner=owner, lease=lease, max_recoveries=max_recoveries),
+            relaxed=True,
         )
         if row is None:
             return None
@@ -282,17 +303,30 @@ class Store:
 
     # -- sweep -----------------------------------------------------------------------------
 
-    def sweep_due_runs(self, limit: int, grace: float, lost_error: str) -> list[DueRun]:
-        """Take the runs the sweeper must publish again; several sweepers never share one.
+    def sweep_due_runs(
+        self,
+        limit: int,
+        grace: float,
+        lost_error: str,
+        names: Sequence[str],
+        max_recoveries: int = 10,
+    ) -> list[DueRun]:
+        """Take the due runs of the workflows ``names`` for the sweeper to publish again;
+        several sweepers never share one.
 
-        Expired leases of runs out of attempts become FAILED here (poison-message guard);
-        they are returned with that status and must not be published.
+        An expired lease gives its attempt back and counts a recovery; a run at
+        ``max_recoveries`` becomes FAILED with ``lost_error`` here (the poison guard). Such
+        runs are returned with that status and must not be published.
         """
+        values = params(
+            limit=limit,
+            grace=grace,
+            lost_error=lost_error,
+            names=list(names),
+            max_recoveries=max_recoveries,
+        )
         with self.db.write() as conn:
-            rows = conn.execute(
-                self.sql.sweep.sweep_due_runs,
-                params(limit=limit, grace=grace, lost_error=lost_error),
-            ).all()
+            rows = conn.execute(self.sql.sweep.sweep_due_runs, values).all()
         return [DueRun(*r) for r in rows]
 
     def wake_run(self, run_id: str, signal_name: str, grace: float) -> DueRun | None:
@@ -303,10 +337,13 @@ class Store:
             ).first()
         return None if row is None else DueRun(*row)
 
-    def wake_signalled_runs(self, grace: float) -> list[DueRun]:
-        """Wake every waiting run that has a matching unconsumed signal (lost wake-ups)."""
+    def wake_signalled_runs(self, grace: float, names: Sequence[str]) -> list[DueRun]:
+        """Wake every waiting run of the workflows ``names`` that has a matching
+        unconsumed signal (lost wake-ups)."""
         with self.db.write() as conn:
-            rows = conn.execute(self.sql.sweep.wake_signalled_runs, params(grace=grace)).all()
+            rows = conn.execute(
+                self.sql.sweep.wake_signalled_runs, params(grace=grace, names=list(names))
+            ).all()
         return [DueRun(*r) for r in rows]
 
     # -- signals, timers, state, cancellation ---------------------------------------------
