@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
@@ -254,10 +255,33 @@ class Durable:
         name: str,
         payload: Any = None,
         idempotency_key: str | None = None,
+        *,
+        store_first: bool | None = None,
     ) -> str:
-        """Signal a run through the broker only (no database needed here); a worker stores
-        it. Returns the message id. See :meth:`WorkflowHandle.signal` for the direct path."""
-        return send_signal_via_broker(self, workflow_id, name, payload, idempotency_key)
+        """Signal a run from a producer that may have only the broker; returns the message id.
+
+        When this process has a database configured (``store_first`` defaults to that),
+        the signal is stored here first and the broker carries only its wake-up, so a
+        worker crash can't hold it back; if the store is unreachable it travels through
+        the broker for a worker to store. Nothing is raised for a finished, full or
+        unknown run: the signal is logged and kept with the reason.
+        See :meth:`WorkflowHandle.signal` for the path that raises instead.
+        """
+        if store_first is None:
+            store_first = self.database_configured
+        return send_signal_via_broker(
+            self, workflow_id, name, payload, idempotency_key, store_first=store_first
+        )
+
+    @property
+    def database_configured(self) -> bool:
+        """Whether a database URL was given (keyword, env var or app.conf), rather than the
+        embedded default: a broker-only producer must not store signals in a local file."""
+        return bool(
+            self._settings.get("database_url")
+            or os.environ.get("CELERY_DURABLE_DATABASE_URL")
+            or self.app.conf.get("durable_database_url")
+        )
 
     def sweep_once(self) -> int:
         """Run one sweep now (what every worker's sweeper does each poll interval)."""

@@ -21,7 +21,7 @@ from celery import Celery, bootsteps
 from . import serialization
 from .apps import durable_for, durables_of
 from .errors import PendingSignalsFull, WorkflowAlreadyCompleted, WorkflowNotFound
-from .store import Outcome
+from .store import Outcome, is_unavailable
 from .suspend import check_signal_name
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("celery_durable.signals")
 
 SIGNAL_TASK = "celery_durable.signal"
+_MAX_RETRY_DELAY = 10.0
 # A broker-only signal for a run not (yet) in the store is retried 0.25+0.5+1+2 s later.
 NOT_FOUND_RETRIES = 4
 WAKE_TASK = "celery_durable.wake"
@@ -111,25 +112,101 @@ def send_signal_via_broker(
     name: str,
     payload: Any = None,
     idempotency_key: str | None = None,
+    *,
+    store_first: bool = True,
 ) -> str:
-    """Publish a signal for a worker to store: needs the broker only, no database.
+    """Signal a run from a producer that may have only the broker.
 
-    Without ``idempotency_key`` the message id is used, so a redelivered message is
-    stored once. Errors (no such run, finished, full) are logged by the worker and the
-    signal is kept in the signals table with the reason. Returns the message id.
+    With ``store_first`` and a configured database, the signal is stored here and now
+    (the broker then carries only the wake-up, which the sweeper replaces if it is lost);
+    when the database can't be reached, or the run isn't visible yet, the signal travels
+    in a message for a worker to store. Without ``idempotency_key`` the message id is
+    used, so a redelivered message is stored once. A signal the store refuses (finished
+    run, too many pending, no such run) is logged and kept with the reason. Returns the
+    message id.
     """
     check_signal_name(name)
     encoded = _encode_payload(name, payload)
     message_id = str(uuid.uuid4())
-    args = (
-        durable.config.namespace,
-        workflow_id,
-        name,
-        encoded,
-        idempotency_key or f"message:{message_id}",
-    )
+    key = idempotency_key or f"message:{message_id}"
+    if store_first and _store_signal_here(durable, workflow_id, name, encoded, key):
+        return message_id
+    args = (durable.config.namespace, workflow_id, name, encoded, key)
     _publish(durable, SIGNAL_TASK, args, task_id=message_id)
     return message_id
+
+
+def _store_signal_here(
+    durable: Durable, workflow_id: str, name: str, encoded: str, key: str
+) -> bool:
+    """Store (or refuse and keep) the signal directly; False: send it through the broker."""
+    fields = {"workflow_id": workflow_id, "signal": name}
+    try:
+        stored = store_signal(durable, workflow_id, name, encoded, key)
+    except WorkflowNotFound:
+        return False  # perhaps a transactional start still committing: a worker retries
+    except (WorkflowAlreadyCompleted, PendingSignalsFull) as exc:
+        _refuse(durable, workflow_id, name, encoded, key, exc, fields)
+        return True
+    except Exception as exc:
+        if not is_unavailable(exc):
+            raise
+        logger.warning(
+            "the store is unreachable (%s); signal %r for workflow %s goes through the broker",
+            exc,
+            name,
+            workflow_id,
+            extra=fields,
+        )
+        return False
+    if stored:
+        try:
+            publish_wake(durable, workflow_id, name)
+        except Exception:
+            logger.exception("publishing a wake-up failed; the sweeper wakes the run")
+    return True
+
+
+def malformed_signal(
+    namespace: Any, workflow_id: Any, name: Any, payload_json: Any, idempotency_key: Any
+) -> str | None:
+    """Why a signal message off the broker can't be stored as data, or None if it can."""
+    for label, value, limit in (
+        ("namespace", namespace, 200),
+        ("workflow id", workflow_id, 255),
+        ("signal name", name, 200),
+    ):
+        problem = _text_problem(value, limit)
+        if problem:
+            return f"the {label} {problem}"
+    if idempotency_key is not None:
+        problem = _text_problem(idempotency_key, 255)
+        if problem:
+            return f"the idempotency key {problem}"
+    if not isinstance(payload_json, str):
+        return f"the payload is {type(payload_json).__name__}, not JSON text"
+    try:
+        serialization.loads(payload_json)
+        payload_json.encode("utf-8")
+    except (ValueError, UnicodeEncodeError) as exc:
+        return f"the payload is not valid JSON text ({exc})"
+    return None
+
+
+def _text_problem(value: Any, limit: int) -> str | None:
+    if not isinstance(value, str):
+        return f"is {type(value).__name__}, not a string"
+    if not value:
+        return "is empty"
+    if "\x00" in value:
+        return "contains a NUL character"
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "is not valid Unicode (a lone surrogate)"
+    if len(value) > limit or size > 255:
+        return f"is longer than {limit} characters (or 255 bytes)"
+    return None
 
 
 def register_tasks(app: Celery) -> None:
@@ -142,38 +219,84 @@ def register_tasks(app: Celery) -> None:
         shared=False,
         lazy=False,
         acks_late=True,
+        reject_on_worker_lost=True,
         ignore_result=True,
         bind=True,
-        max_retries=NOT_FOUND_RETRIES,
+        max_retries=None,  # the database may be down for a while: the signal waits
+        typing=False,  # a malformed message is logged and kept, not a TypeError
     )
     def receive_signal(
         task: Any,
-        namespace: str,
-        workflow_id: str,
-        name: str,
-        payload_json: str,
-        idempotency_key: str | None,
+        namespace: Any,
+        workflow_id: Any,
+        name: Any,
+        payload_json: Any,
+        idempotency_key: Any = None,
+        not_found_tries: int = 0,
     ) -> bool:
-        durable = durable_for(app, namespace)
+        problem = malformed_signal(namespace, workflow_id, name, payload_json, idempotency_key)
+        durable = None if problem else _durable_or_none(app, namespace)
+        if durable is None:
+            problem = problem or f"no Durable serves the namespace {namespace!r} here"
+            _drop_malformed(app, namespace, workflow_id, name, payload_json, problem)
+            return False
         fields = {"workflow_id": workflow_id, "signal": name}
         try:
-            stored = store_signal(durable, workflow_id, name, payload_json, idempotency_key)
-        except WorkflowNotFound as exc:
-            # The run may not be committed yet (a transactional start): ask again shortly.
-            if task.request.retries < NOT_FOUND_RETRIES:
-                raise task.retry(countdown=0.25 * 2**task.request.retries, exc=exc) from exc
-            _refuse(durable, workflow_id, name, payload_json, idempotency_key, exc, fields)
-            raise
-        except (WorkflowAlreadyCompleted, PendingSignalsFull) as exc:
-            _refuse(durable, workflow_id, name, payload_json, idempotency_key, exc, fields)
-            raise
-        if stored:
-            wake(durable, workflow_id, name)
-        return stored
+            try:
+                stored = store_signal(durable, workflow_id, name, payload_json, idempotency_key)
+            except WorkflowNotFound as exc:
+                # The run may not be committed yet (a transactional start): look again.
+                if not_found_tries < NOT_FOUND_RETRIES:
+                    raise task.retry(
+                        countdown=0.25 * 2**not_found_tries,
+                        kwargs={"not_found_tries": not_found_tries + 1},
+                        exc=exc,
+                    ) from exc
+                _refuse(durable, workflow_id, name, payload_json, idempotency_key, exc, fields)
+                return False
+            except (WorkflowAlreadyCompleted, PendingSignalsFull) as exc:
+                _refuse(durable, workflow_id, name, payload_json, idempotency_key, exc, fields)
+                return False
+            if stored:
+                wake(durable, workflow_id, name)
+            return stored
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            # Never acknowledged as lost: the message comes back once the store is up.
+            delay = min(0.5 * 2**task.request.retries, _MAX_RETRY_DELAY)
+            logger.warning(
+                "signal %r for workflow %s: the store is unreachable (%s); retrying in %.1fs",
+                name,
+                workflow_id,
+                exc,
+                delay,
+                extra=fields,
+            )
+            raise task.retry(countdown=delay, exc=exc) from exc
 
     @app.task(name=WAKE_TASK, shared=False, lazy=False, acks_late=True, ignore_result=True)
     def wake_task(namespace: str, workflow_id: str, name: str) -> bool:
+        # If this fails (store down), the signal is stored: the sweeper wakes the run.
         return wake(durable_for(app, namespace), workflow_id, name)
+
+
+def _durable_or_none(app: Celery, namespace: str) -> Durable | None:
+    try:
+        return durable_for(app, namespace)
+    except LookupError:
+        return None
+
+
+def _storable(text: Any) -> bool:
+    """Text the database takes as it is (the payload column): a str, UTF-8, no NUL."""
+    if not isinstance(text, str) or "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _refuse(
@@ -191,6 +314,37 @@ def _refuse(
     )
     logger.error(
         "signal %r for workflow %s refused and kept: %s", name, workflow_id, exc, extra=fields
+    )
+
+
+def _drop_malformed(
+    app: Celery, namespace: Any, workflow_id: Any, name: Any, payload: Any, problem: str
+) -> None:
+    """Log a malformed signal message once; keep it, with the reason, when its run and
+    name can be stored at all, and never as data a workflow could consume."""
+    fields = {"workflow_id": repr(workflow_id)[:255], "signal": repr(name)[:255]}
+    durable = _durable_or_none(app, namespace) if isinstance(namespace, str) else None
+    keepable = (
+        durable is not None
+        and _text_problem(workflow_id, 255) is None
+        and isinstance(payload, str)
+        and _text_problem(payload or "x", 10**9)
+        in (None, f"is longer than {10**9} characters (or 255 bytes)")
+    )
+    kept = False
+    if keepable and durable is not None:
+        label = name if _text_problem(name, 200) is None else repr(name)[:200]
+        try:
+            durable.store.reject_signal(workflow_id, label, payload, None, f"malformed: {problem}")
+            kept = True
+        except Exception:  # noqa: BLE001 - it is logged below either way
+            logger.exception("keeping a malformed signal failed")
+    logger.error(
+        "malformed signal message %s: %s; %s",
+        fields["signal"],
+        problem,
+        "kept in the signals table with the reason" if kept else "dropped",
+        extra=fields,
     )
 
 

@@ -191,3 +191,21 @@ def test_a_worker_starts_with_a_backlog_in_its_queues(basic_app, start_worker, k
     assert handles[4].get(timeout=60)["status"] == "confirmed"
     assert worker.proc.poll() is None, worker.log()
     assert "Consumer does not have any callbacks" not in worker.log()
+
+
+def test_lost_workers_do_not_use_up_the_attempts(basic_app, start_worker, key, rds):
+    """Bug: a run whose worker crashed max_attempts times ended FAILED as 'worker lost',
+    although nothing was wrong with the run. Here: one attempt, two lost workers."""
+    handle = basic_app.one_attempt.delay(key)
+    rds.set(f"block:{key}:s2", "1")
+    for n in range(2):
+        rds.delete(f"started:{key}:s2")
+        doomed = start_worker(f"lost-{n}")
+        wait_until(lambda: rds.get(f"started:{key}:s2"), 60, message="step 2 to start")
+        doomed.kill()
+    rds.delete(f"block:{key}:s2")
+    start_worker("survivor")
+    assert handle.get(timeout=90) == [10, 20, 30]
+    record = handle.record()
+    assert (record.attempts, record.recoveries) == (1, 2)
+    assert effects(rds, key, "s1") == 1 and effects(rds, key, "s2") == 3

@@ -93,13 +93,70 @@ def test_signal_errors_name_the_run(basic_app, shared_worker, key):
         done.signal("approval", object())
 
 
-def test_broker_only_signal_path(basic_app, shared_worker, key):
+@pytest.mark.parametrize("store_first", [False, True])
+def test_broker_only_signal_path(basic_app, shared_worker, key, store_first):
     handle = basic_app.booking.delay(key, 60)
     wait_until(lambda: waiting(handle), 30, message="the run to wait")
-    message_id = basic_app.durable.send_signal(handle.id, "approval", {"by": "bob"})
+    message_id = basic_app.durable.send_signal(
+        handle.id, "approval", {"by": "bob"}, store_first=store_first
+    )
     assert isinstance(message_id, str)
+    if store_first:  # stored before send_signal returned: no worker had to store it
+        assert _signal_rows(basic_app, handle.id)[0].payload == '{"by":"bob"}'
     assert handle.get(timeout=30)["status"] == "confirmed"
     assert handle.query() == {"stage": "approved", "by": "bob"}
+
+
+def _signal_rows(basic_app, run_id: str) -> list:  # type: ignore[no-untyped-def]
+    store = basic_app.durable.store
+    signals = store.tables.signals
+    with store.engine.connect() as conn:
+        return list(
+            conn.execute(
+                sa.select(signals.c.name, signals.c.payload, signals.c.consumed_at, signals.c.error)
+                .where(
+                    signals.c.namespace == basic_app.durable.config.namespace,
+                    signals.c.run_id == run_id,
+                )
+                .order_by(signals.c.id)
+            ).all()
+        )
+
+
+def test_malformed_signal_messages_are_logged_and_never_become_data(basic_app, shared_worker, key):
+    """Bug: raw messages with a payload that is not JSON, a name that is not a string, or
+    ids too long or not Unicode were stored as data (or made the task fail, signal lost)."""
+    from celery_durable.signals import SIGNAL_TASK
+
+    durable = basic_app.durable
+    ns, queue = durable.config.namespace, durable.config.signal_queue
+    handle = basic_app.booking.delay(key, 60)
+    wait_until(lambda: waiting(handle), 30, message="the run to wait")
+    bad = [
+        (ns, handle.id, "approval", "not json", None),
+        (ns, handle.id, 123, "{}", None),
+        (ns, handle.id, {"a": 1}, "{}", None),
+        (ns, handle.id, "x" * 300, "{}", None),
+        (ns, "y" * 300, "approval", "{}", None),
+        (ns, handle.id + "\x00", "approval", "{}", None),
+        (ns, handle.id, "approval\ud800", "{}", None),
+        (ns, handle.id, "approval", "{}", "k" * 300),
+    ]
+    for args in bad:
+        basic_app.app.send_task(SIGNAL_TASK, args=args, queue=queue)
+    wait_until(
+        lambda: shared_worker.log().count("malformed signal message") >= len(bad),
+        30,
+        message=lambda: f"every malformed message to be logged:\n{shared_worker.log()[-3000:]}",
+    )
+    rows = _signal_rows(basic_app, handle.id)
+    assert rows and all(r.consumed_at is not None and r.error for r in rows), rows
+    assert any("payload is not valid JSON" in r.error for r in rows)
+    assert any("signal name is int" in r.error for r in rows)
+    assert waiting(handle)  # nothing was consumed as the approval
+    handle.signal("approval", {"by": "dave"})  # a good one still goes through
+    assert handle.get(timeout=30)["status"] == "confirmed"
+    assert handle.query() == {"stage": "approved", "by": "dave"}
 
 
 def test_broker_only_signal_errors_are_logged_and_kept(basic_app, shared_worker, key):

@@ -255,3 +255,9 @@ def signalled_steps(key: str) -> list:
     first = numbered(key, 1)
     payload = cd.wait_for_signal("go")
     return [first, payload, numbered(key, 2)]
+
+
+@durable.workflow(max_attempts=1)
+def one_attempt(key: str) -> list[int]:
+    """One attempt only: lost workers must not use it up."""
+    return [numbered(key, n) for n in range(1, 4)]
