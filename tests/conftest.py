@@ -94,11 +94,12 @@ def start_worker(basic_app: object) -> Iterator[Callable[..., Worker]]:
         env: dict[str, str] | None = None,
         concurrency: int = 2,
         app: str = "tests.apps.basic",
+        queues: str | None = None,
     ) -> Worker:
         worker = Worker(
             app,
             env or {},
-            queues=OTHER_QUEUE if app == "tests.apps.other" else QUEUE,
+            queues=queues or (OTHER_QUEUE if app == "tests.apps.other" else QUEUE),
             name=name or unique("w"),
             concurrency=concurrency,
         )

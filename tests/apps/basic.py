@@ -18,6 +18,16 @@ import celery_durable as cd
 from celery_durable import Durable, PermanentError, faults
 
 app = Celery("basic", broker=os.environ.get("TEST_BROKER_URL", "redis://127.0.0.1:6379/0"))
+if os.environ.get("TEST_QUEUE_TYPE") == "quorum":
+    from kombu import Queue
+
+    app.conf.task_queues = [
+        Queue(
+            os.environ["TEST_QUEUE"],
+            queue_arguments={"x-queue-type": "quorum"},
+            durable=True,
+        )
+    ]
 app.conf.update(
     task_default_queue=os.environ.get("TEST_QUEUE", "celery"),
     worker_prefetch_multiplier=1,
