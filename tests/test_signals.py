@@ -215,11 +215,14 @@ def test_cancel_a_waiting_run_drops_its_timer_and_signals(basic_app, shared_work
     handle = basic_app.collector.delay(key, 2)
     wait_until(lambda: waiting(handle), 30, message="the run to wait")
     handle.signal("item", "one")
-    wait_until(
-        lambda: waiting(handle) and len(basic_app.durable.store.load_steps(handle.id)) > 1,
-        30,
-        message="the first signal to be consumed",
-    )
+
+    def waits_for_the_second() -> bool:
+        # Step 1 consumed "one" and step 2 is the next wait (step 1's waiting row alone
+        # exists before the signal is consumed, so counting rows would race the wake-up).
+        steps = basic_app.durable.store.load_steps(handle.id)
+        return 1 in steps and steps[1].status == "ok" and 2 in steps and waiting(handle)
+
+    wait_until(waits_for_the_second, 30, message="the first signal to be consumed")
     handle.signal("unrelated", "pending")
     assert handle.cancel() is WorkflowStatus.CANCELLED
     signals = basic_app.durable.store.tables.signals

@@ -22,46 +22,16 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("CELERY_DURABLE_")}
 
 
-class Worker:
-    """One worker subprocess; ``kill()`` SIGKILLs its whole process group (main + children)."""
+class CeleryProcess:
+    """``python -m celery -A app <command...>`` in its own process group, logging to a file."""
 
-    def __init__(
-        self,
-        app: str,
-        env: Mapping[str, str],
-        *,
-        queues: str,
-        name: str,
-        concurrency: int = 2,
-        extra: tuple[str, ...] = (),
-    ) -> None:
-        self.log_path = Path(tempfile.mkstemp(prefix=f"worker-{name}-", suffix=".log")[1])
+    def __init__(self, app: str, command: list[str], env: Mapping[str, str], label: str) -> None:
+        self.log_path = Path(tempfile.mkstemp(prefix=f"{label}-", suffix=".log")[1])
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()/kill()
-        full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                app,
-                "worker",
-                "-P",
-                "prefork",
-                "-c",
-                str(concurrency),
-                "-Q",
-                queues,
-                "-n",
-                f"{name}@%h",
-                "--loglevel=INFO",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                *extra,
-            ],
+            [sys.executable, "-m", "celery", "-A", app, *command],
             cwd=ROOT,
-            env=full_env,
+            env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -70,17 +40,8 @@ class Worker:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def wait_ready(self, timeout: float = 60.0) -> Worker:
-        def ready() -> bool:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"worker exited early:\n{self.log()}")
-            return " ready." in self.log()
-
-        wait_until(ready, timeout, 0.1, lambda: f"worker ready; log:\n{self.log()}")
-        return self
-
     def kill(self) -> None:
-        """SIGKILL the main process and every pool child at once."""
+        """SIGKILL the main process and every child at once."""
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
@@ -101,3 +62,44 @@ class Worker:
             except ProcessLookupError:
                 pass
         self._log.close()
+
+
+class Worker(CeleryProcess):
+    """One worker subprocess; ``kill()`` SIGKILLs its whole process group (main + children)."""
+
+    def __init__(
+        self,
+        app: str,
+        env: Mapping[str, str],
+        *,
+        queues: str,
+        name: str,
+        concurrency: int = 2,
+        extra: tuple[str, ...] = (),
+    ) -> None:
+        command = [
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            str(concurrency),
+            "-Q",
+            queues,
+            "-n",
+            f"{name}@%h",
+            "--loglevel=INFO",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            *extra,
+        ]
+        super().__init__(app, command, env, f"worker-{name}")
+
+    def wait_ready(self, timeout: float = 60.0) -> Worker:
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited early:\n{self.log()}")
+            return " ready." in self.log()
+
+        wait_until(ready, timeout, 0.1, lambda: f"worker ready; log:\n{self.log()}")
+        return self
