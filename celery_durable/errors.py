@@ -21,6 +21,12 @@ class ConfigurationError(DurableError, ValueError):
     """A setting is missing or out of range; the message names the setting."""
 
 
+class InvalidArgument(DurableError, ValueError):
+    """A workflow id, idempotency key, signal name or other text the store and the broker
+    carry verbatim breaks a rule (length, NUL, UTF-8); the message names the argument,
+    the value and the rule. Raised before anything is written or published."""
+
+
 class DuplicateRegistration(DurableError, ValueError):
     """Two workflows or two steps were registered under one name."""
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
-from . import serialization
+from . import serialization, validate
 from .errors import WorkflowAlreadyCompleted, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
 from .signals import send_signal
 from .state import query
@@ -46,6 +46,7 @@ class WorkflowHandle:
     """A reference to one run, by workflow id; cheap to create, reads the database."""
 
     def __init__(self, durable: Durable, workflow_id: str, name: str | None = None) -> None:
+        validate.check_workflow_id(workflow_id)
         self.durable = durable
         self.id = workflow_id
         self.name = name
@@ -136,6 +137,7 @@ class WorkflowHandle:
 
         Raises WorkflowAlreadyCompleted for a finished run.
         """
+        validate.check_text(reason, "cancel(reason)", allow_none=True)
         requested, status = self.durable.store.cancel_run(self.id, reason)
         if status is None:
             raise WorkflowNotFound(self.id)

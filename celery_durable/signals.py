@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Celery, bootsteps
 
-from . import serialization
+from . import serialization, validate
 from .apps import durable_for, durables_of
 from .errors import PendingSignalsFull, WorkflowAlreadyCompleted, WorkflowNotFound
 from .store import Outcome
@@ -36,10 +36,14 @@ WAKE_TASK = "celery_durable.wake"
 
 
 def _encode_payload(name: str, payload: Any) -> str:
-    try:
-        return serialization.dumps(payload)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"the payload of signal {name!r} is not JSON serialisable: {exc}") from None
+    return serialization.encode_json(f"the payload of signal {name!r}", payload)
+
+
+def _check_signal(workflow_id: str, name: str, idempotency_key: str | None) -> None:
+    """What a producer passes, checked before anything is stored or published."""
+    validate.check_workflow_id(workflow_id)
+    check_signal_name(name)
+    validate.check_idempotency_key(idempotency_key)
 
 
 def store_signal(
@@ -79,7 +83,7 @@ def send_signal(
 
     Returns False when ``idempotency_key`` was seen before for this run (a no-op).
     """
-    check_signal_name(name)
+    _check_signal(workflow_id, name, idempotency_key)
     encoded = _encode_payload(name, payload)
     if not store_signal(durable, workflow_id, name, encoded, idempotency_key):
         return False
@@ -118,7 +122,7 @@ def send_signal_via_broker(
     stored once. Errors (no such run, finished, full) are logged by the worker and the
     signal is kept in the signals table with the reason. Returns the message id.
     """
-    check_signal_name(name)
+    _check_signal(workflow_id, name, idempotency_key)
     encoded = _encode_payload(name, payload)
     message_id = str(uuid.uuid4())
     args = (

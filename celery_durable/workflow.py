@@ -27,7 +27,7 @@ from celery import Task
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from . import faults, serialization
+from . import faults, serialization, validate
 from .context import WorkflowContext, activate, deactivate
 from .errors import (
     WorkflowAlreadyExists,
@@ -98,6 +98,9 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 f'workflow {definition.name}: if_exists must be "error" or "return", '
                 f"got {if_exists!r}"
             )
+        for argument, value in (("workflow_id", workflow_id), ("task_id", task_id)):
+            if value is not None:
+                validate.check_workflow_id(value, f"workflow {definition.name}: {argument}")
         if workflow_id is not None and task_id is not None and workflow_id != task_id:
             raise ValueError(
                 f"workflow {definition.name}: workflow_id={workflow_id!r} and "
@@ -112,10 +115,6 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 "call the next task from the workflow's last step instead"
             )
         run_id = workflow_id or task_id or time_ordered_id()
-        if not isinstance(run_id, str) or not run_id or len(run_id) > 255:
-            raise ValueError(
-                f"workflow_id must be a non-empty string of at most 255 characters, got {run_id!r}"
-            )
         args, kwargs = tuple(args or ()), dict(kwargs or {})
         if definition.signature is not None:
             try:
@@ -127,6 +126,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
         )
         config = durable.config
         queue = options.get("queue") or definition.queue
+        validate.check_queue(queue, f"workflow {definition.name}: queue")
         try:
             start_delay = _start_delay(options.pop("countdown", None), options.pop("eta", None))
         except (TypeError, ValueError) as exc:
