@@ -3,6 +3,7 @@
 from .context import WorkflowContext
 from .errors import (
     ConfigurationError,
+    DatabaseUnavailable,
     DuplicateRegistration,
     DurableError,
     InvalidArgument,
@@ -26,6 +27,7 @@ from .workflow import WorkflowTask
 
 __all__ = [
     "ConfigurationError",
+    "DatabaseUnavailable",
     "DuplicateRegistration",
     "Durable",
     "DurableError",

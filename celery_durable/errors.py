@@ -27,6 +27,14 @@ class InvalidArgument(DurableError, ValueError):
     the value and the rule. Raised before anything is written or published."""
 
 
+class DatabaseUnavailable(DurableError):
+    """The store's database can't be reached (refused, reset, restarting).
+
+    The message names what failed (workflow and run id) and the database, its URL without
+    the password; the driver's error is chained as ``__cause__``. Nothing was written.
+    """
+
+
 class DuplicateRegistration(DurableError, ValueError):
     """Two workflows or two steps were registered under one name."""
 

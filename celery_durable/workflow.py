@@ -35,6 +35,7 @@ from .errors import (
 from .handle import WorkflowHandle
 from .settle import settle_stop_or_error, settle_success
 from .store import Claim, NewRun, Store
+from .store.outage import is_unreachable, unavailable
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -146,7 +147,14 @@ class WorkflowTask(Task):  # type: ignore[misc]
             start_delay=start_delay,
         )
         bind = connection.connection() if isinstance(connection, Session) else connection
-        if not durable.store.insert_run(run, bind):
+        try:
+            inserted = durable.store.insert_run(run, bind)
+        except Exception as exc:
+            if bind is None and is_unreachable(exc):  # the caller's connection: theirs to report
+                what = f"workflow {definition.name} run {run_id!r} was not started"
+                raise unavailable(exc, durable.store.url, what) from exc
+            raise
+        if not inserted:
             if if_exists == "return":
                 return WorkflowHandle(durable, run_id, definition.name)
             raise WorkflowAlreadyExists(run_id)
