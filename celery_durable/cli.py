@@ -17,9 +17,12 @@ from typing import Any
 
 import click
 
+from . import validate
 from .apps import durables_of
+from .errors import DatabaseUnavailable
 from .extension import Durable
 from .store import FINISHED_STATUSES
+from .store.outage import retry_while_unreachable
 
 
 def _durables(ctx: click.Context) -> list[Durable]:
@@ -65,12 +68,38 @@ def _only_durable(ctx: click.Context) -> Durable:
     return found[0]
 
 
+def _check_id(workflow_id: str) -> None:
+    try:
+        validate.check_workflow_id(workflow_id)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="WORKFLOW_ID") from None
+
+
 @durable.command(help="Show a run: status, attempts, steps.")
 @click.argument("workflow_id")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Seconds to keep retrying while the database is unreachable (a restart).",
+)
 @click.pass_context
-def show(ctx: click.Context, workflow_id: str) -> None:
+def show(ctx: click.Context, workflow_id: str, timeout: float) -> None:
     instance = _only_durable(ctx)
-    run = instance.store.get_run(workflow_id)
+    _check_id(workflow_id)
+    store = instance.store
+
+    def read() -> tuple[Any, dict[int, Any]]:
+        run = store.get_run(workflow_id)
+        return run, {} if run is None else store.load_steps(workflow_id)
+
+    try:
+        run, steps = retry_while_unreachable(
+            read, timeout, store.url, f"cannot show workflow run {workflow_id!r}"
+        )
+    except DatabaseUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
     if run is None:
         raise click.ClickException(f"no workflow run {workflow_id!r}")
     # A suspended run gives its attempt back, so a run that ran shows at least attempt 1.
@@ -79,7 +108,7 @@ def show(ctx: click.Context, workflow_id: str) -> None:
     if run.wait_signal:
         click.echo(f"waiting for signal {run.wait_signal!r}")
     finished = run.status in FINISHED_STATUSES
-    for step in instance.store.load_steps(workflow_id).values():
+    for step in steps.values():
         status = step.status
         if status == "waiting" and finished:
             status = f"not reached (run {run.status.lower()} while waiting)"

@@ -1,18 +1,31 @@
-"""The database going away: named errors.
+"""The database going away: named errors, retries until a timeout.
 
-Outages are real: a port where nothing listens.
+Outages are real: a port where nothing listens, or a TCP proxy the test owns in front of
+the session's Postgres (other sessions on that server never notice).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
 
 import psycopg
 import pytest
 from celery import Celery
+from celery.exceptions import TimeoutError as CeleryTimeoutError
 
-from celery_durable import DatabaseUnavailable, Durable
+import celery_durable as cd
+from celery_durable import DatabaseUnavailable, Durable, WorkflowCancelled, WorkflowStatus
+from tests.support.proxy import TcpProxy
+from tests.support.services import PG_URL
+from tests.support.waiting import wait_until
+from tests.support.workers import ROOT
 
 
 def closed_port() -> int:
@@ -49,3 +62,102 @@ def test_delay_with_the_database_down_raises_database_unavailable():
         assert isinstance(raised.value.__cause__, psycopg.OperationalError)  # chained
         assert "Connection refused" in str(raised.value.__cause__)
     durable.store.dispose()
+
+
+@pytest.fixture
+def proxy() -> Iterator[TcpProxy]:
+    with TcpProxy.to_url(PG_URL) as forwarder:
+        yield forwarder
+
+
+@pytest.fixture
+def via_proxy(basic_app, proxy) -> Iterator[Durable]:
+    """The test app's runs (same tables and namespace), read through the proxy."""
+    config = basic_app.durable.config
+    durable = Durable(
+        Celery("via-proxy", broker="memory://"),
+        database_url=proxy.url(PG_URL),
+        table_prefix=config.table_prefix,
+        namespace=config.namespace,
+    )
+    yield durable
+    durable.store.dispose()
+
+
+def test_get_and_wait_retry_through_a_database_restart(basic_app, proxy, via_proxy, key):
+    """Bug: handle.get()/wait() crashed on the first connection error of a restart."""
+    handle = basic_app.cancellable.apply_async(args=(key,), queue=f"nobody-{key}")
+    far = via_proxy.get_handle(handle.id)  # reads through the proxy
+    assert far.status() is WorkflowStatus.PENDING
+
+    def outage() -> None:
+        wait_until(lambda: proxy.refused >= 2, 30, message="get() to retry during the outage")
+        handle.cancel("cancelled during the outage")  # the direct connection still works
+        proxy.restore()
+
+    proxy.cut()
+    restart = threading.Thread(target=outage)
+    restart.start()
+    with pytest.raises(WorkflowCancelled, match="cancelled during the outage"):
+        far.get(timeout=60)
+    restart.join()
+
+    proxy.cut()
+    restart = threading.Thread(
+        target=lambda: (wait_until(lambda: proxy.refused >= 2, 30), proxy.restore())
+    )
+    restart.start()
+    assert far.wait(timeout=60) is WorkflowStatus.CANCELLED
+    restart.join()
+
+
+def test_get_times_out_saying_the_database_was_unreachable(basic_app, proxy, via_proxy, key):
+    far = cd.WorkflowHandle(via_proxy, f"outage-{key}")
+    proxy.cut()
+    started = time.monotonic()
+    with pytest.raises(CeleryTimeoutError) as raised:
+        far.get(timeout=1.5)
+    assert 1.5 <= time.monotonic() - started < 15
+    database = f"postgresql+psycopg://postgres@127.0.0.1:{proxy.port}/test"
+    assert f"the database {database} was unreachable" in str(raised.value)
+    assert f"outage-{key}" in str(raised.value) and proxy.refused >= 2
+
+
+def show(*args: str, database_url: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "tests.apps.basic", "durable", "show", *args],
+        cwd=ROOT,
+        env={**os.environ, "CELERY_DURABLE_DATABASE_URL": database_url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_show_retries_while_the_database_restarts(basic_app, proxy, key):
+    """Bug: `durable show` printed a traceback during a database restart."""
+    handle = basic_app.cancellable.apply_async(args=(key,), queue=f"nobody-{key}")
+    proxy.cut()
+    command = show(handle.id, "--timeout", "60", database_url=proxy.url(PG_URL))
+    try:
+        wait_until(lambda: proxy.refused >= 2, 60, message="show to retry during the outage")
+        proxy.restore()
+        out, err = command.communicate(timeout=60)
+    finally:
+        command.kill()
+    assert command.returncode == 0, err
+    assert f"{handle.id}  tests.apps.basic.cancellable  PENDING" in out
+    handle.cancel("test over")
+
+
+def test_show_gives_up_after_its_timeout_with_one_clean_line(basic_app, proxy, key):
+    proxy.cut()
+    command = show(f"run-{key}", "--timeout", "2", database_url=proxy.url(PG_URL))
+    out, err = command.communicate(timeout=60)
+    assert command.returncode != 0
+    assert "Traceback" not in err, err
+    [line] = [text for text in err.splitlines() if text.strip()]
+    database = f"postgresql+psycopg://postgres@127.0.0.1:{proxy.port}/test"
+    assert f"cannot show workflow run 'run-{key}' (tried for 2s)" in line
+    assert f"the database {database} is unreachable" in line
+    assert proxy.refused >= 2

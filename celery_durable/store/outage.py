@@ -1,7 +1,8 @@
 """Database outages: tell "the server can't be reached" from other errors, and say so.
 
 A refused or reset connection, a server restarting or shutting down, too many clients:
-these pass; any other database error is a bug or a schema problem.
+these pass, so readers retry them (``handle.get``, ``durable show``) and background loops
+back off; any other database error is a bug or a schema problem and is raised at once.
 
 Example::
 
@@ -16,7 +17,9 @@ Example::
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL
@@ -27,6 +30,8 @@ try:  # the Postgres driver is optional: SQLite needs none
     import psycopg
 except ImportError:  # pragma: no cover - exercised only without the postgres extra
     psycopg = None  # type: ignore[assignment]
+
+T = TypeVar("T")
 
 # SQLSTATE classes of a server that is gone or refusing: connection exception (08),
 # insufficient resources (53: too many connections), operator intervention (57P:
@@ -75,3 +80,22 @@ def unavailable(exc: BaseException, url: URL, what: str) -> DatabaseUnavailable:
     """The error to raise (``from exc``) for ``what`` failing on an unreachable database."""
     database = describe(url)
     return DatabaseUnavailable(f"{what}: the database {database} is unreachable: {summary(exc)}")
+
+
+def retry_while_unreachable(
+    call: Callable[[], T], timeout: float, url: URL, what: str, pause: float = 0.1
+) -> T:
+    """``call()``, tried again while the database is unreachable, for up to ``timeout``
+    seconds (pauses double up to 1 s); then DatabaseUnavailable naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            remaining = deadline - time.monotonic()
+            if not is_unreachable(exc):
+                raise
+            if remaining <= 0:
+                raise unavailable(exc, url, f"{what} (tried for {timeout:g}s)") from exc
+        time.sleep(min(pause, remaining))
+        pause = min(pause * 2, 1.0)
