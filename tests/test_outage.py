@@ -1,4 +1,4 @@
-"""The database going away: named errors, retries until a timeout.
+"""The database going away: named errors, retries until a timeout, quiet background loops.
 
 Outages are real: a port where nothing listens, or a TCP proxy the test owns in front of
 the session's Postgres (other sessions on that server never notice).
@@ -161,3 +161,48 @@ def test_show_gives_up_after_its_timeout_with_one_clean_line(basic_app, proxy, k
     assert f"cannot show workflow run 'run-{key}' (tried for 2s)" in line
     assert f"the database {database} is unreachable" in line
     assert proxy.refused >= 2
+
+
+def log_lines_over(worker, seconds: float) -> list[str]:  # type: ignore[no-untyped-def]
+    """What the worker logs during the next ``seconds`` (a rate: a plain sleep is right)."""
+    before = len(worker.log().splitlines())
+    time.sleep(seconds)
+    return worker.log().splitlines()[before:]
+
+
+def test_a_worker_with_a_wrong_database_url_logs_one_clear_error(start_worker):
+    """Bug: the sweeper logged a 100-line traceback per attempt (~40 lines a second) while
+    the worker reported "ready"."""
+    port = closed_port()
+    url = f"postgresql+psycopg://postgres:s3cret@127.0.0.1:{port}/test"
+    worker = start_worker("wrong-db", env={"CELERY_DURABLE_DATABASE_URL": url})
+    later = log_lines_over(worker, 5)
+    assert len(later) <= 5, "\n".join(later)
+    log = worker.log()
+    assert "Traceback" not in log and "s3cret" not in log
+    errors = [line for line in log.splitlines() if "ERROR" in line]
+    hidden = f"postgresql+psycopg://postgres:***@127.0.0.1:{port}/test"
+    assert f"celery_durable: the database {hidden} is unreachable" in errors[0]
+    assert log.index(errors[0]) < log.index(" ready.")  # said at start, before "ready"
+
+
+def test_background_loops_back_off_while_the_database_is_down(
+    basic_app, start_worker, proxy, key, rds
+):
+    """The sweeper and the lease heartbeat log once per backoff step, then recover."""
+    rds.set(f"block:{key}:s2", "1")
+    worker = start_worker("outage", env={"CELERY_DURABLE_DATABASE_URL": proxy.url(PG_URL)})
+    handle = basic_app.five_steps.delay(key)
+    wait_until(lambda: rds.get(f"started:{key}:s2"), 30, message="step 2 to start")
+    proxy.cut()
+    during = log_lines_over(worker, 5)
+    assert len(during) <= 12, "\n".join(during)
+    assert "Traceback" not in "\n".join(during)
+    heartbeat = [line for line in during if "lease heartbeat failed" in line]
+    assert heartbeat and "(1 in a row; next try in" in heartbeat[0], during
+    assert "is unreachable" in heartbeat[0]
+    assert any("celery_durable sweep failed (1 in a row" in line for line in during), during
+    proxy.restore()
+    rds.delete(f"block:{key}:s2")
+    assert handle.get(timeout=60) == [10, 20, 30, 40, 50]
+    wait_until(lambda: "works again" in worker.log(), 30, message="the loops to recover")
