@@ -3,8 +3,10 @@
 from .context import WorkflowContext
 from .errors import (
     ConfigurationError,
+    DatabaseUnavailable,
     DuplicateRegistration,
     DurableError,
+    InvalidArgument,
     NonDeterminismError,
     NotSerialisable,
     PendingSignalsFull,
@@ -25,9 +27,11 @@ from .workflow import WorkflowTask
 
 __all__ = [
     "ConfigurationError",
+    "DatabaseUnavailable",
     "DuplicateRegistration",
     "Durable",
     "DurableError",
+    "InvalidArgument",
     "NonDeterminismError",
     "NotSerialisable",
     "PendingSignalsFull",

@@ -13,13 +13,18 @@ Example::
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
 
+from . import validate
 from .apps import durables_of
+from .errors import DatabaseUnavailable, DurableError, WorkflowAlreadyCompleted, WorkflowNotFound
 from .extension import Durable
 from .store import FINISHED_STATUSES
+from .store.outage import is_unreachable, retry_while_unreachable, unavailable
 
 
 def _durables(ctx: click.Context) -> list[Durable]:
@@ -65,12 +70,58 @@ def _only_durable(ctx: click.Context) -> Durable:
     return found[0]
 
 
+def _check_id(workflow_id: str) -> None:
+    try:
+        validate.check_workflow_id(workflow_id)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="WORKFLOW_ID") from None
+
+
+@contextmanager
+def _one_line_errors(instance: Durable, action: str, workflow_id: str) -> Iterator[None]:
+    """What a user can act on (unknown or finished run, bad input, database down) becomes
+    one line and a non-zero exit (click.ClickException) instead of a traceback."""
+    where = f"cannot {action} workflow run {workflow_id!r}"
+    try:
+        yield
+    except WorkflowNotFound:
+        namespace = instance.config.namespace
+        raise click.ClickException(f"{where}: no such run in namespace {namespace!r}") from None
+    except WorkflowAlreadyCompleted as exc:
+        raise click.ClickException(f"{where}: its status is {exc.status} (finished)") from None
+    except DurableError as exc:
+        raise click.ClickException(f"{where}: {exc}") from None
+    except Exception as exc:
+        if not is_unreachable(exc):
+            raise
+        raise click.ClickException(str(unavailable(exc, instance.store.url, where))) from None
+
+
 @durable.command(help="Show a run: status, attempts, steps.")
 @click.argument("workflow_id")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Seconds to keep retrying while the database is unreachable (a restart).",
+)
 @click.pass_context
-def show(ctx: click.Context, workflow_id: str) -> None:
+def show(ctx: click.Context, workflow_id: str, timeout: float) -> None:
     instance = _only_durable(ctx)
-    run = instance.store.get_run(workflow_id)
+    _check_id(workflow_id)
+    store = instance.store
+
+    def read() -> tuple[Any, dict[int, Any]]:
+        run = store.get_run(workflow_id)
+        return run, {} if run is None else store.load_steps(workflow_id)
+
+    try:
+        run, steps = retry_while_unreachable(
+            read, timeout, store.url, f"cannot show workflow run {workflow_id!r}"
+        )
+    except DatabaseUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
     if run is None:
         raise click.ClickException(f"no workflow run {workflow_id!r}")
     # A suspended run gives its attempt back, so a run that ran shows at least attempt 1.
@@ -79,7 +130,7 @@ def show(ctx: click.Context, workflow_id: str) -> None:
     if run.wait_signal:
         click.echo(f"waiting for signal {run.wait_signal!r}")
     finished = run.status in FINISHED_STATUSES
-    for step in instance.store.load_steps(workflow_id).values():
+    for step in steps.values():
         status = step.status
         if status == "waiting" and finished:
             status = f"not reached (run {run.status.lower()} while waiting)"
@@ -111,7 +162,9 @@ def signal_command(
         value = json.loads(payload)
     except ValueError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="PAYLOAD") from None
-    stored = instance.get_handle(workflow_id).signal(name, value, idempotency_key)
+    _check_id(workflow_id)
+    with _one_line_errors(instance, f"signal {name!r} to", workflow_id):
+        stored = instance.get_handle(workflow_id).signal(name, value, idempotency_key)
     click.echo("stored" if stored else "duplicate idempotency key: nothing stored")
 
 
@@ -120,5 +173,8 @@ def signal_command(
 @click.option("--reason", default=None)
 @click.pass_context
 def cancel(ctx: click.Context, workflow_id: str, reason: str | None) -> None:
-    status = _only_durable(ctx).get_handle(workflow_id).cancel(reason)
+    instance = _only_durable(ctx)
+    _check_id(workflow_id)
+    with _one_line_errors(instance, "cancel", workflow_id):
+        status = instance.get_handle(workflow_id).cancel(reason)
     click.echo(f"{workflow_id}: {status}")

@@ -21,6 +21,20 @@ class ConfigurationError(DurableError, ValueError):
     """A setting is missing or out of range; the message names the setting."""
 
 
+class InvalidArgument(DurableError, ValueError):
+    """A workflow id, idempotency key, signal name or other text the store and the broker
+    carry verbatim breaks a rule (length, NUL, UTF-8); the message names the argument,
+    the value and the rule. Raised before anything is written or published."""
+
+
+class DatabaseUnavailable(DurableError):
+    """The store's database can't be reached (refused, reset, restarting).
+
+    The message names what failed (workflow and run id) and the database, its URL without
+    the password; the driver's error is chained as ``__cause__``. Nothing was written.
+    """
+
+
 class DuplicateRegistration(DurableError, ValueError):
     """Two workflows or two steps were registered under one name."""
 

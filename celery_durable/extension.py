@@ -24,7 +24,7 @@ from typing import Any, TypeVar, overload
 from celery import Celery, Task
 from celery import signals as celery_signals
 
-from . import apps, serialization
+from . import apps, serialization, validate
 from .config import DurableConfig
 from .errors import ConfigurationError, DuplicateRegistration, WorkflowNotFound
 from .handle import WorkflowHandle
@@ -233,6 +233,7 @@ class Durable:
 
     def get_handle(self, workflow_id: str) -> WorkflowHandle:
         """A handle for an existing run; WorkflowNotFound if there is none."""
+        validate.check_workflow_id(workflow_id)
         run = self.store.get_run(workflow_id)
         if run is None:
             raise WorkflowNotFound(workflow_id)

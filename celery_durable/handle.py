@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
-from . import serialization
+from . import serialization, validate
 from .errors import WorkflowAlreadyCompleted, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
 from .signals import send_signal
 from .state import query
-from .store import RunRecord
+from .store import FINISHED_STATUSES, RunRecord
+from .store.outage import describe, is_unreachable, summary
 
 if TYPE_CHECKING:
     from .extension import Durable
@@ -46,6 +47,7 @@ class WorkflowHandle:
     """A reference to one run, by workflow id; cheap to create, reads the database."""
 
     def __init__(self, durable: Durable, workflow_id: str, name: str | None = None) -> None:
+        validate.check_workflow_id(workflow_id)
         self.durable = durable
         self.id = workflow_id
         self.name = name
@@ -136,6 +138,7 @@ class WorkflowHandle:
 
         Raises WorkflowAlreadyCompleted for a finished run.
         """
+        validate.check_text(reason, "cancel(reason)", allow_none=True)
         requested, status = self.durable.store.cancel_run(self.id, reason)
         if status is None:
             raise WorkflowNotFound(self.id)
@@ -144,18 +147,39 @@ class WorkflowHandle:
         return WorkflowStatus(status)
 
     def _wait_finished(self, timeout: float | None, interval: float) -> RunRecord:
+        """Read the run until it finished; an unreachable database (a restart) is retried
+        until ``timeout``, like a run that is still going."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        run: RunRecord | None = None
+        unreachable: BaseException | None = None
         with self.durable.store.listener() as listener:
             while True:
-                run = self.record()
-                if WorkflowStatus(run.status).finished:
+                try:
+                    run, unreachable = self.record(), None
+                except Exception as exc:
+                    if not is_unreachable(exc):
+                        raise
+                    unreachable = exc
+                if unreachable is None and run is not None and run.status in FINISHED_STATUSES:
                     return run
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise CeleryTimeoutError(
-                        f"workflow run {self.id!r} did not finish within {timeout}s "
-                        f"(status {run.status}); it goes on running"
-                    )
+                    raise CeleryTimeoutError(self._timed_out(timeout, run, unreachable))
                 listener.wait_for(
                     self.id, interval if remaining is None else min(interval, remaining)
                 )
+
+    def _timed_out(
+        self, timeout: float | None, run: RunRecord | None, unreachable: BaseException | None
+    ) -> str:
+        if unreachable is None and run is not None:
+            return (
+                f"workflow run {self.id!r} did not finish within {timeout}s "
+                f"(status {run.status}); it goes on running"
+            )
+        seen = "never read" if run is None else f"last seen {run.status}"
+        cause = "" if unreachable is None else f" ({summary(unreachable)})"
+        return (
+            f"workflow run {self.id!r}: no answer within {timeout}s: the database "
+            f"{describe(self.durable.store.url)} was unreachable{cause}; the run was {seen}"
+        )

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import NotSerialisable, StepFailed
+from .validate import utf8_problem
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 _dumps_sorted = json.JSONEncoder(
@@ -26,7 +27,15 @@ loads = json.loads
 
 
 def dumps(value: Any) -> str:
-    return _dumps(value)
+    """JSON text of ``value``; ``ValueError`` if JSON can't hold it or UTF-8 can't encode it
+    (a lone surrogate in a string: the store could not take it)."""
+    text = _dumps(value)
+    if text.isascii():  # O(1): the common case costs nothing
+        return text
+    problem = utf8_problem(text)
+    if problem is not None:
+        raise ValueError(f"not valid UTF-8 text: {problem}")
+    return text
 
 
 def _describe(value: Any) -> str:
@@ -39,9 +48,12 @@ def encode_arguments(
     args: tuple[Any, ...] | list[Any],
     kwargs: dict[str, Any],
 ) -> str:
-    """Encode ``[args, kwargs]``; a value JSON can't hold raises ``TypeError`` naming it."""
+    """Encode ``[args, kwargs]``; a value JSON can't hold, or a string UTF-8 can't encode,
+    raises ``NotSerialisable`` (a ``TypeError``) naming the argument."""
     try:
-        return _dumps_sorted([list(args), kwargs])
+        text = _dumps_sorted([list(args), kwargs])
+        if text.isascii() or utf8_problem(text) is None:
+            return text
     except (TypeError, ValueError):
         pass
     names: list[str] = [f"#{i}" for i in range(len(args))]
@@ -54,22 +66,36 @@ def encode_arguments(
     labelled = list(zip(names, args, strict=True)) + list(kwargs.items())
     for name, value in labelled:
         try:
-            _dumps_sorted(value)
+            text = _dumps_sorted(value)
         except (TypeError, ValueError) as exc:
             raise NotSerialisable(
                 f"argument {name!r} of {owner} is not JSON serialisable ({_describe(value)}): {exc}"
             ) from None
+        problem = utf8_problem(text) or utf8_problem(name)
+        if problem is not None:
+            raise NotSerialisable(
+                f"argument {name!r} of {owner} can't be stored: not valid UTF-8 text: {problem}"
+            )
     raise NotSerialisable(f"the arguments of {owner} are not JSON serialisable")
 
 
 def encode_value(owner: str, value: Any) -> str:
-    """Encode a step output or workflow result; raise ``TypeError`` naming ``owner``."""
+    """Encode a step output or workflow result; raise ``NotSerialisable`` naming ``owner``."""
+    return encode_json(f"the return value of {owner}", value)
+
+
+def encode_json(what: str, value: Any) -> str:
+    """Encode ``value`` (a result, payload, state value); ``NotSerialisable`` names ``what``."""
     try:
-        return _dumps(value)
+        text = _dumps(value)
     except (TypeError, ValueError) as exc:
-        raise NotSerialisable(
-            f"the return value of {owner} is not JSON serialisable: {exc}"
-        ) from None
+        raise NotSerialisable(f"{what} is not JSON serialisable: {exc}") from None
+    if text.isascii():  # O(1): the common case costs nothing
+        return text
+    problem = utf8_problem(text)
+    if problem is not None:
+        raise NotSerialisable(f"{what} can't be stored: not valid UTF-8 text: {problem}")
+    return text
 
 
 def encode_error(exc: BaseException) -> str:
@@ -81,10 +107,16 @@ def encode_error(exc: BaseException) -> str:
         "traceback": "".join(traceback.format_exception(cls, exc, exc.__traceback__)),
     }
     try:
-        payload["args"] = loads(_dumps(list(exc.args)))
+        payload["args"] = loads(dumps(list(exc.args)))
     except (TypeError, ValueError):
         payload["args"] = None
-    return _dumps(payload)
+    text = _dumps(payload)
+    if utf8_problem(text) is not None:
+        # A message with a lone surrogate must still be storable: escape it.
+        for field in ("message", "traceback"):
+            payload[field] = payload[field].encode("utf-8", "backslashreplace").decode("utf-8")
+        text = _dumps(payload)
+    return text
 
 
 def decode_error(text: str) -> dict[str, Any]:

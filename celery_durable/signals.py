@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Celery, bootsteps
 
-from . import serialization
+from . import serialization, validate
 from .apps import durable_for, durables_of
 from .errors import PendingSignalsFull, WorkflowAlreadyCompleted, WorkflowNotFound
-from .store import Outcome, is_unavailable
+from .store import Outcome, is_unreachable
 from .suspend import check_signal_name
 
 if TYPE_CHECKING:
@@ -37,10 +37,14 @@ WAKE_TASK = "celery_durable.wake"
 
 
 def _encode_payload(name: str, payload: Any) -> str:
-    try:
-        return serialization.dumps(payload)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"the payload of signal {name!r} is not JSON serialisable: {exc}") from None
+    return serialization.encode_json(f"the payload of signal {name!r}", payload)
+
+
+def _check_signal(workflow_id: str, name: str, idempotency_key: str | None) -> None:
+    """What a producer passes, checked before anything is stored or published."""
+    validate.check_workflow_id(workflow_id)
+    check_signal_name(name)
+    validate.check_idempotency_key(idempotency_key)
 
 
 def store_signal(
@@ -80,7 +84,7 @@ def send_signal(
 
     Returns False when ``idempotency_key`` was seen before for this run (a no-op).
     """
-    check_signal_name(name)
+    _check_signal(workflow_id, name, idempotency_key)
     encoded = _encode_payload(name, payload)
     if not store_signal(durable, workflow_id, name, encoded, idempotency_key):
         return False
@@ -125,7 +129,7 @@ def send_signal_via_broker(
     run, too many pending, no such run) is logged and kept with the reason. Returns the
     message id.
     """
-    check_signal_name(name)
+    _check_signal(workflow_id, name, idempotency_key)
     encoded = _encode_payload(name, payload)
     message_id = str(uuid.uuid4())
     key = idempotency_key or f"message:{message_id}"
@@ -149,7 +153,7 @@ def _store_signal_here(
         _refuse(durable, workflow_id, name, encoded, key, exc, fields)
         return True
     except Exception as exc:
-        if not is_unavailable(exc):
+        if not is_unreachable(exc):
             raise
         logger.warning(
             "the store is unreachable (%s); signal %r for workflow %s goes through the broker",
@@ -261,7 +265,7 @@ def register_tasks(app: Celery) -> None:
                 wake(durable, workflow_id, name)
             return stored
         except Exception as exc:
-            if not is_unavailable(exc):
+            if not is_unreachable(exc):
                 raise
             # Never acknowledged as lost: the message comes back once the store is up.
             delay = min(0.5 * 2**task.request.retries, _MAX_RETRY_DELAY)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import serialization
-from .errors import NotSerialisable, UnknownQuery, WorkflowNotFound
+from . import serialization, validate
+from .errors import UnknownQuery, WorkflowNotFound
 from .step import stop_writing, store_guard, write_caught_failure
 from .store import Store
 from .suspend import require_context
@@ -28,16 +28,11 @@ def set_state(value: Any, key: str = DEFAULT_KEY) -> None:
     """Record ``value`` under ``key`` for ``handle.query(key)``; the latest value wins."""
     ctx = require_context("set_state")
     ctx.check_stopping()
-    if not isinstance(key, str) or not key or len(key) > 255:
-        raise ValueError(f"set_state(key) must be a non-empty string, got {key!r}")
-    try:
-        encoded = serialization.dumps(value)
-    except (TypeError, ValueError) as exc:
-        # NotSerialisable is permanent: retrying the workflow would fail the same way.
-        raise NotSerialisable(
-            f"set_state({key!r}) in workflow run {ctx.workflow_id!r}: the value is not JSON "
-            f"serialisable: {exc}"
-        ) from None
+    validate.check_text(key, "set_state(key)", max_chars=255, allow_empty=False)
+    # NotSerialisable is permanent: retrying the workflow would fail the same way.
+    encoded = serialization.encode_json(
+        f"set_state({key!r}) in workflow run {ctx.workflow_id!r}: the value", value
+    )
     write_caught_failure(ctx)
     with store_guard(ctx):
         stored = ctx.store.set_state(ctx.workflow_id, ctx.fence, key, encoded)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from . import faults, serialization
+from . import faults, serialization, validate
 from .context import WorkflowContext
 from .errors import Suspended
 from .step import check_replay, record, stop_writing, store_guard, write_caught_failure
@@ -145,7 +145,4 @@ def wait_for_signal(name: str, timeout: float | None = None) -> Any:
 
 
 def check_signal_name(name: str) -> None:
-    if not isinstance(name, str) or not name or len(name) > 200:
-        raise ValueError(
-            f"a signal name must be a non-empty string of at most 200 characters, got {name!r}"
-        )
+    validate.check_signal_name(name)

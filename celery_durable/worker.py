@@ -25,6 +25,7 @@ from celery import bootsteps
 from . import faults, serialization
 from .apps import durables_of
 from .store import FINISHED_STATUSES, DueRun
+from .store.outage import describe, is_unreachable, summary
 
 if TYPE_CHECKING:
     from .extension import Durable
@@ -46,6 +47,46 @@ def worker_lost_error(max_recoveries: int) -> str:
             "args": None,
         }
     )
+
+
+class FailureLog:
+    """Consecutive failures of one background loop, logged once per backoff step.
+
+    The 1st, 2nd, 4th, 8th, ... failure in a row is logged, not every attempt: one line
+    when the database is unreachable (it names the database, without the password), with
+    the traceback for any other error. The first success afterwards logs one line.
+    """
+
+    def __init__(self, durable: Durable, what: str) -> None:
+        self.durable = durable
+        self.what = what
+        self.count = 0
+
+    def failed(self, exc: BaseException, next_try: float) -> None:
+        self.count += 1
+        if self.count & (self.count - 1):
+            return  # not a power of two: this backoff step was logged already
+        where = f"{self.what} failed ({self.count} in a row; next try in {next_try:.1f}s)"
+        if is_unreachable(exc):
+            url = describe(self.durable.store.url)
+            logger.error("%s: the database %s is unreachable: %s", where, url, summary(exc))
+            return
+        try:
+            self.durable.store.raise_if_tables_missing(exc)
+        except Exception as explained:  # noqa: BLE001 - log the clearer message
+            logger.error("%s: %s", where, explained)
+            return
+        logger.error("%s", where, exc_info=exc)
+
+    def succeeded(self) -> None:
+        if self.count:
+            logger.warning("%s works again after %d failure(s)", self.what, self.count)
+        self.count = 0
+
+
+def backoff(base: float, failures: int, cap: float) -> float:
+    """``base`` doubled per failure in a row, at most ``cap``."""
+    return float(min(base * 2 ** min(failures, 30), cap))
 
 
 _KEEPERS: weakref.WeakSet[LeaseKeeper] = weakref.WeakSet()
@@ -70,6 +111,7 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._failures = FailureLog(durable, "lease heartbeat")
         _KEEPERS.add(self)
 
     @property
@@ -86,6 +128,7 @@ class LeaseKeeper:
         self._thread = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._failures = FailureLog(self.durable, "lease heartbeat")
 
     def track(self, run_id: str) -> None:
         self.owner  # noqa: B018 - resets state in a freshly forked child
@@ -110,18 +153,23 @@ class LeaseKeeper:
     def _beat(self) -> None:
         config = self.durable.config
         period = config.lock_timeout / 3
-        while not self._stop.wait(period):
+        delay = period
+        while not self._stop.wait(delay):
             runs = self.running()
+            delay = period
             if not runs:
                 continue
             try:
                 renewed = self.durable.store.renew_leases(self._owner, runs, config.lock_timeout)
-                if renewed < len(runs):
-                    logger.warning(
-                        "renewed %d of %d leases; the others were lost", renewed, len(runs)
-                    )
-            except Exception:
-                logger.exception("lease heartbeat failed; retrying in %.1fs", period)
+            except Exception as exc:
+                # Retry sooner than a beat (the leases are running out), backing off up to
+                # one beat: never renewing less often than normal, never hammering.
+                delay = backoff(period / 8, self._failures.count + 1, period)
+                self._failures.failed(exc, delay)
+                continue
+            self._failures.succeeded()
+            if renewed < len(runs):
+                logger.warning("renewed %d of %d leases; the others were lost", renewed, len(runs))
 
     def release_all(self) -> list[str]:
         """Give back this process's leases (process exit): others resume at once."""
@@ -148,6 +196,7 @@ class Sweeper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._revoked_seen: set[str] = set()
+        self.failures = FailureLog(durable, "celery_durable sweep")
 
     def start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -165,19 +214,20 @@ class Sweeper:
 
     def _loop(self) -> None:
         interval = self.durable.config.poll_interval
-        failures = 0
+        # A failed start-up probe counts as the first attempt: back off before the next.
+        if self.failures.count:
+            self._stop.wait(self.delay(interval))
         while not self._stop.is_set():
             try:
                 self.sweep_once()
-                failures = 0
+                self.failures.succeeded()
             except Exception as exc:
-                failures += 1
-                try:
-                    self.durable.store.raise_if_tables_missing(exc)
-                    logger.exception("sweep failed (%d in a row)", failures)
-                except Exception as explained:  # noqa: BLE001 - log the clearer message
-                    logger.error("sweep failed (%d in a row): %s", failures, explained)
-            self._stop.wait(interval * min(2**failures, 30))
+                self.failures.failed(exc, backoff(interval, self.failures.count + 1, 30 * interval))
+            self._stop.wait(self.delay(interval))
+
+    def delay(self, interval: float) -> float:
+        """The wait before the next sweep: ``interval``, doubled per failure, up to 30x."""
+        return backoff(interval, self.failures.count, 30 * interval)
 
     def sweep_once(self) -> int:
         """One sweep; returns how many runs were published."""
@@ -284,8 +334,17 @@ class DurableSweeper(bootsteps.StartStopStep):  # type: ignore[misc]
             # while another thread holds an import lock would hang on that import.
             try:
                 durable.store.now()
-            except Exception:
-                logger.exception("celery_durable: the store is unreachable; sweeping anyway")
+            except Exception as exc:
+                # One clear line (no traceback): the sweeper's backoff logs what follows.
+                durable.sweeper.failures.count = 1
+                logger.error(
+                    "celery_durable: the database %s is %s: %s; workflows of namespace %r "
+                    "can't start or run until it is back (the sweeper retries with backoff)",
+                    describe(durable.store.url),
+                    "unreachable" if is_unreachable(exc) else "not usable",
+                    summary(exc),
+                    durable.config.namespace,
+                )
             durable.sweeper.start()
             self.sweepers.append(durable.sweeper)
             logger.info(

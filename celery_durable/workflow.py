@@ -28,14 +28,15 @@ from celery.exceptions import Reject
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from . import faults, serialization
+from . import faults, serialization, validate
 from .context import WorkflowContext, activate, deactivate
 from .errors import (
     WorkflowAlreadyExists,
 )
 from .handle import WorkflowHandle
 from .settle import settle_stop_or_error, settle_success
-from .store import Claim, NewRun, Store, is_unavailable
+from .store import Claim, NewRun, Store
+from .store.outage import is_unreachable, unavailable
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -102,6 +103,9 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 f'workflow {definition.name}: if_exists must be "error" or "return", '
                 f"got {if_exists!r}"
             )
+        for argument, value in (("workflow_id", workflow_id), ("task_id", task_id)):
+            if value is not None:
+                validate.check_workflow_id(value, f"workflow {definition.name}: {argument}")
         if workflow_id is not None and task_id is not None and workflow_id != task_id:
             raise ValueError(
                 f"workflow {definition.name}: workflow_id={workflow_id!r} and "
@@ -116,10 +120,6 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 "call the next task from the workflow's last step instead"
             )
         run_id = workflow_id or task_id or time_ordered_id()
-        if not isinstance(run_id, str) or not run_id or len(run_id) > 255:
-            raise ValueError(
-                f"workflow_id must be a non-empty string of at most 255 characters, got {run_id!r}"
-            )
         args, kwargs = tuple(args or ()), dict(kwargs or {})
         if definition.signature is not None:
             try:
@@ -130,6 +130,9 @@ class WorkflowTask(Task):  # type: ignore[misc]
             f"workflow {definition.name}", definition.fn, args, kwargs
         )
         config = durable.config
+        validate.check_queue(
+            options.get("queue") or definition.queue, f"workflow {definition.name}: queue"
+        )
         queue = self._resolve_queue(args, kwargs, options)
         try:
             start_delay = _start_delay(options.pop("countdown", None), options.pop("eta", None))
@@ -150,7 +153,14 @@ class WorkflowTask(Task):  # type: ignore[misc]
             start_delay=start_delay,
         )
         bind = connection.connection() if isinstance(connection, Session) else connection
-        if not durable.store.insert_run(run, bind):
+        try:
+            inserted = durable.store.insert_run(run, bind)
+        except Exception as exc:
+            if bind is None and is_unreachable(exc):  # the caller's connection: theirs to report
+                what = f"workflow {definition.name} run {run_id!r} was not started"
+                raise unavailable(exc, durable.store.url, what) from exc
+            raise
+        if not inserted:
             if if_exists == "return":
                 return WorkflowHandle(durable, run_id, definition.name)
             raise WorkflowAlreadyExists(run_id)
@@ -330,7 +340,7 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
                 store, run_id, owner, config.lock_timeout, config.max_recoveries
             )
     except Exception as exc:
-        if is_unavailable(exc):
+        if is_unreachable(exc):
             raise ClaimUnavailable(str(exc)) from exc
         raise
     if claim is None:

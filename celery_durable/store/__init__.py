@@ -5,6 +5,7 @@ Example::
     from celery_durable.store import Store, StepRecord, Outcome
 """
 
+from .outage import is_unreachable
 from .records import (
     Claim,
     DueRun,
@@ -17,7 +18,7 @@ from .records import (
     StepWrite,
 )
 from .schema import ACTIVE_STATUSES, FINISHED_STATUSES, Tables, build_tables
-from .store import Store, is_unavailable
+from .store import Store
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -34,5 +35,5 @@ __all__ = [
     "Store",
     "Tables",
     "build_tables",
-    "is_unavailable",
+    "is_unreachable",
 ]

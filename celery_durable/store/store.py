@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from ..errors import ConfigurationError
-from .connections import Connections, Listener, psycopg, require_driver
+from .connections import Connections, Listener, require_driver
 from .records import (
     Claim,
     DueRun,
@@ -50,22 +50,6 @@ def _step_params(run_id: str, fence: int, step: StepRecord) -> dict[str, Any]:
         output=step.output,
         error=step.error,
     )
-
-
-def is_unavailable(exc: BaseException) -> bool:
-    """Whether ``exc`` says the database can't be reached (down, restarting, cut off), as
-    opposed to a statement that failed: the caller may retry later."""
-    from sqlalchemy import exc as sa_exc
-
-    if isinstance(exc, sa_exc.DBAPIError):
-        if exc.connection_invalidated or isinstance(
-            exc, sa_exc.OperationalError | sa_exc.InterfaceError
-        ):
-            return True
-        exc = exc.orig if exc.orig is not None else exc
-    if psycopg is not None and isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-        return True
-    return isinstance(exc, ConnectionError | TimeoutError)
 
 
 def parse_url(url: str) -> Any:

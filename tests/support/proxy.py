@@ -7,8 +7,9 @@ Example::
 
     with TcpProxy("127.0.0.1", 5432) as proxy:
         url = proxy.url(PG_URL)           # the same database, through the proxy
-        proxy.cut()                       # every connection closed, new ones refused
-        proxy.restore()                   # accepting again, on the same port
+        proxy.cut()                       # every connection reset, new ones too
+        wait_until(lambda: proxy.refused) # a client tried while it was down
+        proxy.restore()                   # forwarding again
 """
 
 from __future__ import annotations
@@ -17,22 +18,30 @@ import contextlib
 import socket
 import struct
 import threading
-import time
 from types import TracebackType
 
 from sqlalchemy.engine import make_url
 
 
 class TcpProxy:
-    """Forwards 127.0.0.1:<free port> to ``target``; ``cut()`` and ``restore()`` it."""
+    """Forwards 127.0.0.1:<free port> to ``target``; ``cut()`` and ``restore()`` it.
+
+    While cut, every connection is reset as soon as it is accepted (the client sees the
+    server go away, as in a restart) and counted in ``refused``, so a test can wait until
+    its client really tried during the outage.
+    """
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
+        self.refused = 0
+        self._cut = False
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
-        self._listener: socket.socket | None = None
-        self.port = 0
-        self._listen()
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port: int = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, name="proxy-accept", daemon=True).start()
 
     @classmethod
     def to_url(cls, url: str) -> TcpProxy:
@@ -45,29 +54,17 @@ class TcpProxy:
         parsed = make_url(url).set(host="127.0.0.1", port=self.port)
         return parsed.render_as_string(hide_password=False)
 
-    def _listen(self) -> None:
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        deadline = time.monotonic() + 10
+    def _accept(self) -> None:
         while True:
             try:
-                listener.bind(("127.0.0.1", self.port))
-                break
-            except OSError:  # the port of a cut proxy, briefly still held
-                if not self.port or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        listener.listen(64)
-        self.port = listener.getsockname()[1]
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
+                client, _ = self._listener.accept()
             except OSError:
-                return  # the listener was closed: cut() or close()
+                return  # close()
+            with self._lock:
+                if self._cut:
+                    self.refused += 1
+                    _abort(client)
+                    continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
                 upstream.settimeout(None)
@@ -75,10 +72,11 @@ class TcpProxy:
                 _abort(client)
                 continue
             with self._lock:
-                if self._listener is not listener:  # cut while connecting
+                if self._cut:  # cut while connecting
+                    self.refused += 1
                     _abort(client)
                     _abort(upstream)
-                    return
+                    continue
                 self._sockets.update((client, upstream))
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
@@ -90,31 +88,32 @@ class TcpProxy:
         except OSError:
             pass
         finally:
-            for sock in (source, sink):
-                with self._lock:
-                    self._sockets.discard(sock)
-                _abort(sock)
+            with self._lock:
+                self._sockets.difference_update((source, sink))
+            _abort(source)
+            _abort(sink)
 
     def cut(self) -> None:
-        """Close every connection (with a reset) and refuse new ones, like a server down."""
+        """Reset every connection and every new one, like a server that went down."""
         with self._lock:
-            listener, self._listener = self._listener, None
+            self._cut = True
+            self.refused = 0
             doomed = list(self._sockets)
             self._sockets.clear()
-        if listener is not None:
-            with contextlib.suppress(OSError):
-                listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
-            listener.close()
         for sock in doomed:
             _abort(sock)
 
     def restore(self) -> None:
-        """Accept connections again, on the same port."""
-        if self._listener is None:
-            self._listen()
+        """Forward new connections again."""
+        with self._lock:
+            self._cut = False
 
     def close(self) -> None:
+        """Stop listening and drop every connection."""
         self.cut()
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
+        self._listener.close()
 
     def __enter__(self) -> TcpProxy:
         return self
