@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import TimeoutError as CeleryTimeoutError
@@ -21,7 +23,7 @@ from .errors import WorkflowAlreadyCompleted, WorkflowCancelled, WorkflowFailed,
 from .signals import send_signal
 from .state import query
 from .store import FINISHED_STATUSES, RunRecord
-from .store.outage import describe, is_unreachable, summary
+from .store.outage import describe, is_unreachable, summary, unavailable
 
 if TYPE_CHECKING:
     from .extension import Durable
@@ -73,15 +75,27 @@ class WorkflowHandle:
     def task_id(self) -> str:
         return self.id
 
+    @contextmanager
+    def _outage_named(self, what: str) -> Iterator[None]:
+        """An unreachable database becomes DatabaseUnavailable naming this run."""
+        try:
+            yield
+        except Exception as exc:
+            if is_unreachable(exc):
+                raise unavailable(exc, self.durable.store.url, f"{what} {self.id!r}") from exc
+            raise
+
     def record(self) -> RunRecord:
         """The run's row; WorkflowNotFound if there is none."""
-        run = self.durable.store.get_run(self.id)
+        with self._outage_named("reading workflow run"):
+            run = self.durable.store.get_run(self.id)
         if run is None:
             raise WorkflowNotFound(self.id)
         return run
 
     def status(self) -> WorkflowStatus:
-        status = self.durable.store.get_status(self.id)
+        with self._outage_named("reading the status of workflow run"):
+            status = self.durable.store.get_status(self.id)
         if status is None:
             raise WorkflowNotFound(self.id)
         return WorkflowStatus(status)
@@ -123,7 +137,8 @@ class WorkflowHandle:
         Returns False when ``idempotency_key`` was already used for this run (a no-op).
         Raises WorkflowNotFound, WorkflowAlreadyCompleted or PendingSignalsFull.
         """
-        return send_signal(self.durable, self.id, name, payload, idempotency_key)
+        with self._outage_named(f"signalling {name!r} to workflow run"):
+            return send_signal(self.durable, self.id, name, payload, idempotency_key)
 
     def query(self, key: str = "state") -> Any:
         """The latest value the run stored with ``set_state(value, key)``, from the database.
@@ -131,7 +146,8 @@ class WorkflowHandle:
         For "state" before any ``set_state``: the output of the last finished step.
         Raises UnknownQuery for a key never set.
         """
-        return query(self.durable.store, self.id, key)
+        with self._outage_named(f"querying {key!r} of workflow run"):
+            return query(self.durable.store, self.id, key)
 
     def cancel(self, reason: str | None = None) -> WorkflowStatus:
         """Cancel the run: at once if pending or waiting, at its next step if running.
@@ -139,7 +155,8 @@ class WorkflowHandle:
         Raises WorkflowAlreadyCompleted for a finished run.
         """
         validate.check_text(reason, "cancel(reason)", allow_none=True)
-        requested, status = self.durable.store.cancel_run(self.id, reason)
+        with self._outage_named("cancelling workflow run"):
+            requested, status = self.durable.store.cancel_run(self.id, reason)
         if status is None:
             raise WorkflowNotFound(self.id)
         if not requested:

@@ -125,6 +125,17 @@ def test_get_times_out_saying_the_database_was_unreachable(basic_app, proxy, via
     assert f"outage-{key}" in str(raised.value) and proxy.refused >= 2
 
 
+def test_handle_calls_during_an_outage_raise_database_unavailable(
+    basic_app, proxy, via_proxy, key
+):
+    far = cd.WorkflowHandle(via_proxy, f"outage-{key}")
+    proxy.cut()
+    for call in (far.status, far.record, far.query, far.cancel, lambda: far.signal("go")):
+        with pytest.raises(DatabaseUnavailable, match=f"outage-{key}") as raised:
+            call()
+        assert "is unreachable" in str(raised.value)
+
+
 def show(*args: str, database_url: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "tests.apps.basic", "durable", "show", *args],
