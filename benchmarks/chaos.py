@@ -98,7 +98,7 @@ def failed(report: dict[str, Any]) -> bool:
 
 
 def run_broker(args: argparse.Namespace) -> dict[str, Any]:
-    """One broker, in this process (its app module reads the environment at import)."""
+    """One broker, in this process."""
     from benchmarks.chaos_run import ChaosRun, Settings
 
     settings = Settings(
@@ -122,16 +122,36 @@ def run_broker(args: argparse.Namespace) -> dict[str, Any]:
         return {"broker": args.broker, "run_id": run.run_id, "error": repr(exc)[:500]}
 
 
-def run_each_broker(argv: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
-    """``--broker both``: each broker in a child process of its own, one after the other."""
+def child_arguments(args: argparse.Namespace, broker: str, out: Path) -> list[str]:
+    """The command line of one broker's run under ``--broker both``."""
+    argv = ["--broker", broker, "--json", str(out), "--seed", str(args.seed)]
+    argv += ["--database-url", args.database_url, "--redis-url", args.redis_url]
+    argv += ["--amqp-url", args.amqp_url, "--log-dir", str(args.log_dir)]
+    if args.ledger_url:
+        argv += ["--ledger-url", args.ledger_url]
+    if args.workflows is not None:
+        argv += ["--workflows", str(args.workflows)]
+    if args.quick:
+        argv.append("--quick")
+    if args.pause_at_commit:
+        argv.append("--pause-at-commit")
+    return argv
+
+
+def run_each_broker(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``--broker both``: each broker in a child process of its own, one after the other
+    (the app module reads its settings from the environment at import)."""
     reports = []
-    rest = [a for a in argv if not a.startswith("--broker") and a not in BROKERS + ("both",)]
+    limit = 300 if args.quick else 900
     for broker in BROKERS:
         with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
             out = Path(tmp) / "report.json"
-            command = [sys.executable, "-m", "benchmarks.chaos", *rest, "--broker", broker]
-            command = _without_json(command) + ["--json", str(out)]
-            limit = 900 if not args.quick else 300
+            command = [
+                sys.executable,
+                "-m",
+                "benchmarks.chaos",
+                *child_arguments(args, broker, out),
+            ]
             try:
                 # The child's summary line is printed here, with the other broker's.
                 subprocess.run(
@@ -147,28 +167,12 @@ def run_each_broker(argv: list[str], args: argparse.Namespace) -> list[dict[str,
     return reports
 
 
-def _without_json(command: list[str]) -> list[str]:
-    kept: list[str] = []
-    skip = False
-    for arg in command:
-        if skip:
-            skip = False
-            continue
-        if arg == "--json":
-            skip = True
-            continue
-        if arg.startswith("--json="):
-            continue
-        kept.append(arg)
-    return kept
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     began = time.time()
     if args.broker == "both":
-        reports = run_each_broker(argv, args)
+        reports = run_each_broker(args)
     else:
         reports = [run_broker(args)]
     for report in reports:

@@ -34,10 +34,12 @@ import redis
 
 from benchmarks.chaos_plan import FaultPlan
 from benchmarks.chaos_proxy import TcpProxy
+from benchmarks.chaos_verdict import Observer
 from benchmarks.chaos_workers import ChaosWorker, SelfExit, drop_redis_state
 
 RESTART_AFTER_KILL = 1.0
 SELF_PAUSE_WAIT = 5.0
+BUSY_WAIT = 3.0  # how long a kill or pause waits for a worker that holds a run
 
 
 def progress(message: str) -> None:
@@ -87,6 +89,7 @@ class FaultTargets:
     ledger: redis.Redis
     ledger_key: str
     pause_at_commit: bool
+    observer: Observer  # the injector's own (direct) connection, to find busy workers
 
 
 class FaultInjector(threading.Thread):
@@ -123,35 +126,47 @@ class FaultInjector(threading.Thread):
 
     # -- faults -----------------------------------------------------------------------------
 
-    def pick(self, preferred: int | None) -> ChaosWorker:
+    def pick(self, preferred: int | None) -> tuple[ChaosWorker, int]:
+        """A running, unpaused worker, one holding runs if any does (preferred first);
+        with how many runs it holds."""
+        owners = self.targets.observer.running_owners()
+        held = [int(owner.split(":")[1]) for owner in owners if owner.count(":") >= 2]
         order = sorted(self.targets.workers, key=lambda w: w.index != preferred)
-        for worker in order:
-            if worker.alive and not worker.paused:
-                return worker
-        return order[0]
+        up = [w for w in order if w.alive and not w.paused]
+        for worker in up:
+            pids = worker.pids()
+            busy = sum(1 for pid in held if pid in pids)
+            if busy:
+                return worker, busy
+        return (up or order)[0], 0
 
-    def inject(self, fault: FaultPlan) -> None:
+    def inject(self, fault: FaultPlan, until: float | None = None) -> None:
+        """Inject ``fault`` now; a kill or a pause waits (up to BUSY_WAIT s) for a worker
+        that holds a run, so that it interrupts one."""
         t, now = self.targets, self.agenda.now()
-        entry: dict[str, Any] = {
-            "kind": fault.kind,
-            "at": round(now, 2),
-            "duration": fault.duration,
-        }
+        worker, busy = self.pick(fault.target) if fault.kind in ("kill", "pause") else (None, 0)
+        if worker is not None and not busy and not t.pause_at_commit:
+            until = now + BUSY_WAIT if until is None else until
+            if now < until:
+                again = functools.partial(self.inject, fault, until)
+                self.agenda.at(now + 0.05, f"fault {fault.kind}", again)
+                return
+        entry: dict[str, Any] = {"kind": fault.kind, "at": round(now, 2)}
+        entry["duration"] = fault.duration
         end = now + fault.duration
-        if fault.kind == "kill":
-            worker = self.pick(fault.target)
-            entry["worker"] = worker.name
+        if fault.kind == "kill" and worker is not None:
+            entry.update(worker=worker.name, runs_held=busy)
             worker.kill()
             self.agenda.at(now + RESTART_AFTER_KILL, f"restart {worker.index}", worker.start)
             self.ended.append(now)
         elif fault.kind == "pause" and t.pause_at_commit:
             t.ledger.set(f"{t.ledger_key}:pause_request", 1)
             self.await_self_pause(entry, fault.duration, now + SELF_PAUSE_WAIT)
-        elif fault.kind == "pause":
-            worker = self.pick(fault.target)
-            entry["worker"] = worker.name
-            worker.pause()
-            self.agenda.at(end, "resume", lambda: self.end(worker.resume))
+        elif fault.kind == "pause" and worker is not None:
+            entry.update(worker=worker.name, runs_held=busy)
+            paused = worker
+            paused.pause()
+            self.agenda.at(end, "resume", lambda: self.end(paused.resume))
         elif fault.kind == "broker":
             entry["connections_cut"] = t.broker_proxy.cut()
             if t.broker == "redis":

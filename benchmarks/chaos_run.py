@@ -159,6 +159,7 @@ class ChaosRun:
     def _cleanup(self) -> dict[str, Any]:
         if self.injector is not None:
             self.injector.stop()
+            self.injector.targets.observer.close()
         rcs = {w.name: w.stop() for w in self.workers}
         for proxy in (self.pg_proxy, self.broker_proxy):
             if proxy is not None:
@@ -222,6 +223,7 @@ class ChaosRun:
             self.ledger,
             self.ledger_key,
             self.settings.pause_at_commit,
+            Observer(self.direct_pg.render_as_string(False), self.prefix, self.namespace),
         )
         self.injector = injector = FaultInjector(targets, self.plan.faults, self.agenda.t0)
         self.signals.broker_drops = injector.broker_drops

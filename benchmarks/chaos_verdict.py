@@ -77,6 +77,14 @@ class Observer:
         )
         return [r[0] for r in rows]
 
+    def running_owners(self) -> list[str]:
+        """Owners (``host:pid:token``) of the runs a process holds right now."""
+        rows = self._query(
+            f'SELECT owner FROM "{self.prefix}runs" WHERE namespace = %s '
+            "AND status = 'RUNNING' AND owner IS NOT NULL"
+        )
+        return [str(r[0]) for r in rows]
+
     def signals(self) -> dict[str, SignalRow]:
         """Stored signals by idempotency key (refused ones carry no key: by run id)."""
         rows = self._query(

@@ -125,6 +125,16 @@ class ChaosWorker:
         )
         return self
 
+    def pids(self) -> set[int]:
+        """The main process and its pool children."""
+        if not self.alive or self.proc is None:
+            return set()
+        path = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        try:
+            return {self.proc.pid, *(int(pid) for pid in path.read_text().split())}
+        except OSError:
+            return {self.proc.pid}
+
     def log(self) -> str:
         return self.log_paths[-1].read_text(errors="replace") if self.log_paths else ""
 

@@ -16,15 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.chaos_plan import make_plan, scale_for, work_indexes
+from benchmarks.chaos_verdict import RunRow, SignalRow, judge
 from tests.support.services import AMQP_URL, BROKER, PG_URL, REDIS_URL
 from tests.support.workers import ROOT, clean_env
-
-pytestmark = pytest.mark.broker
 
 SUMMARY = re.compile(r"^chaos: broker=(\w+) ((?:\w+=\d+ ?)+)$", re.MULTILINE)
 MUST_BE_ZERO = ("lost", "stuck", "wrong", "rerun_after_commit", "worker_self_exits")
 
 
+@pytest.mark.broker
 @pytest.mark.timeout(200)
 def test_quick_chaos_loses_nothing(tmp_path: Path) -> None:
     out = tmp_path / "chaos.json"
@@ -65,3 +66,26 @@ def test_quick_chaos_loses_nothing(tmp_path: Path) -> None:
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-5000:]}"
     assert counters["workflows"] == 48 and counters["steps"] == 240
     assert counters["faults"] == 6
+
+
+def test_the_verdict_counts_each_kind_of_damage() -> None:
+    """The counters are live: a clean outcome counts nothing, each kind of damage counts."""
+    plan = make_plan(scale_for(quick=True, workflows=8), seed=1, run_id="unit")
+    runs, steps, executions, signals = {}, {}, {}, {}
+    for wf in plan.workflows:
+        runs[wf.id] = RunRow("SUCCEEDED", json.dumps(wf.expected()), None, 1, 0)
+        steps[wf.id] = {i: "ok" for i in work_indexes(wf.kind)}
+        executions.update({f"{wf.id}:{i}": "1" for i in work_indexes(wf.kind)})
+        if wf.waits:
+            signals[wf.signal_key] = SignalRow(consumed=True, error=None)
+    started = {wf.id for wf in plan.workflows}
+    clean = judge(plan, started, runs, signals, steps, executions, [], [])
+    assert clean.counters() == dict.fromkeys(("lost", "stuck", "wrong", "rerun_after_commit"), 0)
+
+    first, second, waiter = plan.workflows[0], plan.workflows[2], plan.workflows[1]
+    runs[first.id] = RunRow("RUNNING", None, None, 2, 1)  # never finished
+    runs[second.id] = RunRow("SUCCEEDED", json.dumps({"acc": -1, "steps": 5}), None, 1, 0)
+    signals[waiter.signal_key] = SignalRow(consumed=False, error=None)
+    rerun = [json.dumps({"workflow_id": waiter.id, "index": 0})]
+    damaged = judge(plan, started, runs, signals, steps, executions, rerun, [first.id])
+    assert damaged.counters() == {"lost": 2, "stuck": 1, "wrong": 1, "rerun_after_commit": 1}
