@@ -7,13 +7,15 @@ this module and before it starts workers:
 - ``CHAOS_LEDGER_URL``: Redis, reached directly: the ledger lives outside the store;
 - ``CHAOS_CHECK_DATABASE_URL``: Postgres, reached directly, for the re-run check;
 - ``CHAOS_LEDGER_KEY``: the prefix of this run's ledger keys;
+- ``CHAOS_PAUSE_AT_COMMIT=1``: see :func:`pause_after_commit`; ``CHAOS_MAX_ATTEMPTS``;
 - ``CELERY_DURABLE_*``: the store (through the proxy), table prefix, namespace, lease...
 
-The ledger: every work step, when it starts, adds 1 to the hash field ``<wf id>:<index>``
-of ``<ledger key>:exec`` (how many times it really ran), then reads its own row of the
-steps table on a connection of its own. If that row is already committed with status
-``ok``, the engine is running a step whose record committed: the step pushes a JSON
-record onto ``<ledger key>:rerun``, the suite's re-run-after-commit violations.
+The ledger: every work step, when it starts, reads its own row of the steps table on a
+connection of its own, then adds 1 to the hash field ``<wf id>:<index>`` of
+``<ledger key>:exec`` (how many times it really ran). If that row is already committed
+with status ``ok`` and was written before the step was entered, the engine is running a
+step whose record committed: the step pushes a JSON record onto ``<ledger key>:rerun``,
+the suite's re-run-after-commit violations.
 
 Example::
 
@@ -91,17 +93,17 @@ def _check_connection() -> Any:
     return conn
 
 
-def committed_status(run_id: str, index: int) -> str | None:
-    """The status of step ``index`` of ``run_id`` as committed in the store, read directly."""
+def committed_row(run_id: str, index: int) -> tuple[str, float] | None:
+    """(status, created_at) of step ``index`` of ``run_id`` as committed, read directly."""
     config = durable.config
     query = (
-        f'SELECT status FROM "{config.table_prefix}steps" '  # noqa: S608 - our own prefix
+        f'SELECT status, created_at FROM "{config.table_prefix}steps" '  # noqa: S608
         "WHERE namespace = %s AND run_id = %s AND idx = %s"
     )
     for last in (False, True):
         try:
             row = _check_connection().execute(query, (config.namespace, run_id, index)).fetchone()
-            return None if row is None else str(row[0])
+            return None if row is None else (str(row[0]), float(row[1]))
         except Exception:
             _check.pop(os.getpid(), None)
             if last:
@@ -110,28 +112,38 @@ def committed_status(run_id: str, index: int) -> str | None:
 
 
 def enter_step() -> None:
-    """Count this execution of the current step and check it was not committed already."""
+    """Count this execution of the current step and check it was not committed already.
+
+    A step that finds its own row committed ``ok`` is a re-run after commit if it was
+    entered after that row was written (``created_at``, the database's clock, which is this
+    machine's); entered before, it was paused inside this check and is only reported
+    (``<ledger key>:late_check``).
+    """
+    entered = time.time()
     ctx = WorkflowContext.current()
     assert ctx is not None and ctx.in_step
     index = ctx.next_index - 1  # the step's index in the store (waits count too)
     field = f"{ctx.workflow_id}:{index}"
     try:
-        status = committed_status(ctx.workflow_id, index)
+        row = committed_row(ctx.workflow_id, index)
     except Exception as exc:  # noqa: BLE001 - the instrument failed, not the engine
         _ledger.rpush(f"{LEDGER_KEY}:check_failed", f"{field}: {exc!r}")
-        status = None
+        row = None
     # Counted after the check: the step's work (after this) is what must not repeat.
     _ledger.hincrby(f"{LEDGER_KEY}:exec", field, 1)
-    if status == "ok":
+    if row is not None and row[0] == "ok":
         record = {
             "workflow_id": ctx.workflow_id,
             "index": index,
             "pid": os.getpid(),
             "attempt": ctx.attempt,
             "fence": ctx.fence,
-            "time": time.time(),
+            "entered": entered,
+            "committed": row[1],
+            "checked": time.time(),
         }
-        _ledger.rpush(f"{LEDGER_KEY}:rerun", json.dumps(record))
+        kind = "rerun" if entered >= row[1] else "late_check"
+        _ledger.rpush(f"{LEDGER_KEY}:{kind}", json.dumps(record))
 
 
 @durable.step(name="chaos.work")

@@ -10,7 +10,7 @@ Example::
     agenda = Agenda()
     agenda.at(1.5, "hello", lambda: print("1.5 s after the agenda was created"))
     agenda.run_due()                       # runs what is due now; call it in a loop
-    injector = FaultInjector(context, plan.faults, agenda.t0)
+    injector = FaultInjector(targets, plan.faults, agenda.t0)   # targets: FaultTargets
     injector.start(); ...; injector.stop()
 """
 
@@ -93,6 +93,8 @@ class FaultTargets:
 
 
 class FaultInjector(threading.Thread):
+    """Injects ``faults`` at their offsets from ``t0``; watches the workers meanwhile."""
+
     def __init__(self, targets: FaultTargets, faults: list[FaultPlan], t0: float) -> None:
         super().__init__(name="chaos-faults", daemon=True)
         self.targets = targets

@@ -1,4 +1,5 @@
-"""One broker's chaos run: proxies, workers, starts, signals and faults on one agenda.
+"""One broker's chaos run: proxies, workers, then starts and signals on the driver's agenda
+while the fault injector (its own thread) breaks things, then the verdict and clean-up.
 
 Everything the system under test does goes through two proxies (Postgres, broker) that
 the run owns: workers and the driver's producer side (starts, signals). The observer and
@@ -6,6 +7,8 @@ the ledger reach Postgres and Redis directly. Every wait has a deadline.
 
 Example::
 
+    settings = Settings(quick=True, workflows=None, seed=1, database_url=PG, redis_url=REDIS,
+                        amqp_url=AMQP, ledger_url=REDIS, log_dir=Path("/tmp/chaos"))
     run = ChaosRun(settings, "redis")
     report = run.run()        # dict: counters, details, fault log; cleans up after itself
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import logging
 import os
 import time
@@ -62,6 +66,8 @@ def _via_port(url: str, port: int) -> str:
 
 
 class ChaosRun:
+    """One broker's run; ``run()`` returns its report and always cleans up."""
+
     def __init__(self, settings: Settings, broker: str) -> None:
         self.settings = settings
         self.broker = broker
@@ -182,7 +188,7 @@ class ChaosRun:
         return {"shutdown_returncodes": rcs, "cleanup_errors": errors}
 
     def _ledger_keys(self) -> list[str]:
-        names = ("exec", "rerun", "check_failed", "pause_request", "paused")
+        names = ("exec", "rerun", "late_check", "check_failed", "pause_request", "paused")
         return [f"{self.ledger_key}:{name}" for name in names]
 
     # -- workflows and signals -----------------------------------------------------------------
@@ -303,6 +309,10 @@ class ChaosRun:
                 "signal_send_errors": self.signals.log.send_errors,
                 "signals_dropped_by_worker": self.signals.log.dropped_by_worker,
                 "check_failed": self.ledger.lrange(f"{self.ledger_key}:check_failed", 0, -1),
+                "paused_inside_check": [
+                    json.loads(r)
+                    for r in self.ledger.lrange(f"{self.ledger_key}:late_check", 0, -1)
+                ],
             },
             "fault_log": self.injector.log,
             "proxies": {

@@ -62,6 +62,7 @@ def test_quick_chaos_loses_nothing(tmp_path: Path) -> None:
     nonzero = {name: details.get(name) for name in MUST_BE_ZERO if counters[name] != 0}
     if counters["lost"]:
         nonzero["lost_signals"] = details.get("lost_signals")
+        nonzero["signals_dropped_by_worker"] = details.get("signals_dropped_by_worker")
     assert not nonzero, f"{found.group(0)}\n{json.dumps(nonzero, indent=1)[:6000]}"
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-5000:]}"
     assert counters["workflows"] == 48 and counters["steps"] == 240
