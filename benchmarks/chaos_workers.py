@@ -226,7 +226,7 @@ def redis_keys_of(queues: Iterable[str]) -> list[str]:
     keys = []
     for queue in queues:
         keys += [queue, *(f"{queue}{PRIORITY_SEP}{p}" for p in PRIORITY_STEPS)]
-        keys += [f"_kombu.binding.{queue}"]
+        keys += [f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}"]
         keys += [f"{queue}.unacked", f"{queue}.unacked_index", f"{queue}.unacked_mutex"]
     return keys
 
