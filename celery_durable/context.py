@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -22,6 +23,25 @@ if TYPE_CHECKING:
 _current: contextvars.ContextVar[WorkflowContext | None] = contextvars.ContextVar(
     "celery_durable_workflow", default=None
 )
+
+
+@dataclasses.dataclass
+class LeaseClock:
+    """When this process last knew the run's lease was extended (monotonic seconds).
+
+    The heartbeat renews every third of the lease; a process that was paused (SIGSTOP, a
+    long GC, a frozen VM) wakes up with a stale clock and must confirm the lease before it
+    runs another step's side effects, since a new owner may have run that step already.
+    """
+
+    lease: float
+    renewed_at: float = dataclasses.field(default_factory=time.monotonic)
+
+    def renewed(self) -> None:
+        self.renewed_at = time.monotonic()
+
+    def doubtful(self) -> bool:
+        return time.monotonic() - self.renewed_at > self.lease / 2
 
 
 @dataclasses.dataclass
@@ -34,6 +54,7 @@ class WorkflowContext:
     attempt: int
     fence: int
     history: dict[int, StepRecord]
+    lease: LeaseClock = dataclasses.field(default_factory=lambda: LeaseClock(float("inf")))
     next_index: int = 0
     in_step: bool = False
     # Set once the body must stop (suspended, lease lost, cancelled): steps and waits in

@@ -95,6 +95,8 @@ class Step(Generic[P, R]):
         index = ctx.take_index()
         step_input = serialization.encode_arguments(f"step {self.name}", self.fn, args, kwargs)
         recorded = ctx.history.get(index)
+        if recorded is None:
+            confirm_lease(ctx)
         if recorded is not None:
             check_replay(ctx, index, recorded, self.name, step_input)
             if recorded.status == "ok":
@@ -194,6 +196,19 @@ def store_guard(ctx: WorkflowContext) -> Iterator[None]:
     except Exception as exc:
         stopped = StoreUnavailable(f"run {ctx.workflow_id!r}: the store failed: {exc!r}")
         raise ctx.stop(stopped) from exc
+
+
+def confirm_lease(ctx: WorkflowContext) -> None:
+    """Before a step's side effects: if the heartbeat hasn't extended the lease lately (the
+    process was paused?), extend it in one fenced statement, or stop: a new owner may
+    have run this very step already."""
+    if not ctx.lease.doubtful():
+        return
+    with store_guard(ctx):
+        still_ours = ctx.store.renew_lease(ctx.workflow_id, ctx.fence, ctx.lease.lease)
+    if not still_ours:
+        stop_writing(ctx)
+    ctx.lease.renewed()
 
 
 def write_caught_failure(ctx: WorkflowContext) -> None:

@@ -24,6 +24,7 @@ from celery import bootsteps
 
 from . import faults, serialization
 from .apps import durables_of
+from .context import LeaseClock
 from .store import FINISHED_STATUSES, DueRun
 from .store.outage import describe, is_unreachable, summary
 
@@ -108,6 +109,7 @@ class LeaseKeeper:
         self._pid = -1
         self._owner = ""
         self._runs: Counter[str] = Counter()
+        self._clocks: dict[str, list[LeaseClock]] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -125,15 +127,19 @@ class LeaseKeeper:
         self._pid = os.getpid()
         self._owner = f"{socket.gethostname()}:{self._pid}:{uuid.uuid4().hex[:8]}"
         self._runs = Counter()
+        self._clocks = {}
         self._thread = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._failures = FailureLog(self.durable, "lease heartbeat")
 
-    def track(self, run_id: str) -> None:
+    def track(self, run_id: str, clock: LeaseClock | None = None) -> None:
+        """Keep renewing ``run_id``'s lease; each renewal is noted on ``clock``."""
         self.owner  # noqa: B018 - resets state in a freshly forked child
         with self._lock:
             self._runs[run_id] += 1
+            if clock is not None:
+                self._clocks.setdefault(run_id, []).append(clock)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._beat, name="celery_durable-heartbeat", daemon=True
@@ -145,6 +151,7 @@ class LeaseKeeper:
             self._runs[run_id] -= 1
             if self._runs[run_id] <= 0:
                 del self._runs[run_id]
+                self._clocks.pop(run_id, None)
 
     def running(self) -> list[str]:
         with self._lock:
@@ -169,7 +176,13 @@ class LeaseKeeper:
                 continue
             self._failures.succeeded()
             if renewed < len(runs):
+                # Which ones were lost is for each run's next step to find out (it checks).
                 logger.warning("renewed %d of %d leases; the others were lost", renewed, len(runs))
+                continue
+            with self._lock:
+                clocks = [clock for run in runs for clock in self._clocks.get(run, ())]
+            for clock in clocks:
+                clock.renewed()
 
     def release_all(self) -> list[str]:
         """Give back this process's leases (process exit): others resume at once."""

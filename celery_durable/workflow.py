@@ -29,7 +29,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from . import faults, serialization, validate
-from .context import WorkflowContext, activate, deactivate
+from .context import LeaseClock, WorkflowContext, activate, deactivate
 from .errors import (
     WorkflowAlreadyExists,
 )
@@ -354,10 +354,11 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
         attempt=claim.attempts,
         fence=claim.fence,
         history=history,
+        lease=LeaseClock(config.lock_timeout),
     )
     faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
     args, kwargs = serialization.loads(claim.args)
-    durable.leases.track(run_id)
+    durable.leases.track(run_id, ctx.lease)
     token = activate(ctx)
     try:
         try:

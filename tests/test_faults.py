@@ -92,3 +92,31 @@ def test_a_body_that_swallows_its_cancellation_still_ends_cancelled(
     assert handle.status() is WorkflowStatus.CANCELLED
     assert handle.record().result is None
     assert effects(rds, key, "s2") == 0  # told to stop: no further step ran
+
+
+def test_a_worker_paused_past_its_lease_runs_no_step_after_it_wakes(
+    basic_app, start_worker, key, rds
+):
+    """Chaos finding: a pool process paused (SIGSTOP) past its lease woke up and ran the
+    next step, which the new owner had already recorded. It now confirms its lease before
+    a step's side effects when the heartbeat hasn't extended it lately."""
+    import os
+    import signal
+
+    worker = start_worker()
+    workflow_id = f"paused-{key}"
+    arm(rds, workflow_id, faults.AFTER_RECORD_STEP, "stop", 2)
+    handle = basic_app.five_steps.apply_async(args=(key,), workflow_id=workflow_id)
+    paused = int(wait_until(lambda: rds.get(f"stopped:{workflow_id}"), 60, message="the pause"))
+    try:
+        # The other pool process takes the run over once the lease runs out.
+        assert handle.get(timeout=90) == [10, 20, 30, 40, 50]
+    finally:
+        os.kill(paused, signal.SIGCONT)
+    wait_until(
+        lambda: "lost its lease" in worker.log(),
+        30,
+        message=lambda: f"the woken process to stop:\n{worker.log()[-3000:]}",
+    )
+    assert [effects(rds, key, f"s{n}") for n in range(1, 6)] == [1] * 5
+    assert handle.record().recoveries == 1

@@ -125,9 +125,7 @@ def test_get_times_out_saying_the_database_was_unreachable(basic_app, proxy, via
     assert f"outage-{key}" in str(raised.value) and proxy.refused >= 2
 
 
-def test_handle_calls_during_an_outage_raise_database_unavailable(
-    basic_app, proxy, via_proxy, key
-):
+def test_handle_calls_during_an_outage_raise_database_unavailable(basic_app, proxy, via_proxy, key):
     far = cd.WorkflowHandle(via_proxy, f"outage-{key}")
     proxy.cut()
     for call in (far.status, far.record, far.query, far.cancel, lambda: far.signal("go")):

@@ -174,6 +174,12 @@ class RunStatements(Builder):
         )
         self.release_owner = update(runs).where(owned).values(given_back).returning(runs.c.id)
         self.renew_leases = update(runs).where(owned).values(due_at=now + bindparam("p_lease"))
+        self.renew_lease = (
+            update(runs)
+            .where(self.live)
+            .values(due_at=now + bindparam("p_lease"))
+            .returning(runs.c.id)
+        )
 
         idle = runs.c.status.in_(("PENDING", "WAITING"))
         self.cancel_run = (

@@ -275,6 +275,11 @@ class Store:
             rows = conn.execute(self.sql.runs.release_owner, params(owner=owner, ids=list(run_ids)))
             return [r.id for r in rows]
 
+    def renew_lease(self, run_id: str, fence: int, lease: float) -> bool:
+        """Extend one run's lease if this worker still holds it (and cancel wasn't asked)."""
+        values = params(run_id=run_id, fence=fence, lease=lease)
+        return self.db.one(self.sql.runs.renew_lease, values, retry=True) is not None
+
     def renew_leases(self, owner: str, run_ids: Sequence[str], lease: float) -> int:
         """One statement renews all of a process's leases."""
         if not run_ids:

@@ -43,7 +43,8 @@ _redis = redis.Redis.from_url(
 def inject_fault(point: str, info: dict[str, Any]) -> None:
     """Fault points armed by a test: ``SET fault:<workflow id> <point>:<action>[:<step>]``.
 
-    The action (``kill``: SIGKILL this pool process; ``raise``: an exception) fires once.
+    The action (``kill``: SIGKILL this pool process; ``stop``: SIGSTOP it; ``raise``: an
+    exception) fires once.
     """
     key = f"fault:{info.get('workflow_id')}"
     armed = _redis.get(key)
@@ -57,6 +58,10 @@ def inject_fault(point: str, info: dict[str, Any]) -> None:
     _redis.incr(f"fired:{info.get('workflow_id')}:{point}")
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if action == "stop":  # paused until the test sends SIGCONT to the pid it finds here
+        _redis.set(f"stopped:{info.get('workflow_id')}", os.getpid())
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return
     raise RuntimeError(f"injected fault at {point}")
 
 
