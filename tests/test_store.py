@@ -43,7 +43,7 @@ def step(idx: int, output: str = "1") -> StepRecord:
 
 
 def test_migrations_are_recorded_in_their_own_version_table(store):
-    assert current(store) == "0002"
+    assert current(store) == "0003"
     upgrade(store)  # idempotent
     names = sa.inspect(store.engine).get_table_names()
     prefix = store.table_prefix
@@ -212,7 +212,8 @@ def test_concurrent_sweepers_never_share_a_run():
 def test_a_cancelled_run_is_never_claimed_or_retried(store):
     store.insert_run(new_run("c1"))
     claim = store.claim_run("c1", "a", lease=30)
-    assert store.cancel_run("c1", "stop") == (True, "RUNNING")
+    cancelled = store.cancel_run("c1", "stop")
+    assert (cancelled.requested, cancelled.status) == (True, "RUNNING")
     assert store.schedule_retry("c1", claim.fence, 0.0, '{"type":"x"}') == "CANCELLED"
     assert store.get_run("c1").status == "CANCELLED"
     store.insert_run(new_run("c2"))

@@ -5,9 +5,20 @@ Example::
     from celery_durable.store import Store, StepRecord, Outcome
 """
 
+from .connections import is_unavailable
+from .item_ops import DISPATCH_BATCH
 from .records import (
+    Cancellation,
     Claim,
+    DueItem,
     DueRun,
+    FanOut,
+    FanOutState,
+    ItemClaim,
+    ItemFailure,
+    ItemRow,
+    ItemWrite,
+    LostItem,
     NewRun,
     Outcome,
     RunRecord,
@@ -17,13 +28,23 @@ from .records import (
     StepWrite,
 )
 from .schema import ACTIVE_STATUSES, FINISHED_STATUSES, Tables, build_tables
-from .store import Store, is_unavailable
+from .store import Store
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "DISPATCH_BATCH",
     "FINISHED_STATUSES",
+    "Cancellation",
     "Claim",
+    "DueItem",
     "DueRun",
+    "FanOut",
+    "FanOutState",
+    "ItemClaim",
+    "ItemFailure",
+    "ItemRow",
+    "ItemWrite",
+    "LostItem",
     "NewRun",
     "Outcome",
     "RunRecord",
