@@ -27,6 +27,8 @@ PREFIX = unique("t")[:9] + "_"
 NAMESPACE = unique("ns-")
 QUEUE = unique("q-")
 OTHER_QUEUE = unique("oq-")
+# The queue of the test app's routed steps (``@durable.step(queue=GPU_QUEUE)``).
+GPU_QUEUE = unique("gpu-")
 
 # The test app (tests/apps/basic.py) reads all of these, in this process and in workers.
 os.environ.update(
@@ -43,6 +45,7 @@ os.environ.update(
         "TEST_REDIS_URL": REDIS_URL,
         "TEST_QUEUE": QUEUE,
         "TEST_OTHER_QUEUE": OTHER_QUEUE,
+        "TEST_GPU_QUEUE": GPU_QUEUE,
     }
 )
 
@@ -68,7 +71,7 @@ def basic_app() -> Iterator[object]:
     yield basic
     basic.durable.store.dispose()
     drop_tables(PG_URL, PREFIX)
-    delete_queues(BROKER_URL, [QUEUE, OTHER_QUEUE, basic.durable.config.signal_queue])
+    delete_queues(BROKER_URL, [QUEUE, OTHER_QUEUE, GPU_QUEUE, basic.durable.config.signal_queue])
 
 
 @pytest.fixture

@@ -144,10 +144,12 @@ class ItemStatements(Builder):
         )
 
         # -- the item task: claim, record, retry --------------------------------------------
+        # Spelled out, not IN (...): claim_item runs on the precompiled psycopg path,
+        # which can't expand a list parameter.
         run_active = exists().where(
             runs.c.namespace == namespace,
             runs.c.id == items.c.run_id,
-            runs.c.status.in_(ACTIVE_STATUSES),
+            or_(*(runs.c.status == status for status in ACTIVE_STATUSES)),
             runs.c.cancel_requested == false(),
         )
         lost = items.c.status == "running"
