@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from celery_durable.store import Store
+from celery_durable.store.migrations import upgrade
 from tests.support.services import (
     BROKER,
     BROKER_URL,
@@ -121,6 +123,19 @@ def shared_worker(basic_app: object) -> Iterator[Worker]:
     worker.wait_ready()
     yield worker
     worker.stop()
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def store(request, tmp_path) -> Iterator[Store]:  # type: ignore[no-untyped-def]
+    """A Store on fresh tables, on each database in turn."""
+    prefix = unique("s")[:9] + "_"
+    url = PG_URL if request.param == "postgresql" else f"sqlite:///{tmp_path}/store.sqlite3"
+    store = Store(url, prefix, "ns")
+    upgrade(store)
+    yield store
+    store.dispose()
+    if request.param == "postgresql":
+        drop_tables(PG_URL, prefix)
 
 
 @pytest.fixture

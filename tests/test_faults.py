@@ -92,3 +92,28 @@ def test_a_body_that_swallows_its_cancellation_still_ends_cancelled(
     assert handle.status() is WorkflowStatus.CANCELLED
     assert handle.record().result is None
     assert effects(rds, key, "s2") == 0  # told to stop: no further step ran
+
+
+@pytest.mark.parametrize("action", ["kill", "raise"])
+def test_crash_between_dispatch_and_recording_dispatches_nothing_twice(
+    basic_app, start_worker, key, rds, action
+):
+    """The fault fires after the first batch (500 items) of a 600-item map is published:
+    the body never got to wait for them. Replay finds the fan-out recorded and dispatches
+    nothing again; the unpublished 100 items are published by the sweeper."""
+    from tests.conftest import GPU_QUEUE
+
+    start_worker()
+    start_worker("gpu", queues=GPU_QUEUE)
+    workflow_id = f"dispatch-{key}"
+    arm(rds, workflow_id, faults.AFTER_DISPATCH, action, 0)
+    handle = basic_app.rendered.apply_async(args=(key, 600), workflow_id=workflow_id)
+    assert handle.get(timeout=240) == [f"page-{n}" for n in range(600)]
+    assert fired(rds, workflow_id, faults.AFTER_DISPATCH)
+    assert [effects(rds, key, f"render{n}") for n in range(600)] == [1] * 600
+    rows = basic_app.durable.store.list_items(handle.id)
+    assert len(rows) == 600 and {r.status for r in rows} == {"ok"}
+    assert list(basic_app.durable.store.load_steps(handle.id)) == [0]
+    # Killed: a lost worker, recovered. Raised: a failed attempt, retried.
+    record = handle.record()
+    assert (record.recoveries, record.attempts) == ((1, 1) if action == "kill" else (0, 2))

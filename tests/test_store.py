@@ -3,27 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
-import pytest
 import sqlalchemy as sa
 
 from celery_durable.store import NewRun, Outcome, StepRecord, Store
 from celery_durable.store.migrations import current, upgrade
 from tests.support.services import PG_URL, drop_tables, unique
 from tests.support.waiting import wait_until
-
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-def store(request, tmp_path) -> Iterator[Store]:  # type: ignore[no-untyped-def]
-    prefix = unique("s")[:9] + "_"
-    url = PG_URL if request.param == "postgresql" else f"sqlite:///{tmp_path}/store.sqlite3"
-    store = Store(url, prefix, "ns")
-    upgrade(store)
-    yield store
-    store.dispose()
-    if request.param == "postgresql":
-        drop_tables(PG_URL, prefix)
 
 
 def new_run(run_id: str, grace: float = 60.0) -> NewRun:
