@@ -188,6 +188,10 @@ class ItemOps:
         """Take a dispatched pending item, or a running one whose lease expired. Its run
         being cancelled or over makes it "cancelled" instead. None: nothing to run (already
         recorded, running elsewhere, waiting out a retry backoff, or unknown)."""
+        # Asynchronous commit, like claim_run: the item's record (a synchronous commit)
+        # flushes the claim with it; a claim lost in a database crash leaves the item as
+        # it was, and its unique token matches nothing (the outcome is then not recorded,
+        # and the item runs again).
         row = self.db.one(
             self.sql.items.claim_item,
             params(
@@ -198,6 +202,7 @@ class ItemOps:
                 lease=lease,
                 max_recoveries=max_recoveries,
             ),
+            relaxed=True,
         )
         return None if row is None else ItemClaim(*row)
 
