@@ -30,8 +30,11 @@ def test_a_map_of_50_routed_items_completes_in_order(basic_app, start_worker, ke
     handle = basic_app.rendered.delay(key, 50)
     assert handle.get(timeout=120) == [f"page-{n}" for n in range(50)]
     assert [effects(rds, key, f"render{n}") for n in range(50)] == [1] * 50
-    # Ordinary Celery tasks under the step's own name, on the gpu worker only.
-    assert f"Task {basic_app.render.name}[" in gpu.log()
+    # Ordinary Celery tasks under the step's own name (what Flower shows), on the gpu
+    # worker only, with task ids derived from the run id, step index and item number.
+    assert f"Task {basic_app.render.name}[{handle.id}:0:49] received" in gpu.log()
+    task = basic_app.app.tasks[basic_app.render.name]
+    assert task.acks_late and task.reject_on_worker_lost
     rows = item_rows(basic_app, handle.id)
     assert [(r.idx, r.item, r.status) for r in rows] == [(0, n, "ok") for n in range(50)]
     steps = basic_app.durable.store.load_steps(handle.id)
@@ -234,3 +237,27 @@ def test_items_tables_rows_are_sub_records_of_one_step(basic_app, start_worker, 
             .order_by(items.c.idx)
         ).all()
     assert [tuple(r) for r in rows] == [(0, 1), (1, 1), (2, 1), (3, 3)]
+
+
+def test_an_item_running_longer_than_its_lease_keeps_it(basic_app, start_worker, key, rds):
+    """The worker's heartbeat renews item leases: a long item is never taken over."""
+    start_worker("default")
+    start_worker("gpu", queues=GPU_QUEUE)
+    rds.set(f"block:{key}:render", "1")
+    handle = basic_app.rendered.delay(key, 1, 0)
+    wait_until(lambda: rds.get(f"started:{key}:render"), 60, message="the item to start")
+    items = basic_app.durable.store.tables.items
+    store = basic_app.durable.store
+
+    def lease_end() -> float:
+        with store.engine.connect() as conn:
+            return float(
+                conn.execute(sa.select(items.c.due_at).where(items.c.run_id == handle.id)).scalar()
+            )
+
+    first = lease_end()
+    # Past the first lease's end (lock timeout 3 s), and renewed meanwhile.
+    wait_until(lambda: store.now() > first + 1 and lease_end() > first, 30, 0.2, "renewals")
+    rds.delete(f"block:{key}:render")
+    assert handle.get(timeout=60) == ["page-0"]
+    assert effects(rds, key, "render0") == 1

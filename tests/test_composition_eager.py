@@ -306,3 +306,14 @@ def test_outside_a_workflow_the_composition_api_says_what_to_do(durable):
         routed(1)
     assert routed.fn(2) == 2
     assert plain(3) == 3  # an unrouted step is still a plain call outside a workflow
+
+
+def test_derived_ids_fit_amqp_correlation_ids():
+    from celery_durable.compose import derived_id
+    from celery_durable.fanout import item_task_id
+
+    assert item_task_id("run-1", 3, 17) == "run-1:3:17"
+    long_id = "é" * 200  # 200 characters, 400 bytes
+    derived = item_task_id(long_id, 3, 17)
+    assert len(derived.encode()) <= 255 and derived == item_task_id(long_id, 3, 17)
+    assert derived_id(f"{long_id}:3") != derived_id(f"{long_id}:4")

@@ -117,3 +117,24 @@ def test_crash_between_dispatch_and_recording_dispatches_nothing_twice(
     # Killed: a lost worker, recovered. Raised: a failed attempt, retried.
     record = handle.record()
     assert (record.recoveries, record.attempts) == ((1, 1) if action == "kill" else (0, 2))
+
+
+def test_a_lost_wake_up_is_published_by_the_sweeper(basic_app, start_worker, key, rds):
+    """The item task dies right after the transaction that recorded the last item and
+    woke the parent, before it published the parent's message: the run is PENDING with
+    no message, and the sweeper publishes it after the dispatch grace."""
+    from tests.conftest import GPU_QUEUE
+
+    start_worker()
+    start_worker("gpu", queues=GPU_QUEUE)
+    workflow_id = f"wake-{key}"
+    rds.set(f"block:{key}:render", "1")
+    handle = basic_app.rendered.apply_async(args=(key, 1, 0), workflow_id=workflow_id)
+    wait_until(lambda: handle.status() is WorkflowStatus.WAITING, 60, message="the wait")
+    wait_until(lambda: rds.get(f"started:{key}:render"), 60, message="the item to start")
+    arm(rds, workflow_id, faults.AFTER_RECORD_ITEM, "kill", 0)
+    rds.delete(f"block:{key}:render")
+    assert handle.get(timeout=90) == ["page-0"]
+    assert fired(rds, workflow_id, faults.AFTER_RECORD_ITEM)
+    assert effects(rds, key, "render0") == 1  # recorded once; its redelivery did not run
+    assert handle.record().dispatches >= 1  # published by a sweep, not by the item task
