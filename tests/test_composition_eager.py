@@ -262,6 +262,24 @@ def test_a_cancelled_child_raises_workflow_cancelled_in_its_parent(durable):
     assert handle.get(timeout=5) == "child cancelled: no longer needed"
 
 
+def test_an_unhandled_cancelled_child_fails_its_parent_not_cancels_it(durable):
+    @durable.workflow
+    def waits() -> None:
+        cd.wait_for_signal("never")
+
+    @durable.workflow(max_attempts=3)
+    def parent() -> None:
+        waits.start_child(detached=True).result()
+
+    handle = parent.apply_async(workflow_id="p-5")
+    durable.get_handle("p-5:0").cancel("gone")
+    with pytest.raises(WorkflowFailed) as failed:
+        handle.get(timeout=5)
+    assert failed.value.error_type == "celery_durable.errors.WorkflowCancelled"
+    assert "p-5:0" in failed.value.error_message and "gone" in failed.value.error_message
+    assert handle.record().attempts == 1  # a recorded outcome: not retried
+
+
 def test_child_result_with_a_timeout_is_a_durable_timer(durable):
     @durable.workflow
     def waits() -> str:

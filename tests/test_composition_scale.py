@@ -10,6 +10,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from celery_durable import WorkflowStatus
 from tests.conftest import GPU_QUEUE
 from tests.support.workers import Worker
@@ -35,6 +37,7 @@ def peak_rss_mib(worker: Worker) -> float:
     return peak / 1024
 
 
+@pytest.mark.timeout(900)
 def test_a_map_of_ten_thousand_items(basic_app, start_worker, key):
     # A dispatch grace longer than the queue takes to drain: no redundant re-dispatches.
     env = {"CELERY_DURABLE_DISPATCH_GRACE": "120"}
