@@ -20,11 +20,12 @@ ITEMS = 10_000
 
 
 def peak_rss_mib(worker: Worker) -> float:
-    """The largest peak RSS (VmHWM) among the worker's processes: main and pool children."""
+    """The largest peak RSS (VmHWM) among the worker's pool processes (the main process,
+    which runs no task, left out)."""
     group = os.getpgid(worker.proc.pid)
     peak = 0
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == worker.proc.pid:
             continue
         try:
             if os.getpgid(int(entry.name)) != group:
@@ -43,6 +44,7 @@ def test_a_map_of_ten_thousand_items(basic_app, start_worker, key):
     env = {"CELERY_DURABLE_DISPATCH_GRACE": "120"}
     default = start_worker("scale-default", env=env)
     gpu = start_worker("scale-gpu", env=env, queues=GPU_QUEUE)
+    idle = peak_rss_mib(default), peak_rss_mib(gpu)
     started = time.monotonic()
     handle = basic_app.squares.delay(ITEMS)
     assert handle.get(timeout=900) == sum(n * n for n in range(ITEMS))
@@ -52,7 +54,7 @@ def test_a_map_of_ten_thousand_items(basic_app, start_worker, key):
     assert len(rows) == ITEMS and all(r.status == "ok" and r.attempts == 1 for r in rows)
     report = (
         f"\n10,000-item cd.map: {elapsed:.1f} s ({ITEMS / elapsed:.0f} items/s); peak RSS: "
-        f"default-queue worker {peak_rss_mib(default):.0f} MiB, "
-        f"gpu worker {peak_rss_mib(gpu):.0f} MiB"
+        f"default-queue worker {peak_rss_mib(default):.0f} MiB (idle {idle[0]:.0f}), "
+        f"gpu worker {peak_rss_mib(gpu):.0f} MiB (idle {idle[1]:.0f})"
     )
-    print(report)
+    print(report)  # pool processes' peak RSS; "idle": before the workflow started
