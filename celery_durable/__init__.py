@@ -1,5 +1,6 @@
 """celery_durable: durable, step-persistent workflows on Celery and Postgres."""
 
+from .compose import ChildHandle, StepFuture, gather, map
 from .context import WorkflowContext
 from .errors import (
     ConfigurationError,
@@ -26,6 +27,7 @@ from .suspend import sleep, sleep_until, wait_for_signal
 from .workflow import WorkflowTask
 
 __all__ = [
+    "ChildHandle",
     "ConfigurationError",
     "DatabaseUnavailable",
     "DuplicateRegistration",
@@ -37,6 +39,7 @@ __all__ = [
     "PendingSignalsFull",
     "PermanentError",
     "StepFailed",
+    "StepFuture",
     "UnknownQuery",
     "WorkflowAlreadyCompleted",
     "WorkflowAlreadyExists",
@@ -47,6 +50,8 @@ __all__ = [
     "WorkflowNotFound",
     "WorkflowStatus",
     "WorkflowTask",
+    "gather",
+    "map",
     "set_state",
     "sleep",
     "sleep_until",

@@ -5,7 +5,7 @@ Example::
     celery -A shop durable migrate          # create or upgrade the tables
     celery -A shop durable migrate --sql    # print the DDL instead
     celery -A shop durable sweep            # one sweep now (workers sweep on their own)
-    celery -A shop durable show order-42    # a run's status, attempts and steps
+    celery -A shop durable show order-42    # status, attempts, steps, items, children
     celery -A shop durable signal order-42 approval '{"by": "alice"}'
     celery -A shop durable cancel order-42 --reason "customer left"
 """
@@ -23,7 +23,7 @@ from . import validate
 from .apps import durables_of
 from .errors import DatabaseUnavailable, DurableError, WorkflowAlreadyCompleted, WorkflowNotFound
 from .extension import Durable
-from .store import FINISHED_STATUSES
+from .store import FINISHED_STATUSES, ItemRow
 from .store.outage import is_unreachable, retry_while_unreachable, unavailable
 
 
@@ -97,7 +97,7 @@ def _one_line_errors(instance: Durable, action: str, workflow_id: str) -> Iterat
         raise click.ClickException(str(unavailable(exc, instance.store.url, where))) from None
 
 
-@durable.command(help="Show a run: status, attempts, steps.")
+@durable.command(help="Show a run: status, attempts, steps, fan-out items, children.")
 @click.argument("workflow_id")
 @click.option(
     "--timeout",
@@ -106,18 +106,26 @@ def _one_line_errors(instance: Durable, action: str, workflow_id: str) -> Iterat
     show_default=True,
     help="Seconds to keep retrying while the database is unreachable (a restart).",
 )
+@click.option(
+    "--max-items",
+    default=100,
+    show_default=True,
+    help="Items listed per fan-out step (0: all); the counts cover every item.",
+)
 @click.pass_context
-def show(ctx: click.Context, workflow_id: str, timeout: float) -> None:
+def show(ctx: click.Context, workflow_id: str, timeout: float, max_items: int) -> None:
     instance = _only_durable(ctx)
     _check_id(workflow_id)
     store = instance.store
 
-    def read() -> tuple[Any, dict[int, Any]]:
+    def read() -> tuple[Any, dict[int, Any], list[ItemRow]]:
         run = store.get_run(workflow_id)
-        return run, {} if run is None else store.load_steps(workflow_id)
+        if run is None:
+            return None, {}, []
+        return run, store.load_steps(workflow_id), store.list_items(workflow_id)
 
     try:
-        run, steps = retry_while_unreachable(
+        run, steps, rows = retry_while_unreachable(
             read, timeout, store.url, f"cannot show workflow run {workflow_id!r}"
         )
     except DatabaseUnavailable as exc:
@@ -127,9 +135,16 @@ def show(ctx: click.Context, workflow_id: str, timeout: float) -> None:
     # A suspended run gives its attempt back, so a run that ran shows at least attempt 1.
     attempt = max(run.attempts, 1 if run.started_at is not None else 0)
     click.echo(f"{run.id}  {run.name}  {run.status}  attempt {attempt}/{run.max_attempts}")
+    if run.parent_id:
+        click.echo(f"child of {run.parent_id} (its step {run.parent_idx})")
     if run.wait_signal:
         click.echo(f"waiting for signal {run.wait_signal!r}")
+    if run.wait_items:
+        click.echo("waiting for items (parallel steps, remote steps or children)")
     finished = run.status in FINISHED_STATUSES
+    items: dict[int, list[ItemRow]] = {}
+    for row in rows:
+        items.setdefault(row.idx, []).append(row)
     for step in steps.values():
         status = step.status
         if status == "waiting" and finished:
@@ -144,8 +159,29 @@ def show(ctx: click.Context, workflow_id: str, timeout: float) -> None:
                 f"{run.max_attempts} attempts = {calls} calls)"
             )
         click.echo(line)
+        _show_items(items.get(step.idx, []), max_items)
     if run.error:
         click.echo(f"error: {json.loads(run.error).get('message')}")
+
+
+def _show_items(rows: list[ItemRow], max_items: int) -> None:
+    """A fan-out's items (counts by state, then one line each) or its child."""
+    if not rows:
+        return
+    if rows[0].child_id is not None:
+        child = rows[0]
+        click.echo(f"    child {child.child_id}: {child.child_status or 'missing'}")
+        return
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
+    summary = ", ".join(f"{status} {count}" for status, count in sorted(counts.items()))
+    click.echo(f"    {len(rows)} item(s): {summary}")
+    shown = rows if max_items <= 0 else rows[:max_items]
+    for row in shown:
+        click.echo(f"    item {row.item}: {row.status} (attempt {row.attempts})")
+    if len(shown) < len(rows):
+        click.echo(f"    ... {len(rows) - len(shown)} more (--max-items 0 lists all)")
 
 
 @durable.command(name="signal", help="Send a signal (payload as JSON) to a run.")

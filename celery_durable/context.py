@@ -15,14 +15,39 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .store import StepRecord, Store
+    from collections.abc import Iterable
+
+    from .store import DueRun, StepRecord, Store
 
 _current: contextvars.ContextVar[WorkflowContext | None] = contextvars.ContextVar(
     "celery_durable_workflow", default=None
 )
+
+
+class Dispatcher(Protocol):
+    """What the engine lends a body to start work elsewhere: publishing Celery messages.
+
+    The body API can't import the engine (layers point one way), so the engine passes
+    this in the context; :class:`celery_durable.fanout.Dispatch` implements it.
+    """
+
+    @property
+    def dispatch_grace(self) -> float:
+        """Seconds a published item may wait in its queue before it is published again."""
+        ...
+
+    def publish_items(
+        self, step_name: str, queue: str | None, run_id: str, idx: int, items: Iterable[int]
+    ) -> None:
+        """Publish the item tasks ``items`` of fan-out step ``idx``; log, never raise."""
+        ...
+
+    def publish_run(self, run: DueRun) -> None:
+        """Publish a stored run's task message (a child, a woken parent)."""
+        ...
 
 
 @dataclasses.dataclass
@@ -63,6 +88,15 @@ class WorkflowContext:
     # The last step failure the body raised. Its record is written lazily: with the next
     # write if the body caught it, or with the retry or settle it caused, in one transaction.
     failed_step: FailedStep | None = None
+    # Where remote steps of this run go when theirs names no queue (the run's own queue).
+    queue: str | None = None
+    # A child run's parent and the parent's step index that started it.
+    parent_id: str | None = None
+    parent_idx: int | None = None
+    dispatcher: Dispatcher | None = None
+    # Fan-out steps dispatched by this execution (not replayed): waiting on them tries to
+    # suspend before reading their items, which have most likely not settled yet.
+    fresh: set[int] = dataclasses.field(default_factory=set)
 
     @classmethod
     def current(cls) -> WorkflowContext | None:

@@ -93,13 +93,28 @@ class WorkflowFailed(DurableError):
 
 
 class StepFailed(DurableError):
-    """Replays a recorded step failure whose exception type cannot be rebuilt."""
+    """A step failed for good: a remote step or a ``cd.map`` item (after its own retries),
+    or a recorded local failure whose exception type cannot be rebuilt.
 
-    def __init__(self, step_name: str, error_type: str, error_message: str) -> None:
-        super().__init__(f"step {step_name} failed: {error_type}: {error_message}")
+    Carries the original exception's type, message and traceback; ``item`` is the
+    ``cd.map`` item number (0 for a single remote step), None for a local step.
+    """
+
+    def __init__(
+        self,
+        step_name: str,
+        error_type: str,
+        error_message: str,
+        error_traceback: str = "",
+        item: int | None = None,
+    ) -> None:
+        where = "" if item is None else f" (item {item})"
+        super().__init__(f"step {step_name}{where} failed: {error_type}: {error_message}")
         self.step_name = step_name
         self.error_type = error_type
         self.error_message = error_message
+        self.error_traceback = error_traceback
+        self.item = item
 
 
 class WorkflowCancelled(BaseException):  # noqa: N818 - the name is public API

@@ -27,6 +27,7 @@ from celery import signals as celery_signals
 from . import apps, serialization, validate
 from .config import DurableConfig
 from .errors import ConfigurationError, DuplicateRegistration, WorkflowNotFound
+from .fanout import Dispatch, register_item_task
 from .handle import WorkflowHandle
 from .signals import SignalQueue, register_tasks, send_signal_via_broker
 from .step import DEFAULT_MAX_BACKOFF, Step
@@ -59,6 +60,7 @@ class Durable:
         self.steps: dict[str, Step[Any, Any]] = {}
         self.leases = LeaseKeeper(self)
         self.sweeper = Sweeper(self)
+        self.dispatch = Dispatch(self)
         app.steps["worker"].add(DurableSweeper)
         app.steps["worker"].add(SignalQueue)
         register_tasks(app)
@@ -187,6 +189,7 @@ class Durable:
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         dont_retry_on: tuple[type[BaseException], ...] = (),
+        queue: str | None = None,
     ) -> Callable[[F], Step[Any, Any]]: ...
 
     def step(
@@ -199,8 +202,14 @@ class Durable:
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         dont_retry_on: tuple[type[BaseException], ...] = (),
+        queue: str | None = None,
     ) -> Any:
-        """Register ``fn`` as a step: inside a workflow its result is recorded and replayed."""
+        """Register ``fn`` as a step: inside a workflow its result is recorded and replayed.
+
+        The step is also a Celery task of its own name, which runs it when started with
+        ``step.start()`` or ``cd.map()``. With ``queue`` it is a routed step: called in a
+        workflow body it always runs as that task, on that queue.
+        """
         if fn is None:
             return lambda f: self.step(
                 f,
@@ -210,6 +219,7 @@ class Durable:
                 max_backoff=max_backoff,
                 retry_on=retry_on,
                 dont_retry_on=dont_retry_on,
+                queue=queue,
             )
         step_name = name or f"{fn.__module__}.{fn.__qualname__}"
         if step_name in self.steps:
@@ -225,7 +235,9 @@ class Durable:
             max_backoff=max_backoff,
             retry_on=tuple(retry_on),
             dont_retry_on=tuple(dont_retry_on),
+            queue=queue,
         )
+        register_item_task(self.app, step)
         self.steps[step_name] = step
         return step
 

@@ -31,6 +31,11 @@ AFTER_CONSUME_SIGNAL = "after_consume_signal"
 AFTER_SETTLE = "after_settle"
 # A transactional start's claim found no row yet; before the worker looks again.
 AFTER_CLAIM_MISSED = "after_claim_missed"
+# A fan-out step and its items (or child) are recorded and a batch of them published;
+# nothing of theirs is recorded in the body yet. ``batch`` numbers the batch (0, 1, ...).
+AFTER_DISPATCH = "after_dispatch"
+# An item task recorded its item's outcome (and woke the parent); before its ack.
+AFTER_RECORD_ITEM = "after_record_item"
 
 POINTS = frozenset(
     {
@@ -41,6 +46,8 @@ POINTS = frozenset(
         AFTER_CONSUME_SIGNAL,
         AFTER_SETTLE,
         AFTER_CLAIM_MISSED,
+        AFTER_DISPATCH,
+        AFTER_RECORD_ITEM,
     }
 )
 

@@ -20,6 +20,7 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from . import serialization, validate
 from .errors import WorkflowAlreadyCompleted, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
+from .fanout import cancel
 from .signals import send_signal
 from .state import query
 from .store import FINISHED_STATUSES, RunRecord
@@ -151,17 +152,18 @@ class WorkflowHandle:
 
     def cancel(self, reason: str | None = None) -> WorkflowStatus:
         """Cancel the run: at once if pending or waiting, at its next step if running.
+        Its pending items never run; its children are cancelled too (not detached ones).
 
         Raises WorkflowAlreadyCompleted for a finished run.
         """
         validate.check_text(reason, "cancel(reason)", allow_none=True)
         with self._outage_named("cancelling workflow run"):
-            requested, status = self.durable.store.cancel_run(self.id, reason)
-        if status is None:
+            cancelled = cancel(self.durable, self.id, reason)
+        if cancelled.status is None:
             raise WorkflowNotFound(self.id)
-        if not requested:
-            raise WorkflowAlreadyCompleted(self.id, status)
-        return WorkflowStatus(status)
+        if not cancelled.requested:
+            raise WorkflowAlreadyCompleted(self.id, cancelled.status)
+        return WorkflowStatus(cancelled.status)
 
     def _wait_finished(self, timeout: float | None, interval: float) -> RunRecord:
         """Read the run until it finished; an unreachable database (a restart) is retried

@@ -101,10 +101,15 @@ def encode_json(what: str, value: Any) -> str:
 def encode_error(exc: BaseException) -> str:
     """Encode an exception's type, message, args (when JSON holds them) and traceback."""
     cls = type(exc)
+    trace = "".join(traceback.format_exception(cls, exc, exc.__traceback__))
+    # A remote step's or a child's failure replayed here: keep where it really happened.
+    origin = getattr(exc, "error_traceback", "")
+    if isinstance(origin, str) and origin:
+        trace += "\nThe original traceback (where the remote step or child failed):\n" + origin
     payload: dict[str, Any] = {
         "type": f"{cls.__module__}.{cls.__qualname__}",
         "message": str(exc),
-        "traceback": "".join(traceback.format_exception(cls, exc, exc.__traceback__)),
+        "traceback": trace,
     }
     try:
         payload["args"] = loads(dumps(list(exc.args)))

@@ -27,6 +27,7 @@ from .errors import (
     Suspended,
     WorkflowCancelled,
 )
+from .fanout import publish_woken
 from .store import Claim, StepRecord
 
 if TYPE_CHECKING:
@@ -57,8 +58,8 @@ def settle_stop_or_error(
             extra=fields,
         )
         return None
-    if isinstance(exc, WorkflowCancelled):
-        if durable.store.settle_run(run_id, ctx.fence, "CANCELLED"):
+    if isinstance(exc, WorkflowCancelled) and exc.workflow_id == run_id:
+        if finish(durable, ctx, "CANCELLED"):
             faults.reach(faults.AFTER_SETTLE, **fields)
             logger.info("workflow %s run %s cancelled: %s", name, run_id, exc.reason, extra=fields)
         return None
@@ -78,9 +79,7 @@ def settle_success(durable: Durable, ctx: WorkflowContext, encoded: str) -> bool
     fields = ctx.log_fields()
     failed = ctx.failed_step
     caught = failed.record if failed is not None and not failed.written else None
-    status = durable.store.settle_run(
-        ctx.workflow_id, ctx.fence, "SUCCEEDED", result=encoded, step=caught
-    )
+    status = finish(durable, ctx, "SUCCEEDED", result=encoded, step=caught)
     faults.reach(faults.AFTER_SETTLE, **fields)
     if status == "SUCCEEDED":
         logger.info(
@@ -104,7 +103,51 @@ def settle_success(durable: Durable, ctx: WorkflowContext, encoded: str) -> bool
     return False
 
 
+def finish(
+    durable: Durable,
+    ctx: WorkflowContext,
+    status: str,
+    *,
+    result: str | None = None,
+    error: str | None = None,
+    step: StepRecord | None = None,
+) -> str | None:
+    """Settle the run; a child's settle also gives its parent's item the outcome (and
+    wakes the parent), in the same transaction. Ordinary runs keep the one statement."""
+    store = durable.store
+    if ctx.parent_id is None or ctx.parent_idx is None:
+        return store.settle_run(
+            ctx.workflow_id, ctx.fence, status, result=result, error=error, step=step
+        )
+    final, woken = store.settle_child_run(
+        ctx.workflow_id,
+        ctx.fence,
+        status,
+        parent_id=ctx.parent_id,
+        parent_idx=ctx.parent_idx,
+        grace=durable.config.dispatch_grace,
+        result=result,
+        error=error,
+        step=step,
+    )
+    publish_woken(durable, woken, f"its child {ctx.workflow_id} finished")
+    return final
+
+
+def _child_cancelled_on_retry(durable: Durable, ctx: WorkflowContext) -> None:
+    """A child cancelled while scheduling its retry: its parent's item learns it now."""
+    if ctx.parent_id is not None and ctx.parent_idx is not None:
+        woken = durable.store.settle_child_item(
+            ctx.parent_id, ctx.parent_idx, ctx.workflow_id, durable.config.dispatch_grace
+        )
+        publish_woken(durable, woken, f"its child {ctx.workflow_id} was cancelled")
+
+
 def _retryable(exc: BaseException) -> bool:
+    # ``final``: a recorded outcome (a remote step's or a child's failure) that replay
+    # raises again identically, so a workflow retry could only fail the same way.
+    if getattr(exc, "final", False):
+        return False
     return not isinstance(exc, PermanentError | NonDeterminismError)
 
 
@@ -132,7 +175,9 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
     store, config = durable.store, durable.config
     error = serialization.encode_error(exc)
     fields = ctx.log_fields()
-    interrupted = not isinstance(exc, Exception)  # KeyboardInterrupt, SystemExit, ...
+    # KeyboardInterrupt, SystemExit, ...; not a child's WorkflowCancelled (a recorded
+    # outcome re-raised in this body: the run fails).
+    interrupted = not isinstance(exc, Exception) and not getattr(exc, "final", False)
     if interrupted and _worker_shutting_down():
         # Cold shutdown: give the lease back at once; not a failed attempt.
         if store.release_run(ctx.workflow_id, ctx.fence):
@@ -167,6 +212,7 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
                 extra=fields,
             )
         elif status == "CANCELLED":
+            _child_cancelled_on_retry(durable, ctx)
             _log_cancelled_after_failure(ctx)
             return None
         else:
@@ -177,9 +223,7 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
         raise Retry(
             f"retry attempt {claim.attempts + 1} at {when.isoformat()}", exc=exc, when=when
         ) from exc
-    status = store.settle_run(
-        ctx.workflow_id, ctx.fence, "FAILED", error=error, step=_failed_step_record(ctx, exc)
-    )
+    status = finish(durable, ctx, "FAILED", error=error, step=_failed_step_record(ctx, exc))
     if status == "CANCELLED":
         _log_cancelled_after_failure(ctx)
         return None
@@ -196,6 +240,8 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
         )
     else:
         _log_lost_at_settle(ctx)
+    if not isinstance(exc, Exception) and not interrupted:
+        return None  # a child's WorkflowCancelled: settled; must not kill the pool process
     raise exc
 
 

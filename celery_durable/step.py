@@ -6,7 +6,8 @@ Example::
     def charge(order_id: int, amount: int) -> str:
         return payments.charge(order_id, amount)
 
-Outside a workflow a step is a plain function call, which is how its unit tests call it.
+Outside a workflow a step is a plain function call, which is how its unit tests call it
+(a routed step, ``@durable.step(queue="gpu")``, refuses: call ``step.fn`` there).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar
 
 from . import faults, serialization
 from .context import FailedStep, WorkflowContext
@@ -28,6 +29,9 @@ from .errors import (
     WorkflowCancelled,
 )
 from .store import Outcome, StepRecord
+
+if TYPE_CHECKING:
+    from .compose import StepFuture
 
 logger = logging.getLogger("celery_durable.step")
 
@@ -50,6 +54,7 @@ class Step(Generic[P, R]):
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         dont_retry_on: tuple[type[BaseException], ...] = (),
+        queue: str | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"step {name}: max_attempts must be at least 1, got {max_attempts}")
@@ -64,6 +69,8 @@ class Step(Generic[P, R]):
         self.max_backoff = max_backoff
         self.retry_on = tuple(retry_on)
         self.dont_retry_on = tuple(dont_retry_on)
+        # A routed step always runs as its own Celery task on this queue.
+        self.queue = queue
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
         self.__qualname__ = getattr(fn, "__qualname__", name)
@@ -75,9 +82,28 @@ class Step(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         ctx = WorkflowContext.current()
+        if self.queue is not None:
+            if ctx is None or ctx.in_step:
+                raise RuntimeError(
+                    f"step {self.name} is routed to queue {self.queue!r}: called here it "
+                    f"would run in this process, not on {self.queue!r}. Call it from a "
+                    f"workflow body (it then runs as a Celery task on {self.queue!r}), or "
+                    f"call {self.__name__}.fn(...) to run the function here (in a unit "
+                    "test, say)"
+                )
+            return self.start(*args, **kwargs).result()
         if ctx is None or ctx.in_step:
             return self.fn(*args, **kwargs)
         return self._run_in(ctx, args, kwargs)  # type: ignore[arg-type]
+
+    def start(self, *args: P.args, **kwargs: P.kwargs) -> StepFuture[R]:
+        """Inside a workflow: run the step as a Celery task on its queue (or the
+        workflow's), and return a future; ``future.result()`` or ``cd.gather`` wait for
+        it without holding a worker."""
+        # compose builds on this module (records, replay checks): imported on use.
+        from .compose import start_step
+
+        return start_step(self, args, kwargs)
 
     def retryable(self, exc: BaseException) -> bool:
         if isinstance(exc, PermanentError | NonDeterminismError):

@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
@@ -25,6 +26,7 @@ from celery import bootsteps
 from . import faults, serialization
 from .apps import durables_of
 from .context import LeaseClock
+from .fanout import cancel, publish_woken
 from .store import FINISHED_STATUSES, DueRun
 from .store.outage import describe, is_unreachable, summary
 
@@ -34,15 +36,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger("celery_durable.worker")
 
 
-def worker_lost_error(max_recoveries: int) -> str:
-    """The error a poison run ends with: its worker was lost ``max_recoveries`` times."""
+def worker_lost_error(max_recoveries: int, what: str = "workflow") -> str:
+    """The error a poison run (or item) ends with: its worker was lost ``max_recoveries``
+    times."""
     return serialization.dumps(
         {
             "type": "celery_durable.errors.WorkerLost",
             "message": (
-                f"the worker running this workflow was lost {max_recoveries} times "
+                f"the worker running this {what} was lost {max_recoveries} times "
                 f"(durable_max_recoveries={max_recoveries}): each attempt killed its worker "
-                "(out of memory, a crash in native code, SIGKILL?), so the run is not resumed"
+                "(out of memory, a crash in native code, SIGKILL?), so it is not run again"
             ),
             "traceback": "",
             "args": None,
@@ -110,6 +113,9 @@ class LeaseKeeper:
         self._owner = ""
         self._runs: Counter[str] = Counter()
         self._clocks: dict[str, list[LeaseClock]] = {}
+        # Items this process runs: (run id, step index, item, claim token).
+        self._items: set[tuple[str, int, int, str]] = set()
+        self._claims = itertools.count(1)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -128,6 +134,8 @@ class LeaseKeeper:
         self._owner = f"{socket.gethostname()}:{self._pid}:{uuid.uuid4().hex[:8]}"
         self._runs = Counter()
         self._clocks = {}
+        self._items = set()
+        self._claims = itertools.count(1)
         self._thread = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -140,11 +148,31 @@ class LeaseKeeper:
             self._runs[run_id] += 1
             if clock is not None:
                 self._clocks.setdefault(run_id, []).append(clock)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._beat, name="celery_durable-heartbeat", daemon=True
-                )
-                self._thread.start()
+            self._start_beating()
+
+    def _start_beating(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=self._beat, name="celery_durable-heartbeat", daemon=True
+            )
+            self._thread.start()
+
+    def item_token(self) -> str:
+        """A claim token for an item, unique across processes and claims: its fence."""
+        return f"{self.owner}:{next(self._claims)}"
+
+    def track_item(self, held: tuple[str, int, int, str]) -> None:
+        with self._lock:
+            self._items.add(held)
+            self._start_beating()
+
+    def untrack_item(self, held: tuple[str, int, int, str]) -> None:
+        with self._lock:
+            self._items.discard(held)
+
+    def items(self) -> list[tuple[str, int, int, str]]:
+        with self._lock:
+            return sorted(self._items)
 
     def untrack(self, run_id: str) -> None:
         with self._lock:
@@ -162,12 +190,14 @@ class LeaseKeeper:
         period = config.lock_timeout / 3
         delay = period
         while not self._stop.wait(delay):
-            runs = self.running()
+            runs, items = self.running(), self.items()
             delay = period
-            if not runs:
+            if not runs and not items:
                 continue
+            store = self.durable.store
             try:
-                renewed = self.durable.store.renew_leases(self._owner, runs, config.lock_timeout)
+                renewed = store.renew_leases(self._owner, runs, config.lock_timeout)
+                renewed += store.renew_item_leases(items, config.lock_timeout)
             except Exception as exc:
                 # Retry sooner than a beat (the leases are running out), backing off up to
                 # one beat: never renewing less often than normal, never hammering.
@@ -175,9 +205,11 @@ class LeaseKeeper:
                 self._failures.failed(exc, delay)
                 continue
             self._failures.succeeded()
-            if renewed < len(runs):
+            if renewed < len(runs) + len(items):
                 # Which ones were lost is for each run's next step to find out (it checks).
-                logger.warning("renewed %d of %d leases; the others were lost", renewed, len(runs))
+                logger.warning(
+                    "renewed %d of %d leases; the others were lost", renewed, len(runs) + len(items)
+                )
                 continue
             with self._lock:
                 clocks = [clock for run in runs for clock in self._clocks.get(run, ())]
@@ -191,6 +223,7 @@ class LeaseKeeper:
             return []
         try:
             released = self.durable.store.release_owner(self._owner, self.running())
+            self.durable.store.release_items(self.items())
         except Exception:
             logger.exception("could not give back the leases of %s", self._owner)
             return []
@@ -262,7 +295,58 @@ class Sweeper:
         for run in durable.store.wake_signalled_runs(config.dispatch_grace, names):
             # A signal whose wake-up message was lost: the run still waits for it.
             published += self._publish(run, "woke workflow %s run %s for a stored signal")
+        published += self.sweep_items(names)
         self.cancel_revoked()
+        return published
+
+    def sweep_items(self, names: list[str]) -> int:
+        """Items: publish again the lost, the orphaned and the due retries; fail poison
+        items; wake runs whose awaited items have all settled but were never woken."""
+        durable, config = self.durable, self.durable.config
+        store, grace = durable.store, config.dispatch_grace
+        published = 0
+        steps = sorted(durable.steps)
+        while steps:
+            due = store.sweep_due_items(config.sweep_batch, grace, steps, config.max_recoveries)
+            batches: dict[tuple[str, str | None, str, int], list[int]] = {}
+            for item in due:
+                batches.setdefault((item.name, item.queue, item.run_id, item.idx), []).append(
+                    item.item
+                )
+            for (name, queue, run_id, idx), numbers in batches.items():
+                durable.dispatch.publish_items(name, queue, run_id, idx, numbers)
+                published += len(numbers)
+                logger.info(
+                    "dispatched %d item(s) of step %d (%s) of run %s again",
+                    len(numbers),
+                    idx,
+                    name,
+                    run_id,
+                    extra={"workflow_id": run_id, "step_index": idx},
+                )
+            if len(due) < config.sweep_batch:
+                break
+        if steps:
+            lost_error = worker_lost_error(config.max_recoveries, "step")
+            for lost in store.lost_items(config.sweep_batch, steps, config.max_recoveries):
+                written = store.settle_item(
+                    lost.run_id, lost.idx, lost.item, lost.owner, "error", None, lost_error, grace
+                )
+                logger.error(
+                    "item %d of step %d of run %s failed: its worker was lost %d times",
+                    lost.item,
+                    lost.idx,
+                    lost.run_id,
+                    config.max_recoveries,
+                    extra={"workflow_id": lost.run_id, "step_index": lost.idx},
+                )
+                publish_woken(durable, written.woken, "a poison item failed")
+        for parent_id, idx, child_id in store.orphaned_children(config.sweep_batch):
+            woken = store.settle_child_item(parent_id, idx, child_id, grace)
+            publish_woken(durable, woken, f"its child {child_id} had finished")
+        for run in store.wake_item_waiters(grace, names):
+            # The transaction that settled its last item did not wake it (a crash?).
+            published += self._publish(run, "woke workflow %s run %s: its items have settled")
         return published
 
     def cancel_revoked(self) -> list[str]:
@@ -279,9 +363,8 @@ class Sweeper:
         self._revoked_seen = revoked
         cancelled = []
         for run_id in fresh:
-            requested, status = self.durable.store.cancel_run(
-                run_id, "revoked (celery control revoke)"
-            )
+            done = cancel(self.durable, run_id, "revoked (celery control revoke)")
+            requested, status = done.requested, done.status
             if requested:
                 cancelled.append(run_id)
                 logger.info(
@@ -312,6 +395,13 @@ class Sweeper:
         """A run the sweep itself finished (worker lost too often, or cancelled)."""
         faults.reach(faults.AFTER_SETTLE, workflow_id=run.id, workflow=run.name)
         self.durable.store.notify_finished(run.id)
+        if run.parent_id is not None and run.parent_idx is not None:
+            # A child: its parent's item takes the outcome (the sweep can't, holding many
+            # runs' locks; if this is lost, orphaned_children catches it).
+            woken = self.durable.store.settle_child_item(
+                run.parent_id, run.parent_idx, run.id, self.durable.config.dispatch_grace
+            )
+            publish_woken(self.durable, woken, f"its child {run.id} had finished")
         fields = {"workflow_id": run.id, "workflow": run.name, "attempt": None, "step_index": None}
         if run.status == "FAILED":
             logger.error(

@@ -1,4 +1,5 @@
-"""The workflow task: start (insert, then publish) and run (claim, replay, settle).
+"""The workflow task: start (insert, then publish), start as a child, and deliveries (run
+in ``execution``: claim, replay, settle).
 
 Example::
 
@@ -28,14 +29,12 @@ from celery.exceptions import Reject
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from . import faults, serialization, validate
-from .context import LeaseClock, WorkflowContext, activate, deactivate
-from .errors import (
-    WorkflowAlreadyExists,
-)
+from . import serialization, validate
+from .compose import ChildHandle, start_child
+from .errors import WorkflowAlreadyExists
+from .execution import TRANSACTIONAL_HEADER, ClaimUnavailable, execute, request_header
 from .handle import WorkflowHandle
-from .settle import settle_stop_or_error, settle_success
-from .store import Claim, NewRun, Store
+from .store import NewRun
 from .store.outage import is_unreachable, unavailable
 
 if TYPE_CHECKING:
@@ -45,13 +44,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("celery_durable.workflow")
 
-TRANSACTIONAL_HEADER = "durable_transactional"
 # How often a delivery found the database unreachable: its redelivery backs off.
 REDELIVERY_HEADER = "durable_redeliveries"
 _MAX_REDELIVERY_DELAY = 10.0
-# How long a worker waits for a transactional start's row to become visible: the message
-# is published from the commit hook, a moment before the COMMIT reaches the server.
-_TRANSACTIONAL_VISIBILITY_WAIT = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,16 +106,82 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 f"workflow {definition.name}: workflow_id={workflow_id!r} and "
                 f"task_id={task_id!r} differ; pass one of them"
             )
+        self._refuse_callbacks(options)
+        run_id = workflow_id or task_id or time_ordered_id()
+        args, kwargs = tuple(args or ()), dict(kwargs or {})
+        run = self._new_run(args, kwargs, options)(run_id)
+        bind = connection.connection() if isinstance(connection, Session) else connection
+        try:
+            inserted = durable.store.insert_run(run, bind)
+        except Exception as exc:
+            if bind is None and is_unreachable(exc):  # the caller's connection: theirs to report
+                what = f"workflow {definition.name} run {run_id!r} was not started"
+                raise unavailable(exc, durable.store.url, what) from exc
+            raise
+        if not inserted:
+            if if_exists == "return":
+                return WorkflowHandle(durable, run_id, definition.name)
+            raise WorkflowAlreadyExists(run_id)
+        handle = WorkflowHandle(durable, run_id, definition.name)
+        if run.start_delay is not None:
+            return handle  # the sweeper publishes it when due: no long ETA message
+        if connection is None:
+            self._publish_started(args, kwargs, run_id, options)
+        else:
+            options.setdefault("headers", {})[TRANSACTIONAL_HEADER] = True
+            _publish_after_commit(
+                connection, lambda: self._publish_started(args, kwargs, run_id, options)
+            )
+        return handle
+
+    def start_child(
+        self,
+        *args: Any,
+        workflow_id: str | None = None,
+        detached: bool = False,
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> ChildHandle[Any]:
+        """Inside a workflow: start this workflow as a child run; returns a ChildHandle.
+
+        Its id is derived from the parent's id and step index unless ``workflow_id`` is
+        given. Cancelling the parent cancels the child, unless ``detached=True``. Other
+        options (``queue``, ``countdown``, ...) are those of ``apply_async``.
+        """
+        self._refuse_callbacks(options)
+        if workflow_id is not None:
+            validate.check_workflow_id(
+                workflow_id, f"{self.definition.name}.start_child(workflow_id)"
+            )
+        call_args, call_kwargs = tuple(args), dict(kwargs or {})
+        new_run = self._new_run(call_args, call_kwargs, options)
+
+        def publish(child_id: str) -> None:
+            self._publish_started(call_args, call_kwargs, child_id, dict(options))
+
+        encoded = serialization.encode_arguments(
+            f"workflow {self.definition.name}", self.definition.fn, call_args, call_kwargs
+        )
+        return start_child(
+            self.definition.name, encoded, new_run, publish, workflow_id, bool(detached)
+        )
+
+    def _refuse_callbacks(self, options: dict[str, Any]) -> None:
         unsupported = sorted(set(options) & {"link", "link_error", "chain"})
         if unsupported:
             # A run outlives its first message (retries, suspensions, re-dispatches), so
             # a callback on that message would fire at the wrong time.
             raise TypeError(
-                f"workflow {definition.name}: {', '.join(unsupported)} is not supported; "
-                "call the next task from the workflow's last step instead"
+                f"workflow {self.definition.name}: {', '.join(unsupported)} is not "
+                "supported; call the next task from the workflow's last step instead"
             )
-        run_id = workflow_id or task_id or time_ordered_id()
-        args, kwargs = tuple(args or ()), dict(kwargs or {})
+
+    def _new_run(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any]
+    ) -> Callable[[str], NewRun]:
+        """Check and encode a start; returns the run's row given its id. ``options`` gets
+        the resolved queue and loses countdown/eta (kept in the row)."""
+        durable, definition = self.durable, self.definition
         if definition.signature is not None:
             try:
                 definition.signature.bind(*args, **kwargs)
@@ -138,7 +199,9 @@ class WorkflowTask(Task):  # type: ignore[misc]
             start_delay = _start_delay(options.pop("countdown", None), options.pop("eta", None))
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"workflow {definition.name}: {exc}") from None
-        run = NewRun(
+        if queue:
+            options["queue"] = queue
+        return lambda run_id: NewRun(
             id=run_id,
             name=definition.name,
             args=encoded,
@@ -152,31 +215,6 @@ class WorkflowTask(Task):  # type: ignore[misc]
             dispatch_grace=config.dispatch_grace,
             start_delay=start_delay,
         )
-        bind = connection.connection() if isinstance(connection, Session) else connection
-        try:
-            inserted = durable.store.insert_run(run, bind)
-        except Exception as exc:
-            if bind is None and is_unreachable(exc):  # the caller's connection: theirs to report
-                what = f"workflow {definition.name} run {run_id!r} was not started"
-                raise unavailable(exc, durable.store.url, what) from exc
-            raise
-        if not inserted:
-            if if_exists == "return":
-                return WorkflowHandle(durable, run_id, definition.name)
-            raise WorkflowAlreadyExists(run_id)
-        if queue:
-            options["queue"] = queue
-        handle = WorkflowHandle(durable, run_id, definition.name)
-        if start_delay is not None:
-            return handle  # the sweeper publishes it when due: no long ETA message
-        if connection is None:
-            self._publish_started(args, kwargs, run_id, options)
-        else:
-            options.setdefault("headers", {})[TRANSACTIONAL_HEADER] = True
-            _publish_after_commit(
-                connection, lambda: self._publish_started(args, kwargs, run_id, options)
-            )
-        return handle
 
     def _resolve_queue(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any]
@@ -235,10 +273,10 @@ class WorkflowTask(Task):  # type: ignore[misc]
         later (backing off) instead of dropping it, and acknowledge this one. Not an
         attempt of the run: nothing ran."""
         request = self.request
-        redeliveries = int(_request_header(request, REDELIVERY_HEADER) or 0)
+        redeliveries = int(request_header(request, REDELIVERY_HEADER) or 0)
         delay = min(0.5 * 2**redeliveries, _MAX_REDELIVERY_DELAY)
         headers: dict[str, Any] = {REDELIVERY_HEADER: redeliveries + 1}
-        if _request_header(request, TRANSACTIONAL_HEADER):
+        if request_header(request, TRANSACTIONAL_HEADER):
             headers[TRANSACTIONAL_HEADER] = True
         delivery = getattr(request, "delivery_info", None) or {}
         queue = delivery.get("routing_key") or self.definition.queue
@@ -262,10 +300,6 @@ class WorkflowTask(Task):  # type: ignore[misc]
             raise Reject(
                 f"could not publish run {request.id} again: {exc!r}", requeue=True
             ) from exc
-
-
-class ClaimUnavailable(Exception):  # noqa: N818 - internal signal, not an error of the run
-    """Internal: the claim could not reach the database; the delivery is retried later."""
 
 
 def _start_delay(countdown: Any, eta: Any) -> float | None:
@@ -321,104 +355,3 @@ def _publish_after_commit(connection: Connection | Session, publish: Callable[[]
         # Connection has no after-commit hook; the worker waits briefly for the row.
         event.listen(connection, "commit", on_commit, once=True)
         event.listen(connection, "rollback", on_rollback, once=True)
-
-
-def _request_header(request: Any, name: str) -> Any:
-    headers = getattr(request, "headers", None) or {}
-    return headers.get(name, getattr(request, name, None))
-
-
-def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> Any:
-    """Claim the run named by the Celery task id, replay its body, settle the outcome."""
-    store, config = durable.store, durable.config
-    run_id: str = request.id
-    owner = durable.leases.owner
-    try:
-        claim = store.claim_run(run_id, owner, config.lock_timeout, config.max_recoveries)
-        if claim is None and _request_header(request, TRANSACTIONAL_HEADER):
-            claim = _claim_when_visible(
-                store, run_id, owner, config.lock_timeout, config.max_recoveries
-            )
-    except Exception as exc:
-        if is_unreachable(exc):
-            raise ClaimUnavailable(str(exc)) from exc
-        raise
-    if claim is None:
-        _log_unclaimed(durable, definition, run_id)
-        return None
-    history = store.load_steps(run_id) if claim.has_steps else {}
-    ctx = WorkflowContext(
-        store=store,
-        workflow_id=run_id,
-        workflow_name=definition.name,
-        attempt=claim.attempts,
-        fence=claim.fence,
-        history=history,
-        lease=LeaseClock(config.lock_timeout),
-    )
-    faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
-    args, kwargs = serialization.loads(claim.args)
-    durable.leases.track(run_id, ctx.lease)
-    token = activate(ctx)
-    try:
-        try:
-            value = definition.fn(*args, **kwargs)
-        finally:
-            deactivate(token)
-        if ctx.stopping is not None:
-            # The body swallowed the stop (a bare except around a step): it still wins.
-            raise ctx.stopping
-        encoded = serialization.encode_value(f"workflow {ctx.workflow_name}", value)
-    except BaseException as raised:  # noqa: BLE001 - every exception is settled
-        # Why the body was told to stop wins over what its finally blocks raised after.
-        return settle_stop_or_error(durable, ctx, claim, ctx.stopping or raised)
-    else:
-        # Outside the try: a failed settle leaves the run to its lease, never to a retry.
-        if settle_success(durable, ctx, encoded):
-            return value
-        return None
-    finally:
-        durable.leases.untrack(run_id)
-
-
-def _claim_when_visible(
-    store: Store, run_id: str, owner: str, lease: float, max_recoveries: int
-) -> Claim | None:
-    """A transactional start's message can arrive a moment before its COMMIT: look again
-    briefly. The row's visibility is read before each claim, so a COMMIT that lands
-    between the two can't end the wait with the run unclaimed."""
-    deadline = time.monotonic() + _TRANSACTIONAL_VISIBILITY_WAIT
-    while True:
-        faults.reach(faults.AFTER_CLAIM_MISSED, workflow_id=run_id)
-        visible = store.get_status(run_id) is not None
-        claim = store.claim_run(run_id, owner, lease, max_recoveries)
-        if claim is not None or visible or time.monotonic() > deadline:
-            return claim
-        time.sleep(0.02)
-
-
-def _log_unclaimed(durable: Durable, definition: WorkflowDefinition, run_id: str) -> None:
-    run = durable.store.get_run(run_id)
-    fields = {
-        "workflow_id": run_id,
-        "workflow": definition.name,
-        "attempt": run.attempts if run else None,
-        "step_index": None,
-    }
-    if run is None:
-        logger.warning(
-            "workflow %s: no run %r in namespace %r; message dropped",
-            definition.name,
-            run_id,
-            durable.config.namespace,
-            extra=fields,
-        )
-    else:
-        logger.info(
-            "workflow %s run %s not claimed (status %s, lease held or not ready); "
-            "delivery acknowledged",
-            definition.name,
-            run_id,
-            run.status,
-            extra=fields,
-        )

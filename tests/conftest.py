@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from celery_durable.store import Store
+from celery_durable.store.migrations import upgrade
 from tests.support.services import (
     BROKER,
     BROKER_URL,
@@ -27,6 +29,8 @@ PREFIX = unique("t")[:9] + "_"
 NAMESPACE = unique("ns-")
 QUEUE = unique("q-")
 OTHER_QUEUE = unique("oq-")
+# The queue of the test app's routed steps (``@durable.step(queue=GPU_QUEUE)``).
+GPU_QUEUE = unique("gpu-")
 
 # The test app (tests/apps/basic.py) reads all of these, in this process and in workers.
 os.environ.update(
@@ -43,6 +47,7 @@ os.environ.update(
         "TEST_REDIS_URL": REDIS_URL,
         "TEST_QUEUE": QUEUE,
         "TEST_OTHER_QUEUE": OTHER_QUEUE,
+        "TEST_GPU_QUEUE": GPU_QUEUE,
     }
 )
 
@@ -68,7 +73,7 @@ def basic_app() -> Iterator[object]:
     yield basic
     basic.durable.store.dispose()
     drop_tables(PG_URL, PREFIX)
-    delete_queues(BROKER_URL, [QUEUE, OTHER_QUEUE, basic.durable.config.signal_queue])
+    delete_queues(BROKER_URL, [QUEUE, OTHER_QUEUE, GPU_QUEUE, basic.durable.config.signal_queue])
 
 
 @pytest.fixture
@@ -118,6 +123,19 @@ def shared_worker(basic_app: object) -> Iterator[Worker]:
     worker.wait_ready()
     yield worker
     worker.stop()
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def store(request, tmp_path) -> Iterator[Store]:  # type: ignore[no-untyped-def]
+    """A Store on fresh tables, on each database in turn."""
+    prefix = unique("s")[:9] + "_"
+    url = PG_URL if request.param == "postgresql" else f"sqlite:///{tmp_path}/store.sqlite3"
+    store = Store(url, prefix, "ns")
+    upgrade(store)
+    yield store
+    store.dispose()
+    if request.param == "postgresql":
+        drop_tables(PG_URL, prefix)
 
 
 @pytest.fixture

@@ -38,3 +38,12 @@ def test_approval_example_signals_queries_timers_and_cancel(tmp_path):
         "query: {'stage': 'approved', 'by': 'alice'}"
     ) in printed
     assert "b-2 cancelled: customer left" in printed
+
+
+def test_fanout_example_maps_routes_gathers_and_starts_a_child(tmp_path):
+    printed = run_example("fanout.py", "FANOUT_DIR", tmp_path)
+    pages = [f"page-{n}.png by gpu" for n in range(1, 6)]
+    assert f"images: {pages}" in printed  # every render ran on the gpu worker, in order
+    assert "sizes: [100, 200]; cover: page-0.png by gpu" in printed
+    assert "child report-doc-1:5: SUCCEEDED, 'shipped doc-1'" in printed
+    assert "step 1 items: [(0, 'ok'), (1, 'ok'), (2, 'ok'), (3, 'ok'), (4, 'ok')]" in printed

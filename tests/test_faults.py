@@ -120,3 +120,49 @@ def test_a_worker_paused_past_its_lease_runs_no_step_after_it_wakes(
     )
     assert [effects(rds, key, f"s{n}") for n in range(1, 6)] == [1] * 5
     assert handle.record().recoveries == 1
+
+
+@pytest.mark.parametrize("action", ["kill", "raise"])
+def test_crash_between_dispatch_and_recording_dispatches_nothing_twice(
+    basic_app, start_worker, key, rds, action
+):
+    """The fault fires after the first batch (500 items) of a 600-item map is published:
+    the body never got to wait for them. Replay finds the fan-out recorded and dispatches
+    nothing again; the unpublished 100 items are published by the sweeper."""
+    from tests.conftest import GPU_QUEUE
+
+    start_worker()
+    start_worker("gpu", queues=GPU_QUEUE)
+    workflow_id = f"dispatch-{key}"
+    arm(rds, workflow_id, faults.AFTER_DISPATCH, action, 0)
+    handle = basic_app.rendered.apply_async(args=(key, 600), workflow_id=workflow_id)
+    assert handle.get(timeout=240) == [f"page-{n}" for n in range(600)]
+    assert fired(rds, workflow_id, faults.AFTER_DISPATCH)
+    assert [effects(rds, key, f"render{n}") for n in range(600)] == [1] * 600
+    rows = basic_app.durable.store.list_items(handle.id)
+    assert len(rows) == 600 and {r.status for r in rows} == {"ok"}
+    assert list(basic_app.durable.store.load_steps(handle.id)) == [0]
+    # Killed: a lost worker, recovered. Raised: a failed attempt, retried.
+    record = handle.record()
+    assert (record.recoveries, record.attempts) == ((1, 1) if action == "kill" else (0, 2))
+
+
+def test_a_lost_wake_up_is_published_by_the_sweeper(basic_app, start_worker, key, rds):
+    """The item task dies right after the transaction that recorded the last item and
+    woke the parent, before it published the parent's message: the run is PENDING with
+    no message, and the sweeper publishes it after the dispatch grace."""
+    from tests.conftest import GPU_QUEUE
+
+    start_worker()
+    start_worker("gpu", queues=GPU_QUEUE)
+    workflow_id = f"wake-{key}"
+    rds.set(f"block:{key}:render", "1")
+    handle = basic_app.rendered.apply_async(args=(key, 1, 0), workflow_id=workflow_id)
+    wait_until(lambda: handle.status() is WorkflowStatus.WAITING, 60, message="the wait")
+    wait_until(lambda: rds.get(f"started:{key}:render"), 60, message="the item to start")
+    arm(rds, workflow_id, faults.AFTER_RECORD_ITEM, "kill", 0)
+    rds.delete(f"block:{key}:render")
+    assert handle.get(timeout=90) == ["page-0"]
+    assert fired(rds, workflow_id, faults.AFTER_RECORD_ITEM)
+    assert effects(rds, key, "render0") == 1  # recorded once; its redelivery did not run
+    assert handle.record().dispatches >= 1  # published by a sweep, not by the item task

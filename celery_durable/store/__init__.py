@@ -5,10 +5,20 @@ Example::
     from celery_durable.store import Store, StepRecord, Outcome
 """
 
+from .item_ops import DISPATCH_BATCH
 from .outage import is_unreachable
 from .records import (
+    Cancellation,
     Claim,
+    DueItem,
     DueRun,
+    FanOut,
+    FanOutState,
+    ItemClaim,
+    ItemFailure,
+    ItemRow,
+    ItemWrite,
+    LostItem,
     NewRun,
     Outcome,
     RunRecord,
@@ -22,9 +32,19 @@ from .store import Store
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "DISPATCH_BATCH",
     "FINISHED_STATUSES",
+    "Cancellation",
     "Claim",
+    "DueItem",
     "DueRun",
+    "FanOut",
+    "FanOutState",
+    "ItemClaim",
+    "ItemFailure",
+    "ItemRow",
+    "ItemWrite",
+    "LostItem",
     "NewRun",
     "Outcome",
     "RunRecord",

@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, make_url
 
 from ..errors import ConfigurationError
 
@@ -69,6 +69,28 @@ def require_driver(url: URL) -> None:
             f"durable_database_url={url.render_as_string(hide_password=True)!r} needs the "
             'psycopg driver: pip install "celery-durable[postgres]"'
         )
+
+
+def parse_url(url: str) -> Any:
+    """Parse ``durable_database_url``; an unsupported or misspelt one names the fix."""
+    try:
+        parsed = make_url(url)
+    except Exception as exc:  # noqa: BLE001 - SQLAlchemy raises several types here
+        raise ConfigurationError(
+            f"durable_database_url={url!r} is not a valid URL: {exc}"
+        ) from None
+    if parsed.drivername in ("postgres", "postgresql", "postgresql+psycopg2", "postgres+psycopg"):
+        raise ConfigurationError(
+            f"durable_database_url={url!r}: use a postgresql+psycopg:// URL "
+            "(celery_durable talks to Postgres through psycopg 3)"
+        )
+    if parsed.get_backend_name() not in ("postgresql", "sqlite"):
+        raise ConfigurationError(
+            f"durable_database_url={url!r}: only postgresql+psycopg (psycopg 3) and sqlite "
+            "are supported"
+        )
+    require_driver(parsed)
+    return parsed
 
 
 class Connections:

@@ -27,6 +27,7 @@ class Outcome(str, enum.Enum):
     NOT_FOUND = "not_found"  # no such run
     FULL = "full"  # the run holds durable_max_pending_signals unconsumed signals
     FINISHED = "finished"  # the run has finished; see the status beside the outcome
+    SETTLED = "settled"  # every awaited item had settled: the run did not suspend
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +41,9 @@ class NewRun:
     dispatch_grace: float
     # Seconds before the run may start (countdown/eta): the sweeper publishes it then.
     start_delay: float | None = None
+    # A child run: its parent and the parent's step index that started it.
+    parent_id: str | None = None
+    parent_idx: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +54,10 @@ class Claim:
     retry_backoff: float
     args: str
     has_steps: bool
+    # Where the run's remote steps go when theirs has no queue; the parent of a child run.
+    queue: str | None = None
+    parent_id: str | None = None
+    parent_idx: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +116,9 @@ class RunRecord:
     created_at: float
     started_at: float | None
     finished_at: float | None
+    parent_id: str | None = None
+    parent_idx: int | None = None
+    wait_items: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,3 +128,99 @@ class DueRun:
     status: str
     args: str
     queue: str | None
+    parent_id: str | None = None
+    parent_idx: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Cancellation:
+    """The outcome of ``cancel_run``: whether it was requested now, the status after it
+    (None: no such run) and the parents its cancelled children woke (to publish)."""
+
+    requested: bool
+    status: str | None
+    woken: tuple[DueRun, ...] = ()
+
+
+# -- items: the sub-records of a fan-out step (parallel items, remote steps, children) ----
+
+
+@dataclasses.dataclass(frozen=True)
+class FanOut:
+    """What a fan-out step inserts with its step row: its items, or one child run."""
+
+    name: str  # the step each item runs (a child's item: celery_durable.child:<workflow>)
+    queue: str | None
+    inputs: list[str]  # each item's encoded [args, kwargs], in item order
+    grace: float  # seconds a published item may wait before the sweeper publishes it again
+    child: NewRun | None = None
+    detached: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ItemClaim:
+    """A claimed item: "running" (run it) or "cancelled" (its run is cancelled or over)."""
+
+    status: str
+    name: str
+    input: str
+    attempts: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ItemWrite:
+    """The outcome of recording an item: RECORDED, or LEASE_LOST when another claim or
+    an earlier write won; ``woken``: the parent run it made ready, for the caller to
+    publish."""
+
+    outcome: Outcome
+    woken: DueRun | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DueItem:
+    run_id: str
+    idx: int
+    item: int
+    name: str
+    queue: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class LostItem:
+    """A running item whose worker was lost too often: the sweeper fails it."""
+
+    run_id: str
+    idx: int
+    item: int
+    owner: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ItemFailure:
+    status: str  # "error" or "cancelled"
+    error: str | None  # the encoded error (for a cancelled child: its reason)
+
+
+@dataclasses.dataclass
+class FanOutState:
+    """The items of one fan-out step as stored: raw JSON outputs in item order (None when
+    unsettled or failed), the failures, and how many are still unsettled."""
+
+    outputs: list[str | None]
+    failures: dict[int, ItemFailure]
+    unsettled: int
+    child_id: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ItemRow:
+    """One item as ``celery -A app durable show`` lists it."""
+
+    idx: int
+    item: int
+    name: str
+    status: str
+    attempts: int
+    child_id: str | None
+    child_status: str | None

@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -25,8 +26,10 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    and_,
     false,
     text,
+    true,
 )
 
 ACTIVE_STATUSES = ("PENDING", "RUNNING", "WAITING")
@@ -43,6 +46,7 @@ class Tables:
     steps: Table
     signals: Table
     state: Table
+    items: Table
 
 
 def build_tables(prefix: str) -> Tables:
@@ -79,6 +83,11 @@ def build_tables(prefix: str) -> Tables:
         Column("started_at", Float),
         Column("finished_at", Float),
         Column("updated_at", Float, nullable=False),
+        # A child run's parent, and the parent's step index that started it.
+        Column("parent_id", String(255)),
+        Column("parent_idx", Integer),
+        # The run waits for items (parallel steps, children) whose rows are "awaited".
+        Column("wait_items", Boolean, nullable=False, server_default=false()),
     )
     # Only active runs carry due_at, so sweeps stay fast with millions of finished runs.
     Index(
@@ -134,4 +143,80 @@ def build_tables(prefix: str) -> Tables:
         Column("value", Text, nullable=False),
         Column("updated_at", Float, nullable=False),
     )
-    return Tables(metadata, runs, steps, signals, state)
+    # Runs that wait for items: the sweeper's backstop for a lost wake-up reads only these.
+    Index(
+        f"ix_{prefix}runs_wait_items",
+        runs.c.namespace,
+        postgresql_where=runs.c.wait_items == true(),
+        sqlite_where=runs.c.wait_items == true(),
+    )
+    items = build_items(metadata, prefix)
+    return Tables(metadata, runs, steps, signals, state, items)
+
+
+def build_items(metadata: MetaData, prefix: str) -> Table:
+    """The sub-records of a fan-out step: one per parallel item, remote step or child.
+
+    ``status`` is "pending" (to run; ``dispatches`` > 0 once published), "running",
+    "ok", "error" or "cancelled". ``due_at`` is when the sweeper must look at it: the
+    dispatch grace while pending, the lease while running, the end of a retry backoff;
+    NULL for a settled item and for a child's item (the child run is swept as a run).
+    ``finished_at`` is NULL exactly while the item is unsettled.
+    """
+    items = Table(
+        f"{prefix}items",
+        metadata,
+        Column("namespace", String(200), primary_key=True),
+        Column("run_id", String(255), primary_key=True),
+        Column("idx", Integer, primary_key=True),
+        Column("item", Integer, primary_key=True),
+        Column("name", String(255), nullable=False),
+        Column("status", String(16), nullable=False),
+        Column("queue", String(255)),
+        Column("input", Text, nullable=False),
+        Column("output", Text),
+        Column("error", Text),
+        Column("attempts", Integer, nullable=False, server_default=text("0")),
+        Column("recoveries", Integer, nullable=False, server_default=text("0")),
+        Column("dispatches", Integer, nullable=False, server_default=text("0")),
+        # The claim's token: only its holder may record the outcome (first writer wins).
+        Column("owner", String(255)),
+        # The parent body waits for this item (set when it suspends on the item's index).
+        Column("awaited", Boolean, nullable=False, server_default=false()),
+        Column("child_id", String(255)),
+        # A detached child survives its parent's cancellation.
+        Column("detached", Boolean, nullable=False, server_default=false()),
+        Column("due_at", Float),
+        Column("created_at", Float, nullable=False),
+        Column("finished_at", Float),
+    )
+    Index(
+        f"ix_{prefix}items_due",
+        items.c.namespace,
+        items.c.due_at,
+        postgresql_where=items.c.due_at.isnot(None),
+        sqlite_where=items.c.due_at.isnot(None),
+    )
+    # Unsettled items of a run: the wake-up check reads only these, never a run's
+    # thousands of settled items.
+    Index(
+        f"ix_{prefix}items_open",
+        items.c.namespace,
+        items.c.run_id,
+        items.c.idx,
+        postgresql_where=items.c.finished_at.is_(None),
+        sqlite_where=items.c.finished_at.is_(None),
+    )
+    Index(
+        f"ix_{prefix}items_children",
+        items.c.namespace,
+        items.c.child_id,
+        postgresql_where=open_child(items),
+        sqlite_where=open_child(items),
+    )
+    return items
+
+
+def open_child(items: Table) -> Any:
+    """The predicate of the children index: queries must repeat it to use the index."""
+    return and_(items.c.child_id.isnot(None), items.c.finished_at.is_(None))

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import and_, bindparam, false, func, literal, literal_column, select
 from sqlalchemy.dialects import postgresql, sqlite
 
+from .records import StepRecord
 from .schema import Tables
 
 
@@ -25,9 +26,27 @@ def params(**values: Any) -> dict[str, Any]:
     return {f"p_{key}": value for key, value in values.items()}
 
 
-def columns_of(table: Any, record: type) -> tuple[Any, ...]:
-    """The columns that fill ``record``, in its field order (rows unpack into it)."""
-    return tuple(table.c[field.name] for field in dataclasses.fields(record))
+def step_params(run_id: str, fence: int, step: StepRecord) -> dict[str, Any]:
+    """The parameters of ``record_step`` for ``step`` of the run (under its fence)."""
+    return params(
+        run_id=run_id,
+        fence=fence,
+        idx=step.idx,
+        name=step.name,
+        status=step.status,
+        input=step.input,
+        output=step.output,
+        error=step.error,
+    )
+
+
+def columns_of(table: Any, record: type, **computed: Any) -> tuple[Any, ...]:
+    """The columns that fill ``record``, in its field order (rows unpack into it);
+    ``computed`` gives an expression for a field that is not a column of ``table``."""
+    return tuple(
+        computed[field.name].label(field.name) if field.name in computed else table.c[field.name]
+        for field in dataclasses.fields(record)
+    )
 
 
 class Builder:

@@ -33,6 +33,7 @@ from sqlalchemy import (
     update,
 )
 
+from .item_statements import ItemStatements
 from .records import DueRun, RunRecord, StepRecord
 from .schema import ACTIVE_STATUSES, Tables
 from .sql import Builder, columns_of
@@ -45,25 +46,37 @@ class RunStatements(Builder):
         super().__init__(tables, dialect, namespace)
         runs, steps, now = tables.runs, tables.steps, self.now
         start_delay = bindparam("p_start_delay", type_=Float)
+        new_run = {
+            "namespace": namespace,
+            "id": bindparam("p_id"),
+            "name": bindparam("p_name"),
+            "status": "PENDING",
+            "queue": bindparam("p_queue"),
+            "args": bindparam("p_args"),
+            "attempts": 0,
+            "max_attempts": bindparam("p_max_attempts"),
+            "retry_backoff": bindparam("p_retry_backoff"),
+            "fence": 0,
+            "ready_at": case((start_delay.is_(None), None), else_=now + start_delay),
+            "due_at": now + func.coalesce(start_delay, bindparam("p_grace")),
+            "dispatches": 0,
+            "cancel_requested": False,
+            "created_at": now,
+            "updated_at": now,
+        }
         self.insert_run = (
+            self.insert(runs).values(new_run).on_conflict_do_nothing().returning(runs.c.id)
+        )
+        # A child run (in its parent's dispatch transaction); ordinary starts keep the
+        # statement above.
+        self.insert_child_run = (
             self.insert(runs)
             .values(
-                namespace=namespace,
-                id=bindparam("p_id"),
-                name=bindparam("p_name"),
-                status="PENDING",
-                queue=bindparam("p_queue"),
-                args=bindparam("p_args"),
-                attempts=0,
-                max_attempts=bindparam("p_max_attempts"),
-                retry_backoff=bindparam("p_retry_backoff"),
-                fence=0,
-                ready_at=case((start_delay.is_(None), None), else_=now + start_delay),
-                due_at=now + func.coalesce(start_delay, bindparam("p_grace")),
-                dispatches=0,
-                cancel_requested=False,
-                created_at=now,
-                updated_at=now,
+                {
+                    **new_run,
+                    "parent_id": bindparam("p_parent_id"),
+                    "parent_idx": bindparam("p_parent_idx"),
+                }
             )
             .on_conflict_do_nothing()
             .returning(runs.c.id)
@@ -111,6 +124,9 @@ class RunStatements(Builder):
             runs.c.max_attempts,
             runs.c.retry_backoff,
             runs.c.args,
+            runs.c.queue,
+            runs.c.parent_id,
+            runs.c.parent_idx,
         ]
         if self.is_postgres:
             has_steps: Any = exists().where(
@@ -192,6 +208,7 @@ class RunStatements(Builder):
                 finished_at=case((idle, now), else_=runs.c.finished_at),
                 due_at=case((idle, None), else_=runs.c.due_at),
                 wait_signal=case((idle, None), else_=runs.c.wait_signal),
+                wait_items=False,
                 updated_at=now,
             )
             .returning(runs.c.status)
@@ -290,6 +307,7 @@ class SweepStatements(Builder):
                 finished_at=case((finished, now), else_=None),
                 owner=None,
                 wait_signal=None,
+                wait_items=False,
                 attempts=runs.c.attempts - case((and_(lost, ~finished), 1), else_=0),
                 recoveries=runs.c.recoveries + case((lost, 1), else_=0),
                 due_at=case((finished, None), else_=now + bindparam("p_grace") * backoff),
@@ -419,4 +437,5 @@ class Statements:
         self.sweep = SweepStatements(tables, dialect, namespace)
         self.signals = SignalStatements(tables, dialect, namespace)
         self.state = StateStatements(tables, dialect, namespace)
+        self.items = ItemStatements(tables, dialect, namespace)
         self.notify = self.runs.notify

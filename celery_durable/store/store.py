@@ -18,64 +18,32 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from ..errors import ConfigurationError
-from .connections import Connections, Listener, require_driver
+from .connections import Connections, Listener, parse_url
+from .item_ops import ItemOps
 from .records import (
+    Cancellation,
     Claim,
     DueRun,
     NewRun,
     Outcome,
     RunRecord,
-    SignalStore,
-    SignalTake,
     StepRecord,
     StepWrite,
 )
 from .schema import FINISHED_STATUSES, Tables, build_tables
-from .sql import params
+from .signal_ops import SignalOps
+from .sql import params, step_params
 from .statements import Statements
 
 
-def _step_params(run_id: str, fence: int, step: StepRecord) -> dict[str, Any]:
-    return params(
-        run_id=run_id,
-        fence=fence,
-        idx=step.idx,
-        name=step.name,
-        status=step.status,
-        input=step.input,
-        output=step.output,
-        error=step.error,
-    )
+class Store(ItemOps, SignalOps):
+    """The database side of one namespace; engines are created per process, lazily.
 
-
-def parse_url(url: str) -> Any:
-    """Parse ``durable_database_url``; an unsupported or misspelt one names the fix."""
-    try:
-        parsed = make_url(url)
-    except Exception as exc:  # noqa: BLE001 - SQLAlchemy raises several types here
-        raise ConfigurationError(
-            f"durable_database_url={url!r} is not a valid URL: {exc}"
-        ) from None
-    if parsed.drivername in ("postgres", "postgresql", "postgresql+psycopg2", "postgres+psycopg"):
-        raise ConfigurationError(
-            f"durable_database_url={url!r}: use a postgresql+psycopg:// URL "
-            "(celery_durable talks to Postgres through psycopg 3)"
-        )
-    if parsed.get_backend_name() not in ("postgresql", "sqlite"):
-        raise ConfigurationError(
-            f"durable_database_url={url!r}: only postgresql+psycopg (psycopg 3) and sqlite "
-            "are supported"
-        )
-    require_driver(parsed)
-    return parsed
-
-
-class Store:
-    """The database side of one namespace; engines are created per process, lazily."""
+    Signals (``SignalOps``) and items of fan-out steps (``ItemOps``) live in their own
+    modules; runs and steps are here."""
 
     def __init__(self, url: str, table_prefix: str, namespace: str) -> None:
         self.url = parse_url(url)
@@ -167,8 +135,18 @@ class Store:
         )
         if row is None:
             return None
-        fence, attempts, max_attempts, retry_backoff, args, has_steps = row
-        return Claim(fence, attempts, max_attempts, retry_backoff, args, bool(has_steps))
+        fence, attempts, max_attempts, retry_backoff, args, queue, parent_id, parent_idx = row[:8]
+        return Claim(
+            fence,
+            attempts,
+            max_attempts,
+            retry_backoff,
+            args,
+            bool(row[8]),
+            queue,
+            parent_id,
+            parent_idx,
+        )
 
     def load_steps(self, run_id: str) -> dict[int, StepRecord]:
         rows = self._all(self.sql.steps.load_steps, run_id=run_id)
@@ -180,7 +158,7 @@ class Store:
         EXISTS (with the stored row) when an earlier write of this very step committed,
         e.g. one interrupted after the server's commit.
         """
-        values = _step_params(run_id, fence, step)
+        values = step_params(run_id, fence, step)
         if self.is_postgres:
             written = self.db.one(self.sql.steps.record_step, values, retry=True) is not None
         else:
@@ -230,7 +208,7 @@ class Store:
             row = self.db.one(self.sql.runs.settle_run, values, retry=True)
             return None if row is None else str(row[1])
         with self.db.transaction() as conn:
-            if not self._record_step_on(conn, _step_params(run_id, fence, step)):
+            if not self._record_step_on(conn, step_params(run_id, fence, step)):
                 return self._settle_cancelled_on(conn, values)
             found = conn.execute(self.sql.runs.settle_run, values).first()
             return None if found is None else str(found[1])
@@ -242,6 +220,43 @@ class Store:
             return None
         found = conn.execute(self.sql.runs.settle_run, {**values, "p_status": "CANCELLED"}).first()
         return None if found is None else str(found[1])
+
+    def settle_child_run(
+        self,
+        run_id: str,
+        fence: int,
+        status: str,
+        *,
+        parent_id: str,
+        parent_idx: int,
+        grace: float,
+        result: str | None = None,
+        error: str | None = None,
+        step: StepRecord | None = None,
+    ) -> tuple[str | None, DueRun | None]:
+        """``settle_run`` for a child run: in the same transaction its parent's item takes
+        its outcome, and the parent wakes if it waited for nothing else. Returns the final
+        status (None: lease lost) and the woken parent, for the caller to publish.
+
+        The parent's row is locked before the child's (the order every writer keeps)."""
+        assert status in FINISHED_STATUSES
+        values = params(run_id=run_id, fence=fence, status=status, result=result, error=error)
+        with self.db.transaction() as conn:
+            parent = conn.execute(
+                self.sql.items.settle_item_lock_run, params(run_id=parent_id)
+            ).first()
+            if step is not None and not self._record_step_on(
+                conn, step_params(run_id, fence, step)
+            ):
+                final = self._settle_cancelled_on(conn, values)
+            else:
+                found = conn.execute(self.sql.runs.settle_run, values).first()
+                final = None if found is None else str(found[1])
+            if final is None:
+                return None, None
+            return final, self.settle_child_item_on(
+                conn, parent, parent_id, parent_idx, run_id, grace
+            )
 
     def schedule_retry(
         self, run_id: str, fence: int, delay: float, error: str, step: StepRecord | None = None
@@ -258,7 +273,7 @@ class Store:
             row = self.db.one(self.sql.runs.schedule_retry, values, retry=True)
             return None if row is None else str(row[1])
         with self.db.transaction() as conn:
-            self._record_step_on(conn, _step_params(run_id, fence, step))
+            self._record_step_on(conn, step_params(run_id, fence, step))
             found = conn.execute(self.sql.runs.schedule_retry, values).first()
             return None if found is None else str(found.status)
 
@@ -337,97 +352,6 @@ class Store:
 
     # -- signals, timers, state, cancellation ---------------------------------------------
 
-    def insert_signal(
-        self,
-        run_id: str,
-        name: str,
-        payload: str,
-        idempotency_key: str | None,
-        max_pending: int,
-    ) -> SignalStore:
-        """Store a signal for a run: STORED, DUPLICATE, NOT_FOUND, FULL or FINISHED."""
-        sql = self.sql.signals
-        values = params(run_id=run_id, name=name, payload=payload, key=idempotency_key)
-        with self.db.transaction() as conn:
-            status = conn.execute(sql.insert_signal_lock_run, values).scalar()
-            if status is None:
-                return SignalStore(Outcome.NOT_FOUND)
-            if (
-                idempotency_key is not None
-                and conn.execute(sql.insert_signal_find_key, values).first()
-            ):
-                return SignalStore(Outcome.DUPLICATE)
-            # After the duplicate check: a retried send to a finished run is a no-op.
-            if status in FINISHED_STATUSES:
-                return SignalStore(Outcome.FINISHED, str(status))
-            if conn.execute(sql.insert_signal_count_pending, values).scalar_one() >= max_pending:
-                return SignalStore(Outcome.FULL)
-            conn.execute(sql.insert_signal, values)
-            return SignalStore(Outcome.STORED)
-
-    def reject_signal(
-        self, run_id: str, name: str, payload: str, idempotency_key: str | None, error: str
-    ) -> None:
-        """Keep a signal that could not be delivered, with the reason, for inspection.
-
-        The key stays free: a resend after the cause is fixed is stored."""
-        reason = error if idempotency_key is None else f"{error} (key {idempotency_key})"
-        with self.db.write() as conn:
-            conn.execute(
-                self.sql.signals.reject_signal,
-                params(run_id=run_id, name=name, payload=payload, error=reason),
-            )
-
-    def consume_signal(
-        self, run_id: str, fence: int, signal_name: str, step: StepRecord
-    ) -> SignalTake:
-        """Take the oldest unconsumed signal of this name and record it as ``step``'s
-        output, in one transaction: RECORDED (with the payload), NO_SIGNAL, LEASE_LOST or
-        CANCELLED."""
-        sql = self.sql.signals
-        values = params(run_id=run_id, fence=fence, name=signal_name)
-        with self.db.transaction() as conn:
-            live = conn.execute(self.sql.steps.check_live_locked, values).first()
-            if live is None:
-                return SignalTake(Outcome.LEASE_LOST)
-            if live.cancel_requested:
-                return SignalTake(Outcome.CANCELLED)
-            signal = conn.execute(sql.consume_signal_oldest, values).first()
-            if signal is None:
-                return SignalTake(Outcome.NO_SIGNAL)
-            conn.execute(sql.consume_signal_mark, params(id=signal.id))
-            taken = StepRecord(step.idx, step.name, "ok", step.input, signal.payload, None)
-            conn.execute(self.sql.steps.record_step, _step_params(run_id, fence, taken))
-            return SignalTake(Outcome.RECORDED, str(signal.payload))
-
-    def suspend_run(
-        self,
-        run_id: str,
-        fence: int,
-        step: StepRecord,
-        wait_signal: str | None,
-        wake_at: float | None,
-    ) -> Outcome:
-        """Record the waiting step and release the run as WAITING, unless a matching
-        signal is already there: SUSPENDED, SIGNALLED, LEASE_LOST or CANCELLED."""
-        sql = self.sql.signals
-        values = params(run_id=run_id, fence=fence, name=wait_signal)
-        with self.db.transaction() as conn:
-            # FOR UPDATE: a concurrent wake-up waits for this transaction, then sees WAITING.
-            live = conn.execute(self.sql.steps.check_live_locked, values).first()
-            if live is None:
-                return Outcome.LEASE_LOST
-            if live.cancel_requested:
-                return Outcome.CANCELLED
-            if wait_signal is not None and conn.execute(sql.suspend_run_has_signal, values).first():
-                return Outcome.SIGNALLED
-            conn.execute(self.sql.steps.record_step, _step_params(run_id, fence, step))
-            conn.execute(
-                sql.suspend_run,
-                params(run_id=run_id, fence=fence, signal=wait_signal, wake_at=wake_at),
-            )
-            return Outcome.SUSPENDED
-
     def set_state(self, run_id: str, fence: int, key: str, value: str) -> bool:
         """Upsert a queryable value, only while the caller holds the lease."""
         values = params(run_id=run_id, fence=fence, key=key, value=value)
@@ -444,21 +368,46 @@ class Store:
         value: str | None = self._scalar(self.sql.steps.last_step_output, run_id=run_id)
         return value
 
-    def cancel_run(self, run_id: str, reason: str | None) -> tuple[bool, str | None]:
+    def cancel_run(self, run_id: str, reason: str | None, grace: float = 60.0) -> Cancellation:
         """Request cancellation. A pending or waiting run is CANCELLED at once (timer and
-        pending signals dropped); a running one is flagged for its next step write.
-        Returns (whether cancellation was requested now, the run's status afterwards);
-        the status is None when there is no such run."""
-        values = params(run_id=run_id, reason=reason)
+        pending signals dropped); a running one is flagged for its next step write. Its
+        pending items never run, and its unfinished children (not detached ones) are
+        cancelled too, each in its own transaction after this one.
+
+        ``requested``: whether cancellation was requested now; ``status``: the run's status
+        afterwards (None: no such run); ``woken``: parents to publish, woken because a
+        child they waited for is now cancelled."""
+        values = params(run_id=run_id, reason=reason, grace=grace)
+        woken: list[DueRun] = []
         with self.db.transaction() as conn:
+            link = conn.execute(self.sql.items.get_parent, values).first()
+            parent_id, parent_idx = (link.parent_id, link.parent_idx) if link else (None, None)
+            # The parent's row first: the order every writer keeps (no deadlock).
+            parent = None
+            if parent_id is not None:
+                lock = self.sql.items.settle_item_lock_run
+                parent = conn.execute(lock, params(run_id=parent_id)).first()
             row = conn.execute(self.sql.runs.cancel_run, values).first()
             if row is None:
-                return False, conn.execute(self.sql.runs.get_status, values).scalar()
-            if row.status == "CANCELLED":
+                return Cancellation(False, conn.execute(self.sql.runs.get_status, values).scalar())
+            status = str(row.status)
+            conn.execute(self.sql.items.cancel_run_items, values)
+            if status == "CANCELLED":
                 conn.execute(self.sql.signals.cancel_run_drop_signals, values)
                 if self.is_postgres:
                     conn.execute(self.sql.notify(run_id))
-            return True, str(row.status)
+                if parent_id is not None and parent_idx is not None:
+                    up = self.settle_child_item_on(
+                        conn, parent, parent_id, parent_idx, run_id, grace
+                    )
+                    woken.extend([up] if up is not None else [])
+            children = [
+                r.child_id for r in conn.execute(self.sql.items.cancel_run_children, values)
+            ]
+        for child_id in children:
+            because = f"its parent run {run_id!r} was cancelled" + (f": {reason}" if reason else "")
+            woken.extend(self.cancel_run(child_id, because, grace).woken)
+        return Cancellation(True, status, tuple(woken))
 
     def notify_finished(self, run_id: str) -> None:
         """Wake handle waiters of a run that a sweep finished (Postgres LISTEN/NOTIFY)."""

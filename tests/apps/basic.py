@@ -276,3 +276,104 @@ def signalled_steps(key: str) -> list:
 def one_attempt(key: str) -> list[int]:
     """One attempt only: lost workers must not use it up."""
     return [numbered(key, n) for n in range(1, 4)]
+
+
+# -- composition: parallel steps, routed steps, children ---------------------------------
+
+GPU_QUEUE = os.environ.get("TEST_GPU_QUEUE", "gpu")
+
+
+@durable.step(queue=GPU_QUEUE, max_attempts=2, backoff=0.05)
+def render(key: str, page: int, hold: bool = False) -> str:
+    """A routed step: always its own Celery task, on the session's gpu queue."""
+    effect(key, f"render{page}")
+    if hold:
+        block_while_flagged(key, "render")
+    return f"page-{page}"
+
+
+@durable.workflow
+def rendered(key: str, pages: int, hold_from: int = -1) -> list[str]:
+    holds = [0 <= hold_from <= page for page in range(pages)]
+    return cd.map(render, [key] * pages, range(pages), holds)
+
+
+@durable.step
+def fetch(key: str, source: str) -> dict:
+    effect(key, f"fetch-{source}")
+    return {"source": source}
+
+
+@durable.workflow
+def report(key: str) -> dict:
+    a, b = cd.gather(fetch.start(key, "a"), fetch.start(key, "b"))
+    cover = render(key, 0)  # routed: runs remotely, the body waits
+    images = cd.map(render, [key] * 3, [1, 2, 3])
+    return {"a": a, "b": b, "cover": cover, "images": images}
+
+
+@durable.step(max_attempts=2, backoff=0.05)
+def picky(key: str, n: int) -> int:
+    effect(key, f"picky{n}")
+    if n % 4 == 3:
+        raise ValueError(f"item {n} refused")
+    return n
+
+
+@durable.workflow(max_attempts=2, retry_backoff=0.05)
+def picky_map(key: str, count: int, return_exceptions: bool) -> list:
+    effect(key, "body")
+    results = cd.map(picky, [key] * count, range(count), return_exceptions=return_exceptions)
+    return [
+        r if isinstance(r, int) else {"type": r.error_type, "item": r.item, "step": r.step_name}
+        for r in results
+    ]
+
+
+@durable.workflow(max_attempts=1)
+def failing_child(key: str) -> None:
+    effect(key, "failing_child")
+    raise RuntimeError(f"child of {key} failed")
+
+
+@durable.workflow
+def parent_of_failing(key: str) -> dict:
+    child = failing_child.start_child(key)
+    try:
+        child.result()
+    except cd.WorkflowFailed as exc:
+        return {"child": child.id, "type": exc.error_type, "message": exc.error_message}
+    return {"child": child.id, "type": None, "message": None}
+
+
+@durable.workflow
+def unhandled_child_failure(key: str) -> None:
+    failing_child.start_child(key).result()
+
+
+@durable.workflow
+def parent_with_work(key: str) -> list:
+    """A running child (five_steps, blockable) and 20 items on the gpu queue at once."""
+    child = five_steps.start_child(key)
+    pages = cd.map(render, [key] * 20, range(20))
+    return [child.result(), pages]
+
+
+@durable.workflow
+def parent_with_detached(key: str) -> str:
+    collector.start_child(key, 1, detached=True)
+    return cd.wait_for_signal("never")
+
+
+@durable.step(queue=GPU_QUEUE)
+def square(n: int) -> int:
+    return n * n
+
+
+@durable.workflow
+def squares(count: int) -> int:
+    """A wide fan-out (10,000 items in the scale test); returns a checksum, not the list."""
+    values = cd.map(square, range(count))
+    if values != [n * n for n in range(count)]:
+        raise RuntimeError("results out of order")
+    return sum(values)

@@ -1,0 +1,137 @@
+"""Running a delivered workflow task: claim the run, replay its body, settle the outcome.
+
+Example::
+
+    execute(durable, definition, task.request)     # inside WorkflowTask.run_workflow
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from . import faults, serialization
+from .context import LeaseClock, WorkflowContext, activate, deactivate
+from .settle import settle_stop_or_error, settle_success
+from .store import Claim, Store, is_unreachable
+
+if TYPE_CHECKING:
+    from .extension import Durable
+    from .workflow import WorkflowDefinition
+
+logger = logging.getLogger("celery_durable.workflow")
+
+TRANSACTIONAL_HEADER = "durable_transactional"
+# How long a worker waits for a transactional start's row to become visible: the message
+# is published from the commit hook, a moment before the COMMIT reaches the server.
+_TRANSACTIONAL_VISIBILITY_WAIT = 2.0
+
+
+class ClaimUnavailable(Exception):  # noqa: N818 - internal signal, not an error of the run
+    """Internal: the claim could not reach the database; the delivery is retried later."""
+
+
+def request_header(request: Any, name: str) -> Any:
+    headers = getattr(request, "headers", None) or {}
+    return headers.get(name, getattr(request, name, None))
+
+
+def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> Any:
+    """Claim the run named by the Celery task id, replay its body, settle the outcome."""
+    store, config = durable.store, durable.config
+    run_id: str = request.id
+    owner = durable.leases.owner
+    try:
+        claim = store.claim_run(run_id, owner, config.lock_timeout, config.max_recoveries)
+        if claim is None and request_header(request, TRANSACTIONAL_HEADER):
+            claim = _claim_when_visible(
+                store, run_id, owner, config.lock_timeout, config.max_recoveries
+            )
+    except Exception as exc:
+        if is_unreachable(exc):
+            raise ClaimUnavailable(str(exc)) from exc
+        raise
+    if claim is None:
+        _log_unclaimed(durable, definition, run_id)
+        return None
+    history = store.load_steps(run_id) if claim.has_steps else {}
+    ctx = WorkflowContext(
+        store=store,
+        workflow_id=run_id,
+        workflow_name=definition.name,
+        attempt=claim.attempts,
+        fence=claim.fence,
+        history=history,
+        queue=claim.queue,
+        parent_id=claim.parent_id,
+        parent_idx=claim.parent_idx,
+        dispatcher=durable.dispatch,
+        lease=LeaseClock(config.lock_timeout),
+    )
+    faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
+    args, kwargs = serialization.loads(claim.args)
+    durable.leases.track(run_id, ctx.lease)
+    token = activate(ctx)
+    try:
+        try:
+            value = definition.fn(*args, **kwargs)
+        finally:
+            deactivate(token)
+        if ctx.stopping is not None:
+            # The body swallowed the stop (a bare except around a step): it still wins.
+            raise ctx.stopping
+        encoded = serialization.encode_value(f"workflow {ctx.workflow_name}", value)
+    except BaseException as raised:  # noqa: BLE001 - every exception is settled
+        # Why the body was told to stop wins over what its finally blocks raised after.
+        return settle_stop_or_error(durable, ctx, claim, ctx.stopping or raised)
+    else:
+        # Outside the try: a failed settle leaves the run to its lease, never to a retry.
+        if settle_success(durable, ctx, encoded):
+            return value
+        return None
+    finally:
+        durable.leases.untrack(run_id)
+
+
+def _claim_when_visible(
+    store: Store, run_id: str, owner: str, lease: float, max_recoveries: int
+) -> Claim | None:
+    """A transactional start's message can arrive a moment before its COMMIT: look again
+    briefly. The row's visibility is read before each claim, so a COMMIT that lands
+    between the two can't end the wait with the run unclaimed."""
+    deadline = time.monotonic() + _TRANSACTIONAL_VISIBILITY_WAIT
+    while True:
+        faults.reach(faults.AFTER_CLAIM_MISSED, workflow_id=run_id)
+        visible = store.get_status(run_id) is not None
+        claim = store.claim_run(run_id, owner, lease, max_recoveries)
+        if claim is not None or visible or time.monotonic() > deadline:
+            return claim
+        time.sleep(0.02)
+
+
+def _log_unclaimed(durable: Durable, definition: WorkflowDefinition, run_id: str) -> None:
+    run = durable.store.get_run(run_id)
+    fields = {
+        "workflow_id": run_id,
+        "workflow": definition.name,
+        "attempt": run.attempts if run else None,
+        "step_index": None,
+    }
+    if run is None:
+        logger.warning(
+            "workflow %s: no run %r in namespace %r; message dropped",
+            definition.name,
+            run_id,
+            durable.config.namespace,
+            extra=fields,
+        )
+    else:
+        logger.info(
+            "workflow %s run %s not claimed (status %s, lease held or not ready); "
+            "delivery acknowledged",
+            definition.name,
+            run_id,
+            run.status,
+            extra=fields,
+        )

@@ -1,0 +1,262 @@
+"""Item tasks: each step's own Celery task, which runs the items of fan-outs (``cd.map``,
+``step.start``, routed steps) outside the workflow body; their publishing; cancellation.
+
+Every step is registered as a Celery task under its own name (Flower shows items under
+it), with ``acks_late`` and ``reject_on_worker_lost``. A message carries only (namespace,
+run id, step index, item); its task id is derived from them, so a re-dispatch is the same
+task. The task claims the item (a token and a lease, renewed by the process's heartbeat),
+runs the step under the step's own retry policy, and records the outcome once: the first
+writer wins, and the transaction that records the last awaited item wakes the parent.
+
+Example::
+
+    @durable.step(queue="gpu", max_attempts=3)
+    def render(page: int) -> str: ...          # the Celery task "myapp.render"
+
+    images = cd.map(render, range(100))        # 100 messages on "gpu", results in order
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from celery import Celery, Task
+
+from . import faults, serialization
+from .apps import durable_for
+from .compose import derived_id
+from .errors import DuplicateRegistration, NotSerialisable, PermanentError
+from .store import Cancellation, DueRun, ItemClaim, Outcome
+
+if TYPE_CHECKING:
+    from .extension import Durable
+    from .step import Step
+
+logger = logging.getLogger("celery_durable.items")
+
+
+def item_task_id(run_id: str, idx: int, item: int) -> str:
+    """The Celery task id of an item: derived, so every dispatch of it is the same task."""
+    return derived_id(f"{run_id}:{idx}:{item}")
+
+
+class Dispatch:
+    """Publishes item tasks and runs for a body (the context's ``Dispatcher``)."""
+
+    def __init__(self, durable: Durable) -> None:
+        self.durable = durable
+
+    @property
+    def dispatch_grace(self) -> float:
+        return self.durable.config.dispatch_grace
+
+    def publish_items(
+        self, step_name: str, queue: str | None, run_id: str, idx: int, items: Iterable[int]
+    ) -> None:
+        app = self.durable.app
+        namespace = self.durable.config.namespace
+        options: dict[str, Any] = {"queue": queue} if queue else {}
+        task = app.tasks.get(step_name)
+        try:
+            if app.conf.task_always_eager or task is None:
+                for item in items:
+                    self._publish_one(task, step_name, (namespace, run_id, idx, item), options)
+                return
+            # One producer (one connection) for the whole batch.
+            with app.producer_or_acquire() as producer:
+                for item in items:
+                    args = (namespace, run_id, idx, item)
+                    self._publish_one(task, step_name, args, {**options, "producer": producer})
+        except Exception:
+            logger.exception(
+                "publishing items of step %d (%s) of run %s failed; the sweeper publishes "
+                "them after durable_dispatch_grace",
+                idx,
+                step_name,
+                run_id,
+                extra={"workflow_id": run_id, "step_index": idx},
+            )
+
+    def _publish_one(
+        self, task: Task | None, name: str, args: tuple[Any, ...], options: dict[str, Any]
+    ) -> None:
+        task_id = item_task_id(args[1], args[2], args[3])
+        if task is not None:
+            # Through the registered task: task_always_eager runs the item in-process.
+            task.apply_async(args, task_id=task_id, **options)
+        else:  # a step this process doesn't import: publish by name
+            self.durable.app.send_task(name, args, task_id=task_id, **options)
+
+    def publish_run(self, run: DueRun) -> None:
+        self.durable.publish(run.id, run.name, run.args, run.queue)
+
+
+def publish_woken(durable: Durable, woken: DueRun | None, why: str) -> None:
+    """Publish a parent an item (or child) woke; a lost publish is the sweeper's."""
+    if woken is None:
+        return
+    try:
+        durable.publish(woken.id, woken.name, woken.args, woken.queue)
+    except Exception:
+        logger.exception(
+            "publishing workflow run %s (%s) failed; the sweeper dispatches it",
+            woken.id,
+            why,
+            extra={"workflow_id": woken.id, "workflow": woken.name},
+        )
+
+
+def cancel(durable: Durable, run_id: str, reason: str | None) -> Cancellation:
+    """Cancel a run, its pending items and its (not detached) children; publish the
+    parents their cancelled children woke."""
+    cancelled = durable.store.cancel_run(run_id, reason, durable.config.dispatch_grace)
+    for woken in cancelled.woken:
+        publish_woken(durable, woken, "a child it waited for was cancelled")
+    return cancelled
+
+
+class ItemTask(Task):  # type: ignore[misc]
+    """Base class of every step's Celery task (the items of fan-outs)."""
+
+    acks_late = True
+    reject_on_worker_lost = True
+    ignore_result = True
+    typing = False  # a malformed message is logged, not a TypeError
+
+
+def register_item_task(app: Celery, step: Step[Any, Any]) -> None:
+    """Register ``step``'s Celery task under the step's name, once per app: the task
+    finds the Durable by the namespace its message names."""
+    existing = app._tasks.get(step.name)  # noqa: SLF001 - .tasks would finalize the app
+    if existing is not None:
+        if isinstance(existing, ItemTask):
+            return  # another Durable of this app has a step of the same name
+        raise DuplicateRegistration(
+            f"a Celery task named {step.name!r} already exists; the step can't reuse its "
+            "name (pass name= to the step)"
+        )
+
+    def run_item(task: ItemTask, namespace: str, run_id: str, idx: int, item: int) -> None:
+        execute_item(durable_for(app, namespace), task, run_id, idx, item)
+
+    run_item.__name__ = getattr(step.fn, "__name__", "run_item")
+    run_item.__qualname__ = getattr(step.fn, "__qualname__", "run_item")
+    run_item.__module__ = step.fn.__module__
+    run_item.__doc__ = step.fn.__doc__
+    app.task(name=step.name, base=ItemTask, bind=True, shared=False, lazy=False)(run_item)
+
+
+def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int) -> None:
+    """Claim the item, run its step under the step's retry policy, record the outcome."""
+    store, config = durable.store, durable.config
+    fields = {"workflow_id": run_id, "step_index": idx, "item": item, "step": task.name}
+    owner = durable.leases.item_token()
+    claim = store.claim_item(run_id, idx, item, owner, config.lock_timeout, config.max_recoveries)
+    if claim is None:
+        logger.info(
+            "item %d of step %d (%s) of run %s not claimed (recorded already, running "
+            "elsewhere or waiting out a retry backoff); delivery acknowledged",
+            item,
+            idx,
+            task.name,
+            run_id,
+            extra=fields,
+        )
+        return
+    if claim.status == "cancelled":
+        logger.info(
+            "item %d of step %d (%s) of run %s not run: the run is cancelled or over",
+            item,
+            idx,
+            task.name,
+            run_id,
+            extra=fields,
+        )
+        return
+    held = (run_id, idx, item, owner)
+    durable.leases.track_item(held)
+    try:
+        _run_claimed(durable, task, held, claim, fields)
+    except BaseException as exc:
+        if not isinstance(exc, Exception) and _worker_shutting_down():
+            # Cold shutdown: give the item back at once; not a failed attempt.
+            store.release_items([held])
+        raise
+    finally:
+        durable.leases.untrack_item(held)
+
+
+def _worker_shutting_down() -> bool:
+    from celery.worker import state
+
+    return bool(state.should_stop or state.should_terminate)
+
+
+def _run_claimed(
+    durable: Durable,
+    task: Task,
+    held: tuple[str, int, int, str],
+    claim: ItemClaim,
+    fields: dict[str, Any],
+) -> None:
+    run_id, idx, item, owner = held
+    store, config = durable.store, durable.config
+    step = durable.steps.get(claim.name)
+    attempt = claim.attempts
+    status, output, error = "error", None, None
+    if step is None:
+        missing = PermanentError(f"no step {claim.name!r} is registered in this worker")
+        error = serialization.encode_error(missing)
+    else:
+        args, kwargs = serialization.loads(claim.input)
+        while True:
+            try:
+                value = step.fn(*args, **kwargs)
+                output = serialization.encode_value(f"step {step.name}", value)
+                status = "ok"
+                break
+            except Exception as exc:  # noqa: BLE001 - every failure is recorded or retried
+                retry = attempt < step.max_attempts and step.retryable(exc)
+                if not retry or isinstance(exc, NotSerialisable):
+                    error = serialization.encode_error(exc)
+                    break
+                delay = step.delay_after(attempt)
+                logger.warning(
+                    "item %d of step %d (%s) of run %s failed (attempt %d of %d), "
+                    "retrying in %.2fs: %r",
+                    item,
+                    idx,
+                    step.name,
+                    run_id,
+                    attempt,
+                    step.max_attempts,
+                    delay,
+                    exc,
+                    extra=fields,
+                )
+                if task.request.is_eager:
+                    # Eager mode has no sweeper to publish it again: retry in-process.
+                    time.sleep(delay)
+                    attempt += 1
+                    continue
+                # The backoff waits in the database; the sweeper publishes it when due.
+                store.retry_item(run_id, idx, item, owner, delay, serialization.encode_error(exc))
+                return
+    written = store.settle_item(
+        run_id, idx, item, owner, status, output, error, config.dispatch_grace
+    )
+    if written.outcome is not Outcome.RECORDED:
+        logger.warning(
+            "item %d of step %d of run %s ran, but another delivery recorded it first "
+            "(its lease had expired)",
+            item,
+            idx,
+            run_id,
+            extra=fields,
+        )
+        return
+    faults.reach(faults.AFTER_RECORD_ITEM, **fields)
+    publish_woken(durable, written.woken, f"item {item} of step {idx} settled")
