@@ -1,9 +1,12 @@
-"""Connections to the store: an engine per process, the psycopg fast path, LISTEN.
+"""Connections to the store: one pool per process, the psycopg fast path, LISTEN.
 
 Prefork children must not share the parent's sockets, so the engine is created lazily per
-process and forgotten (not closed) in a forked child. Hot-path statements skip
-SQLAlchemy's per-execute work: they are compiled once and sent straight to a psycopg
-connection each thread keeps.
+process and forgotten (not closed) in a forked child. Its pool (:class:`ProcessPool`) is
+the only source of connections: SQLAlchemy's reads and transactions, the hot-path
+statements (compiled once, sent straight to psycopg) and the lease heartbeat all use it, so
+a process holds one connection per thread that talks to the store at the same moment (a
+prefork pool process: one). A LISTEN connection is opened only by a process that waits on
+a handle.
 
 Example::
 
@@ -16,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import select as select_module
 import threading
 import time
 import weakref
@@ -25,13 +27,15 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, func, true
 from sqlalchemy.engine import URL
 
 from ..errors import ConfigurationError
+from .pool import ProcessPool, borrowing
 
 try:  # the Postgres driver is optional: SQLite needs none
     import psycopg
+    from psycopg.pq import TransactionStatus
 except ImportError:  # pragma: no cover - exercised only without the postgres extra
     psycopg = None  # type: ignore[assignment]
 
@@ -50,18 +54,6 @@ def _forget_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def _held_slot(relaxed: bool) -> str:
-    return "held_relaxed" if relaxed else "held"
-
-
-def _has_pending_input(driver: Any) -> bool:
-    try:
-        readable, _, _ = select_module.select([driver.fileno()], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(readable)
-
-
 def require_driver(url: URL) -> None:
     """A Postgres URL needs psycopg 3: say which extra installs it."""
     if url.get_backend_name() == "postgresql" and psycopg is None:
@@ -71,24 +63,52 @@ def require_driver(url: URL) -> None:
         )
 
 
+def relaxed_commit(stmt: Any) -> Any:
+    """``stmt`` whose own transaction commits without waiting for the WAL flush.
+
+    ``SET LOCAL synchronous_commit = off`` as a condition of the statement itself
+    (``set_config(..., is_local => true)``): Postgres evaluates it for each row the statement
+    changes, and reads the setting at commit, so a statement that writes commits
+    asynchronously. No extra statement or round trip, no session state: the setting ends
+    with the transaction.
+    """
+    return stmt.where(func.set_config("synchronous_commit", "off", true()) == "off")
+
+
+def _recover(record: Any) -> None:
+    """After a failed statement: roll back what it left open, or drop a broken connection."""
+    driver = record.dbapi_connection
+    if driver is None:
+        return
+    try:
+        if driver.closed or driver.broken:
+            record.invalidate()
+            return
+        status = driver.info.transaction_status
+        if status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+            driver.rollback()
+        elif status != TransactionStatus.IDLE:  # interrupted mid-statement
+            record.invalidate()
+    except Exception:  # noqa: BLE001 - any doubt: a new connection next time
+        record.invalidate()
+
+
 class Connections:
-    """The engine, per-thread driver connections and transactions of one store."""
+    """The engine (one pool per process), the hot path and transactions of one store."""
 
     def __init__(self, url: URL) -> None:
         self.url = url
         self.is_postgres = url.get_backend_name() == "postgresql"
         self._engine: Engine | None = None
-        self._compiled: dict[int, tuple[str, dict[str, Any]]] = {}
-        self._local = threading.local()
+        self._compiled: dict[tuple[int, bool], tuple[str, dict[str, Any]]] = {}
         self._pid = -1
         self._lock = threading.Lock()
         _ALL.add(self)
 
     def _after_fork_in_child(self) -> None:
         # Another thread may have held the lock at fork time: the child gets a fresh one,
-        # and must not touch the parent's pooled sockets.
+        # and must not touch the parent's pooled sockets (psycopg never closes them on GC).
         self._lock = threading.Lock()
-        self._local = threading.local()  # psycopg never closes a parent's socket on GC
         if self._engine is not None:
             self._engine.dispose(close=False)
         self._engine = None
@@ -108,17 +128,30 @@ class Connections:
                 self._pid = os.getpid()
             return self._engine
 
+    @property
+    def pool(self) -> ProcessPool:
+        """This process's Postgres connections (SQLAlchemy's and the hot path's)."""
+        pool = self.engine.pool
+        assert isinstance(pool, ProcessPool)
+        return pool
+
+    def connect_args(self) -> dict[str, Any]:
+        """psycopg keywords of every store connection (an engine of your own can use them)."""
+        args: dict[str, Any] = {}
+        if not self.is_postgres:
+            return args
+        if "application_name" not in self.url.query:
+            args["application_name"] = APP_NAME  # how the store shows in pg_stat_activity
+        return args
+
     def _create_engine(self) -> Engine:
         if self.is_postgres:
             return create_engine(
                 self.url,
                 isolation_level="AUTOCOMMIT",
-                pool_size=5,
-                max_overflow=10,
+                poolclass=ProcessPool,
                 pool_reset_on_return=None,
-                # Off the hot path: a connection killed by a server restart is replaced.
-                pool_pre_ping=True,
-                connect_args=self._connect_args(),
+                connect_args=self.connect_args(),
             )
         engine = create_engine(self.url, connect_args={"timeout": 30, "check_same_thread": False})
 
@@ -140,10 +173,19 @@ class Connections:
         return engine
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
-        """One atomic statement (autocommit on Postgres, a transaction on SQLite)."""
+    def write(self, *, borrow: bool = False) -> Iterator[Connection]:
+        """One atomic statement (autocommit on Postgres, a transaction on SQLite).
+
+        ``borrow``: a background task (the lease heartbeat) waits for a connection the
+        process already has instead of opening another one.
+        """
         if self.is_postgres:
-            with self.engine.connect() as conn:
+            if borrow:
+                with borrowing():
+                    conn = self.engine.connect()
+            else:
+                conn = self.engine.connect()
+            with conn:
                 yield conn
         else:
             with self.engine.begin() as conn:
@@ -170,13 +212,8 @@ class Connections:
                 yield conn
 
     def dispose(self) -> None:
-        for slot in (_held_slot(False), _held_slot(True)):
-            held = getattr(self._local, slot, None)
-            if held is not None and held[0] == os.getpid():
-                held[1].close()
-            setattr(self._local, slot, None)
         if self._engine is not None:
-            self._engine.dispose()
+            self._engine.dispose(close=self._pid == os.getpid())
             self._engine = None
 
     def one(
@@ -185,58 +222,46 @@ class Connections:
         """Run one hot-path statement and return its first row as a tuple (or None).
 
         On Postgres the statement goes straight to psycopg, compiled once, on a connection
-        each thread keeps: SQLAlchemy's per-execute work and a pool checkout would cost
-        about a third of a step's write. SQLite takes the regular path, in a
-        BEGIN IMMEDIATE transaction. ``retry``: the statement is idempotent (fenced, or
-        insert-or-verify), so a connection that died (server restart, idle kill) is
-        replaced and the statement sent once more. ``relaxed``: commit without waiting for
-        the WAL flush (``synchronous_commit=off``), on a connection of its own.
+        of the process's pool: SQLAlchemy's per-execute work and pool proxy would cost a
+        good part of a step's write. SQLite takes the regular path, in a BEGIN IMMEDIATE
+        transaction. ``retry``: the statement is idempotent (fenced, or insert-or-verify),
+        so a connection that died (server restart, idle kill) is replaced and the
+        statement sent once more. ``relaxed``: an UPDATE or DELETE that commits without
+        waiting for the WAL flush (:func:`relaxed_commit`): still one statement.
         """
         if not self.is_postgres:
             with self.write() as conn:
                 row = conn.execute(stmt, params).first()
                 return None if row is None else tuple(row)
-        compiled = self._compiled.get(id(stmt))
+        compiled = self._compiled.get((id(stmt), relaxed))
         if compiled is None:
-            done = stmt.compile(dialect=self.engine.dialect)
-            compiled = self._compiled[id(stmt)] = (str(done), dict(done.params))
+            done = (relaxed_commit(stmt) if relaxed else stmt).compile(dialect=self.engine.dialect)
+            compiled = self._compiled[(id(stmt), relaxed)] = (str(done), dict(done.params))
         sql, defaults = compiled
+        values = {**defaults, **params}
+        pool = self.pool
         for last_try in (not retry, True):
-            driver = self._held_connection(relaxed)
+            record = pool.take()
             try:
-                return driver.execute(sql, {**defaults, **params}).fetchone()  # type: ignore[no-any-return]
+                driver = record.get_connection()
+                return driver.execute(sql, values).fetchone()  # type: ignore[no-any-return]
             except psycopg.OperationalError:
-                setattr(self._local, _held_slot(relaxed), None)  # reconnect next call
-                driver.close()
+                _recover(record)
                 if last_try:
                     raise
+            except BaseException:
+                _recover(record)
+                raise
+            finally:
+                pool.give_back(record)
         raise AssertionError("unreachable")
 
-    def _held_connection(self, relaxed: bool = False) -> Any:
-        """This thread's autocommit psycopg connection (a forked child opens its own)."""
-        slot = _held_slot(relaxed)
-        held = getattr(self._local, slot, None)
-        if held is not None and held[0] == os.getpid() and not held[1].closed:
-            if not _has_pending_input(held[1]):
-                return held[1]
-            # An idle connection with input waiting was terminated by the server (restart,
-            # idle killer): replace it before sending a statement that must not be retried.
-            held[1].close()
-        driver = self.driver_connect("-c synchronous_commit=off" if relaxed else None)
-        setattr(self._local, slot, (os.getpid(), driver))
-        return driver
-
-    def _connect_args(self) -> dict[str, Any]:
-        # Named in pg_stat_activity, unless the URL names the application itself.
-        return {} if "application_name" in self.url.query else {"application_name": APP_NAME}
-
-    def driver_connect(self, options: str | None = None) -> Any:
-        """A new autocommit psycopg connection to the store (hot path, LISTEN)."""
+    def listen_connection(self) -> Any:
+        """A new autocommit psycopg connection for LISTEN, outside the pool."""
         url = self.url.set(drivername="postgresql")
-        extra = self._connect_args()
-        if options:
-            extra["options"] = options
-        return psycopg.connect(url.render_as_string(hide_password=False), autocommit=True, **extra)
+        return psycopg.connect(
+            url.render_as_string(hide_password=False), autocommit=True, **self.connect_args()
+        )
 
 
 class Listener:
@@ -276,7 +301,7 @@ class Listener:
         conn = conns.get(self._key)
         try:
             if conn is None or conn.closed:
-                conn = self.connections.driver_connect()
+                conn = self.connections.listen_connection()
                 conn.execute(f'LISTEN "{self.channel}"')
                 conns[self._key] = conn
             # Drop what arrived while nobody listened: the caller re-reads the row first.

@@ -274,7 +274,7 @@ class Store:
         """One statement renews all of a process's leases."""
         if not run_ids:
             return 0
-        with self.db.write() as conn:
+        with self.db.write(borrow=True) as conn:  # the heartbeat opens no connection
             result = conn.execute(
                 self.sql.runs.renew_leases, params(owner=owner, ids=list(run_ids), lease=lease)
             )
