@@ -8,6 +8,10 @@ a process holds one connection per thread that talks to the store at the same mo
 prefork pool process: one). A LISTEN connection is opened only by a process that waits on
 a handle.
 
+Behind PgBouncer in transaction pooling mode (``pgbouncer=True``) no connection keeps state
+between transactions: no server-side prepared statements, no session ``SET``, and LISTEN
+either goes to ``listen_url`` (a direct connection to Postgres) or becomes polling.
+
 Example::
 
     db = Connections(make_url("postgresql+psycopg://postgres@127.0.0.1/test"))
@@ -28,7 +32,7 @@ from types import TracebackType
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, func, true
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, make_url
 
 from ..errors import ConfigurationError
 from .pool import ProcessPool, borrowing
@@ -63,14 +67,31 @@ def require_driver(url: URL) -> None:
         )
 
 
+def parse_listen_url(url: str) -> URL | None:
+    """``durable_listen_url``: empty (LISTEN where the store is), or a Postgres URL."""
+    if not url:
+        return None
+    try:
+        parsed = make_url(url)
+    except Exception:  # noqa: BLE001 - SQLAlchemy raises several types here
+        raise ConfigurationError(f"durable_listen_url={url!r} is not a valid URL") from None
+    if parsed.get_backend_name() != "postgresql":
+        raise ConfigurationError(
+            f"durable_listen_url={url!r}: use a postgresql+psycopg:// URL of the Postgres "
+            "server itself (LISTEN does not work through PgBouncer's transaction pooling)"
+        )
+    require_driver(parsed)
+    return parsed
+
+
 def relaxed_commit(stmt: Any) -> Any:
     """``stmt`` whose own transaction commits without waiting for the WAL flush.
 
     ``SET LOCAL synchronous_commit = off`` as a condition of the statement itself
     (``set_config(..., is_local => true)``): Postgres evaluates it for each row the statement
     changes, and reads the setting at commit, so a statement that writes commits
-    asynchronously. No extra statement or round trip, no session state: the setting ends
-    with the transaction.
+    asynchronously. No extra statement or round trip, no session state (PgBouncer's
+    transaction pooling keeps it), and the setting ends with the transaction.
     """
     return stmt.where(func.set_config("synchronous_commit", "off", true()) == "off")
 
@@ -94,11 +115,17 @@ def _recover(record: Any) -> None:
 
 
 class Connections:
-    """The engine (one pool per process), the hot path and transactions of one store."""
+    """The engine (one pool per process), the hot path and transactions of one store.
 
-    def __init__(self, url: URL) -> None:
+    ``pgbouncer``: the URL goes through PgBouncer in transaction pooling mode.
+    ``listen_url``: where LISTEN connects (default: ``url``, unless ``pgbouncer``: polling).
+    """
+
+    def __init__(self, url: URL, *, pgbouncer: bool = False, listen_url: URL | None = None) -> None:
         self.url = url
         self.is_postgres = url.get_backend_name() == "postgresql"
+        self.pgbouncer = pgbouncer
+        self.listen_url = listen_url
         self._engine: Engine | None = None
         self._compiled: dict[tuple[int, bool], tuple[str, dict[str, Any]]] = {}
         self._pid = -1
@@ -142,6 +169,8 @@ class Connections:
             return args
         if "application_name" not in self.url.query:
             args["application_name"] = APP_NAME  # how the store shows in pg_stat_activity
+        if self.pgbouncer:
+            args["prepare_threshold"] = None  # PgBouncer < 1.21 can't pool prepared statements
         return args
 
     def _create_engine(self) -> Engine:
@@ -256,12 +285,20 @@ class Connections:
                 pool.give_back(record)
         raise AssertionError("unreachable")
 
+    @property
+    def can_listen(self) -> bool:
+        """LISTEN works: Postgres, and not through PgBouncer (unless ``listen_url``)."""
+        return self.is_postgres and (self.listen_url is not None or not self.pgbouncer)
+
     def listen_connection(self) -> Any:
         """A new autocommit psycopg connection for LISTEN, outside the pool."""
-        url = self.url.set(drivername="postgresql")
-        return psycopg.connect(
-            url.render_as_string(hide_password=False), autocommit=True, **self.connect_args()
-        )
+        url = (self.listen_url or self.url).set(drivername="postgresql")
+        extra: dict[str, Any] = {}
+        if "application_name" not in url.query:
+            extra["application_name"] = APP_NAME
+        if self.pgbouncer and self.listen_url is None:
+            extra["prepare_threshold"] = None
+        return psycopg.connect(url.render_as_string(hide_password=False), autocommit=True, **extra)
 
 
 class Listener:
@@ -269,8 +306,8 @@ class Listener:
 
     Every statement that finishes or suspends a run also sends ``pg_notify`` on the
     store's channel, so a waiter wakes at once instead of at its next poll. Without a
-    LISTEN connection (SQLite, or the server went away) it polls, sleeping a little longer
-    each time up to ``max_poll`` seconds.
+    LISTEN connection (SQLite, PgBouncer without ``listen_url``, or the server went away)
+    it polls, sleeping a little longer each time up to ``max_poll`` seconds.
 
     Example::
 
@@ -292,7 +329,7 @@ class Listener:
         self._key = ""
 
     def __enter__(self) -> Listener:
-        if not self.connections.is_postgres:
+        if not self.connections.can_listen:
             return self
         conns: dict[str, Any] = getattr(self._local, "conns", None) or {}
         self._local.conns = conns

@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from ..errors import ConfigurationError
-from .connections import Connections, Listener, require_driver
+from .connections import Connections, Listener, parse_listen_url, require_driver
 from .records import (
     Claim,
     DueRun,
@@ -75,16 +75,30 @@ def parse_url(url: str) -> Any:
 
 
 class Store:
-    """The database side of one namespace; engines are created per process, lazily."""
+    """The database side of one namespace; engines are created per process, lazily.
 
-    def __init__(self, url: str, table_prefix: str, namespace: str) -> None:
+    ``pgbouncer`` and ``listen_url``: the ``durable_pgbouncer`` and ``durable_listen_url``
+    settings (the URL goes through PgBouncer; where LISTEN connects instead).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        table_prefix: str,
+        namespace: str,
+        *,
+        pgbouncer: bool = False,
+        listen_url: str = "",
+    ) -> None:
         self.url = parse_url(url)
         self.dialect = self.url.get_backend_name()
         self.table_prefix = table_prefix
         self.namespace = namespace
         self.tables: Tables = build_tables(table_prefix)
         self.notify_channel = f"{table_prefix}events"
-        self.db = Connections(self.url)
+        self.db = Connections(
+            self.url, pgbouncer=pgbouncer, listen_url=parse_listen_url(listen_url)
+        )
         self.sql = Statements(self.tables, self.dialect, namespace)
 
     @property
