@@ -73,6 +73,23 @@ def test_writes_reads_transactions_and_the_heartbeat_share_one_connection(store,
     assert sessions(app_name) == 1
 
 
+def test_after_a_transaction_the_fast_path_autocommits_again(store):
+    """The fast path shares connections with SQLAlchemy's READ COMMITTED transactions: a
+    write after one must commit on its own (SQLAlchemy 2.0.0 left autocommit off)."""
+    store.insert_run(new_run("a1"))
+    assert store.cancel_run("a1", "stop") == (True, "CANCELLED")  # a transaction
+    store.insert_run(new_run("a2"))  # the fast path, on the same connection
+    other = sa.create_engine(PG_URL)
+    try:
+        with other.connect() as conn:
+            runs = store.tables.runs
+            found = conn.execute(sa.select(runs.c.id).where(runs.c.id == "a2")).all()
+    finally:
+        other.dispose()
+    assert found == [("a2",)]
+    assert store.db.pool.size == 1
+
+
 def test_the_heartbeat_waits_for_the_busy_connection_instead_of_opening_one(store, app_name):
     store.insert_run(new_run("h1"))
     claim = store.claim_run("h1", "me", lease=30)

@@ -26,6 +26,11 @@ from typing import Any
 
 from sqlalchemy.pool import ConnectionPoolEntry, Pool
 
+try:  # the pool serves Postgres engines only; SQLite installs need no psycopg
+    from psycopg.pq import TransactionStatus
+except ImportError:  # pragma: no cover - exercised only without the postgres extra
+    TransactionStatus = None  # type: ignore[assignment,misc]
+
 _flags = threading.local()
 
 
@@ -50,6 +55,19 @@ def has_pending_input(driver: Any) -> bool:
     return bool(readable)
 
 
+def _restore_autocommit(record: Any) -> None:
+    """A transaction (SQLAlchemy's READ COMMITTED ones) is over: back to autocommit, which
+    the fast path relies on. SQLAlchemy resets it at checkin too, but not every 2.0 release
+    does so before the connection is returned."""
+    driver = record.dbapi_connection
+    try:
+        if driver.info.transaction_status != TransactionStatus.IDLE:  # given up midway
+            driver.rollback()
+        driver.autocommit = True
+    except Exception:  # noqa: BLE001 - a connection in doubt is replaced
+        record.invalidate()
+
+
 class ProcessPool(Pool):
     """Connections of one process, last in first out; it grows to the number of threads
     that use the store at once, and keeps them.
@@ -57,9 +75,9 @@ class ProcessPool(Pool):
     A borrowing checkout (:func:`borrowing`) takes an idle connection, or waits up to
     ``borrow_timeout`` seconds for one to come back; only then does it open a temporary one,
     closed on return. A connection lent to a borrower comes back after one statement, so
-    other checkouts wait for it (as long) rather than open another. Every checkout checks
-    that the server has not dropped the connection (no round trip): a dropped one is
-    replaced.
+    other checkouts wait for it (as long) rather than open another. Connections come back
+    in autocommit mode, and every checkout checks that the server has not dropped the
+    connection (no round trip): a dropped one is replaced.
     """
 
     borrow_timeout = 0.25
@@ -112,6 +130,9 @@ class ProcessPool(Pool):
         return record
 
     def give_back(self, record: Any) -> None:
+        driver = record.dbapi_connection
+        if driver is not None and not driver.autocommit:
+            _restore_autocommit(record)
         with self._cond:
             temporary = id(record) in self._temporary
             if temporary:
@@ -145,7 +166,8 @@ class ProcessPool(Pool):
         )
 
     def dispose(self) -> None:
-        """Close the idle connections; checked-out ones close when given back."""
+        """Close the idle connections (SQLAlchemy then replaces the pool; a connection
+        checked out meanwhile is closed when garbage collected)."""
         with self._cond:
             idle, self._idle = self._idle, []
             self._size -= len(idle)
