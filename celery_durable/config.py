@@ -72,6 +72,20 @@ SETTINGS: tuple[Setting, ...] = (
         "poison run; separate from max_attempts",
     ),
     Setting("sweep_batch", int, 500, 1, "runs one sweep dispatches at most"),
+    Setting(
+        "pgbouncer",
+        bool,
+        False,
+        help="durable_database_url goes through PgBouncer in transaction pooling mode: no "
+        "server-side prepared statements, no session state, no LISTEN through it",
+    ),
+    Setting(
+        "listen_url",
+        str,
+        "",
+        help="a direct Postgres URL for LISTEN/NOTIFY wake-ups of handle waiters; default: "
+        "durable_database_url, or polling when durable_pgbouncer is on",
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -93,6 +107,8 @@ class DurableConfig:
     max_pending_signals: int = 100
     max_recoveries: int = 10
     sweep_batch: int = 500
+    pgbouncer: bool = False
+    listen_url: str = ""
 
     @classmethod
     def from_sources(
@@ -148,7 +164,9 @@ class DurableConfig:
         """Raise :class:`ConfigurationError` naming the first setting out of range."""
         for setting in SETTINGS:
             value = getattr(self, setting.name)
-            if not isinstance(value, setting.kind) or isinstance(value, bool):
+            if not isinstance(value, setting.kind) or (
+                isinstance(value, bool) and setting.kind is not bool
+            ):
                 if not (
                     setting.kind is float and isinstance(value, int) and not isinstance(value, bool)
                 ):
@@ -183,9 +201,24 @@ def default_signal_queue(namespace: str) -> str:
     return base if namespace == "default" else f"{base}.{namespace}"
 
 
+_BOOLS = {
+    **dict.fromkeys(("1", "true", "yes", "on"), True),
+    **dict.fromkeys(("0", "false", "no", "off"), False),
+}
+
+
 def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
     if setting.kind is str:
         return str(raw)
+    if setting.kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in _BOOLS:
+            return _BOOLS[raw.strip().lower()]
+        raise ConfigurationError(
+            f"{origin}={raw!r} is not a valid bool for durable_{setting.name} "
+            "(use true/false, 1/0, yes/no or on/off)"
+        )
     try:
         if isinstance(raw, bool):
             raise ValueError(raw)

@@ -82,7 +82,13 @@ class Durable:
     def store(self) -> Store:
         if self._store is None:
             config = self.config
-            self._store = Store(config.database_url, config.table_prefix, config.namespace)
+            self._store = Store(
+                config.database_url,
+                config.table_prefix,
+                config.namespace,
+                pgbouncer=config.pgbouncer,
+                listen_url=config.listen_url,
+            )
         return self._store
 
     # -- registration ------------------------------------------------------------------------

@@ -1,9 +1,16 @@
-"""Connections to the store: an engine per process, the psycopg fast path, LISTEN.
+"""Connections to the store: one pool per process, the psycopg fast path, LISTEN.
 
 Prefork children must not share the parent's sockets, so the engine is created lazily per
-process and forgotten (not closed) in a forked child. Hot-path statements skip
-SQLAlchemy's per-execute work: they are compiled once and sent straight to a psycopg
-connection each thread keeps.
+process and forgotten (not closed) in a forked child. Its pool (:class:`ProcessPool`) is
+the only source of connections: SQLAlchemy's reads and transactions, the hot-path
+statements (compiled once, sent straight to psycopg) and the lease heartbeat all use it, so
+a process holds one connection per thread that talks to the store at the same moment (a
+prefork pool process: one). A LISTEN connection is opened only by a process that waits on
+a handle.
+
+Behind PgBouncer in transaction pooling mode (``pgbouncer=True``) no connection keeps state
+between transactions: no server-side prepared statements, no session ``SET``, and LISTEN
+either goes to ``listen_url`` (a direct connection to Postgres) or becomes polling.
 
 Example::
 
@@ -16,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import select as select_module
 import threading
 import time
 import weakref
@@ -25,13 +31,15 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, func, true
 from sqlalchemy.engine import URL, make_url
 
 from ..errors import ConfigurationError
+from .pool import ProcessPool, borrowing
 
 try:  # the Postgres driver is optional: SQLite needs none
     import psycopg
+    from psycopg.pq import TransactionStatus
 except ImportError:  # pragma: no cover - exercised only without the postgres extra
     psycopg = None  # type: ignore[assignment]
 
@@ -48,18 +56,6 @@ def _forget_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
-
-
-def _held_slot(relaxed: bool) -> str:
-    return "held_relaxed" if relaxed else "held"
-
-
-def _has_pending_input(driver: Any) -> bool:
-    try:
-        readable, _, _ = select_module.select([driver.fileno()], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(readable)
 
 
 def require_driver(url: URL) -> None:
@@ -93,24 +89,75 @@ def parse_url(url: str) -> Any:
     return parsed
 
 
-class Connections:
-    """The engine, per-thread driver connections and transactions of one store."""
+def parse_listen_url(url: str) -> URL | None:
+    """``durable_listen_url``: empty (LISTEN where the store is), or a Postgres URL."""
+    if not url:
+        return None
+    try:
+        parsed = make_url(url)
+    except Exception:  # noqa: BLE001 - SQLAlchemy raises several types here
+        raise ConfigurationError(f"durable_listen_url={url!r} is not a valid URL") from None
+    if parsed.get_backend_name() != "postgresql":
+        raise ConfigurationError(
+            f"durable_listen_url={url!r}: use a postgresql+psycopg:// URL of the Postgres "
+            "server itself (LISTEN does not work through PgBouncer's transaction pooling)"
+        )
+    require_driver(parsed)
+    return parsed
 
-    def __init__(self, url: URL) -> None:
+
+def relaxed_commit(stmt: Any) -> Any:
+    """``stmt`` whose own transaction commits without waiting for the WAL flush.
+
+    ``SET LOCAL synchronous_commit = off`` as a condition of the statement itself
+    (``set_config(..., is_local => true)``): Postgres evaluates it for each row the statement
+    changes, and reads the setting at commit, so a statement that writes commits
+    asynchronously. No extra statement or round trip, no session state (PgBouncer's
+    transaction pooling keeps it), and the setting ends with the transaction.
+    """
+    return stmt.where(func.set_config("synchronous_commit", "off", true()) == "off")
+
+
+def _recover(record: Any) -> None:
+    """After a failed statement: roll back what it left open, or drop a broken connection."""
+    driver = record.dbapi_connection
+    if driver is None:
+        return
+    try:
+        if driver.closed or driver.broken:
+            record.invalidate()
+            return
+        status = driver.info.transaction_status
+        if status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+            driver.rollback()
+        elif status != TransactionStatus.IDLE:  # interrupted mid-statement
+            record.invalidate()
+    except Exception:  # noqa: BLE001 - any doubt: a new connection next time
+        record.invalidate()
+
+
+class Connections:
+    """The engine (one pool per process), the hot path and transactions of one store.
+
+    ``pgbouncer``: the URL goes through PgBouncer in transaction pooling mode.
+    ``listen_url``: where LISTEN connects (default: ``url``, unless ``pgbouncer``: polling).
+    """
+
+    def __init__(self, url: URL, *, pgbouncer: bool = False, listen_url: URL | None = None) -> None:
         self.url = url
         self.is_postgres = url.get_backend_name() == "postgresql"
+        self.pgbouncer = pgbouncer
+        self.listen_url = listen_url
         self._engine: Engine | None = None
-        self._compiled: dict[int, tuple[str, dict[str, Any]]] = {}
-        self._local = threading.local()
+        self._compiled: dict[tuple[int, bool], tuple[str, dict[str, Any]]] = {}
         self._pid = -1
         self._lock = threading.Lock()
         _ALL.add(self)
 
     def _after_fork_in_child(self) -> None:
         # Another thread may have held the lock at fork time: the child gets a fresh one,
-        # and must not touch the parent's pooled sockets.
+        # and must not touch the parent's pooled sockets (psycopg never closes them on GC).
         self._lock = threading.Lock()
-        self._local = threading.local()  # psycopg never closes a parent's socket on GC
         if self._engine is not None:
             self._engine.dispose(close=False)
         self._engine = None
@@ -130,17 +177,32 @@ class Connections:
                 self._pid = os.getpid()
             return self._engine
 
+    @property
+    def pool(self) -> ProcessPool:
+        """This process's Postgres connections (SQLAlchemy's and the hot path's)."""
+        pool = self.engine.pool
+        assert isinstance(pool, ProcessPool)
+        return pool
+
+    def connect_args(self) -> dict[str, Any]:
+        """psycopg keywords of every store connection (an engine of your own can use them)."""
+        args: dict[str, Any] = {}
+        if not self.is_postgres:
+            return args
+        if "application_name" not in self.url.query:
+            args["application_name"] = APP_NAME  # how the store shows in pg_stat_activity
+        if self.pgbouncer:
+            args["prepare_threshold"] = None  # PgBouncer < 1.21 can't pool prepared statements
+        return args
+
     def _create_engine(self) -> Engine:
         if self.is_postgres:
             return create_engine(
                 self.url,
                 isolation_level="AUTOCOMMIT",
-                pool_size=5,
-                max_overflow=10,
+                poolclass=ProcessPool,
                 pool_reset_on_return=None,
-                # Off the hot path: a connection killed by a server restart is replaced.
-                pool_pre_ping=True,
-                connect_args=self._connect_args(),
+                connect_args=self.connect_args(),
             )
         engine = create_engine(self.url, connect_args={"timeout": 30, "check_same_thread": False})
 
@@ -162,10 +224,19 @@ class Connections:
         return engine
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
-        """One atomic statement (autocommit on Postgres, a transaction on SQLite)."""
+    def write(self, *, borrow: bool = False) -> Iterator[Connection]:
+        """One atomic statement (autocommit on Postgres, a transaction on SQLite).
+
+        ``borrow``: a background task (the lease heartbeat) waits for a connection the
+        process already has instead of opening another one.
+        """
         if self.is_postgres:
-            with self.engine.connect() as conn:
+            if borrow:
+                with borrowing():
+                    conn = self.engine.connect()
+            else:
+                conn = self.engine.connect()
+            with conn:
                 yield conn
         else:
             with self.engine.begin() as conn:
@@ -192,13 +263,8 @@ class Connections:
                 yield conn
 
     def dispose(self) -> None:
-        for slot in (_held_slot(False), _held_slot(True)):
-            held = getattr(self._local, slot, None)
-            if held is not None and held[0] == os.getpid():
-                held[1].close()
-            setattr(self._local, slot, None)
         if self._engine is not None:
-            self._engine.dispose()
+            self._engine.dispose(close=self._pid == os.getpid())
             self._engine = None
 
     def one(
@@ -207,57 +273,53 @@ class Connections:
         """Run one hot-path statement and return its first row as a tuple (or None).
 
         On Postgres the statement goes straight to psycopg, compiled once, on a connection
-        each thread keeps: SQLAlchemy's per-execute work and a pool checkout would cost
-        about a third of a step's write. SQLite takes the regular path, in a
-        BEGIN IMMEDIATE transaction. ``retry``: the statement is idempotent (fenced, or
-        insert-or-verify), so a connection that died (server restart, idle kill) is
-        replaced and the statement sent once more. ``relaxed``: commit without waiting for
-        the WAL flush (``synchronous_commit=off``), on a connection of its own.
+        of the process's pool: SQLAlchemy's per-execute work and pool proxy would cost a
+        good part of a step's write. SQLite takes the regular path, in a BEGIN IMMEDIATE
+        transaction. ``retry``: the statement is idempotent (fenced, or insert-or-verify),
+        so a connection that died (server restart, idle kill) is replaced and the
+        statement sent once more. ``relaxed``: an UPDATE or DELETE that commits without
+        waiting for the WAL flush (:func:`relaxed_commit`): still one statement.
         """
         if not self.is_postgres:
             with self.write() as conn:
                 row = conn.execute(stmt, params).first()
                 return None if row is None else tuple(row)
-        compiled = self._compiled.get(id(stmt))
+        compiled = self._compiled.get((id(stmt), relaxed))
         if compiled is None:
-            done = stmt.compile(dialect=self.engine.dialect)
-            compiled = self._compiled[id(stmt)] = (str(done), dict(done.params))
+            done = (relaxed_commit(stmt) if relaxed else stmt).compile(dialect=self.engine.dialect)
+            compiled = self._compiled[(id(stmt), relaxed)] = (str(done), dict(done.params))
         sql, defaults = compiled
+        values = {**defaults, **params}
+        pool = self.pool
         for last_try in (not retry, True):
-            driver = self._held_connection(relaxed)
+            record = pool.take()
             try:
-                return driver.execute(sql, {**defaults, **params}).fetchone()  # type: ignore[no-any-return]
+                driver = record.get_connection()
+                return driver.execute(sql, values).fetchone()  # type: ignore[no-any-return]
             except psycopg.OperationalError:
-                setattr(self._local, _held_slot(relaxed), None)  # reconnect next call
-                driver.close()
+                _recover(record)
                 if last_try:
                     raise
+            except BaseException:
+                _recover(record)
+                raise
+            finally:
+                pool.give_back(record)
         raise AssertionError("unreachable")
 
-    def _held_connection(self, relaxed: bool = False) -> Any:
-        """This thread's autocommit psycopg connection (a forked child opens its own)."""
-        slot = _held_slot(relaxed)
-        held = getattr(self._local, slot, None)
-        if held is not None and held[0] == os.getpid() and not held[1].closed:
-            if not _has_pending_input(held[1]):
-                return held[1]
-            # An idle connection with input waiting was terminated by the server (restart,
-            # idle killer): replace it before sending a statement that must not be retried.
-            held[1].close()
-        driver = self.driver_connect("-c synchronous_commit=off" if relaxed else None)
-        setattr(self._local, slot, (os.getpid(), driver))
-        return driver
+    @property
+    def can_listen(self) -> bool:
+        """LISTEN works: Postgres, and not through PgBouncer (unless ``listen_url``)."""
+        return self.is_postgres and (self.listen_url is not None or not self.pgbouncer)
 
-    def _connect_args(self) -> dict[str, Any]:
-        # Named in pg_stat_activity, unless the URL names the application itself.
-        return {} if "application_name" in self.url.query else {"application_name": APP_NAME}
-
-    def driver_connect(self, options: str | None = None) -> Any:
-        """A new autocommit psycopg connection to the store (hot path, LISTEN)."""
-        url = self.url.set(drivername="postgresql")
-        extra = self._connect_args()
-        if options:
-            extra["options"] = options
+    def listen_connection(self) -> Any:
+        """A new autocommit psycopg connection for LISTEN, outside the pool."""
+        url = (self.listen_url or self.url).set(drivername="postgresql")
+        extra: dict[str, Any] = {}
+        if "application_name" not in url.query:
+            extra["application_name"] = APP_NAME
+        if self.pgbouncer and self.listen_url is None:
+            extra["prepare_threshold"] = None
         return psycopg.connect(url.render_as_string(hide_password=False), autocommit=True, **extra)
 
 
@@ -266,8 +328,8 @@ class Listener:
 
     Every statement that finishes or suspends a run also sends ``pg_notify`` on the
     store's channel, so a waiter wakes at once instead of at its next poll. Without a
-    LISTEN connection (SQLite, or the server went away) it polls, sleeping a little longer
-    each time up to ``max_poll`` seconds.
+    LISTEN connection (SQLite, PgBouncer without ``listen_url``, or the server went away)
+    it polls, sleeping a little longer each time up to ``max_poll`` seconds.
 
     Example::
 
@@ -289,7 +351,7 @@ class Listener:
         self._key = ""
 
     def __enter__(self) -> Listener:
-        if not self.connections.is_postgres:
+        if not self.connections.can_listen:
             return self
         conns: dict[str, Any] = getattr(self._local, "conns", None) or {}
         self._local.conns = conns
@@ -298,7 +360,7 @@ class Listener:
         conn = conns.get(self._key)
         try:
             if conn is None or conn.closed:
-                conn = self.connections.driver_connect()
+                conn = self.connections.listen_connection()
                 conn.execute(f'LISTEN "{self.channel}"')
                 conns[self._key] = conn
             # Drop what arrived while nobody listened: the caller re-reads the row first.

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from ..errors import ConfigurationError
-from .connections import Connections, Listener, parse_url
+from .connections import Connections, Listener, parse_listen_url, parse_url
 from .item_ops import ItemOps
 from .records import (
     Cancellation,
@@ -43,16 +43,29 @@ class Store(ItemOps, SignalOps):
     """The database side of one namespace; engines are created per process, lazily.
 
     Signals (``SignalOps``) and items of fan-out steps (``ItemOps``) live in their own
-    modules; runs and steps are here."""
+    modules; runs and steps are here. ``pgbouncer`` and ``listen_url``: the
+    ``durable_pgbouncer`` and ``durable_listen_url`` settings (the URL goes through
+    PgBouncer; where LISTEN connects instead).
+    """
 
-    def __init__(self, url: str, table_prefix: str, namespace: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        table_prefix: str,
+        namespace: str,
+        *,
+        pgbouncer: bool = False,
+        listen_url: str = "",
+    ) -> None:
         self.url = parse_url(url)
         self.dialect = self.url.get_backend_name()
         self.table_prefix = table_prefix
         self.namespace = namespace
         self.tables: Tables = build_tables(table_prefix)
         self.notify_channel = f"{table_prefix}events"
-        self.db = Connections(self.url)
+        self.db = Connections(
+            self.url, pgbouncer=pgbouncer, listen_url=parse_listen_url(listen_url)
+        )
         self.sql = Statements(self.tables, self.dialect, namespace)
 
     @property
@@ -299,7 +312,7 @@ class Store(ItemOps, SignalOps):
         """One statement renews all of a process's leases."""
         if not run_ids:
             return 0
-        with self.db.write() as conn:
+        with self.db.write(borrow=True) as conn:  # the heartbeat opens no connection
             result = conn.execute(
                 self.sql.runs.renew_leases, params(owner=owner, ids=list(run_ids), lease=lease)
             )

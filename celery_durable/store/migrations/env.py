@@ -28,7 +28,8 @@ def run_online() -> None:
     # A fresh engine in transactional mode: the store's Postgres engine autocommits.
     from sqlalchemy import create_engine
 
-    engine = create_engine(store.url)
+    # Its connect_args: no server-side prepared statements behind PgBouncer.
+    engine = create_engine(store.url, connect_args=store.db.connect_args())
     try:
         # begin(): the advisory lock opens the transaction, so commit it ourselves.
         with engine.begin() as connection:
