@@ -77,7 +77,8 @@ def test_after_a_transaction_the_fast_path_autocommits_again(store):
     """The fast path shares connections with SQLAlchemy's READ COMMITTED transactions: a
     write after one must commit on its own (SQLAlchemy 2.0.0 left autocommit off)."""
     store.insert_run(new_run("a1"))
-    assert store.cancel_run("a1", "stop") == (True, "CANCELLED")  # a transaction
+    cancelled = store.cancel_run("a1", "stop")  # a transaction
+    assert (cancelled.requested, cancelled.status) == (True, "CANCELLED")
     store.insert_run(new_run("a2"))  # the fast path, on the same connection
     other = sa.create_engine(PG_URL)
     try:
