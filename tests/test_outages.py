@@ -174,9 +174,12 @@ def test_show_gives_up_after_its_timeout_with_one_clean_line(basic_app, proxy, k
     assert proxy.refused >= 2
 
 
-def log_lines_over(worker, seconds: float) -> list[str]:  # type: ignore[no-untyped-def]
-    """What the worker logs during the next ``seconds`` (a rate: a plain sleep is right)."""
+def log_lines_over(worker, seconds: float, then=None) -> list[str]:  # type: ignore[no-untyped-def]
+    """What the worker logs during the next ``seconds`` (a rate: a plain sleep is right),
+    counting from before ``then()`` (e.g. the cut), so nothing it causes is missed."""
     before = len(worker.log().splitlines())
+    if then is not None:
+        then()
     time.sleep(seconds)
     return worker.log().splitlines()[before:]
 
@@ -205,8 +208,7 @@ def test_background_loops_back_off_while_the_database_is_down(
     worker = start_worker("outage", env={"CELERY_DURABLE_DATABASE_URL": proxy.url(PG_URL)})
     handle = basic_app.five_steps.delay(key)
     wait_until(lambda: rds.get(f"started:{key}:s2"), 30, message="step 2 to start")
-    proxy.cut()
-    during = log_lines_over(worker, 5)
+    during = log_lines_over(worker, 5, then=proxy.cut)
     assert len(during) <= 12, "\n".join(during)
     assert "Traceback" not in "\n".join(during)
     heartbeat = [line for line in during if "lease heartbeat failed" in line]
