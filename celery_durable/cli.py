@@ -8,6 +8,8 @@ Example::
     celery -A shop durable show order-42    # a run's status, attempts and steps
     celery -A shop durable signal order-42 approval '{"by": "alice"}'
     celery -A shop durable cancel order-42 --reason "customer left"
+    celery -A shop durable list --status failed --workflow shop.checkout --since 2h
+    celery -A shop durable stats
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from typing import Any
 
 import click
 
-from . import validate
+from . import console, validate
 from .apps import durables_of
 from .errors import DatabaseUnavailable, DurableError, WorkflowAlreadyCompleted, WorkflowNotFound
 from .extension import Durable
+from .operations import cursor_of
 from .store import FINISHED_STATUSES
 from .store.outage import is_unreachable, retry_while_unreachable, unavailable
 
@@ -146,6 +149,75 @@ def show(ctx: click.Context, workflow_id: str, timeout: float) -> None:
         click.echo(line)
     if run.error:
         click.echo(f"error: {json.loads(run.error).get('message')}")
+
+
+@contextmanager
+def _operation_errors(instance: Durable, what: str) -> Iterator[None]:
+    """Bad input, a refused operation or a database that is down: one line, exit 1."""
+    try:
+        yield
+    except DurableError as exc:
+        raise click.ClickException(f"cannot {what}: {exc}") from None
+    except Exception as exc:
+        if not is_unreachable(exc):
+            raise
+        down = unavailable(exc, instance.store.url, f"cannot {what}")
+        raise click.ClickException(str(down)) from None
+
+
+_STATUS_HELP = "Comma-separated: pending, running, waiting, succeeded, failed, cancelled."
+_WHEN_HELP = "A duration ago (90m, 2h, 30d) or an ISO 8601 time (2026-12-01T10:00)."
+
+
+@durable.command(name="list", help="List runs, newest first, a page at a time.")
+@click.option("--status", default=None, help=_STATUS_HELP)
+@click.option("--workflow", default=None, help="The workflow's (task) name.")
+@click.option("--since", default=None, help=f"Created at or after this. {_WHEN_HELP}")
+@click.option("--until", default=None, help=f"Created before this. {_WHEN_HELP}")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--after", default=None, help="The cursor the previous page printed.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per run and line.")
+@click.pass_context
+def list_command(
+    ctx: click.Context,
+    status: str | None,
+    workflow: str | None,
+    since: str | None,
+    until: str | None,
+    limit: int,
+    after: str | None,
+    as_json: bool,
+) -> None:
+    instance = _only_durable(ctx)
+    with _operation_errors(instance, "list runs"):
+        page = instance.list_runs(status, workflow, since, until, limit, after)
+    if as_json:
+        # Each line carries the cursor that continues after it: a script pages on with
+        # the last line's, and stops at an empty page.
+        for run in page.runs:
+            click.echo(json.dumps(console.run_json(run, cursor_of(run))))
+        return
+    if not page.runs:
+        click.echo("no runs match")
+        return
+    for line in console.run_table(page.runs):
+        click.echo(line)
+    if page.cursor:
+        click.echo(f"next page: --after {page.cursor}")
+
+
+@durable.command(help="Runs by workflow and status, the oldest pending and waiting runs.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@click.pass_context
+def stats(ctx: click.Context, as_json: bool) -> None:
+    instance = _only_durable(ctx)
+    with _operation_errors(instance, "read the stats"):
+        counted = instance.stats()
+    if as_json:
+        click.echo(json.dumps(console.stats_json(counted)))
+        return
+    for line in console.stats_lines(counted):
+        click.echo(line)
 
 
 @durable.command(name="signal", help="Send a signal (payload as JSON) to a run.")

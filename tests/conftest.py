@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from celery_durable.store import Store
+from celery_durable.store.migrations import upgrade
 from tests.support.services import (
     BROKER,
     BROKER_URL,
@@ -69,6 +71,19 @@ def basic_app() -> Iterator[object]:
     basic.durable.store.dispose()
     drop_tables(PG_URL, PREFIX)
     delete_queues(BROKER_URL, [QUEUE, OTHER_QUEUE, basic.durable.config.signal_queue])
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def store(request, tmp_path) -> Iterator[Store]:  # type: ignore[no-untyped-def]
+    """A migrated store of its own (table prefix) on each database, for store-level tests."""
+    prefix = unique("s")[:9] + "_"
+    url = PG_URL if request.param == "postgresql" else f"sqlite:///{tmp_path}/store.sqlite3"
+    store = Store(url, prefix, "ns")
+    upgrade(store)
+    yield store
+    store.dispose()
+    if request.param == "postgresql":
+        drop_tables(PG_URL, prefix)
 
 
 @pytest.fixture

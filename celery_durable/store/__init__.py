@@ -5,31 +5,44 @@ Example::
     from celery_durable.store import Store, StepRecord, Outcome
 """
 
+from .operation_statements import ALL_STATUSES
 from .outage import is_unreachable
 from .records import (
     Claim,
     DueRun,
     NewRun,
+    OldestRun,
     Outcome,
+    RunFilter,
     RunRecord,
+    RunStats,
+    RunSummary,
     SignalStore,
     SignalTake,
+    StatusCount,
     StepRecord,
     StepWrite,
 )
-from .schema import ACTIVE_STATUSES, FINISHED_STATUSES, Tables, build_tables
+from .schema import ACTIVE_STATUSES, FINISHED_STATUSES, SETTLED_STATUSES, Tables, build_tables
 from .store import Store
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "ALL_STATUSES",
     "FINISHED_STATUSES",
+    "SETTLED_STATUSES",
     "Claim",
     "DueRun",
     "NewRun",
+    "OldestRun",
     "Outcome",
+    "RunFilter",
     "RunRecord",
+    "RunStats",
+    "RunSummary",
     "SignalStore",
     "SignalTake",
+    "StatusCount",
     "StepRecord",
     "StepWrite",
     "Store",

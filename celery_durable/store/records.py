@@ -117,3 +117,75 @@ class DueRun:
     status: str
     args: str
     queue: str | None
+
+
+# -- operations (list, stats) ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFilter:
+    """Which runs ``list_runs`` pages through; every field narrows, None or empty: all.
+
+    ``after`` is the keyset position of the previous page's last run, ``(created_at, id)``:
+    the page goes on from there, newest first, whatever was inserted meanwhile.
+    """
+
+    statuses: tuple[str, ...] = ()
+    workflow: str | None = None
+    since: float | None = None  # created_at >= since
+    until: float | None = None  # created_at < until
+    after: tuple[float, str] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSummary:
+    """One run in a listing."""
+
+    id: str
+    name: str
+    status: str
+    attempts: int
+    max_attempts: int
+    recoveries: int
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    wait_signal: str | None
+    error: str | None
+    cancel_reason: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class StatusCount:
+    """How many runs of one workflow have one status. ``recoveries``: lost workers of its
+    PENDING and RUNNING runs (None for the others: counting them would read every row)."""
+
+    workflow: str
+    status: str
+    runs: int
+    recoveries: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class OldestRun:
+    """The oldest run of a status: how long the queue or a wait has been stuck."""
+
+    id: str
+    name: str
+    status: str
+    created_at: float
+    updated_at: float
+    wait_signal: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStats:
+    """``run_stats``: counts by workflow and status, the oldest pending (ready, not yet
+    claimed) and waiting runs, and the due backlog (runs the sweeper should have taken)."""
+
+    now: float
+    counts: tuple[StatusCount, ...]
+    oldest_pending: OldestRun | None
+    oldest_waiting: OldestRun | None
+    due: int
+    oldest_due_at: float | None

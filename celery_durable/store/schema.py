@@ -31,6 +31,12 @@ from sqlalchemy import (
 
 ACTIVE_STATUSES = ("PENDING", "RUNNING", "WAITING")
 FINISHED_STATUSES = ("SUCCEEDED", "FAILED", "CANCELLED")
+# A run enters these statuses when it suspends or finishes, never on the hot path's insert
+# and claim: the partial indexes that list and count runs hold only these, so they cost
+# nothing until a run settles. PENDING and RUNNING runs always carry due_at and are found
+# through the sweeper's index instead.
+SETTLED_STATUSES = ("WAITING", *FINISHED_STATUSES)
+DUE_STATUSES = ("PENDING", "RUNNING")
 
 # A BIGINT primary key autoincrements in Postgres; SQLite only does so for INTEGER.
 _SERIAL = BigInteger().with_variant(Integer(), "sqlite")
@@ -43,6 +49,21 @@ class Tables:
     steps: Table
     signals: Table
     state: Table
+
+
+def settled_indexes(prefix: str) -> dict[str, tuple[str, ...]]:
+    """The partial indexes over settled runs (``SETTLED_STATUSES``), by name.
+
+    ``status``: a page of one status, newest first, and the oldest runs for ``gc``;
+    ``workflow``: the same within one workflow; ``counts``: the narrowest key, so counting a
+    million runs reads a few MB (btree deduplication stores each key once). No ``id``:
+    ties on created_at are broken by an incremental sort of the few rows that share it.
+    """
+    return {
+        f"ix_{prefix}runs_status": ("namespace", "status", "created_at"),
+        f"ix_{prefix}runs_workflow": ("namespace", "name", "status", "created_at"),
+        f"ix_{prefix}runs_counts": ("namespace", "name", "status"),
+    }
 
 
 def build_tables(prefix: str) -> Tables:
@@ -88,6 +109,14 @@ def build_tables(prefix: str) -> Tables:
         postgresql_where=runs.c.due_at.isnot(None),
         sqlite_where=runs.c.due_at.isnot(None),
     )
+    settled = runs.c.status.in_(SETTLED_STATUSES)
+    for name, columns in settled_indexes(prefix).items():
+        Index(
+            name,
+            *(runs.c[column] for column in columns),
+            postgresql_where=settled,
+            sqlite_where=settled,
+        )
     steps = Table(
         f"{prefix}steps",
         metadata,

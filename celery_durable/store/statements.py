@@ -33,6 +33,7 @@ from sqlalchemy import (
     update,
 )
 
+from .operation_statements import OperationStatements
 from .records import DueRun, RunRecord, StepRecord
 from .schema import ACTIVE_STATUSES, Tables
 from .sql import Builder, columns_of
@@ -413,4 +414,5 @@ class Statements:
         self.sweep = SweepStatements(tables, dialect, namespace)
         self.signals = SignalStatements(tables, dialect, namespace)
         self.state = StateStatements(tables, dialect, namespace)
+        self.ops = OperationStatements(tables, dialect, namespace)
         self.notify = self.runs.notify

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from ..errors import ConfigurationError
 from .connections import Connections, Listener, require_driver
+from .operations import StoreOperations
 from .records import (
     Claim,
     DueRun,
@@ -74,8 +75,11 @@ def parse_url(url: str) -> Any:
     return parsed
 
 
-class Store:
-    """The database side of one namespace; engines are created per process, lazily."""
+class Store(StoreOperations):
+    """The database side of one namespace; engines are created per process, lazily.
+
+    The operations commands' methods (list, stats, ...) come from ``StoreOperations``.
+    """
 
     def __init__(self, url: str, table_prefix: str, namespace: str) -> None:
         self.url = parse_url(url)

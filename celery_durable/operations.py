@@ -1,0 +1,119 @@
+"""Operations on runs without writing SQL: list, stats (behind ``durable list``/``stats``).
+
+``Durable.list_runs`` and ``Durable.stats`` call these; the CLI prints what they return.
+
+Example::
+
+    page = durable.list_runs(status="failed", workflow="shop.checkout", since="2h")
+    for run in page.runs:
+        print(run.id, run.status)
+    more = durable.list_runs(status="failed", after=page.cursor) if page.cursor else None
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import json
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from . import validate
+from .errors import InvalidArgument
+from .store import ALL_STATUSES, RunFilter, RunStats, RunSummary
+
+if TYPE_CHECKING:
+    from .extension import Durable
+
+MAX_PAGE = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPage:
+    """One page of ``list_runs``: the runs, newest first, and the cursor of the next page
+    (pass it as ``after=``), or None when this page is the last."""
+
+    runs: list[RunSummary]
+    cursor: str | None
+
+
+def cursor_of(run: RunSummary) -> str:
+    """The keyset position just after ``run``: an opaque, URL-safe string."""
+    raw = json.dumps([run.created_at, run.id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def parse_cursor(cursor: str, argument: str = "after") -> tuple[float, str]:
+    """The ``(created_at, id)`` a cursor from ``cursor_of`` stands for."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, run_id = json.loads(raw)
+        if isinstance(created_at, int | float) and math.isfinite(created_at):
+            if isinstance(run_id, str):
+                return float(created_at), run_id
+    except (ValueError, TypeError, binascii.Error):
+        pass
+    raise InvalidArgument(
+        f"{argument}={validate.show(cursor)} is not a cursor given by list_runs"
+    ) from None
+
+
+def parse_statuses(status: str | Iterable[str] | None, argument: str = "status") -> tuple[str, ...]:
+    """``"failed,waiting"`` or ``["FAILED", "waiting"]`` as known statuses, upper case."""
+    if status is None:
+        return ()
+    names = status.split(",") if isinstance(status, str) else list(status)
+    wanted = []
+    for name in names:
+        upper = str(name).strip().upper()
+        if upper not in ALL_STATUSES:
+            raise InvalidArgument(
+                f"{argument}={validate.show(name)} is not a run status: use "
+                f"{', '.join(s.lower() for s in ALL_STATUSES)}"
+            )
+        if upper not in wanted:
+            wanted.append(upper)
+    return tuple(wanted)
+
+
+def run_filter(
+    durable: Durable,
+    *,
+    status: str | Iterable[str] | None = None,
+    workflow: str | None = None,
+    since: Any = None,
+    until: Any = None,
+    after: str | None = None,
+) -> RunFilter:
+    """Check and resolve a listing's filters (``since``/``until`` against the database's
+    clock, which stamped the runs)."""
+    statuses = parse_statuses(status)
+    if workflow is not None:
+        validate.check_text(workflow, "workflow", max_chars=255, allow_empty=False)
+    now = durable.store.now() if since is not None or until is not None else 0.0
+    return RunFilter(
+        statuses=statuses,
+        workflow=workflow,
+        since=None if since is None else validate.parse_moment(since, "since", now),
+        until=None if until is None else validate.parse_moment(until, "until", now),
+        after=None if after is None else parse_cursor(after),
+    )
+
+
+def list_runs(durable: Durable, *, limit: int = 50, **filters: Any) -> RunPage:
+    """A page of runs, newest first; see :meth:`Durable.list_runs`."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidArgument(f"limit={limit!r} must be an int from 1 to {MAX_PAGE}")
+    wanted = run_filter(durable, **filters)
+    # One more than asked: whether a next page exists, without a count.
+    runs = durable.store.list_runs(wanted, limit + 1)
+    if len(runs) <= limit:
+        return RunPage(runs, None)
+    return RunPage(runs[:limit], cursor_of(runs[limit - 1]))
+
+
+def stats(durable: Durable) -> RunStats:
+    """Counts by workflow and status, the oldest pending and waiting runs, the due backlog."""
+    return durable.store.run_stats()

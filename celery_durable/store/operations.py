@@ -1,0 +1,115 @@
+"""The Store's operations methods (list, stats), apart from the hot path in ``store.py``.
+
+``Store`` inherits them; the SQL is in ``operation_statements``. Reads run with JIT off on
+Postgres: a count over a million index entries is estimated expensive enough to be
+compiled, and compiling costs more than the count.
+
+Example::
+
+    page = store.list_runs(RunFilter(statuses=("FAILED",)), limit=51)
+    stats = store.run_stats()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection
+
+from .records import OldestRun, RunFilter, RunStats, RunSummary, StatusCount
+from .sql import params
+
+if TYPE_CHECKING:
+    from .connections import Connections
+    from .statements import Statements
+
+
+def filter_params(run_filter: RunFilter, limit: int) -> dict[str, Any]:
+    """The bound values of ``list_runs`` for ``run_filter``."""
+    values: dict[str, Any] = {"limit": limit}
+    if run_filter.workflow is not None:
+        values["workflow"] = run_filter.workflow
+    if run_filter.since is not None:
+        values["since"] = run_filter.since
+    if run_filter.until is not None:
+        values["until"] = run_filter.until
+    if run_filter.after is not None:
+        values["after_created"], values["after_id"] = run_filter.after
+    return params(**values)
+
+
+class StoreOperations:
+    """Mixed into :class:`~celery_durable.store.store.Store`."""
+
+    db: Connections
+    sql: Statements
+
+    @contextmanager
+    def _operations_read(self) -> Iterator[Connection]:
+        if not self.db.is_postgres:
+            with self.db.read() as conn:
+                yield conn
+            return
+        with self.db.transaction() as conn:
+            conn.exec_driver_sql("SET LOCAL jit = off")
+            yield conn
+
+    def list_runs(self, run_filter: RunFilter, limit: int) -> list[RunSummary]:
+        """Up to ``limit`` runs matching ``run_filter``, newest first (created_at, id)."""
+        statement = self.sql.ops.list_runs(run_filter)
+        with self._operations_read() as conn:
+            rows = conn.execute(statement, filter_params(run_filter, limit)).all()
+        return [RunSummary(*row) for row in rows]
+
+    def run_stats(self) -> RunStats:
+        """Counts by workflow and status, oldest pending and waiting runs, due backlog."""
+        sql = self.sql.ops
+        with self._operations_read() as conn:
+            now = float(conn.execute(sql.run_stats_now).scalar_one())
+            counts = conn.execute(sql.run_stats_counts).all()
+            pending = conn.execute(sql.run_stats_oldest_pending).first()
+            waiting = conn.execute(sql.run_stats_oldest_waiting).first()
+            due, oldest_due_at = conn.execute(sql.run_stats_due).one()
+        return RunStats(
+            now=now,
+            counts=tuple(
+                StatusCount(name, status, int(runs), None if lost is None else int(lost))
+                for name, status, runs, lost in sorted(counts, key=lambda row: tuple(row[:2]))
+            ),
+            oldest_pending=None if pending is None else OldestRun(*pending),
+            oldest_waiting=None if waiting is None else OldestRun(*waiting),
+            due=int(due),
+            oldest_due_at=None if oldest_due_at is None else float(oldest_due_at),
+        )
+
+    def explain(
+        self,
+        what: str,
+        run_filter: RunFilter | None = None,
+        limit: int = 51,
+        prefer_indexes: bool = False,
+    ) -> str:
+        """The database's plan for ``list_runs`` (``what="list"``, with ``run_filter``) or
+        for the counts of ``run_stats`` (``what="stats"``), to check the indexes it uses.
+
+        ``prefer_indexes``: forbid sequential scans (Postgres), to see whether an index can
+        serve the query on tables too small for the planner to choose it."""
+        if what == "list":
+            statement = self.sql.ops.list_runs(run_filter or RunFilter())
+            values = filter_params(run_filter or RunFilter(), limit)
+        elif what == "stats":
+            statement, values = self.sql.ops.run_stats_counts, {}
+        else:
+            raise ValueError(f"explain({what!r}): 'list' or 'stats'")
+        with self._operations_read() as conn:
+            if prefer_indexes and self.db.is_postgres:
+                conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+            compiled = statement.compile(dialect=conn.dialect)
+            bound = compiled.construct_params(values)
+            if compiled.positional:
+                bound = tuple(bound[name] for name in compiled.positiontup or ())
+            prefix = "EXPLAIN " if self.db.is_postgres else "EXPLAIN QUERY PLAN "
+            rows = conn.exec_driver_sql(prefix + str(compiled), bound).all()
+        return "\n".join(" ".join(str(value) for value in row) for row in rows)

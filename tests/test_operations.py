@@ -1,0 +1,110 @@
+"""Operating runs from the CLI alone: ``celery -A tests.apps.basic durable list|stats|...``
+against real Postgres and a real worker.
+
+The session's runs share one namespace, so every listing here is narrowed to this test's
+runs (by workflow and ``--since`` the test's start); counts are checked as lower bounds.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tests.support.waiting import wait_until
+from tests.test_cli import celery
+
+FIXABLE = "tests.apps.basic.fixable"
+FOUR_STEPS = "tests.apps.basic.four_steps"
+
+
+def since_now(basic_app) -> str:  # type: ignore[no-untyped-def]
+    """``--since`` for runs started from now on (the database clock stamps them)."""
+    from celery_durable.console import iso
+
+    return str(iso(basic_app.durable.store.now() - 0.001))
+
+
+def finished(*handles) -> None:  # type: ignore[no-untyped-def]
+    for handle in handles:
+        wait_until(lambda h=handle: h.status().finished, 60, message=f"{handle.id} to finish")
+
+
+def failed_runs(basic_app, rds, key: str, count: int) -> list:  # type: ignore[no-untyped-def]
+    """``count`` runs of ``fixable`` that fail (each has its own bug flag)."""
+    handles = []
+    for i in range(count):
+        rds.set(f"bug:{key}-{i}", "1")
+        handles.append(basic_app.fixable.delay(f"{key}-{i}"))
+    finished(*handles)
+    assert {h.status().value for h in handles} == {"FAILED"}
+    return handles
+
+
+def test_list_shows_failing_runs_in_an_aligned_table(basic_app, shared_worker, key, rds):
+    since = since_now(basic_app)
+    failed = failed_runs(basic_app, rds, key, 3)
+    ok = basic_app.four_steps.delay(f"{key}-ok")
+    finished(ok)
+    done = celery("durable", "list", "--status", "failed", "--workflow", FIXABLE, "--since", since)
+    assert done.returncode == 0, done.stderr
+    header, *rows = done.stdout.splitlines()
+    assert header.split() == ["ID", "WORKFLOW", "STATUS", "ATTEMPT", "CREATED", "TOOK", "DETAIL"]
+    assert sorted(row.split()[0] for row in rows) == sorted(h.id for h in failed)
+    for column in ("WORKFLOW", "STATUS", "ATTEMPT", "DETAIL"):
+        at = header.index(column)
+        assert all(row[at - 2 : at] == "  " and row[at] != " " for row in rows), column
+    assert all("FAILED  2/2" in row and "RuntimeError: bug in step 2 of" in row for row in rows)
+    # Other statuses and workflows are filtered out.
+    ok_only = celery("durable", "list", "--workflow", FOUR_STEPS, "--since", since)
+    assert ok.id in ok_only.stdout and not any(h.id in ok_only.stdout for h in failed)
+    wrong = celery("durable", "list", "--status", "failed,broken")
+    assert wrong.returncode == 1 and "status='broken' is not a run status" in wrong.stderr
+
+
+def test_list_json_pages_with_a_cursor_stable_while_runs_start(basic_app, shared_worker, key, rds):
+    since = since_now(basic_app)
+    failed = failed_runs(basic_app, rds, key, 5)
+    listing = ["durable", "list", "--workflow", FIXABLE, "--since", since, "--json"]
+    everything = [json.loads(line) for line in celery(*listing).stdout.splitlines()]
+    assert sorted(run["id"] for run in everything) == sorted(h.id for h in failed)
+    first = [json.loads(line) for line in celery(*listing, "--limit", "2").stdout.splitlines()]
+    assert first == everything[:2]
+    assert first[0]["status"] == "FAILED" and first[0]["error"]["type"] == "builtins.RuntimeError"
+    # Runs started between two pages appear above the first page, never in the next ones.
+    newer = failed_runs(basic_app, rds, f"{key}-new", 2)
+    rest = celery(*listing, "--after", first[-1]["cursor"]).stdout.splitlines()
+    assert [json.loads(line)["id"] for line in rest] == [run["id"] for run in everything[2:]]
+    fresh = [
+        json.loads(line)["id"] for line in celery(*listing, "--limit", "2").stdout.splitlines()
+    ]
+    assert sorted(fresh) == sorted(h.id for h in newer)
+    table = celery("durable", "list", "--workflow", FIXABLE, "--since", since, "--limit", "3")
+    assert table.stdout.splitlines()[-1].startswith("next page: --after ")
+
+
+def test_stats_counts_runs_by_workflow_and_status(basic_app, shared_worker, key, rds):
+    failed_runs(basic_app, rds, key, 2)
+    waiting = basic_app.collector.delay(key, 1)
+    wait_until(lambda: waiting.status().value == "WAITING", 30, message="the run to wait")
+    done = celery("durable", "stats", "--json")
+    assert done.returncode == 0, done.stderr
+    stats = json.loads(done.stdout)
+    counts = {(c["workflow"], c["status"]): c["runs"] for c in stats["counts"]}
+    assert counts[(FIXABLE, "FAILED")] >= 2
+    assert counts[("tests.apps.basic.collector", "WAITING")] >= 1
+    assert stats["oldest_waiting"]["wait_signal"] == "item"
+    assert stats["due"]["runs"] >= 0 and isinstance(stats["recoveries"], int)
+    text = celery("durable", "stats").stdout.splitlines()
+    assert text[0].split() == [
+        "WORKFLOW",
+        "PENDING",
+        "RUNNING",
+        "WAITING",
+        "SUCCEEDED",
+        "FAILED",
+        "CANCELLED",
+        "RECOVERIES",
+    ]
+    row = next(line for line in text if line.startswith(FIXABLE + " "))
+    assert int(row.split()[5]) == counts[(FIXABLE, "FAILED")]
+    assert any(line.startswith("oldest waiting: ") for line in text)
+    waiting.cancel("done")
