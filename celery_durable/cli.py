@@ -25,7 +25,7 @@ from . import console, validate
 from .apps import durables_of
 from .errors import DatabaseUnavailable, DurableError, WorkflowAlreadyCompleted, WorkflowNotFound
 from .extension import Durable
-from .operations import cursor_of
+from .operations import RunDetails, cursor_of, describe_run
 from .store import FINISHED_STATUSES
 from .store.outage import is_unreachable, retry_while_unreachable, unavailable
 
@@ -100,7 +100,7 @@ def _one_line_errors(instance: Durable, action: str, workflow_id: str) -> Iterat
         raise click.ClickException(str(unavailable(exc, instance.store.url, where))) from None
 
 
-@durable.command(help="Show a run: status, attempts, steps.")
+@durable.command(help="Show a run: status, attempts, steps, waits, signals, state keys.")
 @click.argument("workflow_id")
 @click.option(
     "--timeout",
@@ -109,35 +109,41 @@ def _one_line_errors(instance: Durable, action: str, workflow_id: str) -> Iterat
     show_default=True,
     help="Seconds to keep retrying while the database is unreachable (a restart).",
 )
+@click.option("--json", "as_json", is_flag=True, help="One JSON object, for scripts.")
 @click.pass_context
-def show(ctx: click.Context, workflow_id: str, timeout: float) -> None:
+def show(ctx: click.Context, workflow_id: str, timeout: float, as_json: bool) -> None:
     instance = _only_durable(ctx)
     _check_id(workflow_id)
     store = instance.store
 
-    def read() -> tuple[Any, dict[int, Any]]:
-        run = store.get_run(workflow_id)
-        return run, {} if run is None else store.load_steps(workflow_id)
+    def read() -> RunDetails | None:
+        return describe_run(instance, workflow_id)
 
     try:
-        run, steps = retry_while_unreachable(
+        details = retry_while_unreachable(
             read, timeout, store.url, f"cannot show workflow run {workflow_id!r}"
         )
     except DatabaseUnavailable as exc:
         raise click.ClickException(str(exc)) from None
-    if run is None:
+    if details is None:
         raise click.ClickException(f"no workflow run {workflow_id!r}")
+    if as_json:
+        click.echo(json.dumps(console.details_json(details)))
+        return
+    run = details.run
     # A suspended run gives its attempt back, so a run that ran shows at least attempt 1.
     attempt = max(run.attempts, 1 if run.started_at is not None else 0)
     click.echo(f"{run.id}  {run.name}  {run.status}  attempt {attempt}/{run.max_attempts}")
-    if run.wait_signal:
-        click.echo(f"waiting for signal {run.wait_signal!r}")
+    click.echo(console.times_line(run))
+    _echo_if(console.wait_line(run))
     finished = run.status in FINISHED_STATUSES
-    for step in steps.values():
+    for step in details.steps:
         status = step.status
         if status == "waiting" and finished:
             status = f"not reached (run {run.status.lower()} while waiting)"
         line = f"  step {step.idx}: {step.name} {status}"
+        if step.duration is not None:
+            line += f"  {console.span(step.duration)}"
         definition = instance.steps.get(step.name)
         if definition is not None and definition.max_attempts > 1:
             # Step retries happen inside each workflow attempt: the two multiply.
@@ -147,8 +153,17 @@ def show(ctx: click.Context, workflow_id: str, timeout: float) -> None:
                 f"{run.max_attempts} attempts = {calls} calls)"
             )
         click.echo(line)
+        if step.error and step.status != "ok":
+            click.echo(f"    {console.error_summary(step.error)}")
+    _echo_if(console.signals_line(details))
+    _echo_if(console.state_line(details))
     if run.error:
-        click.echo(f"error: {json.loads(run.error).get('message')}")
+        click.echo(f"error: {console.error_summary(run.error, width=500)}")
+
+
+def _echo_if(line: str | None) -> None:
+    if line is not None:
+        click.echo(line)
 
 
 @contextmanager

@@ -17,7 +17,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from .store import FINISHED_STATUSES, RunStats, RunSummary
+from .operations import RunDetails
+from .store import FINISHED_STATUSES, RunRecord, RunStats, RunSummary, StepRecord
 
 ERROR_WIDTH = 70
 STATUS_COLUMNS = ("PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED")
@@ -212,3 +213,100 @@ def stats_json(stats: RunStats) -> dict[str, Any]:
             "behind": None if stats.oldest_due_at is None else stats.now - stats.oldest_due_at,
         },
     }
+
+
+def _loaded(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def step_json(step: StepRecord) -> dict[str, Any]:
+    error = error_parts(step.error)
+    return {
+        "index": step.idx,
+        "name": step.name,
+        "status": step.status,
+        "duration": step.duration,
+        "input": _loaded(step.input),
+        "output": _loaded(step.output),
+        "error": None if error is None else {k: error.get(k) for k in ("type", "message")},
+    }
+
+
+def waiting_of(run: RunRecord) -> dict[str, Any] | None:
+    """What a WAITING run waits for: a signal, its timer, or both (a timeout)."""
+    if run.status != "WAITING":
+        return None
+    return {"signal": run.wait_signal, "until": iso(run.due_at)}
+
+
+def details_json(details: RunDetails) -> dict[str, Any]:
+    """``durable show --json``: one object with the run, steps, waits, signals, state keys."""
+    run = details.run
+    return {
+        "id": run.id,
+        "workflow": run.name,
+        "status": run.status,
+        "attempt": max(run.attempts, 1 if run.started_at is not None else 0),
+        "max_attempts": run.max_attempts,
+        "recoveries": run.recoveries,
+        "queue": run.queue,
+        "created_at": iso(run.created_at),
+        "started_at": iso(run.started_at),
+        "finished_at": iso(run.finished_at),
+        "duration": took(run),
+        "cancel_reason": run.cancel_reason,
+        "error": error_parts(run.error),
+        "waiting": waiting_of(run),
+        "steps": [step_json(step) for step in details.steps],
+        "pending_signals": [
+            {"name": s.name, "sent_at": iso(s.created_at), "idempotency_key": s.idempotency_key}
+            for s in details.pending_signals
+        ],
+        "state_keys": [{"key": k.key, "updated_at": iso(k.updated_at)} for k in details.state_keys],
+    }
+
+
+def times_line(run: RunRecord) -> str:
+    """``created ..., started ..., finished ... (took 1.20s)``, and lost workers."""
+    parts = [f"created {iso(run.created_at, False)}"]
+    if run.started_at is not None:
+        parts.append(f"started {iso(run.started_at, False)}")
+    if run.finished_at is not None:
+        parts.append(f"finished {iso(run.finished_at, False)}")
+    line = ", ".join(parts)
+    if took(run) is not None:
+        line += f" (took {span(took(run))})"
+    if run.recoveries:
+        line += f"; its worker was lost {run.recoveries} time(s)"
+    return line
+
+
+def wait_line(run: RunRecord) -> str | None:
+    waiting = waiting_of(run)
+    if waiting is None:
+        return None
+    until = f" until {iso(run.due_at, False)}" if run.due_at is not None else ""
+    if run.wait_signal:
+        return f"waiting for signal {run.wait_signal!r}{until}"
+    return f"sleeping{until}"
+
+
+def signals_line(details: RunDetails) -> str | None:
+    names: dict[str, int] = {}
+    for signal in details.pending_signals:
+        names[signal.name] = names.get(signal.name, 0) + 1
+    if not names:
+        return None
+    shown = ", ".join(f"{name!r} x{n}" if n > 1 else repr(name) for name, n in names.items())
+    return f"pending signals: {shown}"
+
+
+def state_line(details: RunDetails) -> str | None:
+    if not details.state_keys:
+        return None
+    return "state keys: " + ", ".join(repr(k.key) for k in details.state_keys)

@@ -22,7 +22,7 @@ from . import serialization, validate
 from .errors import WorkflowAlreadyCompleted, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
 from .signals import send_signal
 from .state import query
-from .store import FINISHED_STATUSES, RunRecord
+from .store import FINISHED_STATUSES, RunRecord, StepRecord
 from .store.outage import describe, is_unreachable, summary, unavailable
 
 if TYPE_CHECKING:
@@ -92,6 +92,16 @@ class WorkflowHandle:
         if run is None:
             raise WorkflowNotFound(self.id)
         return run
+
+    def steps(self) -> list[StepRecord]:
+        """The recorded steps, in order: name, status ("ok", "error", "retry", "waiting"),
+        input, output, error and duration (seconds). Example: ``[s.name for s in h.steps()]``.
+        """
+        with self._outage_named("reading the steps of workflow run"):
+            if self.durable.store.get_status(self.id) is None:
+                raise WorkflowNotFound(self.id)
+            recorded = self.durable.store.load_steps(self.id)
+        return [recorded[idx] for idx in sorted(recorded)]
 
     def status(self) -> WorkflowStatus:
         with self._outage_named("reading the status of workflow run"):

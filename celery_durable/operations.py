@@ -1,6 +1,7 @@
-"""Operations on runs without writing SQL: list, stats (behind ``durable list``/``stats``).
+"""Operations on runs without writing SQL: list, stats, show (``durable list|stats|show``).
 
-``Durable.list_runs`` and ``Durable.stats`` call these; the CLI prints what they return.
+``Durable.list_runs``, ``Durable.stats`` and the handle's methods call these; the CLI
+prints what they return.
 
 Example::
 
@@ -22,7 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 from . import validate
 from .errors import InvalidArgument
-from .store import ALL_STATUSES, RunFilter, RunStats, RunSummary
+from .store import (
+    ALL_STATUSES,
+    PendingSignal,
+    RunFilter,
+    RunRecord,
+    RunStats,
+    RunSummary,
+    StateKey,
+    StepRecord,
+)
 
 if TYPE_CHECKING:
     from .extension import Durable
@@ -117,3 +127,24 @@ def list_runs(durable: Durable, *, limit: int = 50, **filters: Any) -> RunPage:
 def stats(durable: Durable) -> RunStats:
     """Counts by workflow and status, the oldest pending and waiting runs, the due backlog."""
     return durable.store.run_stats()
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDetails:
+    """Everything ``durable show`` prints about one run."""
+
+    run: RunRecord
+    steps: list[StepRecord]
+    pending_signals: list[PendingSignal]
+    state_keys: list[StateKey]
+
+
+def describe_run(durable: Durable, run_id: str) -> RunDetails | None:
+    """The run, its steps (in order, with durations), its unconsumed signals and the keys
+    it published with ``set_state``; None if there is no such run."""
+    store = durable.store
+    run = store.get_run(run_id)
+    if run is None:
+        return None
+    steps = sorted(store.load_steps(run_id).values(), key=lambda step: step.idx)
+    return RunDetails(run, steps, store.pending_signals(run_id), store.state_keys(run_id))

@@ -108,3 +108,52 @@ def test_stats_counts_runs_by_workflow_and_status(basic_app, shared_worker, key,
     assert int(row.split()[5]) == counts[(FIXABLE, "FAILED")]
     assert any(line.startswith("oldest waiting: ") for line in text)
     waiting.cancel("done")
+
+
+def show_json(run_id: str) -> dict:
+    done = celery("durable", "show", run_id, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_show_json_has_steps_with_durations_waits_signals_and_state(basic_app, shared_worker, key):
+    handle = basic_app.booking.delay(key, 600)
+    wait_until(lambda: handle.status().value == "WAITING", 30, message="the run to wait")
+    handle.signal("nudge", {"n": 1})  # nobody waits for it: it stays pending
+    waiting = show_json(handle.id)
+    assert waiting["status"] == "WAITING" and waiting["workflow"] == "tests.apps.basic.booking"
+    assert waiting["waiting"]["signal"] == "approval" and waiting["waiting"]["until"]
+    assert [(s["name"], s["status"]) for s in waiting["steps"]] == [
+        ("tests.apps.basic.numbered", "ok"),
+        ("celery_durable.signal:approval", "waiting"),
+    ]
+    assert waiting["steps"][0]["duration"] >= 0 and waiting["steps"][0]["output"] == 10
+    assert [s["name"] for s in waiting["pending_signals"]] == ["nudge"]
+    text = celery("durable", "show", handle.id).stdout
+    assert "waiting for signal 'approval' until " in text and "pending signals: 'nudge'" in text
+    handle.signal("approval", {"by": "alice"})
+    assert handle.get(timeout=30)["status"] == "confirmed"
+    done = show_json(handle.id)
+    assert [s["status"] for s in done["steps"]] == ["ok"] * 4
+    approval, sleep = done["steps"][1], done["steps"][2]
+    assert approval["output"] == {"by": "alice"} and approval["duration"] > 0  # waited
+    assert sleep["name"] == "celery_durable.sleep" and sleep["duration"] >= 0.2  # cd.sleep(0.2)
+    assert done["waiting"] is None and done["duration"] > 0
+    assert [k["key"] for k in done["state_keys"]] == ["state"]
+    assert [s.name for s in handle.steps()] == [s["name"] for s in done["steps"]]
+    assert all(s.duration is not None for s in handle.steps())
+
+
+def test_show_says_which_step_failed_and_why(basic_app, shared_worker, key, rds):
+    (handle,) = failed_runs(basic_app, rds, key, 1)
+    shown = show_json(handle.id)
+    assert shown["status"] == "FAILED" and shown["attempt"] == 2 and shown["max_attempts"] == 2
+    assert shown["error"]["type"] == "builtins.RuntimeError"
+    assert "Traceback" in shown["error"]["traceback"]
+    failing = shown["steps"][1]
+    assert failing["status"] == "error" and failing["input"] == [[f"{key}-0", 2], {}]
+    assert failing["error"]["message"] == f"bug in step 2 of {key}-0"
+    text = celery("durable", "show", handle.id).stdout.splitlines()
+    at = text.index(next(line for line in text if "step 1: tests.apps.basic.buggy error" in line))
+    assert text[at + 1] == f"    RuntimeError: bug in step 2 of {key}-0"
+    assert text[-1] == f"error: RuntimeError: bug in step 2 of {key}-0"

@@ -169,3 +169,20 @@ def test_list_and_stats_never_scan_the_runs_table(store, what, run_filter):
     runs = store.tables.runs.name
     assert "Seq Scan" not in plan and f"SCAN {runs}" not in plan, plan
     assert f"ix_{store.table_prefix}runs_" in plan, plan
+
+
+def test_a_step_keeps_its_duration_and_a_wait_is_timed_by_the_database(store):
+    store.insert_run(new_run("timed"))
+    claim = store.claim_run("timed", "w", lease=30)
+    store.record_step("timed", claim.fence, StepRecord(0, "s", "ok", "[]", "1", None, 0.25))
+    waiting = StepRecord(1, "celery_durable.signal:go", "waiting", "[]", "{}", None)
+    assert store.suspend_run("timed", claim.fence, waiting, "go", None).value == "suspended"
+    suspended_at = store.now()
+    wait_until(lambda: store.now() > suspended_at + 0.05, 5, message="the clock to move on")
+    assert store.wake_run("timed", "go", 60) is not None
+    claim = store.claim_run("timed", "w", lease=30)
+    resumed = StepRecord(1, "celery_durable.signal:go", "ok", "[]", '"payload"', None, 0.0)
+    store.record_step("timed", claim.fence, resumed)
+    steps = store.load_steps("timed")
+    assert steps[0].duration == 0.25
+    assert steps[1].status == "ok" and steps[1].duration > 0.05  # suspended to resumed

@@ -1,4 +1,4 @@
-"""The statements of the operations commands: list, stats (and, later, resume, fork, gc).
+"""The statements of the operations commands: list, stats, show (and, later, resume, fork, gc).
 
 None of these is on the hot path. They are written for tables of millions of finished runs:
 every read goes through an index (``schema.settled_indexes`` for waiting and finished
@@ -34,7 +34,7 @@ from sqlalchemy import (
     union_all,
 )
 
-from .records import OldestRun, RunFilter, RunSummary
+from .records import OldestRun, PendingSignal, RunFilter, RunSummary, StateKey
 from .schema import ACTIVE_STATUSES, DUE_STATUSES, FINISHED_STATUSES, SETTLED_STATUSES, Tables
 from .sql import Builder, columns_of
 
@@ -74,6 +74,22 @@ class OperationStatements(Builder):
         )
         self.run_stats_now = select(now)
         self.run_stats_counts = self._counts()
+
+        signals, state = tables.signals, tables.state
+        self.pending_signals = (
+            select(*columns_of(signals, PendingSignal))
+            .where(
+                signals.c.namespace == namespace,
+                signals.c.run_id == bindparam("p_run_id"),
+                signals.c.consumed_at.is_(None),
+            )
+            .order_by(signals.c.id)
+        )
+        self.state_keys = (
+            select(*columns_of(state, StateKey))
+            .where(state.c.namespace == namespace, state.c.run_id == bindparam("p_run_id"))
+            .order_by(state.c.key)
+        )
 
     def _counts(self) -> Any:
         """Runs by workflow and status, with the recoveries of pending and running runs."""

@@ -1,4 +1,4 @@
-"""The Store's operations methods (list, stats), apart from the hot path in ``store.py``.
+"""The Store's operations methods (list, stats, show), apart from the hot path in ``store.py``.
 
 ``Store`` inherits them; the SQL is in ``operation_statements``. Reads run with JIT off on
 Postgres: a count over a million index entries is estimated expensive enough to be
@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from .records import OldestRun, RunFilter, RunStats, RunSummary, StatusCount
+from .records import (
+    OldestRun,
+    PendingSignal,
+    RunFilter,
+    RunStats,
+    RunSummary,
+    StateKey,
+    StatusCount,
+)
 from .sql import params
 
 if TYPE_CHECKING:
@@ -83,6 +91,18 @@ class StoreOperations:
             due=int(due),
             oldest_due_at=None if oldest_due_at is None else float(oldest_due_at),
         )
+
+    def pending_signals(self, run_id: str) -> list[PendingSignal]:
+        """The run's unconsumed signals, oldest first."""
+        with self.db.read() as conn:
+            rows = conn.execute(self.sql.ops.pending_signals, params(run_id=run_id)).all()
+        return [PendingSignal(*row) for row in rows]
+
+    def state_keys(self, run_id: str) -> list[StateKey]:
+        """The keys the run published with ``set_state``."""
+        with self.db.read() as conn:
+            rows = conn.execute(self.sql.ops.state_keys, params(run_id=run_id)).all()
+        return [StateKey(*row) for row in rows]
 
     def explain(
         self,

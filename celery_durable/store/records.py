@@ -60,6 +60,9 @@ class StepRecord:
     input: str
     output: str | None
     error: str | None
+    # Seconds the step took (its function, in-process retries included) or, for a wait,
+    # waited; None when not measured (steps recorded before this column existed).
+    duration: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,3 +192,23 @@ class RunStats:
     oldest_waiting: OldestRun | None
     due: int
     oldest_due_at: float | None
+
+
+# -- operations (show) ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PendingSignal:
+    """A signal stored for a run and not consumed yet."""
+
+    name: str
+    created_at: float
+    idempotency_key: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class StateKey:
+    """A key the run published with ``set_state``, and when it last did."""
+
+    key: str
+    updated_at: float

@@ -129,6 +129,7 @@ def build_tables(prefix: str) -> Tables:
         Column("output", Text),
         Column("error", Text),
         Column("created_at", Float, nullable=False),
+        Column("duration", Float),
     )
     signals = Table(
         f"{prefix}signals",

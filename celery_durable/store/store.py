@@ -50,6 +50,7 @@ def _step_params(run_id: str, fence: int, step: StepRecord) -> dict[str, Any]:
         input=step.input,
         output=step.output,
         error=step.error,
+        duration=step.duration,
     )
 
 
@@ -395,7 +396,8 @@ class Store(StoreOperations):
             if signal is None:
                 return SignalTake(Outcome.NO_SIGNAL)
             conn.execute(sql.consume_signal_mark, params(id=signal.id))
-            taken = StepRecord(step.idx, step.name, "ok", step.input, signal.payload, None)
+            # Duration 0 unless the run waited (record_step measures that on conflict).
+            taken = StepRecord(step.idx, step.name, "ok", step.input, signal.payload, None, 0.0)
             conn.execute(self.sql.steps.record_step, _step_params(run_id, fence, taken))
             return SignalTake(Outcome.RECORDED, str(signal.payload))
 

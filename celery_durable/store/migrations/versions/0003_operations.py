@@ -1,4 +1,4 @@
-"""Operations: indexes that list and count runs, without writing SQL.
+"""Operations: indexes that list and count runs, step durations.
 
 Partial indexes over settled runs (waiting or finished): a run enters them when it suspends
 or finishes, so the hot path's insert and claim never pay for them. On Postgres they are
@@ -34,6 +34,8 @@ def _is_postgres() -> bool:
 
 
 def upgrade() -> None:
+    # Nullable, no default: no table rewrite on Postgres, a plain ADD COLUMN on SQLite.
+    op.add_column(f"{P}steps", sa.Column("duration", sa.Float))
     if not _is_postgres():
         for name, columns in INDEXES.items():
             op.create_index(name, f"{P}runs", columns, sqlite_where=sa.text(SETTLED))
@@ -54,3 +56,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     for name in INDEXES:
         op.drop_index(name, table_name=f"{P}runs")
+    with op.batch_alter_table(f"{P}steps") as batch:
+        batch.drop_column("duration")
