@@ -18,6 +18,7 @@ from .errors import (
     WorkflowCancelled,
     WorkflowFailed,
     WorkflowNotFound,
+    WorkflowNotResumable,
 )
 from .extension import Durable
 from .handle import WorkflowHandle, WorkflowStatus
@@ -45,6 +46,7 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowHandle",
     "WorkflowNotFound",
+    "WorkflowNotResumable",
     "WorkflowStatus",
     "WorkflowTask",
     "set_state",

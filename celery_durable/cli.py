@@ -10,6 +10,8 @@ Example::
     celery -A shop durable cancel order-42 --reason "customer left"
     celery -A shop durable list --status failed --workflow shop.checkout --since 2h
     celery -A shop durable stats
+    celery -A shop durable resume order-42 order-43
+    celery -A shop durable resume --status failed --workflow shop.checkout --since 2h --dry-run
 """
 
 from __future__ import annotations
@@ -23,9 +25,15 @@ import click
 
 from . import console, validate
 from .apps import durables_of
-from .errors import DatabaseUnavailable, DurableError, WorkflowAlreadyCompleted, WorkflowNotFound
+from .errors import (
+    DatabaseUnavailable,
+    DurableError,
+    WorkflowAlreadyCompleted,
+    WorkflowNotFound,
+    WorkflowNotResumable,
+)
 from .extension import Durable
-from .operations import RunDetails, cursor_of, describe_run
+from .operations import RunDetails, cursor_of, describe_run, resume_run
 from .store import FINISHED_STATUSES
 from .store.outage import is_unreachable, retry_while_unreachable, unavailable
 
@@ -92,6 +100,10 @@ def _one_line_errors(instance: Durable, action: str, workflow_id: str) -> Iterat
         raise click.ClickException(f"{where}: no such run in namespace {namespace!r}") from None
     except WorkflowAlreadyCompleted as exc:
         raise click.ClickException(f"{where}: its status is {exc.status} (finished)") from None
+    except WorkflowNotResumable as exc:
+        raise click.ClickException(
+            f"{where}: its status is {exc.status} (only FAILED or CANCELLED runs resume)"
+        ) from None
     except DurableError as exc:
         raise click.ClickException(f"{where}: {exc}") from None
     except Exception as exc:
@@ -233,6 +245,58 @@ def stats(ctx: click.Context, as_json: bool) -> None:
         return
     for line in console.stats_lines(counted):
         click.echo(line)
+
+
+@durable.command(help="Resume FAILED or CANCELLED runs from their first unfinished step.")
+@click.argument("workflow_ids", nargs=-1)
+@click.option("--workflow", default=None, help="Resume every matching run of this workflow.")
+@click.option("--status", default=None, help="With --workflow: failed (default), cancelled.")
+@click.option("--since", default=None, help=f"With --workflow: created at or after. {_WHEN_HELP}")
+@click.option("--until", default=None, help=f"With --workflow: created before. {_WHEN_HELP}")
+@click.option("--dry-run", is_flag=True, help="With --workflow: print what would be resumed.")
+@click.pass_context
+def resume(
+    ctx: click.Context,
+    workflow_ids: tuple[str, ...],
+    workflow: str | None,
+    status: str | None,
+    since: str | None,
+    until: str | None,
+    dry_run: bool,
+) -> None:
+    instance = _only_durable(ctx)
+    bulk = workflow is not None
+    if workflow_ids and (bulk or status or since or until or dry_run):
+        raise click.UsageError("give run ids, or --workflow with its filters, not both")
+    if not workflow_ids and not bulk:
+        raise click.UsageError("give run ids, or --workflow (and --status, --since) to resume")
+    if not bulk:
+        refused = 0
+        for workflow_id in workflow_ids:
+            _check_id(workflow_id)
+            try:
+                with _one_line_errors(instance, "resume", workflow_id):
+                    resumed = resume_run(instance, workflow_id)
+            except click.ClickException as exc:
+                click.echo(f"Error: {exc.message}", err=True)
+                refused += 1
+                continue
+            again = "" if resumed.dropped_step is None else ", which failed and runs again"
+            click.echo(
+                f"{workflow_id}: resumed (was {resumed.status} after attempt "
+                f"{resumed.attempts}), continues at step {resumed.from_step}{again}"
+            )
+        ctx.exit(1 if refused else 0)
+    assert workflow is not None
+    with _operation_errors(instance, "resume runs"):
+        done = instance.resume_runs(workflow, status or "failed", since, until, dry_run)
+    verb = "would resume" if dry_run else "resumed"
+    for run in done.resumed:
+        why = console.detail(run)
+        click.echo(f"{verb} {run.id}  {run.status} {console.attempts_of(run)}  {why}".rstrip())
+    for run, now in done.skipped:
+        click.echo(f"skipped {run.id}: its status is now {now}")
+    click.echo(f"{verb} {len(done.resumed)} run(s) of {workflow}")
 
 
 @durable.command(name="signal", help="Send a signal (payload as JSON) to a run.")

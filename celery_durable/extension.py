@@ -28,7 +28,7 @@ from . import apps, operations, serialization, validate
 from .config import DurableConfig
 from .errors import ConfigurationError, DuplicateRegistration, WorkflowNotFound
 from .handle import WorkflowHandle
-from .operations import RunPage
+from .operations import BulkResume, RunPage
 from .signals import SignalQueue, register_tasks, send_signal_via_broker
 from .step import DEFAULT_MAX_BACKOFF, Step
 from .store import RunStats, Store
@@ -323,6 +323,24 @@ class Durable:
         Example: ``{(c.workflow, c.status): c.runs for c in durable.stats().counts}``
         """
         return operations.stats(self)
+
+    def resume_runs(
+        self,
+        workflow: str,
+        status: str | Iterable[str] = "failed",
+        since: Any = None,
+        until: Any = None,
+        dry_run: bool = False,
+    ) -> BulkResume:
+        """Resume, after a fix is deployed, every FAILED (or CANCELLED) run of ``workflow``
+        that ``list_runs`` gives for these filters; each as ``handle.resume()`` does. A run
+        that changed status meanwhile is skipped, so running it twice resumes nothing more.
+
+        Example: ``durable.resume_runs("shop.checkout", since="2h").resumed``
+        """
+        return operations.resume_runs(
+            self, workflow=workflow, status=status, since=since, until=until, dry_run=dry_run
+        )
 
     def sweep_once(self) -> int:
         """Run one sweep now (what every worker's sweeper does each poll interval)."""

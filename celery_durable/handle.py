@@ -20,6 +20,7 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from . import serialization, validate
 from .errors import WorkflowAlreadyCompleted, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
+from .operations import resume_run
 from .signals import send_signal
 from .state import query
 from .store import FINISHED_STATUSES, RunRecord, StepRecord
@@ -172,6 +173,19 @@ class WorkflowHandle:
         if not requested:
             raise WorkflowAlreadyCompleted(self.id, status)
         return WorkflowStatus(status)
+
+    def resume(self) -> WorkflowStatus:
+        """Continue a FAILED or CANCELLED run from its first unfinished step, with a fresh
+        attempt budget: it becomes PENDING and is published like any dispatch, so it runs
+        on today's code through the normal claim (never twice). Its recorded steps stay,
+        except the failed step that ended it, which runs again.
+
+        Raises WorkflowNotResumable (naming the status) for any other run.
+        Example: ``durable.get_handle("order-42").resume()`` after deploying a fix.
+        """
+        with self._outage_named("resuming workflow run"):
+            resume_run(self.durable, self.id)
+        return WorkflowStatus.PENDING
 
     def _wait_finished(self, timeout: float | None, interval: float) -> RunRecord:
         """Read the run until it finished; an unreachable database (a restart) is retried

@@ -1,4 +1,4 @@
-"""Operations on runs without writing SQL: list, stats, show (``durable list|stats|show``).
+"""Operations on runs without writing SQL: list, stats, show, resume (``durable ...``).
 
 ``Durable.list_runs``, ``Durable.stats`` and the handle's methods call these; the CLI
 prints what they return.
@@ -17,15 +17,17 @@ import base64
 import binascii
 import dataclasses
 import json
+import logging
 import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from . import validate
-from .errors import InvalidArgument
+from .errors import InvalidArgument, WorkflowNotFound, WorkflowNotResumable
 from .store import (
     ALL_STATUSES,
     PendingSignal,
+    Resumed,
     RunFilter,
     RunRecord,
     RunStats,
@@ -37,7 +39,10 @@ from .store import (
 if TYPE_CHECKING:
     from .extension import Durable
 
+logger = logging.getLogger("celery_durable.operations")
+
 MAX_PAGE = 1000
+RESUMABLE = ("FAILED", "CANCELLED")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,3 +153,97 @@ def describe_run(durable: Durable, run_id: str) -> RunDetails | None:
         return None
     steps = sorted(store.load_steps(run_id).values(), key=lambda step: step.idx)
     return RunDetails(run, steps, store.pending_signals(run_id), store.state_keys(run_id))
+
+
+def resume_run(durable: Durable, run_id: str) -> Resumed:
+    """FAILED or CANCELLED -> PENDING, published; see :meth:`WorkflowHandle.resume`."""
+    validate.check_workflow_id(run_id)
+    resumed = durable.store.resume_run(run_id, durable.config.dispatch_grace)
+    if resumed.status is None:
+        raise WorkflowNotFound(run_id)
+    if resumed.run is None:
+        raise WorkflowNotResumable(run_id, resumed.status)
+    run = resumed.run
+    fields = {
+        "workflow_id": run_id,
+        "workflow": run.name,
+        "attempt": resumed.attempts,
+        "step_index": resumed.from_step,
+    }
+    logger.info(
+        "workflow %s run %s resumed (was %s after attempt %d): continues at step %d%s",
+        run.name,
+        run_id,
+        resumed.status,
+        resumed.attempts,
+        resumed.from_step,
+        "" if resumed.dropped_step is None else ", which failed and runs again",
+        extra=fields,
+    )
+    publish(durable, run.id, run.name, run.args, run.queue, fields)
+    return resumed
+
+
+def publish(
+    durable: Durable, run_id: str, name: str, args: str, queue: str | None, fields: dict[str, Any]
+) -> None:
+    """Publish a run this process made PENDING; a failed publish is left to the sweeper
+    (the run is due after durable_dispatch_grace), never lost."""
+    try:
+        durable.publish(run_id, name, args, queue)
+    except Exception:  # noqa: BLE001 - the stored run is the source of truth
+        logger.warning(
+            "publishing workflow %s run %s failed; the sweeper will dispatch it",
+            name,
+            run_id,
+            exc_info=True,
+            extra=fields,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class BulkResume:
+    """What ``resume_runs`` did: the runs resumed (or, with ``dry_run``, that would be),
+    and those that changed status meanwhile and were left alone."""
+
+    resumed: list[RunSummary]
+    skipped: list[tuple[RunSummary, str]]
+
+
+def resume_runs(
+    durable: Durable,
+    *,
+    workflow: str,
+    status: str | Iterable[str] = "failed",
+    since: Any = None,
+    until: Any = None,
+    dry_run: bool = False,
+) -> BulkResume:
+    """Resume every run ``list_runs`` gives for these filters (FAILED or CANCELLED runs of
+    one workflow), after a fix is deployed. Running it again resumes nothing more."""
+    statuses = parse_statuses(status)
+    if not statuses or set(statuses) - set(RESUMABLE):
+        raise InvalidArgument(
+            f"status={validate.show(status)}: only failed and cancelled runs can be resumed"
+        )
+    filters = run_filter(durable, status=statuses, workflow=workflow, since=since, until=until)
+    resumed: list[RunSummary] = []
+    skipped: list[tuple[RunSummary, str]] = []
+    page = durable.store.list_runs(filters, MAX_PAGE)
+    while page:
+        for run in page:
+            if dry_run:
+                resumed.append(run)
+                continue
+            try:
+                resume_run(durable, run.id)
+            except (WorkflowNotResumable, WorkflowNotFound) as exc:
+                skipped.append((run, getattr(exc, "status", "gone")))
+            else:
+                resumed.append(run)
+        # The keyset goes on from the last run seen, however the resumed ones changed.
+        last = page[-1]
+        page = durable.store.list_runs(
+            dataclasses.replace(filters, after=(last.created_at, last.id)), MAX_PAGE
+        )
+    return BulkResume(resumed, skipped)

@@ -45,6 +45,7 @@ def worker_lost_error(max_recoveries: int) -> str:
             ),
             "traceback": "",
             "args": None,
+            "step": None,  # no step failed: resume keeps every record
         }
     )
 

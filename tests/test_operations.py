@@ -8,7 +8,12 @@ runs (by workflow and ``--since`` the test's start); counts are checked as lower
 from __future__ import annotations
 
 import json
+import logging
 
+import pytest
+
+from celery_durable import WorkflowNotResumable, WorkflowStatus
+from tests.support.services import effects
 from tests.support.waiting import wait_until
 from tests.test_cli import celery
 
@@ -157,3 +162,99 @@ def test_show_says_which_step_failed_and_why(basic_app, shared_worker, key, rds)
     at = text.index(next(line for line in text if "step 1: tests.apps.basic.buggy error" in line))
     assert text[at + 1] == f"    RuntimeError: bug in step 2 of {key}-0"
     assert text[-1] == f"error: RuntimeError: bug in step 2 of {key}-0"
+
+
+def test_resume_after_fixing_the_bug_continues_from_the_failed_step(
+    basic_app, shared_worker, key, rds
+):
+    store = basic_app.durable.store
+    (handle,) = failed_runs(basic_app, rds, key, 1)
+    run_key = f"{key}-0"
+    before = store.load_steps(handle.id)
+    assert [before[0].status, before[1].status] == ["ok", "error"]
+    rds.delete(f"bug:{run_key}")  # the fix is deployed: the worker's code no longer fails
+    done = celery("durable", "resume", handle.id)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        f"{handle.id}: resumed (was FAILED after attempt 2), continues at step 1, "
+        "which failed and runs again"
+    )
+    assert handle.get(timeout=30) == [10, 20, 30]
+    # Step 0 was kept (same record, not run again); the failed step ran once more.
+    assert store.load_steps(handle.id)[0] == before[0]
+    assert [effects(rds, run_key, s) for s in ("s1", "buggy2", "s3")] == [1, 3, 1]
+    assert show_json(handle.id)["attempt"] == 1  # a fresh attempt budget
+    again = celery("durable", "resume", handle.id)
+    assert again.returncode == 1
+    assert again.stderr.strip() == (
+        f"Error: cannot resume workflow run {handle.id!r}: its status is SUCCEEDED "
+        "(only FAILED or CANCELLED runs resume)"
+    )
+
+
+def test_a_run_that_is_running_is_not_resumed(basic_app, shared_worker, key, rds):
+    rds.set(f"block:{key}:v2", "1")
+    handle = basic_app.four_steps.delay(key)
+    wait_until(lambda: rds.exists(f"started:{key}:v2"), 30, message="step 2 to start")
+    refused = celery("durable", "resume", handle.id, f"nope-{key}")
+    assert refused.returncode == 1
+    assert f"{handle.id!r}: its status is RUNNING (only FAILED or CANCELLED" in refused.stderr
+    assert f"'nope-{key}': no such run" in refused.stderr
+    with pytest.raises(WorkflowNotResumable, match="its status is RUNNING"):
+        handle.resume()
+    rds.delete(f"block:{key}:v2")
+    assert handle.get(timeout=30) == ["1@v1", "2@v1", "3@v1", "4@v1"]
+    assert [effects(rds, key, f"v{n}") for n in range(1, 5)] == [1, 1, 1, 1]
+
+
+def test_a_cancelled_run_resumes_where_it_waited(basic_app, shared_worker, key, rds, caplog):
+    handle = basic_app.collector.delay(key, 1)
+    wait_until(lambda: handle.status().value == "WAITING", 30, message="the run to wait")
+    handle.cancel("by mistake")
+    with caplog.at_level(logging.INFO, logger="celery_durable.operations"):
+        assert handle.resume() is WorkflowStatus.PENDING
+    (line,) = [r for r in caplog.records if r.name == "celery_durable.operations"]
+    assert (line.workflow_id, line.workflow, line.attempt, line.step_index) == (
+        handle.id,
+        "tests.apps.basic.collector",
+        0,  # a suspended run gave its attempt back
+        1,  # step 0 ran; the wait (step 1) did not finish
+    )
+    assert "resumed (was CANCELLED" in line.getMessage()
+    # Replay reaches the wait again and suspends: the run waits for its signal as before.
+    wait_until(lambda: handle.status().value == "WAITING", 30, message="the run to wait again")
+    handle.signal("item", "late")
+    assert handle.get(timeout=30) == ["late"]
+    assert effects(rds, key, "s1") == 1
+
+
+def test_bulk_resume_after_a_fix_prints_what_it_resumed_and_is_idempotent(
+    basic_app, shared_worker, key, rds
+):
+    since = since_now(basic_app)
+    failed = failed_runs(basic_app, rds, key, 3)
+    other = basic_app.permanent.delay(key)  # another workflow's failure: left alone
+    finished(other)
+    bulk = ["durable", "resume", "--workflow", FIXABLE, "--since", since]
+    dry = celery(*bulk, "--status", "failed", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert sorted(line.split()[2] for line in dry.stdout.splitlines()[:-1]) == sorted(
+        h.id for h in failed
+    )
+    assert dry.stdout.splitlines()[-1] == f"would resume 3 run(s) of {FIXABLE}"
+    assert {h.status().value for h in failed} == {"FAILED"}  # a dry run changes nothing
+    for i in range(3):
+        rds.delete(f"bug:{key}-{i}")
+    done = celery(*bulk)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert sorted(line.split()[1] for line in lines[:-1]) == sorted(h.id for h in failed)
+    assert all("FAILED 2/2  RuntimeError: bug in step 2" in line for line in lines[:-1])
+    assert lines[-1] == f"resumed 3 run(s) of {FIXABLE}"
+    for h in failed:
+        assert h.get(timeout=30) == [10, 20, 30]
+    again = celery(*bulk)
+    assert again.stdout.strip() == f"resumed 0 run(s) of {FIXABLE}"
+    assert other.status().value == "FAILED"
+    both = celery("durable", "resume", "x", "--workflow", FIXABLE)
+    assert both.returncode == 2 and "not both" in both.stderr

@@ -186,3 +186,49 @@ def test_a_step_keeps_its_duration_and_a_wait_is_timed_by_the_database(store):
     steps = store.load_steps("timed")
     assert steps[0].duration == 0.25
     assert steps[1].status == "ok" and steps[1].duration > 0.05  # suspended to resumed
+
+
+def failed_at(store: Store, run_id: str, error: str, steps: list[StepRecord]) -> None:
+    """A run that recorded ``steps`` and settled FAILED with ``error``."""
+    store.insert_run(new_run(run_id))
+    claim = store.claim_run(run_id, "w", lease=30)
+    for step in steps:
+        store.record_step(run_id, claim.fence, step)
+    store.settle_run(run_id, claim.fence, "FAILED", error=error)
+
+
+def failure(idx: int) -> StepRecord:
+    return StepRecord(idx, "s", "error", "[]", None, '{"type":"x.Bug","message":"bug"}', 0.1)
+
+
+@pytest.mark.parametrize(
+    ("error", "kept"),
+    [
+        ('{"type":"x.Bug","message":"bug","step":1}', [0]),  # step 1 ended the run
+        ('{"type":"x.Other","message":"body","step":null}', [0, 1]),  # caught; body failed
+        ('{"type":"x.Bug","message":"bug"}', [0]),  # older error: the failed frontier step
+    ],
+)
+def test_resume_keeps_the_steps_but_the_failure_that_ended_the_run(store, error, kept):
+    failed_at(store, "r", error, [StepRecord(0, "s", "ok", "[]", "1", None, 0.1), failure(1)])
+    resumed = store.resume_run("r", grace=60)
+    assert resumed.status == "FAILED" and resumed.run is not None and resumed.run.id == "r"
+    assert resumed.attempts == 1 and resumed.from_step == len(kept)
+    assert sorted(store.load_steps("r")) == kept
+    run = store.get_run("r")
+    assert (run.status, run.attempts, run.error, run.finished_at) == ("PENDING", 0, None, None)
+    claim = store.claim_run("r", "next", lease=30)
+    assert claim is not None and claim.attempts == 1  # a fresh attempt budget
+
+
+def test_resume_refuses_what_is_not_failed_or_cancelled(store):
+    make(store, "running", "wf", "RUNNING")
+    make(store, "ok", "wf", "SUCCEEDED")
+    make(store, "cancelled", "wf", "CANCELLED")
+    assert store.resume_run("running", grace=60).status == "RUNNING"
+    assert store.resume_run("running", grace=60).run is None
+    assert store.resume_run("ok", grace=60).run is None
+    assert store.resume_run("missing", grace=60).status is None
+    assert store.resume_run("cancelled", grace=60).run is not None
+    assert store.resume_run("cancelled", grace=60).status == "PENDING"  # once only
+    assert store.get_run("cancelled").cancel_requested is False

@@ -1,4 +1,4 @@
-"""The statements of the operations commands: list, stats, show (and, later, resume, fork, gc).
+"""The statements of the operations commands: list, stats, show, resume (and, later, fork, gc).
 
 None of these is on the hot path. They are written for tables of millions of finished runs:
 every read goes through an index (``schema.settled_indexes`` for waiting and finished
@@ -24,6 +24,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     cast,
+    delete,
     func,
     literal_column,
     null,
@@ -32,9 +33,10 @@ from sqlalchemy import (
     true,
     tuple_,
     union_all,
+    update,
 )
 
-from .records import OldestRun, PendingSignal, RunFilter, RunSummary, StateKey
+from .records import DueRun, OldestRun, PendingSignal, RunFilter, RunSummary, StateKey
 from .schema import ACTIVE_STATUSES, DUE_STATUSES, FINISHED_STATUSES, SETTLED_STATUSES, Tables
 from .sql import Builder, columns_of
 
@@ -89,6 +91,45 @@ class OperationStatements(Builder):
             select(*columns_of(state, StateKey))
             .where(state.c.namespace == namespace, state.c.run_id == bindparam("p_run_id"))
             .order_by(state.c.key)
+        )
+        self._resume()
+
+    def _resume(self) -> None:
+        runs, steps, now = self.tables.runs, self.tables.steps, self.now
+        # The run row is locked for the whole resume: a concurrent resume, gc or fork waits.
+        lock = select(runs.c.status, runs.c.attempts, runs.c.error).where(self.run_is)
+        self.resume_run_lock = lock.with_for_update() if self.is_postgres else lock
+        of_run = and_(steps.c.namespace == self.namespace, steps.c.run_id == bindparam("p_run_id"))
+        self.resume_run_steps = (
+            select(steps.c.idx, steps.c.status).where(of_run).order_by(steps.c.idx)
+        )
+        # Only a failure is dropped: an "ok" step is never recorded again.
+        self.resume_run_drop_step = delete(steps).where(
+            of_run, steps.c.idx == bindparam("p_idx"), steps.c.status == "error"
+        )
+        resumable = runs.c.status.in_([status_literal(s) for s in ("FAILED", "CANCELLED")])
+        # PENDING and due like a fresh start: the sweeper publishes it again if the publish
+        # that follows is lost; the claim decides who runs it, as for every run.
+        self.resume_run = (
+            update(runs)
+            .where(self.run_is, resumable)
+            .values(
+                status="PENDING",
+                attempts=0,
+                recoveries=0,
+                dispatches=0,
+                owner=None,
+                result=None,
+                error=None,
+                cancel_requested=False,
+                cancel_reason=None,
+                wait_signal=None,
+                ready_at=None,
+                finished_at=None,
+                due_at=now + bindparam("p_grace"),
+                updated_at=now,
+            )
+            .returning(*columns_of(runs, DueRun))
         )
 
     def _counts(self) -> Any:

@@ -1,4 +1,5 @@
-"""The Store's operations methods (list, stats, show), apart from the hot path in ``store.py``.
+"""The Store's operations methods (list, stats, show, resume), apart from the hot path in
+``store.py``.
 
 ``Store`` inherits them; the SQL is in ``operation_statements``. Reads run with JIT off on
 Postgres: a count over a million index entries is estimated expensive enough to be
@@ -12,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -19,8 +21,10 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 
 from .records import (
+    DueRun,
     OldestRun,
     PendingSignal,
+    Resumed,
     RunFilter,
     RunStats,
     RunSummary,
@@ -32,6 +36,33 @@ from .sql import params
 if TYPE_CHECKING:
     from .connections import Connections
     from .statements import Statements
+
+
+def ending_step(error: str | None, steps: dict[int, str]) -> int | None:
+    """The failed step that ended a run, if its record is a failure ("error").
+
+    Settle names it in the run's error: ``"step": 3``, or ``null`` when the body failed
+    elsewhere. A run without the key (cancelled, whose error is not kept, or settled by an
+    older version) counts its last step if that one failed: it is the frontier, so no later
+    record depends on it, and running it again is what a retry would do.
+    """
+    try:
+        recorded = json.loads(error) if error else {}
+    except ValueError:
+        recorded = {}
+    if isinstance(recorded, dict) and "step" in recorded:
+        named = recorded["step"]
+        return named if isinstance(named, int) and steps.get(named) == "error" else None
+    last = max(steps, default=None)
+    return last if last is not None and steps[last] == "error" else None
+
+
+def first_unfinished(steps: dict[int, str]) -> int:
+    """The index of the first step that has no final record ("ok" or a kept "error")."""
+    index = 0
+    while steps.get(index) in ("ok", "error"):
+        index += 1
+    return index
 
 
 def filter_params(run_filter: RunFilter, limit: int) -> dict[str, Any]:
@@ -103,6 +134,31 @@ class StoreOperations:
         with self.db.read() as conn:
             rows = conn.execute(self.sql.ops.state_keys, params(run_id=run_id)).all()
         return [StateKey(*row) for row in rows]
+
+    def resume_run(self, run_id: str, grace: float) -> Resumed:
+        """A FAILED or CANCELLED run becomes PENDING with a fresh attempt (and recovery)
+        budget, due in ``grace`` seconds; the caller publishes it. Its recorded steps stay,
+        except the failed step that ended it (its "error" record would replay the failure).
+        Any other status is returned unchanged, for the caller to refuse."""
+        values = params(run_id=run_id, grace=grace)
+        sql = self.sql.ops
+        with self.db.transaction() as conn:
+            found = conn.execute(sql.resume_run_lock, values).first()
+            if found is None or found.status not in ("FAILED", "CANCELLED"):
+                return Resumed(None if found is None else str(found.status))
+            steps = {idx: status for idx, status in conn.execute(sql.resume_run_steps, values)}
+            dropped = ending_step(found.error, steps)
+            if dropped is not None:
+                conn.execute(sql.resume_run_drop_step, params(run_id=run_id, idx=dropped))
+                del steps[dropped]
+            row = conn.execute(sql.resume_run, values).one()
+        return Resumed(
+            status=str(found.status),
+            run=DueRun(*row),
+            attempts=int(found.attempts),
+            from_step=first_unfinished(steps),
+            dropped_step=dropped,
+        )
 
     def explain(
         self,

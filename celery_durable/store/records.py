@@ -212,3 +212,24 @@ class StateKey:
 
     key: str
     updated_at: float
+
+
+# -- operations (resume, fork) ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Resumed:
+    """The outcome of ``resume_run``.
+
+    ``status``: the run's status before (None: no such run); ``run``: what to publish,
+    set only when the run was resumed; ``attempts``: the attempts it had used;
+    ``from_step``: its first unfinished step; ``dropped_step``: the failed step that ended
+    it, whose record was removed so that it runs again (None if the run did not end at a
+    step).
+    """
+
+    status: str | None
+    run: DueRun | None = None
+    attempts: int = 0
+    from_step: int = 0
+    dropped_step: int | None = None
