@@ -12,6 +12,7 @@ Example::
     celery -A shop durable stats
     celery -A shop durable resume order-42 order-43
     celery -A shop durable resume --status failed --workflow shop.checkout --since 2h --dry-run
+    celery -A shop durable fork order-42 --from-step 2 --workflow-id order-42-retry
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .errors import (
     DatabaseUnavailable,
     DurableError,
     WorkflowAlreadyCompleted,
+    WorkflowAlreadyExists,
     WorkflowNotFound,
     WorkflowNotResumable,
 )
@@ -147,6 +149,7 @@ def show(ctx: click.Context, workflow_id: str, timeout: float, as_json: bool) ->
     attempt = max(run.attempts, 1 if run.started_at is not None else 0)
     click.echo(f"{run.id}  {run.name}  {run.status}  attempt {attempt}/{run.max_attempts}")
     click.echo(console.times_line(run))
+    _echo_if(console.fork_line(run))
     _echo_if(console.wait_line(run))
     finished = run.status in FINISHED_STATUSES
     for step in details.steps:
@@ -297,6 +300,28 @@ def resume(
     for run, now in done.skipped:
         click.echo(f"skipped {run.id}: its status is now {now}")
     click.echo(f"{verb} {len(done.resumed)} run(s) of {workflow}")
+
+
+@durable.command(help="Start a new run that keeps a run's steps before --from-step.")
+@click.argument("workflow_id")
+@click.option(
+    "--from-step",
+    type=click.IntRange(min=0),
+    required=True,
+    help="The first step to run again (0-based, as show numbers them).",
+)
+@click.option("--workflow-id", "new_id", default=None, help="The new run's id (default: new).")
+@click.pass_context
+def fork(ctx: click.Context, workflow_id: str, from_step: int, new_id: str | None) -> None:
+    instance = _only_durable(ctx)
+    _check_id(workflow_id)
+    with _one_line_errors(instance, "fork", workflow_id):
+        try:
+            forked = instance.get_handle(workflow_id).fork(from_step, new_id)
+        except WorkflowAlreadyExists as exc:
+            raise DurableError(f"a run with id {exc.workflow_id!r} already exists") from None
+    kept = f"kept steps 0 to {from_step - 1}" if from_step else "kept no step"
+    click.echo(f"{forked.id}: forked from {workflow_id} at step {from_step} ({kept}), PENDING")
 
 
 @durable.command(name="signal", help="Send a signal (payload as JSON) to a run.")

@@ -148,6 +148,7 @@ def run_json(run: RunSummary, cursor: str) -> dict[str, Any]:
         "duration": took(run),
         "wait_signal": run.wait_signal,
         "cancel_reason": run.cancel_reason,
+        "forked_from": run.forked_from,
         "error": None if error is None else {k: error.get(k) for k in ("type", "message")},
         "cursor": cursor,
     }
@@ -260,6 +261,11 @@ def details_json(details: RunDetails) -> dict[str, Any]:
         "finished_at": iso(run.finished_at),
         "duration": took(run),
         "cancel_reason": run.cancel_reason,
+        "forked_from": (
+            None
+            if run.forked_from is None
+            else {"id": run.forked_from, "step": run.forked_from_step}
+        ),
         "error": error_parts(run.error),
         "waiting": waiting_of(run),
         "steps": [step_json(step) for step in details.steps],
@@ -284,6 +290,14 @@ def times_line(run: RunRecord) -> str:
     if run.recoveries:
         line += f"; its worker was lost {run.recoveries} time(s)"
     return line
+
+
+def fork_line(run: RunRecord) -> str | None:
+    if run.forked_from is None:
+        return None
+    step = run.forked_from_step or 0
+    kept = f"steps 0 to {step - 1} kept" if step else "no step kept"
+    return f"forked from {run.forked_from} at step {step} ({kept})"
 
 
 def wait_line(run: RunRecord) -> str | None:

@@ -20,7 +20,7 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from . import serialization, validate
 from .errors import WorkflowAlreadyCompleted, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
-from .operations import resume_run
+from .operations import fork_run, resume_run
 from .signals import send_signal
 from .state import query
 from .store import FINISHED_STATUSES, RunRecord, StepRecord
@@ -186,6 +186,19 @@ class WorkflowHandle:
         with self._outage_named("resuming workflow run"):
             resume_run(self.durable, self.id)
         return WorkflowStatus.PENDING
+
+    def fork(self, from_step: int, workflow_id: str | None = None) -> WorkflowHandle:
+        """Start a new run of this workflow, with the same arguments, that keeps this run's
+        steps before ``from_step`` (0-based, as ``durable show`` numbers them) and runs the
+        rest on today's code; it records this run as its origin (``forked_from``).
+
+        ``workflow_id`` names the new run (default: a new id). Raises InvalidArgument when
+        ``from_step`` is beyond this run's finished steps, WorkflowAlreadyExists for a
+        taken id. Example: ``handle.fork(from_step=2).get(timeout=30)``.
+        """
+        with self._outage_named("forking workflow run"):
+            run = fork_run(self.durable, self.id, from_step, workflow_id)
+        return WorkflowHandle(self.durable, run.id, run.name)
 
     def _wait_finished(self, timeout: float | None, interval: float) -> RunRecord:
         """Read the run until it finished; an unreachable database (a restart) is retried

@@ -1,4 +1,4 @@
-"""Operations on runs without writing SQL: list, stats, show, resume (``durable ...``).
+"""Operations on runs without writing SQL: list, stats, show, resume, fork (``durable ...``).
 
 ``Durable.list_runs``, ``Durable.stats`` and the handle's methods call these; the CLI
 prints what they return.
@@ -23,9 +23,15 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from . import validate
-from .errors import InvalidArgument, WorkflowNotFound, WorkflowNotResumable
+from .errors import (
+    InvalidArgument,
+    WorkflowAlreadyExists,
+    WorkflowNotFound,
+    WorkflowNotResumable,
+)
 from .store import (
     ALL_STATUSES,
+    DueRun,
     PendingSignal,
     Resumed,
     RunFilter,
@@ -247,3 +253,43 @@ def resume_runs(
             dataclasses.replace(filters, after=(last.created_at, last.id)), MAX_PAGE
         )
     return BulkResume(resumed, skipped)
+
+
+def fork_run(
+    durable: Durable, run_id: str, from_step: int, workflow_id: str | None = None
+) -> DueRun:
+    """A new run keeping ``run_id``'s steps before ``from_step``; see
+    :meth:`WorkflowHandle.fork`. Returns the new run, published."""
+    validate.check_workflow_id(run_id)
+    if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 0:
+        raise InvalidArgument(f"from_step={from_step!r} must be a step index (an int >= 0)")
+    if workflow_id is None:
+        from .workflow import time_ordered_id  # the engine's id scheme; workflow imports us
+
+        workflow_id = time_ordered_id()
+    validate.check_workflow_id(workflow_id)
+    forked = durable.store.fork_run(run_id, workflow_id, from_step, durable.config.dispatch_grace)
+    if forked.status is None:
+        raise WorkflowNotFound(run_id)
+    if forked.taken:
+        raise WorkflowAlreadyExists(workflow_id)
+    if forked.run is None:
+        finished = (
+            f"steps 0 to {forked.finished - 1} finished" if forked.finished else "no step finished"
+        )
+        raise InvalidArgument(
+            f"from_step={from_step} is beyond the recorded steps of workflow run {run_id!r}: "
+            f"{finished}, so from_step can be 0 to {forked.finished}"
+        )
+    run = forked.run
+    fields = {"workflow_id": run.id, "workflow": run.name, "attempt": 0, "step_index": from_step}
+    logger.info(
+        "workflow %s run %s forked from run %s at step %d (steps before it kept)",
+        run.name,
+        run.id,
+        run_id,
+        from_step,
+        extra=fields,
+    )
+    publish(durable, run.id, run.name, run.args, run.queue, fields)
+    return run

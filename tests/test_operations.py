@@ -258,3 +258,43 @@ def test_bulk_resume_after_a_fix_prints_what_it_resumed_and_is_idempotent(
     assert other.status().value == "FAILED"
     both = celery("durable", "resume", "x", "--workflow", FIXABLE)
     assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_fork_from_step_2_of_4_runs_the_rest_on_todays_code(
+    basic_app, shared_worker, key, rds, caplog
+):
+    origin = basic_app.four_steps.delay(key)
+    assert origin.get(timeout=30) == ["1@v1", "2@v1", "3@v1", "4@v1"]
+    rds.set(f"version:{key}", "2")  # today's code
+    done = celery("durable", "fork", origin.id, "--from-step", "2")
+    assert done.returncode == 0, done.stderr
+    fork_id = done.stdout.split(":")[0]
+    assert done.stdout.strip() == (
+        f"{fork_id}: forked from {origin.id} at step 2 (kept steps 0 to 1), PENDING"
+    )
+    fork = basic_app.durable.get_handle(fork_id)
+    assert fork.get(timeout=30) == ["1@v1", "2@v1", "3@v2", "4@v2"]
+    assert [effects(rds, key, f"v{n}") for n in range(1, 5)] == [1, 1, 2, 2]
+    shown = celery("durable", "show", fork_id).stdout.splitlines()
+    assert shown[2] == f"forked from {origin.id} at step 2 (steps 0 to 1 kept)"
+    assert show_json(fork_id)["forked_from"] == {"id": origin.id, "step": 2}
+    assert show_json(origin.id)["forked_from"] is None
+    beyond = celery("durable", "fork", origin.id, "--from-step", "5")
+    assert beyond.returncode == 1
+    assert beyond.stderr.strip() == (
+        f"Error: cannot fork workflow run {origin.id!r}: from_step=5 is beyond the recorded "
+        f"steps of workflow run {origin.id!r}: steps 0 to 3 finished, so from_step can be 0 to 4"
+    )
+    taken = celery("durable", "fork", origin.id, "--from-step", "1", "--workflow-id", fork_id)
+    assert taken.returncode == 1 and f"a run with id {fork_id!r} already exists" in taken.stderr
+    with caplog.at_level(logging.INFO, logger="celery_durable.operations"):
+        named = origin.fork(from_step=4, workflow_id=f"fork-{key}")
+    assert named.id == f"fork-{key}" and named.get(timeout=30) == ["1@v1", "2@v1", "3@v1", "4@v1"]
+    (line,) = [r for r in caplog.records if r.name == "celery_durable.operations"]
+    assert (line.workflow_id, line.workflow, line.attempt, line.step_index) == (
+        named.id,
+        FOUR_STEPS,
+        0,
+        4,
+    )
+    assert f"forked from run {origin.id} at step 4" in line.getMessage()

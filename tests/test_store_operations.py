@@ -232,3 +232,30 @@ def test_resume_refuses_what_is_not_failed_or_cancelled(store):
     assert store.resume_run("cancelled", grace=60).run is not None
     assert store.resume_run("cancelled", grace=60).status == "PENDING"  # once only
     assert store.get_run("cancelled").cancel_requested is False
+
+
+def test_fork_copies_the_steps_before_the_fork_and_links_its_origin(store):
+    ok = [StepRecord(i, f"s{i}", "ok", f"[{i}]", str(i), None, 0.1) for i in range(3)]
+    failed_at(store, "origin", '{"type":"x.Bug","message":"bug","step":3}', [*ok, failure(3)])
+    forked = store.fork_run("origin", "fork", 2, grace=60)
+    assert forked.status == "FAILED" and forked.finished == 3  # step 3 ended it: not kept
+    assert forked.run is not None and forked.run.id == "fork" and forked.run.status == "PENDING"
+    assert list(store.load_steps("fork").values()) == ok[:2]
+    run, origin = store.get_run("fork"), store.get_run("origin")
+    assert (run.forked_from, run.forked_from_step) == ("origin", 2)
+    assert (run.name, run.args, run.max_attempts) == (origin.name, origin.args, origin.max_attempts)
+    assert store.claim_run("fork", "w", lease=30).attempts == 1
+    assert sorted(store.load_steps("origin")) == [0, 1, 2, 3]  # the origin is untouched
+    everything = store.fork_run("origin", "fork-3", 3, grace=60)
+    assert everything.run is not None and sorted(store.load_steps("fork-3")) == [0, 1, 2]
+
+
+def test_fork_refuses_a_step_beyond_the_finished_ones_and_a_taken_id(store):
+    ok = [StepRecord(i, "s", "ok", "[]", "1", None, 0.1) for i in range(2)]
+    failed_at(store, "origin", '{"type":"x.Bug","message":"bug","step":2}', [*ok, failure(2)])
+    beyond = store.fork_run("origin", "fork", 3, grace=60)
+    assert (beyond.run, beyond.finished, beyond.taken) == (None, 2, False)
+    assert store.get_run("fork") is None
+    taken = store.fork_run("origin", "origin", 1, grace=60)
+    assert taken.run is None and taken.taken
+    assert store.fork_run("missing", "fork", 0, grace=60).status is None

@@ -274,9 +274,8 @@ def test_statuses_and_cursors_of_list_runs_are_checked():
     assert parse_statuses(["cancelled"]) == ("CANCELLED",)
     with pytest.raises(InvalidArgument, match="status='done' is not a run status: use pending"):
         parse_statuses("failed,done")
-    run = RunSummary(
-        "r/1:é", "wf", "FAILED", 1, 3, 0, 1796119200.123456, None, None, None, None, None
-    )
+    nothing = ("started_at", "finished_at", "wait_signal", "error", "cancel_reason", "forked_from")
+    run = RunSummary("r/1:é", "wf", "FAILED", 1, 3, 0, 1796119200.123456, **dict.fromkeys(nothing))
     assert parse_cursor(cursor_of(run)) == (1796119200.123456, "r/1:é")
     for bad in ("", "abc", cursor_of(run)[:-3] + "###"):
         with pytest.raises(InvalidArgument, match="is not a cursor given by list_runs"):

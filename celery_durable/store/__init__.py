@@ -10,6 +10,7 @@ from .outage import is_unreachable
 from .records import (
     Claim,
     DueRun,
+    Forked,
     NewRun,
     OldestRun,
     Outcome,
@@ -36,6 +37,7 @@ __all__ = [
     "SETTLED_STATUSES",
     "Claim",
     "DueRun",
+    "Forked",
     "NewRun",
     "OldestRun",
     "Outcome",

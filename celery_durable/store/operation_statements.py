@@ -1,4 +1,4 @@
-"""The statements of the operations commands: list, stats, show, resume (and, later, fork, gc).
+"""The statements of the operations commands: list, stats, show, resume, fork (later: gc).
 
 None of these is on the hot path. They are written for tables of millions of finished runs:
 every read goes through an index (``schema.settled_indexes`` for waiting and finished
@@ -20,12 +20,17 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
+    Float,
     Integer,
+    String,
     and_,
     bindparam,
     cast,
     delete,
+    false,
     func,
+    insert,
+    literal,
     literal_column,
     null,
     or_,
@@ -93,6 +98,7 @@ class OperationStatements(Builder):
             .order_by(state.c.key)
         )
         self._resume()
+        self._fork()
 
     def _resume(self) -> None:
         runs, steps, now = self.tables.runs, self.tables.steps, self.now
@@ -244,3 +250,48 @@ class OperationStatements(Builder):
                 )
             )
         return terms
+
+    def _fork(self) -> None:
+        runs, steps, now = self.tables.runs, self.tables.steps, self.now
+        # FOR SHARE: the origin can't be resumed, collected or changed while it is copied.
+        origin = select(runs.c.status, runs.c.error).where(self.run_is)
+        self.fork_run_lock = origin.with_for_update(read=True) if self.is_postgres else origin
+        self.fork_run_steps = self.resume_run_steps
+        new_id = bindparam("p_new_id", type_=String)
+        # The new run starts like any run: PENDING, due after the dispatch grace.
+        started = {
+            "namespace": literal(self.namespace, String),
+            "id": new_id,
+            "name": runs.c.name,
+            "status": literal("PENDING", String),
+            "queue": runs.c.queue,
+            "args": runs.c.args,
+            "attempts": literal(0, Integer),
+            "max_attempts": runs.c.max_attempts,
+            "recoveries": literal(0, Integer),
+            "retry_backoff": runs.c.retry_backoff,
+            "fence": literal(0, Integer),
+            "due_at": now + bindparam("p_grace", type_=Float),
+            "dispatches": literal(0, Integer),
+            "cancel_requested": false(),
+            "created_at": now,
+            "updated_at": now,
+            "forked_from": runs.c.id,
+            "forked_from_step": bindparam("p_from_step", type_=Integer),
+        }
+        self.fork_run = (
+            self.insert(runs)
+            .from_select(list(started), select(*started.values()).where(self.run_is))
+            .on_conflict_do_nothing()
+            .returning(*columns_of(runs, DueRun))
+        )
+        copied = [c.name for c in steps.c]
+        of_origin = and_(
+            steps.c.namespace == self.namespace, steps.c.run_id == bindparam("p_run_id")
+        )
+        self.fork_run_copy_steps = insert(steps).from_select(
+            copied,
+            select(*(new_id if name == "run_id" else steps.c[name] for name in copied)).where(
+                of_origin, steps.c.idx < bindparam("p_from_step", type_=Integer)
+            ),
+        )

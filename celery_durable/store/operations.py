@@ -1,5 +1,5 @@
-"""The Store's operations methods (list, stats, show, resume), apart from the hot path in
-``store.py``.
+"""The Store's operations methods (list, stats, show, resume, fork), apart from the hot
+path in ``store.py``.
 
 ``Store`` inherits them; the SQL is in ``operation_statements``. Reads run with JIT off on
 Postgres: a count over a million index entries is estimated expensive enough to be
@@ -22,6 +22,7 @@ from sqlalchemy import Connection
 
 from .records import (
     DueRun,
+    Forked,
     OldestRun,
     PendingSignal,
     Resumed,
@@ -159,6 +160,33 @@ class StoreOperations:
             from_step=first_unfinished(steps),
             dropped_step=dropped,
         )
+
+    def fork_run(self, run_id: str, new_id: str, from_step: int, grace: float) -> Forked:
+        """A new PENDING run ``new_id`` of the same workflow and arguments that keeps the
+        steps of ``run_id`` before ``from_step`` (copied) and links to its origin; the
+        caller publishes it. Refused (``run`` None) when ``from_step`` is beyond the
+        origin's finished steps, or ``new_id`` is taken."""
+        values = params(run_id=run_id, new_id=new_id, from_step=from_step, grace=grace)
+        sql = self.sql.ops
+        with self.db.transaction() as conn:
+            origin = conn.execute(sql.fork_run_lock, values).first()
+            if origin is None:
+                return Forked(None)
+            steps = {idx: status for idx, status in conn.execute(sql.fork_run_steps, values)}
+            # The failure that ended the origin is not a finished step: it runs again.
+            ended = ending_step(origin.error, steps)
+            finished = first_unfinished(
+                steps
+                if ended is None
+                else {idx: status for idx, status in steps.items() if idx != ended}
+            )
+            if from_step > finished:
+                return Forked(str(origin.status), finished)
+            row = conn.execute(sql.fork_run, values).first()
+            if row is None:
+                return Forked(str(origin.status), finished, taken=True)
+            conn.execute(sql.fork_run_copy_steps, values)
+        return Forked(str(origin.status), finished, DueRun(*row))
 
     def explain(
         self,

@@ -111,6 +111,8 @@ class RunRecord:
     created_at: float
     started_at: float | None
     finished_at: float | None
+    forked_from: str | None = None
+    forked_from_step: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +158,7 @@ class RunSummary:
     wait_signal: str | None
     error: str | None
     cancel_reason: str | None
+    forked_from: str | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,3 +236,19 @@ class Resumed:
     attempts: int = 0
     from_step: int = 0
     dropped_step: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Forked:
+    """The outcome of ``fork_run``.
+
+    ``status``: the origin's status (None: no such run); ``finished``: how many of its
+    steps, from the first, are finished and may be kept (the largest ``from_step``);
+    ``run``: the new run to publish, None when refused (``from_step`` beyond
+    ``finished``, or ``taken``: the new id exists).
+    """
+
+    status: str | None
+    finished: int = 0
+    run: DueRun | None = None
+    taken: bool = False

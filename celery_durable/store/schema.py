@@ -100,6 +100,9 @@ def build_tables(prefix: str) -> Tables:
         Column("started_at", Float),
         Column("finished_at", Float),
         Column("updated_at", Float, nullable=False),
+        # A fork's origin run and the step it was forked at (steps before it were copied).
+        Column("forked_from", String(255)),
+        Column("forked_from_step", Integer),
     )
     # Only active runs carry due_at, so sweeps stay fast with millions of finished runs.
     Index(

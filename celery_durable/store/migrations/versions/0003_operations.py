@@ -1,4 +1,4 @@
-"""Operations: indexes that list and count runs, step durations.
+"""Operations: indexes that list and count runs, step durations, forks' origins.
 
 Partial indexes over settled runs (waiting or finished): a run enters them when it suspends
 or finishes, so the hot path's insert and claim never pay for them. On Postgres they are
@@ -36,6 +36,8 @@ def _is_postgres() -> bool:
 def upgrade() -> None:
     # Nullable, no default: no table rewrite on Postgres, a plain ADD COLUMN on SQLite.
     op.add_column(f"{P}steps", sa.Column("duration", sa.Float))
+    op.add_column(f"{P}runs", sa.Column("forked_from", sa.String(255)))
+    op.add_column(f"{P}runs", sa.Column("forked_from_step", sa.Integer))
     if not _is_postgres():
         for name, columns in INDEXES.items():
             op.create_index(name, f"{P}runs", columns, sqlite_where=sa.text(SETTLED))
@@ -58,3 +60,6 @@ def downgrade() -> None:
         op.drop_index(name, table_name=f"{P}runs")
     with op.batch_alter_table(f"{P}steps") as batch:
         batch.drop_column("duration")
+    with op.batch_alter_table(f"{P}runs") as batch:
+        batch.drop_column("forked_from_step")
+        batch.drop_column("forked_from")
