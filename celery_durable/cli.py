@@ -13,6 +13,7 @@ Example::
     celery -A shop durable resume order-42 order-43
     celery -A shop durable resume --status failed --workflow shop.checkout --since 2h --dry-run
     celery -A shop durable fork order-42 --from-step 2 --workflow-id order-42-retry
+    celery -A shop durable gc --older-than 30d --status succeeded,cancelled --dry-run
 """
 
 from __future__ import annotations
@@ -322,6 +323,24 @@ def fork(ctx: click.Context, workflow_id: str, from_step: int, new_id: str | Non
             raise DurableError(f"a run with id {exc.workflow_id!r} already exists") from None
     kept = f"kept steps 0 to {from_step - 1}" if from_step else "kept no step"
     click.echo(f"{forked.id}: forked from {workflow_id} at step {from_step} ({kept}), PENDING")
+
+
+@durable.command(help="Delete finished runs, with their steps, signals and state.")
+@click.option("--older-than", required=True, help="Finished longer ago than this: 30d, 12h.")
+@click.option("--status", default=None, help="Of succeeded, failed, cancelled (default all).")
+@click.option("--dry-run", is_flag=True, help="Print the counts only; delete nothing.")
+@click.pass_context
+def gc(ctx: click.Context, older_than: str, status: str | None, dry_run: bool) -> None:
+    instance = _only_durable(ctx)
+    with _operation_errors(instance, "collect runs"):
+        collected = instance.gc(older_than, status, dry_run)
+    by_status = ", ".join(f"{n} {s.lower()}" for s, n in sorted(collected.runs.items()))
+    click.echo(
+        f"{'would delete' if dry_run else 'deleted'} {collected.total} run(s) finished before "
+        f"{console.iso(collected.before, False)}{f' ({by_status})' if by_status else ''} "
+        f"with {collected.steps} steps, {collected.signals} signals, {collected.state} "
+        "state values"
+    )
 
 
 @durable.command(name="signal", help="Send a signal (payload as JSON) to a run.")

@@ -18,7 +18,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, InvalidArgument
+from .validate import parse_duration
 
 logger = logging.getLogger("celery_durable.config")
 
@@ -32,6 +33,8 @@ class Setting:
     default: Any
     minimum: float | None = None
     help: str = ""
+    # Seconds, also written "30d", "12h", "90m" or as a timedelta.
+    duration: bool = False
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -72,6 +75,15 @@ SETTINGS: tuple[Setting, ...] = (
         "poison run; separate from max_attempts",
     ),
     Setting("sweep_batch", int, 500, 1, "runs one sweep dispatches at most"),
+    Setting(
+        "retention",
+        float,
+        0.0,
+        0.0,
+        "finished runs older than this are deleted by the sweeper, in small batches "
+        "(seconds, or 30d, 12h...); 0 keeps them forever",
+        duration=True,
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -93,6 +105,7 @@ class DurableConfig:
     max_pending_signals: int = 100
     max_recoveries: int = 10
     sweep_batch: int = 500
+    retention: float = 0.0
 
     @classmethod
     def from_sources(
@@ -186,6 +199,14 @@ def default_signal_queue(namespace: str) -> str:
 def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
     if setting.kind is str:
         return str(raw)
+    if setting.duration and not isinstance(raw, bool):
+        try:
+            return parse_duration(raw, origin)
+        except InvalidArgument:
+            raise ConfigurationError(
+                f"{origin}={raw!r} is not a valid duration for durable_{setting.name} "
+                "(seconds, or a number and a unit: 90m, 12h, 30d)"
+            ) from None
     try:
         if isinstance(raw, bool):
             raise ValueError(raw)

@@ -31,7 +31,7 @@ from .handle import WorkflowHandle
 from .operations import BulkResume, RunPage
 from .signals import SignalQueue, register_tasks, send_signal_via_broker
 from .step import DEFAULT_MAX_BACKOFF, Step
-from .store import RunStats, Store
+from .store import Collected, RunStats, Store
 from .worker import DurableSweeper, LeaseKeeper, Sweeper
 from .workflow import WorkflowDefinition, WorkflowTask
 
@@ -341,6 +341,21 @@ class Durable:
         return operations.resume_runs(
             self, workflow=workflow, status=status, since=since, until=until, dry_run=dry_run
         )
+
+    def gc(
+        self,
+        older_than: Any,
+        status: str | Iterable[str] | None = None,
+        dry_run: bool = False,
+    ) -> Collected:
+        """Delete finished runs that finished more than ``older_than`` ago (``"30d"``,
+        seconds or a timedelta), with their steps, signals and state, in batches of short
+        transactions. ``status``: some of succeeded, failed, cancelled (default all); a
+        pending, running or waiting run is never deleted. ``dry_run``: count only.
+
+        Example: ``durable.gc("30d", dry_run=True).runs`` -> ``{"SUCCEEDED": 1200}``
+        """
+        return operations.gc(self, older_than, status, dry_run)
 
     def sweep_once(self) -> int:
         """Run one sweep now (what every worker's sweeper does each poll interval)."""

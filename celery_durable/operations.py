@@ -1,4 +1,4 @@
-"""Operations on runs without writing SQL: list, stats, show, resume, fork (``durable ...``).
+"""Operations on runs without writing SQL: list, stats, show, resume, fork, gc, retention.
 
 ``Durable.list_runs``, ``Durable.stats`` and the handle's methods call these; the CLI
 prints what they return.
@@ -31,6 +31,8 @@ from .errors import (
 )
 from .store import (
     ALL_STATUSES,
+    FINISHED_STATUSES,
+    Collected,
     DueRun,
     PendingSignal,
     Resumed,
@@ -49,6 +51,11 @@ logger = logging.getLogger("celery_durable.operations")
 
 MAX_PAGE = 1000
 RESUMABLE = ("FAILED", "CANCELLED")
+GC_BATCH = 500
+# Retention deletes in smaller batches, from the sweeper's thread, a batch per status per
+# sweep: each is a short transaction that holds only finished rows, which no hot-path
+# statement touches.
+RETENTION_BATCH = 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,3 +300,65 @@ def fork_run(
     )
     publish(durable, run.id, run.name, run.args, run.queue, fields)
     return run
+
+
+def gc(
+    durable: Durable,
+    older_than: Any,
+    status: str | Iterable[str] | None = None,
+    dry_run: bool = False,
+    batch: int = GC_BATCH,
+) -> Collected:
+    """Delete finished runs that finished more than ``older_than`` ago; see
+    :meth:`Durable.gc`."""
+    seconds = validate.parse_duration(older_than, "older_than")
+    statuses = parse_statuses(status) or FINISHED_STATUSES
+    if set(statuses) - set(FINISHED_STATUSES):
+        raise InvalidArgument(
+            f"status={validate.show(status)}: gc deletes only finished runs (succeeded, "
+            "failed, cancelled); a pending, running or waiting run is never deleted"
+        )
+    store = durable.store
+    cutoff = store.now() - seconds
+    total = Collected(before=cutoff)
+    for finished in statuses:
+        if dry_run:
+            total += store.count_collectable(finished, cutoff)
+            continue
+        while True:
+            deleted = store.gc_runs(finished, cutoff, batch)
+            total += deleted
+            if deleted.total < batch:
+                break
+    if not dry_run:
+        _log_collected("gc", total, older_than)
+    return total
+
+
+def collect_retained(durable: Durable, retention: float) -> Collected:
+    """One batch per finished status of the runs older than ``durable_retention`` (the
+    sweeper calls this); a full batch means more are left for the next sweep."""
+    store = durable.store
+    cutoff = store.now() - retention
+    total = Collected(before=cutoff)
+    for finished in FINISHED_STATUSES:
+        total += store.gc_runs(finished, cutoff, RETENTION_BATCH)
+    if total.total:
+        _log_collected("retention", total, f"{retention:g}s")
+    return total
+
+
+def _log_collected(what: str, collected: Collected, older_than: Any) -> None:
+    by_status = ", ".join(f"{n} {s.lower()}" for s, n in sorted(collected.runs.items()))
+    logger.info(
+        "%s deleted %d finished run(s) older than %s (%s) with %d steps, %d signals and "
+        "%d state values",
+        what,
+        collected.total,
+        older_than,
+        by_status or "none",
+        collected.steps,
+        collected.signals,
+        collected.state,
+        extra={"workflow_id": None, "workflow": None, "attempt": None, "step_index": None},
+    )

@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 import weakref
 from collections import Counter
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
 
-from . import faults, serialization
+from . import faults, operations, serialization
 from .apps import durables_of
 from .store import FINISHED_STATUSES, DueRun
 from .store.outage import describe, is_unreachable, summary
@@ -198,6 +199,7 @@ class Sweeper:
         self._thread: threading.Thread | None = None
         self._revoked_seen: set[str] = set()
         self.failures = FailureLog(durable, "celery_durable sweep")
+        self._next_retention = 0.0
 
     def start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -251,7 +253,21 @@ class Sweeper:
             # A signal whose wake-up message was lost: the run still waits for it.
             published += self._publish(run, "woke workflow %s run %s for a stored signal")
         self.cancel_revoked()
+        self.retain()
         return published
+
+    def retain(self) -> int:
+        """With ``durable_retention`` set, delete a small batch of the finished runs older
+        than it; returns how many. While batches come back full the next sweep goes on,
+        otherwise the next look is a while later (10 poll intervals, at most a minute)."""
+        config = self.durable.config
+        if config.retention <= 0 or time.monotonic() < self._next_retention:
+            return 0
+        collected = operations.collect_retained(self.durable, config.retention)
+        more = any(n >= operations.RETENTION_BATCH for n in collected.runs.values())
+        pause = 0.0 if more else min(60.0, 10 * config.poll_interval)
+        self._next_retention = time.monotonic() + pause
+        return collected.total
 
     def cancel_revoked(self) -> list[str]:
         """Cancel the runs whose task id this worker was told to revoke.

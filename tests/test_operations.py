@@ -16,6 +16,7 @@ from celery_durable import WorkflowNotResumable, WorkflowStatus
 from tests.support.services import effects
 from tests.support.waiting import wait_until
 from tests.test_cli import celery
+from tests.test_store_operations import rows_of
 
 FIXABLE = "tests.apps.basic.fixable"
 FOUR_STEPS = "tests.apps.basic.four_steps"
@@ -298,3 +299,63 @@ def test_fork_from_step_2_of_4_runs_the_rest_on_todays_code(
         4,
     )
     assert f"forked from run {origin.id} at step 4" in line.getMessage()
+
+
+def test_gc_deletes_finished_runs_with_their_rows_and_never_a_waiting_one(
+    basic_app, shared_worker, key, rds, caplog
+):
+    store = basic_app.durable.store
+    alive = basic_app.collector.delay(f"{key}-alive", 1)
+    wait_until(lambda: alive.status().value == "WAITING", 30, message="the run to wait")
+    (failed,) = failed_runs(basic_app, rds, key, 1)
+    booked = basic_app.booking.delay(f"{key}-booked", 600)  # ends with a state value
+    wait_until(lambda: booked.status().value == "WAITING", 30, message="the booking to wait")
+    booked.signal("approval", {"by": "ops"})
+    cancelled = basic_app.collector.delay(f"{key}-cancelled", 1)
+    wait_until(lambda: cancelled.status().value == "WAITING", 30, message="the run to wait")
+    cancelled.signal("unheard", 1)  # a signal row that goes with the run
+    cancelled.cancel("not needed")
+    finished(booked)
+    ours = [failed, booked, cancelled]
+    last = max(store.get_run(h.id).finished_at for h in ours)
+    wait_until(lambda: store.now() > last + 1.0, 10, message="our runs to be a second old")
+    dry = celery("durable", "gc", "--older-than", "1s", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith("would delete ") and int(dry.stdout.split()[2]) >= 3
+    assert all(store.get_status(h.id) for h in ours)  # a dry run deletes nothing
+    only_failed = celery("durable", "gc", "--older-than", "1s", "--status", "failed")
+    assert only_failed.returncode == 0 and "failed)" in only_failed.stdout
+    assert store.get_status(failed.id) is None and store.get_status(booked.id) == "SUCCEEDED"
+    done = celery("durable", "gc", "--older-than", "1s")
+    assert done.returncode == 0 and done.stdout.startswith("deleted "), done.stderr
+    for handle in ours:
+        assert rows_of(store, handle.id) == {"runs": 0, "steps": 0, "signals": 0, "state": 0}
+    # The waiting run is older than the cutoff too, and untouched: it goes on.
+    assert rows_of(store, alive.id) == {"runs": 1, "steps": 2, "signals": 0, "state": 0}
+    alive.signal("item", "still here")
+    assert alive.get(timeout=30) == ["still here"]
+    refused = celery("durable", "gc", "--older-than", "1s", "--status", "waiting")
+    assert refused.returncode == 1 and "is never deleted" in refused.stderr
+    with caplog.at_level(logging.INFO, logger="celery_durable.operations"):
+        collected = basic_app.durable.gc(older_than="1h", status="cancelled")
+    assert collected.total == 0 and collected.before is not None
+    (line,) = [r for r in caplog.records if r.name == "celery_durable.operations"]
+    assert (line.workflow_id, line.workflow, line.attempt, line.step_index) == (None,) * 4
+    assert line.getMessage().startswith("gc deleted 0 finished run(s) older than 1h")
+
+
+def test_retention_deletes_old_finished_runs_from_the_sweeper(basic_app, start_worker, key, rds):
+    store = basic_app.durable.store
+    worker = start_worker(env={"CELERY_DURABLE_RETENTION": "2s"})
+    alive = basic_app.collector.delay(f"{key}-alive", 1)
+    wait_until(lambda: alive.status().value == "WAITING", 30, message="the run to wait")
+    done = basic_app.four_steps.delay(f"{key}-done")
+    assert done.get(timeout=30) == ["1@v1", "2@v1", "3@v1", "4@v1"]
+    wait_until(lambda: store.get_status(done.id) is None, 60, message="retention to delete it")
+    assert rows_of(store, done.id) == {"runs": 0, "steps": 0, "signals": 0, "state": 0}
+    assert "retention deleted" in worker.log()
+    # Waiting longer than the retention does not make a run old: only finished runs go.
+    assert store.now() - store.get_run(alive.id).created_at > 2
+    assert rows_of(store, alive.id) == {"runs": 1, "steps": 2, "signals": 0, "state": 0}
+    alive.signal("item", "kept")
+    assert alive.get(timeout=30) == ["kept"]

@@ -259,3 +259,77 @@ def test_fork_refuses_a_step_beyond_the_finished_ones_and_a_taken_id(store):
     taken = store.fork_run("origin", "origin", 1, grace=60)
     assert taken.run is None and taken.taken
     assert store.fork_run("missing", "fork", 0, grace=60).status is None
+
+
+def rows_of(store: Store, run_id: str) -> dict[str, int]:
+    """How many rows of each table belong to ``run_id``."""
+    import sqlalchemy as sa
+
+    counts = {}
+    with store.engine.connect() as conn:
+        for name in ("runs", "steps", "signals", "state"):
+            table = getattr(store.tables, name)
+            column = table.c.id if name == "runs" else table.c.run_id
+            counts[name] = conn.execute(
+                sa.select(sa.func.count()).select_from(table).where(column == run_id)
+            ).scalar_one()
+    return counts
+
+
+def with_rows(store: Store, run_id: str, status: str) -> None:
+    """A run with a step, a state value and a signal, brought to ``status``."""
+    store.insert_run(new_run(run_id))
+    claim = store.claim_run(run_id, "w", lease=30)
+    store.record_step(run_id, claim.fence, StepRecord(0, "s", "ok", "[]", "1", None, 0.1))
+    store.set_state(run_id, claim.fence, "state", '"x"')
+    store.insert_signal(run_id, "later", "1", None, 10)
+    if status == "WAITING":
+        waiting = StepRecord(1, "celery_durable.signal:go", "waiting", "[]", "{}", None)
+        store.suspend_run(run_id, claim.fence, waiting, "go", None)
+    elif status == "CANCELLED":
+        store.settle_run(run_id, claim.fence, "CANCELLED")
+    elif status != "RUNNING":
+        store.settle_run(run_id, claim.fence, status, error=FAILED_ERROR)
+    assert store.get_status(run_id) == status
+
+
+def test_gc_deletes_finished_runs_with_their_rows_in_batches_and_nothing_alive(store):
+    for i in range(5):
+        with_rows(store, f"ok-{i}", "SUCCEEDED")
+    with_rows(store, "failed", "FAILED")
+    with_rows(store, "cancelled", "CANCELLED")
+    for alive in ("RUNNING", "WAITING"):
+        with_rows(store, alive.lower(), alive)
+    make(store, "pending", "wf", "PENDING")
+    cutoff = store.now() + 1  # everything above finished before it
+    counted = store.count_collectable("SUCCEEDED", cutoff)
+    assert (counted.runs, counted.steps, counted.signals, counted.state) == (
+        {"SUCCEEDED": 5},
+        5,
+        5,
+        5,
+    )
+    first = store.gc_runs("SUCCEEDED", cutoff, batch=2)
+    assert (first.runs, first.steps, first.signals, first.state) == ({"SUCCEEDED": 2}, 2, 2, 2)
+    assert store.gc_runs("SUCCEEDED", cutoff, batch=2).total == 2
+    assert store.gc_runs("SUCCEEDED", cutoff, batch=2).total == 1
+    assert store.gc_runs("SUCCEEDED", cutoff, batch=2).total == 0
+    for status in ("FAILED", "CANCELLED"):
+        assert store.gc_runs(status, cutoff, batch=10).total == 1
+    for gone in ("ok-0", "ok-4", "failed", "cancelled"):
+        assert rows_of(store, gone) == {"runs": 0, "steps": 0, "signals": 0, "state": 0}
+    assert rows_of(store, "waiting") == {"runs": 1, "steps": 2, "signals": 1, "state": 1}
+    assert rows_of(store, "running") == {"runs": 1, "steps": 1, "signals": 1, "state": 1}
+    assert store.get_status("pending") == "PENDING"
+
+
+def test_gc_keeps_runs_that_finished_after_the_cutoff(store):
+    make(store, "old", "wf", "FAILED")
+    store.insert_run(new_run("slow"))  # created before the cutoff...
+    cutoff = store.now()
+    wait_until(lambda: store.now() > cutoff, 5, message="the clock to move on")
+    claim = store.claim_run("slow", "w", lease=30)
+    store.settle_run("slow", claim.fence, "FAILED", error=FAILED_ERROR)  # ...finished after
+    assert store.count_collectable("FAILED", cutoff).runs == {"FAILED": 1}
+    assert store.gc_runs("FAILED", cutoff, batch=10).runs == {"FAILED": 1}
+    assert store.get_status("old") is None and store.get_status("slow") == "FAILED"

@@ -9,6 +9,7 @@ from .operation_statements import ALL_STATUSES
 from .outage import is_unreachable
 from .records import (
     Claim,
+    Collected,
     DueRun,
     Forked,
     NewRun,
@@ -36,6 +37,7 @@ __all__ = [
     "FINISHED_STATUSES",
     "SETTLED_STATUSES",
     "Claim",
+    "Collected",
     "DueRun",
     "Forked",
     "NewRun",

@@ -1,4 +1,4 @@
-"""The statements of the operations commands: list, stats, show, resume, fork (later: gc).
+"""The statements of the operations commands: list, stats, show, resume, fork, gc.
 
 None of these is on the hot path. They are written for tables of millions of finished runs:
 every read goes through an index (``schema.settled_indexes`` for waiting and finished
@@ -99,6 +99,7 @@ class OperationStatements(Builder):
         )
         self._resume()
         self._fork()
+        self._gc()
 
     def _resume(self) -> None:
         runs, steps, now = self.tables.runs, self.tables.steps, self.now
@@ -295,3 +296,97 @@ class OperationStatements(Builder):
                 of_origin, steps.c.idx < bindparam("p_from_step", type_=Integer)
             ),
         )
+
+    def _gc(self) -> None:
+        """Per finished status: each is one ordered range of ``ix_<prefix>runs_status``."""
+        self.gc_runs: dict[str, Any] = {}
+        self.gc_runs_pick: dict[str, Any] = {}
+        self.count_collectable: dict[str, Any] = {}
+        for status in FINISHED_STATUSES:
+            old = self._collectable(status)
+            self.count_collectable[status] = self._count_collectable(old)
+            if self.is_postgres:
+                self.gc_runs[status] = self._gc_in_one_statement(old)
+            else:
+                self.gc_runs_pick[status] = old.limit(bindparam("p_batch"))
+        # SQLite deletes a picked batch table by table, in the same transaction.
+        ids: Any = bindparam("p_ids", expanding=True)
+        self.gc_runs_delete = {
+            name: delete(table).where(table.c.namespace == self.namespace, table.c.run_id.in_(ids))
+            for name, table in self._run_rows().items()
+        }
+        runs = self.tables.runs
+        finished = runs.c.status.in_([status_literal(s) for s in FINISHED_STATUSES])
+        self.gc_runs_delete["runs"] = delete(runs).where(self.ns, runs.c.id.in_(ids), finished)
+
+    def _run_rows(self) -> dict[str, Any]:
+        """The tables whose rows belong to a run, by their name in ``Collected``."""
+        return {
+            "steps": self.tables.steps,
+            "signals": self.tables.signals,
+            "state": self.tables.state,
+        }
+
+    def _collectable(self, status: str) -> Any:
+        """The oldest runs of a finished status that finished before ``p_cutoff``.
+
+        A run finishes after it is created, so ``created_at < cutoff`` holds for all of
+        them: it bounds the index range; ``finished_at`` is checked on the rows found.
+        """
+        runs = self.tables.runs
+        cutoff = bindparam("p_cutoff", type_=Float)
+        return (
+            select(runs.c.id)
+            .where(
+                self.ns,
+                runs.c.status == status_literal(status),
+                settled(runs),
+                runs.c.created_at < cutoff,
+                runs.c.finished_at < cutoff,
+            )
+            .order_by(runs.c.created_at)
+        )
+
+    def _count_collectable(self, old: Any) -> Any:
+        ids = old.order_by(None).scalar_subquery()
+        counts = [select(func.count()).select_from(old.order_by(None).subquery()).scalar_subquery()]
+        for table in self._run_rows().values():
+            counts.append(
+                select(func.count())
+                .where(table.c.namespace == self.namespace, table.c.run_id.in_(ids))
+                .scalar_subquery()
+            )
+        return select(*counts)
+
+    def _gc_in_one_statement(self, old: Any) -> Any:
+        """Postgres: pick a batch (locked, skipping runs another transaction holds: a
+        resume or fork of them waits for us, or we skip them) and delete it with its rows,
+        in one statement; returns the counts of runs, steps, signals and state values."""
+        runs = self.tables.runs
+        doomed = (
+            old.limit(bindparam("p_batch"))
+            .with_for_update(skip_locked=True)
+            .cte("doomed")
+            .prefix_with("MATERIALIZED")
+        )
+        picked = select(doomed.c.id)
+        gone = []
+        for name, table in self._run_rows().items():
+            removed = (
+                delete(table)
+                .where(table.c.namespace == self.namespace, table.c.run_id.in_(picked))
+                .returning(table.c.run_id)
+                .cte(f"gone_{name}")
+            )
+            gone.append(removed)
+        finished = runs.c.status.in_([status_literal(s) for s in FINISHED_STATUSES])
+        removed_runs = (
+            delete(runs)
+            .where(self.ns, runs.c.id.in_(picked), finished)
+            .returning(runs.c.id)
+            .cte("gone_runs")
+        )
+        counts = [
+            select(func.count()).select_from(cte).scalar_subquery() for cte in (removed_runs, *gone)
+        ]
+        return select(*counts)

@@ -1,4 +1,4 @@
-"""The Store's operations methods (list, stats, show, resume, fork), apart from the hot
+"""The Store's operations methods (list, stats, show, resume, fork, gc), apart from the hot
 path in ``store.py``.
 
 ``Store`` inherits them; the SQL is in ``operation_statements``. Reads run with JIT off on
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 
 from .records import (
+    Collected,
     DueRun,
     Forked,
     OldestRun,
@@ -187,6 +188,35 @@ class StoreOperations:
                 return Forked(str(origin.status), finished, taken=True)
             conn.execute(sql.fork_run_copy_steps, values)
         return Forked(str(origin.status), finished, DueRun(*row))
+
+    def gc_runs(self, status: str, cutoff: float, batch: int) -> Collected:
+        """Delete up to ``batch`` runs of the finished ``status`` that finished before
+        ``cutoff`` (epoch seconds), oldest first, with their steps, signals and state, in
+        one short transaction. Never a PENDING, RUNNING or WAITING run."""
+        values = params(cutoff=cutoff, batch=batch)
+        sql = self.sql.ops
+        if self.db.is_postgres:
+            with self.db.transaction() as conn:
+                runs, steps, signals, state = conn.execute(sql.gc_runs[status], values).one()
+            return Collected({status: runs} if runs else {}, steps, signals, state)
+        with self.db.transaction() as conn:
+            ids = list(conn.execute(sql.gc_runs_pick[status], values).scalars())
+            if not ids:
+                return Collected()
+            deleted = {
+                name: conn.execute(statement, params(ids=ids)).rowcount
+                for name, statement in sql.gc_runs_delete.items()
+            }
+        return Collected(
+            {status: deleted["runs"]}, deleted["steps"], deleted["signals"], deleted["state"]
+        )
+
+    def count_collectable(self, status: str, cutoff: float) -> Collected:
+        """What ``gc_runs`` would delete of ``status`` for ``cutoff``, all batches."""
+        with self._operations_read() as conn:
+            row = conn.execute(self.sql.ops.count_collectable[status], params(cutoff=cutoff))
+            runs, steps, signals, state = row.one()
+        return Collected({status: runs} if runs else {}, steps, signals, state)
 
     def explain(
         self,

@@ -252,3 +252,34 @@ class Forked:
     finished: int = 0
     run: DueRun | None = None
     taken: bool = False
+
+
+# -- operations (gc) --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Collected:
+    """Finished runs (by status) and their rows that ``gc_runs`` deleted, or that
+    ``count_collectable`` counts."""
+
+    runs: dict[str, int] = dataclasses.field(default_factory=dict)
+    steps: int = 0
+    signals: int = 0
+    state: int = 0
+    before: float | None = None  # the cutoff: runs that finished before it
+
+    @property
+    def total(self) -> int:
+        return sum(self.runs.values())
+
+    def __add__(self, other: Collected) -> Collected:
+        runs = dict(self.runs)
+        for status, count in other.runs.items():
+            runs[status] = runs.get(status, 0) + count
+        return Collected(
+            runs,
+            self.steps + other.steps,
+            self.signals + other.signals,
+            self.state + other.state,
+            self.before if self.before is not None else other.before,
+        )
