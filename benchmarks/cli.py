@@ -44,13 +44,14 @@ class Scale:
     fill_steps_per_run: int
     signal_samples: int
     commit_attempts: int
+    ops_reps: int
 
 
 def scale_for(quick: bool, n: int | None, fill: int | None) -> Scale:
     if quick:
-        base = Scale(100, 10, 10, 1000, 1, 20, 5.0, 20_000, 3, 5, 1)
+        base = Scale(100, 10, 10, 1000, 1, 20, 5.0, 20_000, 3, 5, 1, 5)
     else:
-        base = Scale(2000, 100, 100, 1000, 3, 300, 15.0, 1_000_000, 3, 100, 3)
+        base = Scale(2000, 100, 100, 1000, 3, 300, 15.0, 1_000_000, 3, 100, 3, 30)
     return Scale(
         **{
             **asdict(base),
@@ -75,6 +76,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--result-backend", default=DEFAULT_RESULT_BACKEND)
     parser.add_argument(
         "--log-dir", type=Path, default=RESULTS / "logs", help="worker logs go to DIR/<run id>/"
+    )
+    parser.add_argument(
+        "--operations-only",
+        action="store_true",
+        help="only fill the tables and time the operations commands (list, stats); "
+        "no workers, no throughput figures",
     )
     parser.add_argument(
         "--py-spy",
@@ -138,13 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(env)
     # Imported after the environment is set: the app reads it at import.
     from benchmarks import app as bench
-    from benchmarks import measure
+    from benchmarks import measure, operations
     from benchmarks.db import Monitor
     from benchmarks.report import (
         METHODS,
         build_figures,
         build_targets,
         machine_info,
+        operations_targets,
         render,
         write_json,
     )
@@ -181,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     def lat(x: dict[str, Any]) -> str:
         return f"p50 {x['p50_ms']:.1f} ms, p99 {x['p99_ms']:.1f} ms"
 
+    if args.operations_only:
+        return operations.run_only(args, scale, b, machine, queue, progress, wall_start)
     try:
         bench.durable.migrate()
         machine["other_celery_workers_start"] = other_celery_workers(set())
@@ -235,28 +245,20 @@ def main(argv: list[str] | None = None) -> int:
                 f"{'' if x['clean'] else ' (NOT CLEAN)'}"
             ),
         )
-        fill_started = time.monotonic()
-        timings = monitor.fill_finished(
-            scale.fill_runs,
-            scale.fill_steps_per_run,
-            bench.three_steps.name,
-            bench.noop_step.name,
-            queue,
-        )
-        r["fill"] = {
-            "runs": scale.fill_runs,
-            "steps_per_run": scale.fill_steps_per_run,
-            **timings,
-            "seconds": time.monotonic() - fill_started,
-            "rows_after": monitor.row_counts(),
-            "sizes": monitor.table_sizes(),
-        }
+        r["fill"] = fill(monitor, scale, queue)
         progress(f"filled {scale.fill_runs:,} finished runs in {r['fill']['seconds']:.1f}s")
         measure.durable_throughput(b, scale.warmup)
         r["durable_filled"] = step(
             f"durable throughput ({scale.fill_runs:,} finished runs)",
             lambda: measure.durable_throughput(b, scale.n, checkpoint=True),
             rate,
+        )
+        r["operations"] = step(
+            f"operations ({scale.fill_runs:,} finished runs)",
+            lambda: operations.measure_operations(
+                bench.durable, scale.ops_reps, bench.three_steps.name
+            ),
+            operations.describe,
         )
         machine["other_celery_workers_end"] = other_celery_workers({w.proc.pid for w in workers})
         durable.stop()
@@ -290,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             "py_spy": str(args.py_spy) if args.py_spy else None,
         },
         "figures": {f.name: f.as_dict() for f in figures},
-        "targets": build_targets(by_name, r["commits"]["clean"]),
+        "targets": build_targets(by_name, r["commits"]["clean"]) + operations_targets(r),
         "methods": METHODS,
         "raw": r,
         "worker_logs": str(log_dir),
@@ -300,6 +302,29 @@ def main(argv: list[str] | None = None) -> int:
     write_json(doc, args.json)
     print(render(doc))
     return 0
+
+
+def fill(monitor: Any, scale: Scale, queue: str) -> dict[str, Any]:
+    """The 1,000,000 finished runs (``--fill``), with what the fill took and made."""
+    from benchmarks import app as bench
+
+    started = time.monotonic()
+    timings = monitor.fill_finished(
+        scale.fill_runs,
+        scale.fill_steps_per_run,
+        bench.three_steps.name,
+        bench.noop_step.name,
+        queue,
+        bench.k_steps.name,
+    )
+    return {
+        "runs": scale.fill_runs,
+        "steps_per_run": scale.fill_steps_per_run,
+        **timings,
+        "seconds": time.monotonic() - started,
+        "rows_after": monitor.row_counts(),
+        "sizes": monitor.table_sizes(),
+    }
 
 
 @contextmanager

@@ -16,6 +16,11 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
+# One run in FAILED_EVERY of the fill failed, with this error.
+FAILED_EVERY = 50
+FILL_ERROR = (
+    '{"type":"builtins.RuntimeError","message":"card declined","traceback":"","args":null,"step":2}'
+)
 
 
 def libpq_url(sqlalchemy_url: str) -> str:
@@ -123,13 +128,23 @@ class Monitor:
     # -- the 1M fill -----------------------------------------------------------------------
 
     def fill_finished(
-        self, runs: int, steps_per_run: int, workflow: str, step: str, queue: str
+        self,
+        runs: int,
+        steps_per_run: int,
+        workflow: str,
+        step: str,
+        queue: str,
+        other_workflow: str,
+        failed_every: int = FAILED_EVERY,
     ) -> dict[str, float]:
-        """Insert ``runs`` SUCCEEDED runs of ``steps_per_run`` steps each (INSERT ... SELECT
+        """Insert ``runs`` finished runs of ``steps_per_run`` steps each (INSERT ... SELECT
         generate_series), then VACUUM ANALYZE both tables. Returns the seconds each took.
 
         Run ``g`` was created at ``first + g * 10 ms`` (all in the past) and its id has the
         layout of the ids the library generates (UUIDv7: time in ms, then random bits).
+        Every ``failed_every``-th run FAILED (the rest SUCCEEDED), and every 4th is of
+        ``other_workflow``: the operations commands have failures to find among successes
+        of two workflows.
         """
         timings: dict[str, float] = {}
         first = time.time() - 60.0 - runs * 0.01
@@ -146,16 +161,23 @@ class Monitor:
                 "max_attempts, retry_backoff, owner, fence, due_at, ready_at, dispatches, "
                 "wait_signal, result, error, cancel_requested, cancel_reason, created_at, "
                 "started_at, finished_at, updated_at) "
-                f"SELECT %(ns)s, {run_id}, %(name)s, 'SUCCEEDED', %(queue)s, "
-                "'[[],{{}}]', 1, 3, 5.0, NULL, 1, NULL, NULL, 1, NULL, %(result)s, NULL, false, "
+                f"SELECT %(ns)s, {run_id}, "
+                "CASE WHEN mod(g, 4) = 0 THEN %(other)s ELSE %(name)s END, "
+                "CASE WHEN mod(g, %(every)s) = 0 THEN 'FAILED' ELSE 'SUCCEEDED' END, %(queue)s, "
+                "'[[],{{}}]', 1, 3, 5.0, NULL, 1, NULL, NULL, 1, NULL, "
+                "CASE WHEN mod(g, %(every)s) = 0 THEN NULL ELSE %(result)s END, "
+                "CASE WHEN mod(g, %(every)s) = 0 THEN %(error)s END, false, "
                 f"NULL, {created}, {created} + 0.002, {created} + 0.008, {created} + 0.008 "
                 "FROM generate_series(1, %(n)s) AS g"
             ).format(self.runs),
             {
                 "ns": self.namespace,
                 "name": workflow,
+                "other": other_workflow,
+                "every": failed_every,
                 "queue": queue,
                 "result": str(sum(range(steps_per_run))),
+                "error": FILL_ERROR,
                 "first": first,
                 "n": runs,
             },

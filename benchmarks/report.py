@@ -46,14 +46,24 @@ METHODS = {
         "INSERT of each run. per step = (c10 - c3) / 7; fixed = c3 - 3 x per step."
     ),
     "fill": (
-        "INSERT ... SELECT generate_series of SUCCEEDED runs (due_at NULL, ids in the "
-        "library's time-ordered UUIDv7 layout, created 10 ms apart in the past) "
-        "with their steps into the run's own namespace and tables, then VACUUM ANALYZE, then "
-        "the durable throughput measurement again on the same worker."
+        "INSERT ... SELECT generate_series of finished runs (one in 50 FAILED, the rest "
+        "SUCCEEDED; one in 4 of a second workflow; due_at NULL, ids in the library's "
+        "time-ordered UUIDv7 layout, created 10 ms apart in the past) with their steps into "
+        "the run's own namespace and tables, then VACUUM ANALYZE, then the durable "
+        "throughput measurement again on the same worker."
     ),
     "signal": (
         "Start the signal workflow, poll until WAITING, then from just before handle.signal() "
         "(driver time.time()) to the start of the next step (worker time.time() via Redis)."
+    ),
+    "operations": (
+        "With the fill in the tables (one run in 50 FAILED, one in 4 of a second workflow): "
+        "durable.list_runs(status='failed', workflow=<three_steps>, limit=50) (what `durable "
+        "list --status failed --workflow X --limit 50` runs), its second page (by cursor), "
+        "list_runs(limit=50) unfiltered, and durable.stats(), each after 2 warm-up calls, "
+        "timed over the scale's repetitions (driver perf_counter, through SQLAlchemy and "
+        "psycopg: the command adds only its Python start-up). Their plans are read with "
+        "EXPLAIN and the indexes named in them recorded."
     ),
 }
 
@@ -134,6 +144,7 @@ def build_figures(r: dict[str, Any]) -> list[Figure]:
             ),
         )
     )
+    figures.extend(operations_figures(r))
     commits = r["commits"]
     clean = "" if commits["clean"] else "NOT CLEAN: other sessions were active"
     for name, label, unit in (
@@ -144,6 +155,58 @@ def build_figures(r: dict[str, Any]) -> list[Figure]:
     ):
         figures.append(Figure(name, label, commits[name], unit, note=clean or "plain: 0"))
     return figures
+
+
+def operations_figures(r: dict[str, Any]) -> list[Figure]:
+    """list and stats with the fill in the tables (p50; the note has the p99 and plans)."""
+    if "operations" not in r:
+        return []
+    ops, fill = r["operations"], r["fill"]["runs"]
+    plans = ops["plans"]
+
+    def via(name: str) -> str:
+        seq = "; a Seq Scan!" if plans[name]["seq_scan"] else ""
+        return f"via {', '.join(plans[name]['indexes']) or 'no index'}{seq}"
+
+    listing = ops["list_failed"]
+    return [
+        Figure(
+            "operations_list_ms",
+            f"list --status failed --workflow X --limit 50, {fill:,} runs, p50",
+            listing["p50_ms"],
+            "ms",
+            note=(
+                f"p99 {listing['p99_ms']:.1f}; page 2 p50 "
+                f"{ops['list_failed_page_2']['p50_ms']:.1f}; unfiltered p50 "
+                f"{ops['list_all']['p50_ms']:.1f}; {via('list_failed')}"
+            ),
+        ),
+        Figure(
+            "operations_stats_ms",
+            f"stats, {fill:,} runs, p50",
+            ops["stats"]["p50_ms"],
+            "ms",
+            note=f"p99 {ops['stats']['p99_ms']:.1f}; {via('stats')}",
+        ),
+    ]
+
+
+def operations_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
+    ops = r["operations"]
+    return [
+        {
+            "target": f"{label} with {r['fill']['runs']:,} finished runs, p99 (ms)",
+            "value": ops[key]["p99_ms"],
+            "op": "<",
+            "threshold": 200.0,
+            "pass": ops[key]["p99_ms"] < 200.0,
+            "note": "",
+        }
+        for key, label in (
+            ("list_failed", "list --status failed --workflow X --limit 50"),
+            ("stats", "stats"),
+        )
+    ]
 
 
 def build_targets(figures: dict[str, Figure], commits_clean: bool) -> list[dict[str, Any]]:

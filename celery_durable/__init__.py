@@ -19,6 +19,7 @@ from .errors import (
     WorkflowCancelled,
     WorkflowFailed,
     WorkflowNotFound,
+    WorkflowNotResumable,
 )
 from .extension import Durable
 from .handle import WorkflowHandle, WorkflowStatus
@@ -48,6 +49,7 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowHandle",
     "WorkflowNotFound",
+    "WorkflowNotResumable",
     "WorkflowStatus",
     "WorkflowTask",
     "gather",

@@ -5,9 +5,15 @@ Example::
     celery -A shop durable migrate          # create or upgrade the tables
     celery -A shop durable migrate --sql    # print the DDL instead
     celery -A shop durable sweep            # one sweep now (workers sweep on their own)
-    celery -A shop durable show order-42    # status, attempts, steps, items, children
+    celery -A shop durable show order-42    # a run's status, attempts and steps
     celery -A shop durable signal order-42 approval '{"by": "alice"}'
     celery -A shop durable cancel order-42 --reason "customer left"
+    celery -A shop durable list --status failed --workflow shop.checkout --since 2h
+    celery -A shop durable stats
+    celery -A shop durable resume order-42 order-43
+    celery -A shop durable resume --status failed --workflow shop.checkout --since 2h --dry-run
+    celery -A shop durable fork order-42 --from-step 2 --workflow-id order-42-retry
+    celery -A shop durable gc --older-than 30d --status succeeded,cancelled --dry-run
 """
 
 from __future__ import annotations
@@ -19,10 +25,18 @@ from typing import Any
 
 import click
 
-from . import validate
+from . import console, validate
 from .apps import durables_of
-from .errors import DatabaseUnavailable, DurableError, WorkflowAlreadyCompleted, WorkflowNotFound
+from .errors import (
+    DatabaseUnavailable,
+    DurableError,
+    WorkflowAlreadyCompleted,
+    WorkflowAlreadyExists,
+    WorkflowNotFound,
+    WorkflowNotResumable,
+)
 from .extension import Durable
+from .operations import RunDetails, cursor_of, describe_run, resume_run
 from .store import FINISHED_STATUSES, ItemRow
 from .store.outage import is_unreachable, retry_while_unreachable, unavailable
 
@@ -89,6 +103,10 @@ def _one_line_errors(instance: Durable, action: str, workflow_id: str) -> Iterat
         raise click.ClickException(f"{where}: no such run in namespace {namespace!r}") from None
     except WorkflowAlreadyCompleted as exc:
         raise click.ClickException(f"{where}: its status is {exc.status} (finished)") from None
+    except WorkflowNotResumable as exc:
+        raise click.ClickException(
+            f"{where}: its status is {exc.status} (only FAILED or CANCELLED runs resume)"
+        ) from None
     except DurableError as exc:
         raise click.ClickException(f"{where}: {exc}") from None
     except Exception as exc:
@@ -97,7 +115,9 @@ def _one_line_errors(instance: Durable, action: str, workflow_id: str) -> Iterat
         raise click.ClickException(str(unavailable(exc, instance.store.url, where))) from None
 
 
-@durable.command(help="Show a run: status, attempts, steps, fan-out items, children.")
+@durable.command(
+    help="Show a run: status, attempts, steps, waits, signals, state keys, fan-out items, children."
+)
 @click.argument("workflow_id")
 @click.option(
     "--timeout",
@@ -106,6 +126,7 @@ def _one_line_errors(instance: Durable, action: str, workflow_id: str) -> Iterat
     show_default=True,
     help="Seconds to keep retrying while the database is unreachable (a restart).",
 )
+@click.option("--json", "as_json", is_flag=True, help="One JSON object, for scripts.")
 @click.option(
     "--max-items",
     default=100,
@@ -113,43 +134,50 @@ def _one_line_errors(instance: Durable, action: str, workflow_id: str) -> Iterat
     help="Items listed per fan-out step (0: all); the counts cover every item.",
 )
 @click.pass_context
-def show(ctx: click.Context, workflow_id: str, timeout: float, max_items: int) -> None:
+def show(
+    ctx: click.Context, workflow_id: str, timeout: float, as_json: bool, max_items: int
+) -> None:
     instance = _only_durable(ctx)
     _check_id(workflow_id)
     store = instance.store
 
-    def read() -> tuple[Any, dict[int, Any], list[ItemRow]]:
-        run = store.get_run(workflow_id)
-        if run is None:
-            return None, {}, []
-        return run, store.load_steps(workflow_id), store.list_items(workflow_id)
+    def read() -> tuple[RunDetails | None, list[ItemRow]]:
+        details = describe_run(instance, workflow_id)
+        return details, [] if details is None else store.list_items(workflow_id)
 
     try:
-        run, steps, rows = retry_while_unreachable(
+        details, rows = retry_while_unreachable(
             read, timeout, store.url, f"cannot show workflow run {workflow_id!r}"
         )
     except DatabaseUnavailable as exc:
         raise click.ClickException(str(exc)) from None
-    if run is None:
+    if details is None:
         raise click.ClickException(f"no workflow run {workflow_id!r}")
+    if as_json:
+        click.echo(json.dumps(console.details_json(details)))
+        return
+    run = details.run
     # A suspended run gives its attempt back, so a run that ran shows at least attempt 1.
     attempt = max(run.attempts, 1 if run.started_at is not None else 0)
     click.echo(f"{run.id}  {run.name}  {run.status}  attempt {attempt}/{run.max_attempts}")
+    click.echo(console.times_line(run))
+    _echo_if(console.fork_line(run))
+    _echo_if(console.wait_line(run))
     if run.parent_id:
         click.echo(f"child of {run.parent_id} (its step {run.parent_idx})")
-    if run.wait_signal:
-        click.echo(f"waiting for signal {run.wait_signal!r}")
     if run.wait_items:
         click.echo("waiting for items (parallel steps, remote steps or children)")
     finished = run.status in FINISHED_STATUSES
     items: dict[int, list[ItemRow]] = {}
     for row in rows:
         items.setdefault(row.idx, []).append(row)
-    for step in steps.values():
+    for step in details.steps:
         status = step.status
         if status == "waiting" and finished:
             status = f"not reached (run {run.status.lower()} while waiting)"
         line = f"  step {step.idx}: {step.name} {status}"
+        if step.duration is not None:
+            line += f"  {console.span(step.duration)}"
         definition = instance.steps.get(step.name)
         if definition is not None and definition.max_attempts > 1:
             # Step retries happen inside each workflow attempt: the two multiply.
@@ -159,9 +187,13 @@ def show(ctx: click.Context, workflow_id: str, timeout: float, max_items: int) -
                 f"{run.max_attempts} attempts = {calls} calls)"
             )
         click.echo(line)
+        if step.error and step.status != "ok":
+            click.echo(f"    {console.error_summary(step.error)}")
         _show_items(items.get(step.idx, []), max_items)
+    _echo_if(console.signals_line(details))
+    _echo_if(console.state_line(details))
     if run.error:
-        click.echo(f"error: {json.loads(run.error).get('message')}")
+        click.echo(f"error: {console.error_summary(run.error, width=500)}")
 
 
 def _show_items(rows: list[ItemRow], max_items: int) -> None:
@@ -182,6 +214,172 @@ def _show_items(rows: list[ItemRow], max_items: int) -> None:
         click.echo(f"    item {row.item}: {row.status} (attempt {row.attempts})")
     if len(shown) < len(rows):
         click.echo(f"    ... {len(rows) - len(shown)} more (--max-items 0 lists all)")
+
+
+def _echo_if(line: str | None) -> None:
+    if line is not None:
+        click.echo(line)
+
+
+@contextmanager
+def _operation_errors(instance: Durable, what: str) -> Iterator[None]:
+    """Bad input, a refused operation or a database that is down: one line, exit 1."""
+    try:
+        yield
+    except DurableError as exc:
+        raise click.ClickException(f"cannot {what}: {exc}") from None
+    except Exception as exc:
+        if not is_unreachable(exc):
+            raise
+        down = unavailable(exc, instance.store.url, f"cannot {what}")
+        raise click.ClickException(str(down)) from None
+
+
+_STATUS_HELP = "Comma-separated: pending, running, waiting, succeeded, failed, cancelled."
+_WHEN_HELP = "A duration ago (90m, 2h, 30d) or an ISO 8601 time (2026-12-01T10:00)."
+
+
+@durable.command(name="list", help="List runs, newest first, a page at a time.")
+@click.option("--status", default=None, help=_STATUS_HELP)
+@click.option("--workflow", default=None, help="The workflow's (task) name.")
+@click.option("--since", default=None, help=f"Created at or after this. {_WHEN_HELP}")
+@click.option("--until", default=None, help=f"Created before this. {_WHEN_HELP}")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--after", default=None, help="The cursor the previous page printed.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per run and line.")
+@click.pass_context
+def list_command(
+    ctx: click.Context,
+    status: str | None,
+    workflow: str | None,
+    since: str | None,
+    until: str | None,
+    limit: int,
+    after: str | None,
+    as_json: bool,
+) -> None:
+    instance = _only_durable(ctx)
+    with _operation_errors(instance, "list runs"):
+        page = instance.list_runs(status, workflow, since, until, limit, after)
+    if as_json:
+        # Each line carries the cursor that continues after it: a script pages on with
+        # the last line's, and stops at an empty page.
+        for run in page.runs:
+            click.echo(json.dumps(console.run_json(run, cursor_of(run))))
+        return
+    if not page.runs:
+        click.echo("no runs match")
+        return
+    for line in console.run_table(page.runs):
+        click.echo(line)
+    if page.cursor:
+        click.echo(f"next page: --after {page.cursor}")
+
+
+@durable.command(help="Runs by workflow and status, the oldest pending and waiting runs.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@click.pass_context
+def stats(ctx: click.Context, as_json: bool) -> None:
+    instance = _only_durable(ctx)
+    with _operation_errors(instance, "read the stats"):
+        counted = instance.stats()
+    if as_json:
+        click.echo(json.dumps(console.stats_json(counted)))
+        return
+    for line in console.stats_lines(counted):
+        click.echo(line)
+
+
+@durable.command(help="Resume FAILED or CANCELLED runs from their first unfinished step.")
+@click.argument("workflow_ids", nargs=-1)
+@click.option("--workflow", default=None, help="Resume every matching run of this workflow.")
+@click.option("--status", default=None, help="With --workflow: failed (default), cancelled.")
+@click.option("--since", default=None, help=f"With --workflow: created at or after. {_WHEN_HELP}")
+@click.option("--until", default=None, help=f"With --workflow: created before. {_WHEN_HELP}")
+@click.option("--dry-run", is_flag=True, help="With --workflow: print what would be resumed.")
+@click.pass_context
+def resume(
+    ctx: click.Context,
+    workflow_ids: tuple[str, ...],
+    workflow: str | None,
+    status: str | None,
+    since: str | None,
+    until: str | None,
+    dry_run: bool,
+) -> None:
+    instance = _only_durable(ctx)
+    bulk = workflow is not None
+    if workflow_ids and (bulk or status or since or until or dry_run):
+        raise click.UsageError("give run ids, or --workflow with its filters, not both")
+    if not workflow_ids and not bulk:
+        raise click.UsageError("give run ids, or --workflow (and --status, --since) to resume")
+    if not bulk:
+        refused = 0
+        for workflow_id in workflow_ids:
+            _check_id(workflow_id)
+            try:
+                with _one_line_errors(instance, "resume", workflow_id):
+                    resumed = resume_run(instance, workflow_id)
+            except click.ClickException as exc:
+                click.echo(f"Error: {exc.message}", err=True)
+                refused += 1
+                continue
+            again = "" if resumed.dropped_step is None else ", which failed and runs again"
+            click.echo(
+                f"{workflow_id}: resumed (was {resumed.status} after attempt "
+                f"{resumed.attempts}), continues at step {resumed.from_step}{again}"
+            )
+        ctx.exit(1 if refused else 0)
+    assert workflow is not None
+    with _operation_errors(instance, "resume runs"):
+        done = instance.resume_runs(workflow, status or "failed", since, until, dry_run)
+    verb = "would resume" if dry_run else "resumed"
+    for run in done.resumed:
+        why = console.detail(run)
+        click.echo(f"{verb} {run.id}  {run.status} {console.attempts_of(run)}  {why}".rstrip())
+    for run, now in done.skipped:
+        click.echo(f"skipped {run.id}: its status is now {now}")
+    click.echo(f"{verb} {len(done.resumed)} run(s) of {workflow}")
+
+
+@durable.command(help="Start a new run that keeps a run's steps before --from-step.")
+@click.argument("workflow_id")
+@click.option(
+    "--from-step",
+    type=click.IntRange(min=0),
+    required=True,
+    help="The first step to run again (0-based, as show numbers them).",
+)
+@click.option("--workflow-id", "new_id", default=None, help="The new run's id (default: new).")
+@click.pass_context
+def fork(ctx: click.Context, workflow_id: str, from_step: int, new_id: str | None) -> None:
+    instance = _only_durable(ctx)
+    _check_id(workflow_id)
+    with _one_line_errors(instance, "fork", workflow_id):
+        try:
+            forked = instance.get_handle(workflow_id).fork(from_step, new_id)
+        except WorkflowAlreadyExists as exc:
+            raise DurableError(f"a run with id {exc.workflow_id!r} already exists") from None
+    kept = f"kept steps 0 to {from_step - 1}" if from_step else "kept no step"
+    click.echo(f"{forked.id}: forked from {workflow_id} at step {from_step} ({kept}), PENDING")
+
+
+@durable.command(help="Delete finished runs, with their steps, signals and state.")
+@click.option("--older-than", required=True, help="Finished longer ago than this: 30d, 12h.")
+@click.option("--status", default=None, help="Of succeeded, failed, cancelled (default all).")
+@click.option("--dry-run", is_flag=True, help="Print the counts only; delete nothing.")
+@click.pass_context
+def gc(ctx: click.Context, older_than: str, status: str | None, dry_run: bool) -> None:
+    instance = _only_durable(ctx)
+    with _operation_errors(instance, "collect runs"):
+        collected = instance.gc(older_than, status, dry_run)
+    by_status = ", ".join(f"{n} {s.lower()}" for s, n in sorted(collected.runs.items()))
+    click.echo(
+        f"{'would delete' if dry_run else 'deleted'} {collected.total} run(s) finished before "
+        f"{console.iso(collected.before, False)}{f' ({by_status})' if by_status else ''} "
+        f"with {collected.steps} steps, {collected.signals} signals, {collected.state} "
+        "state values"
+    )
 
 
 @durable.command(name="signal", help="Send a signal (payload as JSON) to a run.")

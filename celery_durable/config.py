@@ -18,7 +18,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, InvalidArgument
+from .validate import parse_duration
 
 logger = logging.getLogger("celery_durable.config")
 
@@ -32,6 +33,8 @@ class Setting:
     default: Any
     minimum: float | None = None
     help: str = ""
+    # Seconds, also written "30d", "12h", "90m" or as a timedelta.
+    duration: bool = False
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -86,6 +89,15 @@ SETTINGS: tuple[Setting, ...] = (
         help="a direct Postgres URL for LISTEN/NOTIFY wake-ups of handle waiters; default: "
         "durable_database_url, or polling when durable_pgbouncer is on",
     ),
+    Setting(
+        "retention",
+        float,
+        0.0,
+        0.0,
+        "finished runs older than this are deleted by the sweeper, in small batches "
+        "(seconds, or 30d, 12h...); 0 keeps them forever",
+        duration=True,
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -109,6 +121,7 @@ class DurableConfig:
     sweep_batch: int = 500
     pgbouncer: bool = False
     listen_url: str = ""
+    retention: float = 0.0
 
     @classmethod
     def from_sources(
@@ -219,6 +232,14 @@ def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
             f"{origin}={raw!r} is not a valid bool for durable_{setting.name} "
             "(use true/false, 1/0, yes/no or on/off)"
         )
+    if setting.duration and not isinstance(raw, bool):
+        try:
+            return parse_duration(raw, origin)
+        except InvalidArgument:
+            raise ConfigurationError(
+                f"{origin}={raw!r} is not a valid duration for durable_{setting.name} "
+                "(seconds, or a number and a unit: 90m, 12h, 30d)"
+            ) from None
     try:
         if isinstance(raw, bool):
             raise ValueError(raw)

@@ -67,6 +67,18 @@ class WorkflowAlreadyCompleted(DurableError):
         self.status = status
 
 
+class WorkflowNotResumable(DurableError):
+    """Only a FAILED or CANCELLED run can be resumed; ``status`` is the run's."""
+
+    def __init__(self, workflow_id: str, status: str) -> None:
+        super().__init__(
+            f"workflow run {workflow_id!r} can't be resumed: its status is {status}; "
+            "only FAILED or CANCELLED runs resume"
+        )
+        self.workflow_id = workflow_id
+        self.status = status
+
+
 class NonDeterminismError(DurableError):
     """Replay reached a step whose name or input differs from the recorded history."""
 

@@ -18,20 +18,21 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, overload
 
 from celery import Celery, Task
 from celery import signals as celery_signals
 
-from . import apps, serialization, validate
+from . import apps, operations, serialization, validate
 from .config import DurableConfig
 from .errors import ConfigurationError, DuplicateRegistration, WorkflowNotFound
 from .fanout import Dispatch, register_item_task
 from .handle import WorkflowHandle
+from .operations import BulkResume, RunPage
 from .signals import SignalQueue, register_tasks, send_signal_via_broker
 from .step import DEFAULT_MAX_BACKOFF, Step
-from .store import Store
+from .store import Collected, RunStats, Store
 from .worker import DurableSweeper, LeaseKeeper, Sweeper
 from .workflow import WorkflowDefinition, WorkflowTask
 
@@ -301,6 +302,78 @@ class Durable:
             or os.environ.get("CELERY_DURABLE_DATABASE_URL")
             or self.app.conf.get("durable_database_url")
         )
+
+    # -- operations ---------------------------------------------------------------------------
+
+    def list_runs(
+        self,
+        status: str | Iterable[str] | None = None,
+        workflow: str | None = None,
+        since: Any = None,
+        until: Any = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> RunPage:
+        """A page of runs, newest first; ``page.cursor`` (None on the last page) goes in
+        ``after=`` for the next one. The cursor is a keyset position: runs started
+        meanwhile never shift a page.
+
+        ``status``: ``"failed"``, ``"failed,waiting"`` or a list; ``workflow``: its name;
+        ``since``/``until``: when the run was created, as ``"2h"`` (ago), a ``timedelta``
+        (ago), a ``datetime``, an ISO 8601 string or epoch seconds.
+
+        Example: ``durable.list_runs("failed", "shop.checkout", since="2h").runs``
+        """
+        return operations.list_runs(
+            self,
+            limit=limit,
+            status=status,
+            workflow=workflow,
+            since=since,
+            until=until,
+            after=after,
+        )
+
+    def stats(self) -> RunStats:
+        """Counts by workflow and status, the oldest pending and waiting runs and the due
+        backlog (runs the sweeper should already have dispatched).
+
+        Example: ``{(c.workflow, c.status): c.runs for c in durable.stats().counts}``
+        """
+        return operations.stats(self)
+
+    def resume_runs(
+        self,
+        workflow: str,
+        status: str | Iterable[str] = "failed",
+        since: Any = None,
+        until: Any = None,
+        dry_run: bool = False,
+    ) -> BulkResume:
+        """Resume, after a fix is deployed, every FAILED (or CANCELLED) run of ``workflow``
+        that ``list_runs`` gives for these filters; each as ``handle.resume()`` does. A run
+        that changed status meanwhile is skipped, so running it twice resumes nothing more.
+
+        Example: ``durable.resume_runs("shop.checkout", since="2h").resumed``
+        """
+        return operations.resume_runs(
+            self, workflow=workflow, status=status, since=since, until=until, dry_run=dry_run
+        )
+
+    def gc(
+        self,
+        older_than: Any,
+        status: str | Iterable[str] | None = None,
+        dry_run: bool = False,
+    ) -> Collected:
+        """Delete finished runs that finished more than ``older_than`` ago (``"30d"``,
+        seconds or a timedelta), with their steps, signals and state, in batches of short
+        transactions. ``status``: some of succeeded, failed, cancelled (default all); a
+        pending, running or waiting run is never deleted. ``dry_run``: count only.
+
+        Example: ``durable.gc("30d", dry_run=True).runs`` -> ``{"SUCCEEDED": 1200}``
+        """
+        return operations.gc(self, older_than, status, dry_run)
 
     def sweep_once(self) -> int:
         """Run one sweep now (what every worker's sweeper does each poll interval)."""

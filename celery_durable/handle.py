@@ -21,9 +21,10 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 from . import serialization, validate
 from .errors import WorkflowAlreadyCompleted, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
 from .fanout import cancel
+from .operations import fork_run, resume_run
 from .signals import send_signal
 from .state import query
-from .store import FINISHED_STATUSES, RunRecord
+from .store import FINISHED_STATUSES, RunRecord, StepRecord
 from .store.outage import describe, is_unreachable, summary, unavailable
 
 if TYPE_CHECKING:
@@ -93,6 +94,16 @@ class WorkflowHandle:
         if run is None:
             raise WorkflowNotFound(self.id)
         return run
+
+    def steps(self) -> list[StepRecord]:
+        """The recorded steps, in order: name, status ("ok", "error", "retry", "waiting"),
+        input, output, error and duration (seconds). Example: ``[s.name for s in h.steps()]``.
+        """
+        with self._outage_named("reading the steps of workflow run"):
+            if self.durable.store.get_status(self.id) is None:
+                raise WorkflowNotFound(self.id)
+            recorded = self.durable.store.load_steps(self.id)
+        return [recorded[idx] for idx in sorted(recorded)]
 
     def status(self) -> WorkflowStatus:
         with self._outage_named("reading the status of workflow run"):
@@ -164,6 +175,32 @@ class WorkflowHandle:
         if not cancelled.requested:
             raise WorkflowAlreadyCompleted(self.id, cancelled.status)
         return WorkflowStatus(cancelled.status)
+
+    def resume(self) -> WorkflowStatus:
+        """Continue a FAILED or CANCELLED run from its first unfinished step, with a fresh
+        attempt budget: it becomes PENDING and is published like any dispatch, so it runs
+        on today's code through the normal claim (never twice). Its recorded steps stay,
+        except the failed step that ended it, which runs again.
+
+        Raises WorkflowNotResumable (naming the status) for any other run.
+        Example: ``durable.get_handle("order-42").resume()`` after deploying a fix.
+        """
+        with self._outage_named("resuming workflow run"):
+            resume_run(self.durable, self.id)
+        return WorkflowStatus.PENDING
+
+    def fork(self, from_step: int, workflow_id: str | None = None) -> WorkflowHandle:
+        """Start a new run of this workflow, with the same arguments, that keeps this run's
+        steps before ``from_step`` (0-based, as ``durable show`` numbers them) and runs the
+        rest on today's code; it records this run as its origin (``forked_from``).
+
+        ``workflow_id`` names the new run (default: a new id). Raises InvalidArgument when
+        ``from_step`` is beyond this run's finished steps, WorkflowAlreadyExists for a
+        taken id. Example: ``handle.fork(from_step=2).get(timeout=30)``.
+        """
+        with self._outage_named("forking workflow run"):
+            run = fork_run(self.durable, self.id, from_step, workflow_id)
+        return WorkflowHandle(self.durable, run.id, run.name)
 
     def _wait_finished(self, timeout: float | None, interval: float) -> RunRecord:
         """Read the run until it finished; an unreachable database (a restart) is retried

@@ -98,8 +98,15 @@ def encode_json(what: str, value: Any) -> str:
     return text
 
 
-def encode_error(exc: BaseException) -> str:
-    """Encode an exception's type, message, args (when JSON holds them) and traceback."""
+_NOT_GIVEN: Any = object()
+
+
+def encode_error(exc: BaseException, step: int | None = _NOT_GIVEN) -> str:
+    """Encode an exception's type, message, args (when JSON holds them) and traceback.
+
+    ``step`` (a run's error): the index of the step whose failure ended the run, or None
+    when none did (its body failed elsewhere); a resume runs that step again.
+    """
     cls = type(exc)
     trace = "".join(traceback.format_exception(cls, exc, exc.__traceback__))
     # A remote step's or a child's failure replayed here: keep where it really happened.
@@ -111,6 +118,8 @@ def encode_error(exc: BaseException) -> str:
         "message": str(exc),
         "traceback": trace,
     }
+    if step is not _NOT_GIVEN:
+        payload["step"] = step
     try:
         payload["args"] = loads(dumps(list(exc.args)))
     except (TypeError, ValueError):

@@ -173,7 +173,10 @@ def _worker_shutting_down() -> bool:
 
 def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: BaseException) -> Any:
     store, config = durable.store, durable.config
-    error = serialization.encode_error(exc)
+    # Which step's failure ended the attempt, kept with the error: a resume runs that step
+    # again instead of replaying its failure.
+    ended = ctx.failed_step.record.idx if ctx.failed_step and _ended_the_attempt(ctx, exc) else None
+    error = serialization.encode_error(exc, step=ended)
     fields = ctx.log_fields()
     # KeyboardInterrupt, SystemExit, ...; not a child's WorkflowCancelled (a recorded
     # outcome re-raised in this body: the run fails).

@@ -142,6 +142,7 @@ class Step(Generic[P, R]):
         kwargs: dict[str, Any],
     ) -> R:
         attempt = 0
+        started = time.monotonic()  # the step's duration includes its in-process retries
         while True:
             attempt += 1
             ctx.in_step = True
@@ -161,24 +162,32 @@ class Step(Generic[P, R]):
                     )
                     time.sleep(delay)
                     continue
-                raise self._failed(ctx, index, step_input, exc) from None
+                took = time.monotonic() - started
+                raise self._failed(ctx, index, step_input, exc, took) from None
             finally:
                 ctx.in_step = False
+            took = time.monotonic() - started
             try:
                 output = serialization.encode_value(f"step {self.name}", value)
             except NotSerialisable as exc:
-                raise self._failed(ctx, index, step_input, exc) from None
-            stored = record(ctx, StepRecord(index, self.name, "ok", step_input, output, None))
+                raise self._failed(ctx, index, step_input, exc, took) from None
+            done = StepRecord(index, self.name, "ok", step_input, output, None, took)
+            stored = record(ctx, done)
             # Return what replay will return (JSON round trip), so both paths agree.
             return serialization.loads(stored.output or "null")  # type: ignore[no-any-return]
 
     def _failed(
-        self, ctx: WorkflowContext, index: int, step_input: str, exc: BaseException
+        self,
+        ctx: WorkflowContext,
+        index: int,
+        step_input: str,
+        exc: BaseException,
+        took: float,
     ) -> BaseException:
         """Remember the failure; its record is written with whatever write comes next."""
         error = serialization.encode_error(exc)
         ctx.failed_step = FailedStep(
-            StepRecord(index, self.name, "error", step_input, None, error), exc
+            StepRecord(index, self.name, "error", step_input, None, error, took), exc
         )
         return exc
 

@@ -84,7 +84,8 @@ def wait_step(
         with store_guard(ctx):
             due = deadline is not None and store.now() >= deadline
         if due:
-            record(ctx, StepRecord(index, step_name, "ok", step_input, "null", None))
+            # Duration 0 unless it waited (record_step measures that on conflict).
+            record(ctx, StepRecord(index, step_name, "ok", step_input, "null", None, 0.0))
             return None
         waiting = StepRecord(
             index,

@@ -22,6 +22,8 @@ Example::
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 from typing import Any
 
 from .errors import InvalidArgument
@@ -135,3 +137,59 @@ def check_queue(value: Any, argument: str = "queue") -> str | None:
         allow_none=True,
     )
     return checked
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def parse_duration(value: Any, argument: str) -> float:
+    """Seconds from ``"90s"``, ``"15m"``, ``"2h"``, ``"30d"``, ``"1w"``, a number of
+    seconds, or a ``timedelta``; InvalidArgument naming ``argument`` otherwise.
+
+    Example: ``parse_duration("2h", "--since")`` is 7200.0.
+    """
+    seconds: float | None = None
+    if isinstance(value, dt.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and value.strip():
+        text = value.strip().lower()
+        number, unit = (text[:-1], text[-1]) if text[-1] in _UNITS else (text, "s")
+        try:
+            seconds = float(number) * _UNITS[unit]
+        except ValueError:
+            seconds = None
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        raise InvalidArgument(
+            f"{argument}={show(value)} is not a duration: write a number and a unit, "
+            "s, m, h, d or w (90s, 15m, 2h, 30d, 1w)"
+        )
+    return seconds
+
+
+def parse_moment(value: Any, argument: str, now: float) -> float:
+    """A point in time as epoch seconds: a duration before ``now`` (``"2h"``, a
+    ``timedelta``), an epoch number, a ``datetime`` or an ISO 8601 string (naive is UTC).
+
+    Example: ``parse_moment("2h", "--since", now)`` is ``now - 7200``.
+    """
+    if isinstance(value, dt.datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+        return moment.timestamp()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str) and value.strip()[:1].isdigit() and "-" in value:
+        try:
+            return parse_moment(dt.datetime.fromisoformat(value.strip()), argument, now)
+        except ValueError:
+            raise InvalidArgument(
+                f"{argument}={show(value)} is not an ISO 8601 time (2026-12-01T10:00:00)"
+            ) from None
+    try:
+        return now - parse_duration(value, argument)
+    except InvalidArgument:
+        raise InvalidArgument(
+            f"{argument}={show(value)} is neither a duration ago (2h, 30d) nor an ISO 8601 "
+            "time (2026-12-01T10:00:00)"
+        ) from None

@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 import weakref
 from collections import Counter
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
 
-from . import faults, serialization
+from . import faults, operations, serialization
 from .apps import durables_of
 from .context import LeaseClock
 from .fanout import cancel, publish_woken
@@ -49,6 +50,7 @@ def worker_lost_error(max_recoveries: int, what: str = "workflow") -> str:
             ),
             "traceback": "",
             "args": None,
+            "step": None,  # no step failed: resume keeps every record
         }
     )
 
@@ -243,6 +245,7 @@ class Sweeper:
         self._thread: threading.Thread | None = None
         self._revoked_seen: set[str] = set()
         self.failures = FailureLog(durable, "celery_durable sweep")
+        self._next_retention = 0.0
 
     def start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -297,6 +300,7 @@ class Sweeper:
             published += self._publish(run, "woke workflow %s run %s for a stored signal")
         published += self.sweep_items(names)
         self.cancel_revoked()
+        self.retain()
         return published
 
     def sweep_items(self, names: list[str]) -> int:
@@ -348,6 +352,19 @@ class Sweeper:
             # The transaction that settled its last item did not wake it (a crash?).
             published += self._publish(run, "woke workflow %s run %s: its items have settled")
         return published
+
+    def retain(self) -> int:
+        """With ``durable_retention`` set, delete a small batch of the finished runs older
+        than it; returns how many. While batches come back full the next sweep goes on,
+        otherwise the next look is a while later (10 poll intervals, at most a minute)."""
+        config = self.durable.config
+        if config.retention <= 0 or time.monotonic() < self._next_retention:
+            return 0
+        collected = operations.collect_retained(self.durable, config.retention)
+        more = any(n >= operations.RETENTION_BATCH for n in collected.runs.values())
+        pause = 0.0 if more else min(60.0, 10 * config.poll_interval)
+        self._next_retention = time.monotonic() + pause
+        return collected.total
 
     def cancel_revoked(self) -> list[str]:
         """Cancel the runs whose task id this worker was told to revoke.

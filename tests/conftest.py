@@ -76,6 +76,19 @@ def basic_app() -> Iterator[object]:
     delete_queues(BROKER_URL, [QUEUE, OTHER_QUEUE, GPU_QUEUE, basic.durable.config.signal_queue])
 
 
+@pytest.fixture(params=["postgresql", "sqlite"])
+def store(request, tmp_path) -> Iterator[Store]:  # type: ignore[no-untyped-def]
+    """A migrated store of its own (table prefix) on each database, for store-level tests."""
+    prefix = unique("s")[:9] + "_"
+    url = PG_URL if request.param == "postgresql" else f"sqlite:///{tmp_path}/store.sqlite3"
+    store = Store(url, prefix, "ns")
+    upgrade(store)
+    yield store
+    store.dispose()
+    if request.param == "postgresql":
+        drop_tables(PG_URL, prefix)
+
+
 @pytest.fixture
 def key() -> str:
     """A fresh key per test for workflow ids and Redis side-effect counters."""
@@ -123,19 +136,6 @@ def shared_worker(basic_app: object) -> Iterator[Worker]:
     worker.wait_ready()
     yield worker
     worker.stop()
-
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-def store(request, tmp_path) -> Iterator[Store]:  # type: ignore[no-untyped-def]
-    """A Store on fresh tables, on each database in turn."""
-    prefix = unique("s")[:9] + "_"
-    url = PG_URL if request.param == "postgresql" else f"sqlite:///{tmp_path}/store.sqlite3"
-    store = Store(url, prefix, "ns")
-    upgrade(store)
-    yield store
-    store.dispose()
-    if request.param == "postgresql":
-        drop_tables(PG_URL, prefix)
 
 
 @pytest.fixture

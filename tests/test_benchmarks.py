@@ -34,6 +34,8 @@ FIGURES = {
     "commits_per_workflow_10_steps",
     "commits_per_step",
     "commits_per_workflow_fixed",
+    "operations_list_ms",
+    "operations_stats_ms",
 }
 
 
@@ -76,7 +78,7 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
         for ratio in ("vs_plain_task", "vs_plain_chain"):
             assert figure[ratio] is None or _positive(figure[ratio]), f"{name}.{ratio}"
 
-    assert len(doc["targets"]) == 7
+    assert len(doc["targets"]) == 9
     for target in doc["targets"]:
         assert isinstance(target["pass"], bool)
         assert _positive(target["value"]), target

@@ -41,7 +41,9 @@ def test_migrations_are_recorded_in_their_own_version_table(store):
         f"{prefix}alembic_version",
     } <= set(names)
     indexes = {i["name"] for i in sa.inspect(store.engine).get_indexes(f"{prefix}runs")}
-    assert f"ix_{prefix}runs_due" in indexes
+    assert {
+        f"ix_{prefix}runs_{name}" for name in ("due", "status", "workflow", "counts")
+    } <= indexes
 
 
 def test_migrate_sql_prints_ddl_with_partial_indexes(store):

@@ -248,3 +248,35 @@ def test_an_exception_message_utf8_cannot_encode_still_fails_the_run(eager):
     failed = failure_of(raises.delay())
     assert failed.error_type == "builtins.ValueError"
     assert failed.error_message == "no file caf\\udce9"
+
+
+def test_durations_and_moments_of_the_operations_commands():
+    assert validate.parse_duration("90s", "x") == 90.0
+    assert validate.parse_duration("2h", "x") == 7200.0
+    assert validate.parse_duration("30d", "x") == 30 * 86400.0
+    assert validate.parse_duration(15, "x") == 15.0
+    now = 1_800_000_000.0
+    assert validate.parse_moment("2h", "--since", now) == now - 7200
+    assert validate.parse_moment("2026-12-01T10:00:00", "x", now) == 1796119200.0  # naive: UTC
+    assert validate.parse_moment("2026-12-01T11:00:00+01:00", "x", now) == 1796119200.0
+    for bad in ("", "soon", "-1h", "infd", True):
+        with pytest.raises(InvalidArgument, match=r"--since=.* (duration|ISO 8601)"):
+            validate.parse_moment(bad, "--since", now)
+    with pytest.raises(InvalidArgument, match="not an ISO 8601 time"):
+        validate.parse_moment("2026-13-01", "--since", now)
+
+
+def test_statuses_and_cursors_of_list_runs_are_checked():
+    from celery_durable.operations import cursor_of, parse_cursor, parse_statuses
+    from celery_durable.store import RunSummary
+
+    assert parse_statuses("failed, Waiting,failed") == ("FAILED", "WAITING")
+    assert parse_statuses(["cancelled"]) == ("CANCELLED",)
+    with pytest.raises(InvalidArgument, match="status='done' is not a run status: use pending"):
+        parse_statuses("failed,done")
+    nothing = ("started_at", "finished_at", "wait_signal", "error", "cancel_reason", "forked_from")
+    run = RunSummary("r/1:é", "wf", "FAILED", 1, 3, 0, 1796119200.123456, **dict.fromkeys(nothing))
+    assert parse_cursor(cursor_of(run)) == (1796119200.123456, "r/1:é")
+    for bad in ("", "abc", cursor_of(run)[:-3] + "###"):
+        with pytest.raises(InvalidArgument, match="is not a cursor given by list_runs"):
+            parse_cursor(bad)

@@ -34,6 +34,12 @@ from sqlalchemy import (
 
 ACTIVE_STATUSES = ("PENDING", "RUNNING", "WAITING")
 FINISHED_STATUSES = ("SUCCEEDED", "FAILED", "CANCELLED")
+# A run enters these statuses when it suspends or finishes, never on the hot path's insert
+# and claim: the partial indexes that list and count runs hold only these, so they cost
+# nothing until a run settles. PENDING and RUNNING runs always carry due_at and are found
+# through the sweeper's index instead.
+SETTLED_STATUSES = ("WAITING", *FINISHED_STATUSES)
+DUE_STATUSES = ("PENDING", "RUNNING")
 
 # A BIGINT primary key autoincrements in Postgres; SQLite only does so for INTEGER.
 _SERIAL = BigInteger().with_variant(Integer(), "sqlite")
@@ -47,6 +53,21 @@ class Tables:
     signals: Table
     state: Table
     items: Table
+
+
+def settled_indexes(prefix: str) -> dict[str, tuple[str, ...]]:
+    """The partial indexes over settled runs (``SETTLED_STATUSES``), by name.
+
+    ``status``: a page of one status, newest first, and the oldest runs for ``gc``;
+    ``workflow``: the same within one workflow; ``counts``: the narrowest key, so counting a
+    million runs reads a few MB (btree deduplication stores each key once). No ``id``:
+    ties on created_at are broken by an incremental sort of the few rows that share it.
+    """
+    return {
+        f"ix_{prefix}runs_status": ("namespace", "status", "created_at"),
+        f"ix_{prefix}runs_workflow": ("namespace", "name", "status", "created_at"),
+        f"ix_{prefix}runs_counts": ("namespace", "name", "status"),
+    }
 
 
 def build_tables(prefix: str) -> Tables:
@@ -88,6 +109,9 @@ def build_tables(prefix: str) -> Tables:
         Column("parent_idx", Integer),
         # The run waits for items (parallel steps, children) whose rows are "awaited".
         Column("wait_items", Boolean, nullable=False, server_default=false()),
+        # A fork's origin run and the step it was forked at (steps before it were copied).
+        Column("forked_from", String(255)),
+        Column("forked_from_step", Integer),
     )
     # Only active runs carry due_at, so sweeps stay fast with millions of finished runs.
     Index(
@@ -97,6 +121,14 @@ def build_tables(prefix: str) -> Tables:
         postgresql_where=runs.c.due_at.isnot(None),
         sqlite_where=runs.c.due_at.isnot(None),
     )
+    settled = runs.c.status.in_(SETTLED_STATUSES)
+    for name, columns in settled_indexes(prefix).items():
+        Index(
+            name,
+            *(runs.c[column] for column in columns),
+            postgresql_where=settled,
+            sqlite_where=settled,
+        )
     steps = Table(
         f"{prefix}steps",
         metadata,
@@ -109,6 +141,7 @@ def build_tables(prefix: str) -> Tables:
         Column("output", Text),
         Column("error", Text),
         Column("created_at", Float, nullable=False),
+        Column("duration", Float),
     )
     signals = Table(
         f"{prefix}signals",

@@ -83,7 +83,8 @@ class SignalOps:
             if signal is None:
                 return SignalTake(Outcome.NO_SIGNAL)
             conn.execute(sql.consume_signal_mark, params(id=signal.id))
-            taken = StepRecord(step.idx, step.name, "ok", step.input, signal.payload, None)
+            # Duration 0 unless the run waited (record_step measures that on conflict).
+            taken = StepRecord(step.idx, step.name, "ok", step.input, signal.payload, None, 0.0)
             conn.execute(self.sql.steps.record_step, step_params(run_id, fence, taken))
             return SignalTake(Outcome.RECORDED, str(signal.payload))
 

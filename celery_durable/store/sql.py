@@ -11,7 +11,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import and_, bindparam, false, func, literal, literal_column, select
@@ -37,6 +37,7 @@ def step_params(run_id: str, fence: int, step: StepRecord) -> dict[str, Any]:
         input=step.input,
         output=step.output,
         error=step.error,
+        duration=step.duration,
     )
 
 
@@ -97,12 +98,14 @@ class Builder:
         conflict: list[Any],
         updates: Sequence[str],
         where: Any = None,
+        computed: Callable[[Any], dict[str, Any]] | None = None,
     ) -> Any:
         """INSERT ... ON CONFLICT DO UPDATE, only while the caller holds the run's lease.
 
         On Postgres the fencing check is part of the statement: FOR SHARE on the run row
         serialises the write with a concurrent claim. SQLite checks ``check_live`` first
-        in the same (BEGIN IMMEDIATE) transaction.
+        in the same (BEGIN IMMEDIATE) transaction. ``computed(excluded)``: more columns to
+        set on conflict, as expressions of the stored row and ``excluded``.
         """
         ins: Any
         if self.is_postgres:
@@ -117,8 +120,7 @@ class Builder:
             )
         else:
             ins = sqlite.insert(table).values(values)
-        return ins.on_conflict_do_update(
-            index_elements=conflict,
-            set_={name: ins.excluded[name] for name in updates},
-            where=where,
-        )
+        set_ = {name: ins.excluded[name] for name in updates}
+        if computed is not None:
+            set_.update(computed(ins.excluded))
+        return ins.on_conflict_do_update(index_elements=conflict, set_=set_, where=where)

@@ -34,6 +34,7 @@ from sqlalchemy import (
 )
 
 from .item_statements import ItemStatements
+from .operation_statements import OperationStatements
 from .records import DueRun, RunRecord, StepRecord
 from .schema import ACTIVE_STATUSES, Tables
 from .sql import Builder, columns_of
@@ -234,6 +235,17 @@ class StepStatements(Builder):
         self.check_live_locked = (
             self.check_live.with_for_update() if self.is_postgres else self.check_live
         )
+
+        # A wait's row is written "waiting" when the run suspends and "ok" when it
+        # resumes: its duration is the time between the two, on the database's clock.
+        def waited(excluded: Any) -> dict[str, Any]:
+            resumed = and_(steps.c.status == "waiting", excluded.status == "ok")
+            return {
+                "duration": case(
+                    (resumed, excluded.created_at - steps.c.created_at), else_=excluded.duration
+                )
+            }
+
         # Insert-or-verify: a stored "ok" row is never overwritten; a failed or waiting
         # frontier step is.
         self.record_step = self.fenced_upsert(
@@ -248,10 +260,12 @@ class StepStatements(Builder):
                 "output": bindparam("p_output"),
                 "error": bindparam("p_error"),
                 "created_at": self.now,
+                "duration": bindparam("p_duration", type_=Float),
             },
             conflict=[steps.c.namespace, steps.c.run_id, steps.c.idx],
             updates=("name", "status", "input", "output", "error", "created_at"),
             where=steps.c.status != "ok",
+            computed=waited,
         ).returning(steps.c.idx)
         self.last_step_output = (
             select(steps.c.output)
@@ -438,4 +452,5 @@ class Statements:
         self.signals = SignalStatements(tables, dialect, namespace)
         self.state = StateStatements(tables, dialect, namespace)
         self.items = ItemStatements(tables, dialect, namespace)
+        self.ops = OperationStatements(tables, dialect, namespace)
         self.notify = self.runs.notify

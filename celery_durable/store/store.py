@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from ..errors import ConfigurationError
 from .connections import Connections, Listener, parse_listen_url, parse_url
 from .item_ops import ItemOps
+from .operations import StoreOperations
 from .records import (
     Cancellation,
     Claim,
@@ -39,7 +40,7 @@ from .sql import params, step_params
 from .statements import Statements
 
 
-class Store(ItemOps, SignalOps):
+class Store(ItemOps, SignalOps, StoreOperations):
     """The database side of one namespace; engines are created per process, lazily.
 
     Signals (``SignalOps``) and items of fan-out steps (``ItemOps``) live in their own

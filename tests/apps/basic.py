@@ -377,3 +377,31 @@ def squares(count: int) -> int:
     if values != [n * n for n in range(count)]:
         raise RuntimeError("results out of order")
     return sum(values)
+
+
+@durable.step
+def buggy(key: str, n: int) -> int:
+    """Fails while ``bug:<key>`` is set in Redis: the bug a deploy then fixes (the worker
+    reads the flag at every call, so clearing it changes the code the worker runs)."""
+    effect(key, f"buggy{n}")
+    if _redis.exists(f"bug:{key}"):
+        raise RuntimeError(f"bug in step {n} of {key}")
+    return n * 10
+
+
+@durable.workflow(max_attempts=2, retry_backoff=0.05)
+def fixable(key: str) -> list[int]:
+    return [numbered(key, 1), buggy(key, 2), numbered(key, 3)]
+
+
+@durable.step
+def versioned(key: str, n: int) -> str:
+    """Which version of the code ran this step: ``version:<key>`` in Redis (default 1)."""
+    effect(key, f"v{n}")
+    block_while_flagged(key, f"v{n}")
+    return f"{n}@v{_redis.get(f'version:{key}') or 1}"
+
+
+@durable.workflow
+def four_steps(key: str) -> list[str]:
+    return [versioned(key, n) for n in range(1, 5)]
