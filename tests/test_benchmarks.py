@@ -14,7 +14,31 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.services import PG_URL
 from tests.support.workers import ROOT, clean_env
+
+BENCH_DATABASE = "celery_durable_bench"
+
+
+def bench_database_url() -> str:
+    """A database of its own: the commit counts read pg_stat_database, which anything
+    else writing to the test database would add to."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    url = make_url(PG_URL)
+    admin = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", (BENCH_DATABASE,)
+        ).fetchone()
+        if found is None:
+            try:
+                conn.execute(f'CREATE DATABASE "{BENCH_DATABASE}"')
+            except psycopg.errors.DuplicateDatabase:
+                pass  # another session created it meanwhile
+    return url.set(database=BENCH_DATABASE).render_as_string(hide_password=False)
+
 
 FIGURES = {
     "plain_task_throughput",
@@ -61,6 +85,8 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
             str(out),
             "--log-dir",
             str(tmp_path / "logs"),
+            "--database-url",
+            bench_database_url(),
         ],
         cwd=ROOT,
         env=clean_env(),  # the suite's own settings, not the test session's
