@@ -13,6 +13,7 @@ from typing import Any
 
 import redis
 from celery import Celery
+from celery.signals import task_postrun
 
 import celery_durable as cd
 from celery_durable import Durable, PermanentError, faults
@@ -66,6 +67,12 @@ def inject_fault(point: str, info: dict[str, Any]) -> None:
 
 
 faults.install(inject_fault)
+
+
+@task_postrun.connect
+def note_finished(task_id: str | None = None, **_: Any) -> None:
+    """``postrun:<task id>:<pid>``: which process finished a delivery (whichever worker)."""
+    _redis.set(f"postrun:{task_id}:{os.getpid()}", "1", ex=600)
 
 
 def effect(key: str, step: str) -> int:
