@@ -34,6 +34,14 @@ FIGURES = {
     "commits_per_workflow_10_steps",
     "commits_per_step",
     "commits_per_workflow_fixed",
+    "chord_throughput",
+    "map_throughput",
+    "chord_latency_p50",
+    "chord_latency_p99",
+    "map_latency_p50",
+    "map_latency_p99",
+    "map_commits_per_item",
+    "map_commits_per_item_all_in",
 }
 
 
@@ -76,10 +84,14 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
         for ratio in ("vs_plain_task", "vs_plain_chain"):
             assert figure[ratio] is None or _positive(figure[ratio]), f"{name}.{ratio}"
 
-    assert len(doc["targets"]) == 7
+    assert len(doc["targets"]) == 9
     for target in doc["targets"]:
         assert isinstance(target["pass"], bool)
         assert _positive(target["value"]), target
+    kill = doc["raw"]["kill"]
+    for system in ("chord", "map"):
+        assert isinstance(kill[system]["completed"], bool)
+    assert kill["map"]["completed"] and kill["map"]["succeeded"]
     assert doc["machine"]["nproc"] > 0
     assert doc["machine"]["postgres"]["server_version"]
     command = " ".join(doc["settings"]["worker_command"])
