@@ -60,6 +60,29 @@ def noop(_previous: Any = None) -> None:
     return None
 
 
+def block_on(flag: str, timeout: float = 60.0) -> None:
+    """Count a start under ``<flag>:started``, wait (bounded) until the key ``flag`` exists,
+    then count a finish under ``<flag>:done``: an item that runs until the driver says so."""
+    _redis.incr(f"{flag}:started")
+    deadline = time.monotonic() + timeout
+    while not _redis.exists(flag) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    _redis.incr(f"{flag}:done")
+
+
+@app.task(name="benchmarks.blocker")
+def blocker(flag: str, i: int) -> int:
+    """A chord item of the SIGKILL comparison."""
+    block_on(flag)
+    return i
+
+
+@app.task(name="benchmarks.chord_done")
+def chord_done(_results: Any, flag: str) -> None:
+    """The chord callback of the SIGKILL comparison: sets ``<flag>:callback``."""
+    _redis.set(f"{flag}:callback", "1", ex=3600)
+
+
 # -- durable --------------------------------------------------------------------------------
 
 
@@ -84,6 +107,25 @@ def three_steps() -> int:
 def k_steps(k: int) -> int:
     """``k`` no-op steps: the commit-count workflow (3 vs 10 steps)."""
     return sum(noop_step(i) for i in range(k))
+
+
+@durable.workflow(name="benchmarks.fan_map")
+def fan_map(n: int) -> int:
+    """``cd.map`` of ``n`` no-op items: the fan-out compared with a chord."""
+    return len(cd.map(noop_step, range(n)))
+
+
+@durable.step(name="benchmarks.block_step")
+def block_step(flag: str, i: int) -> int:
+    """A map item of the SIGKILL comparison."""
+    block_on(flag)
+    return i
+
+
+@durable.workflow(name="benchmarks.block_map")
+def block_map(flag: str, n: int) -> int:
+    """``cd.map`` of ``n`` items that block on ``flag``: the SIGKILL comparison."""
+    return len(cd.map(block_step, [flag] * n, range(n)))
 
 
 @durable.workflow(name="benchmarks.replay", max_attempts=2, retry_backoff=0.0)

@@ -45,13 +45,20 @@ class Scale:
     signal_samples: int
     commit_attempts: int
     ops_reps: int
+    fanout_batch: int
+    fanout_latency_samples: int
+    fanout_commit_maps: int
+    kill_items: int
+    kill_deadline: float
 
 
 def scale_for(quick: bool, n: int | None, fill: int | None) -> Scale:
     if quick:
-        base = Scale(100, 10, 10, 1000, 1, 20, 5.0, 20_000, 3, 5, 1, 5)
+        base = Scale(100, 10, 10, 1000, 1, 20, 5.0, 20_000, 3, 5, 1, 5, 5, 5, 3, 20, 15.0)
     else:
-        base = Scale(2000, 100, 100, 1000, 3, 300, 15.0, 1_000_000, 3, 100, 3, 30)
+        base = Scale(
+            2000, 100, 100, 1000, 3, 300, 15.0, 1_000_000, 3, 100, 3, 30, 15, 30, 10, 20, 30.0
+        )
     return Scale(
         **{
             **asdict(base),
@@ -145,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(env)
     # Imported after the environment is set: the app reads it at import.
     from benchmarks import app as bench
-    from benchmarks import measure, operations
+    from benchmarks import fanout, measure, operations
     from benchmarks.db import Monitor
     from benchmarks.report import (
         METHODS,
@@ -263,9 +270,28 @@ def main(argv: list[str] | None = None) -> int:
         machine["other_celery_workers_end"] = other_celery_workers({w.proc.pid for w in workers})
         durable.stop()
         workers.remove(durable)
+        # -- fan-out: chord vs cd.map, then a SIGKILL of an item's worker -------------------
+        r["fanout"] = fanout.run(
+            b,
+            start_worker,
+            progress,
+            scale.fanout_batch,
+            scale.fanout_latency_samples,
+            scale.fanout_commit_maps,
+            r["commits"]["idle_commits_per_s"],
+        )
+        r["kill"] = step(
+            "SIGKILL during a fan-out",
+            lambda: fanout.kill_comparison(b, env, log_dir, scale.kill_items, scale.kill_deadline),
+            lambda x: f"chord: {x['chord']['outcome']}; map: {x['map']['outcome']}",
+        )
     finally:
         for worker in workers:
             worker.stop()
+        try:
+            fanout.drop_unacked(b, queue)
+        except Exception as exc:  # noqa: BLE001 - clean-up reports and goes on
+            print(f"could not drop unacked messages: {exc}", file=sys.stderr)
         cleanup(b, queue, bench.app)
         bench.durable.store.dispose()
         monitor.close()

@@ -52,6 +52,20 @@ METHODS = {
         "the run's own namespace and tables, then VACUUM ANALYZE, then the durable "
         "throughput measurement again on the same worker."
     ),
+    "fanout": (
+        "A durable workflow doing cd.map(noop_step, range(100)) against a Celery chord of 100 "
+        "no-op tasks with a no-op callback (Redis result backend), on one fresh worker of the "
+        "same command line. Throughput: a small batch started back to back after a warm-up; "
+        "clock from the first start to the last completion (the callbacks' date_done, the "
+        "runs' finished_at). Latency: one at a time, .get(). Commits: as for workflows, with "
+        "maps of 100 and of 10 items; per item = (c100 - c10) / 90, fixed = c10 - 10 x per item."
+    ),
+    "kill": (
+        "A chord (callback sets a Redis key) and a map of 20 items that block on a Redis flag; "
+        "once two items run, SIGKILL of the worker's process group, the flag set, a fresh "
+        "worker started, and a bounded wait for the callback or the run. The kill phase's "
+        "workers use lock_timeout 5 s, poll_interval 0.5 s, dispatch_grace 5 s."
+    ),
     "signal": (
         "Start the signal workflow, poll until WAITING, then from just before handle.signal() "
         "(driver time.time()) to the start of the next step (worker time.time() via Redis)."
@@ -154,6 +168,59 @@ def build_figures(r: dict[str, Any]) -> list[Figure]:
         ("commits_per_workflow_fixed", "DB commits per workflow beyond steps", "commits"),
     ):
         figures.append(Figure(name, label, commits[name], unit, note=clean or "plain: 0"))
+    figures.extend(fanout_figures(r["fanout"], task_lat))
+    return figures
+
+
+def fanout_figures(f: dict[str, Any], task_lat: dict[str, Any]) -> list[Figure]:
+    chord, fmap = f["chord_throughput"], f["map_throughput"]
+    items = fmap["items"]
+    figures = [
+        Figure(
+            "chord_throughput",
+            f"chord of {items} no-op tasks throughput",
+            chord["rate_per_s"],
+            "chords/s",
+            note=f"{chord['items_per_s']:,.0f} items/s, batch of {chord['n']}",
+        ),
+        Figure(
+            "map_throughput",
+            f"durable cd.map of {items} no-op items throughput",
+            fmap["rate_per_s"],
+            "maps/s",
+            note=f"{fmap['rate_per_s'] / chord['rate_per_s']:.2f} x chord, "
+            f"{fmap['items_per_s']:,.0f} items/s, batch of {fmap['n']}",
+        ),
+    ]
+    for name, label, key in (
+        ("chord_latency", f"chord of {items} latency", "chord_latency"),
+        ("map_latency", f"cd.map of {items} latency", "map_latency"),
+    ):
+        for q in ("p50", "p99"):
+            value = f[key][f"{q}_ms"]
+            figures.append(
+                Figure(f"{name}_{q}", f"{label} {q}", value, "ms", value / task_lat[f"{q}_ms"])
+            )
+    c = f["map_commits"]
+    clean = "" if c["clean"] else "NOT CLEAN: other sessions were active; "
+    figures.append(
+        Figure(
+            "map_commits_per_item",
+            "DB commits per cd.map item (marginal)",
+            c["commits_per_item"],
+            "commits",
+            note=f"{clean}{c['commits_per_map_fixed']:.2f} per map beyond its items",
+        )
+    )
+    figures.append(
+        Figure(
+            "map_commits_per_item_all_in",
+            "DB commits per item of a cd.map of 100, all in",
+            c["commits_per_item_all_in"],
+            "commits",
+            note=f"{clean}{c['commits_per_map_100']:.1f} per map of 100",
+        )
+    )
     return figures
 
 
@@ -266,6 +333,19 @@ def build_targets(figures: dict[str, Figure], commits_clean: bool) -> list[dict[
             0.9,
         ),
         target("signal -> resume p50 (ms)", figures["signal_resume_latency_p50"].value, "<", 100.0),
+        target(
+            "cd.map of 100 throughput / chord of 100 throughput",
+            figures["map_throughput"].value / figures["chord_throughput"].value,
+            ">=",
+            1.5,
+        ),
+        target(
+            "DB commits per cd.map item",
+            figures["map_commits_per_item"].value,
+            "<=",
+            1.0,
+            COMMIT_TOLERANCE,
+        ),
     ]
 
 
@@ -344,6 +424,20 @@ def render(doc: dict[str, Any]) -> str:
             f"  WARNING: other processes used up to {busy:.2f} cores during a measurement; "
             "throughput figures are disturbed"
         )
+    kill = raw.get("kill")
+    if kill:
+        lines.append("")
+        lines.append(
+            f"SIGKILL of the worker while items of a {kill['items']}-item fan-out run "
+            f"(fresh worker started, wait up to {kill['deadline_s']:.0f} s):"
+        )
+        for system, label in (("chord", "Celery chord"), ("map", "durable cd.map")):
+            k = kill[system]
+            lines.append(
+                f"  {label:<14} completed={k['completed']}: {k['outcome']} "
+                f"({k['items_running_at_kill']} items running at the kill, "
+                f"{k['items_finished']} item executions finished)"
+            )
     lines.append("")
     lines.append("targets:")
     for t in doc["targets"]:

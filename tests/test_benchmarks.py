@@ -60,6 +60,14 @@ FIGURES = {
     "commits_per_workflow_fixed",
     "operations_list_ms",
     "operations_stats_ms",
+    "chord_throughput",
+    "map_throughput",
+    "chord_latency_p50",
+    "chord_latency_p99",
+    "map_latency_p50",
+    "map_latency_p99",
+    "map_commits_per_item",
+    "map_commits_per_item_all_in",
 }
 
 
@@ -72,7 +80,7 @@ def _positive(value: object) -> bool:
     )
 
 
-@pytest.mark.timeout(330)
+@pytest.mark.timeout(560)
 def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = subprocess.run(
@@ -92,7 +100,7 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
         env=clean_env(),  # the suite's own settings, not the test session's
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=540,
     )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     doc = json.loads(out.read_text())
@@ -104,10 +112,14 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
         for ratio in ("vs_plain_task", "vs_plain_chain"):
             assert figure[ratio] is None or _positive(figure[ratio]), f"{name}.{ratio}"
 
-    assert len(doc["targets"]) == 9
+    assert len(doc["targets"]) == 11
     for target in doc["targets"]:
         assert isinstance(target["pass"], bool)
         assert _positive(target["value"]), target
+    kill = doc["raw"]["kill"]
+    for system in ("chord", "map"):
+        assert isinstance(kill[system]["completed"], bool)
+    assert kill["map"]["completed"] and kill["map"]["succeeded"]
     assert doc["machine"]["nproc"] > 0
     assert doc["machine"]["postgres"]["server_version"]
     command = " ".join(doc["settings"]["worker_command"])

@@ -1,0 +1,276 @@
+"""Fan-out: a durable ``cd.map`` of no-op items against a Celery ``chord`` of no-op tasks
+(throughput, latency, commits per item), and what each does when an item's worker is
+SIGKILLed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from celery import chord
+from celery.result import AsyncResult
+
+from benchmarks import app as bench
+from benchmarks import cpu
+from benchmarks.measure import (
+    Bench,
+    _cpu_per_item,
+    _epoch,
+    _remember,
+    _settle,
+    commit_window,
+    summary_ms,
+    wait_finished,
+)
+from benchmarks.workers import WorkerProcess, wait_until
+
+# The kill comparison's workers: a short lease and sweep so that a lost item is noticed
+# within the bounded wait (the defaults, 30 s and 1 s, would only make it slower).
+KILL_SETTINGS = {
+    "CELERY_DURABLE_LOCK_TIMEOUT": "5",
+    "CELERY_DURABLE_POLL_INTERVAL": "0.5",
+    "CELERY_DURABLE_DISPATCH_GRACE": "5",
+}
+
+
+def _chord(items: int) -> AsyncResult:
+    return chord(bench.noop.s() for _ in range(items))(bench.noop.s())
+
+
+def _remember_chord(b: Bench, result: AsyncResult) -> None:
+    _remember(b, result)
+    parent = result.parent
+    for child in getattr(parent, "results", None) or []:
+        b.result_ids.append(child.id)
+
+
+def chord_throughput(b: Bench, batch: int, items: int) -> dict[str, Any]:
+    """``batch`` chords of ``items`` no-op tasks and a no-op callback, started back to back;
+    clock: first start to the last callback's ``date_done``."""
+    before = cpu.snapshot()
+    start = time.time()
+    results = [_chord(items) for _ in range(batch)]
+    for result in results:
+        result.get(timeout=max(120.0, batch * items / 50.0), interval=0.01)
+    seen = time.time()
+    usage = _cpu_per_item(b, before, batch * items, seen - start)
+    for result in results:
+        _remember_chord(b, result)
+    elapsed = max(_epoch(r.date_done) for r in results) - start
+    return _rate(batch, items, elapsed, seen - start, usage)
+
+
+def map_throughput(b: Bench, batch: int, items: int) -> dict[str, Any]:
+    """``batch`` ``fan_map.delay(items)`` started back to back; clock: first start to the
+    last run's ``finished_at``."""
+    b.monitor.execute("CHECKPOINT")
+    before = cpu.snapshot()
+    start = time.time()
+    ids = [bench.fan_map.delay(items).id for _ in range(batch)]
+    wait_finished(b, ids, timeout=max(120.0, batch * items / 20.0))
+    seen = time.time()
+    usage = _cpu_per_item(b, before, batch * items, seen - start)
+    succeeded = b.monitor.count_status(ids, "SUCCEEDED")
+    if succeeded != batch:
+        raise RuntimeError(f"only {succeeded} of {batch} maps succeeded")
+    elapsed = b.monitor.last_finished_at(ids) - start
+    return _rate(batch, items, elapsed, seen - start, usage)
+
+
+def _rate(
+    batch: int, items: int, elapsed: float, seen: float, usage: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "n": batch,
+        "items": items,
+        "elapsed_s": elapsed,
+        "rate_per_s": batch / elapsed,
+        "items_per_s": batch * items / elapsed,
+        "driver_saw_last_after_s": seen,
+        **usage,
+    }
+
+
+def latency(samples: int, start: Callable[[], Any], b: Bench | None = None) -> dict[str, Any]:
+    """One at a time: start, then ``.get()`` (chord: Redis pub/sub; map: LISTEN/NOTIFY)."""
+    times = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        result = start()
+        result.get(timeout=60)
+        times.append(time.perf_counter() - started)
+        if b is not None:
+            _remember_chord(b, result)
+    return summary_ms(times)
+
+
+def map_commits(b: Bench, maps: int, idle_rate: float) -> dict[str, Any]:
+    """Commits of ``maps`` maps of 100 and of 10 items (``pg_stat_database``, less the
+    driver's own and ``idle_rate`` x window, as ``measure.commits_per_workflow``)."""
+    _settle(b, time.monotonic())
+    net: dict[int, float] = {}
+    windows = []
+    for items in (100, 10):
+
+        def workload(items: int = items) -> None:
+            ids = [bench.fan_map.delay(items).id for _ in range(maps)]
+            wait_finished(b, ids, timeout=120.0, interval=0.2)
+
+        window = commit_window(b, workload)
+        windows.append({"items": items, **window.__dict__})
+        net[items] = (window.others - idle_rate * window.seconds) / maps
+    per_item = (net[100] - net[10]) / 90.0
+    return {
+        "maps_per_window": maps,
+        "commits_per_map_100": net[100],
+        "commits_per_map_10": net[10],
+        "commits_per_item": per_item,
+        "commits_per_item_all_in": net[100] / 100.0,
+        "commits_per_map_fixed": net[10] - 10 * per_item,
+        "idle_commits_per_s": idle_rate,
+        "windows": windows,
+        "clean": all(w["foreign_new_sessions"] == 0 and w["settled"] for w in windows),
+    }
+
+
+def run(
+    b: Bench,
+    worker: Callable[[str], WorkerProcess],
+    progress: Callable[[str], None],
+    batch: int,
+    latency_samples: int,
+    commit_maps: int,
+    idle_rate: float,
+    items: int = 100,
+) -> dict[str, Any]:
+    """Chord and map on one fresh worker (the suite's settings): throughput, latency,
+    commits per item of the map."""
+    r: dict[str, Any] = {}
+    fresh = worker("fanout")
+    try:
+        chord_throughput(b, 2, items)
+        map_throughput(b, 2, items)
+        r["chord_throughput"] = chord_throughput(b, batch, items)
+        progress(f"chord of {items}: {_show_rate(r['chord_throughput'])}")
+        r["map_throughput"] = map_throughput(b, batch, items)
+        progress(f"map of {items}: {_show_rate(r['map_throughput'])}")
+        r["chord_latency"] = latency(latency_samples, lambda: _chord(items), b)
+        r["map_latency"] = latency(latency_samples, lambda: bench.fan_map.delay(items))
+        progress(
+            f"latency p50/p99: chord {_show_lat(r['chord_latency'])}, "
+            f"map {_show_lat(r['map_latency'])}"
+        )
+        r["map_commits"] = map_commits(b, commit_maps, idle_rate)
+        c = r["map_commits"]
+        progress(
+            f"map commits: {c['commits_per_item']:.2f}/item + {c['commits_per_map_fixed']:.2f}"
+            f"/map ({c['commits_per_item_all_in']:.2f}/item all in, map of 100)"
+        )
+    finally:
+        fresh.stop()
+    return r
+
+
+def _show_rate(x: dict[str, Any]) -> str:
+    return (
+        f"{x['rate_per_s']:.2f}/s ({x['n']} in {x['elapsed_s']:.2f}s, "
+        f"{x['items_per_s']:.0f} items/s)"
+    )
+
+
+def _show_lat(x: dict[str, Any]) -> str:
+    return f"{x['p50_ms']:.1f}/{x['p99_ms']:.1f} ms"
+
+
+# -- SIGKILL of an item's worker ------------------------------------------------------------
+
+
+def _count(b: Bench, key: str) -> int:
+    return int(b.rds.get(key) or 0)
+
+
+def kill_comparison(
+    b: Bench,
+    env: Mapping[str, str],
+    log_dir: Path,
+    items: int = 20,
+    deadline: float = 30.0,
+) -> dict[str, Any]:
+    """For a chord and for a map of ``items`` blocking items: start it on a worker, SIGKILL
+    the worker's process group while two items run, release the items, start a fresh
+    worker and wait up to ``deadline`` s for the callback (chord) or the run (map)."""
+    out: dict[str, Any] = {"items": items, "deadline_s": deadline, "settings": KILL_SETTINGS}
+    for system in ("chord", "map"):
+        flag = b.key(f"kill-{system}")
+        first = _worker(b, env, log_dir, f"{system}-killed")
+        try:
+            if system == "chord":
+                group = [bench.blocker.s(flag, i) for i in range(items)]
+                result = chord(group)(bench.chord_done.s(flag))
+                _remember_chord(b, result)
+                run_id = None
+            else:
+                run_id = bench.block_map.delay(flag, items).id
+            wait_until(lambda f=flag: _count(b, f"{f}:started") >= 2, 30.0, 0.02, "items to run")
+            running = _count(b, f"{flag}:started")
+            os.killpg(first.proc.pid, signal.SIGKILL)
+            killed_at = time.monotonic()
+        finally:
+            first.stop()
+        b.rds.set(flag, "1", ex=3600)
+        second = _worker(b, env, log_dir, f"{system}-fresh")
+        try:
+            finished = _wait_outcome(b, system, flag, run_id, deadline)
+            after = time.monotonic() - killed_at
+        finally:
+            second.stop()
+        out[system] = {
+            "items_running_at_kill": running,
+            "items_finished": _count(b, f"{flag}:done"),
+            "completed": finished,
+            "seconds_after_kill": after if finished else None,
+            "outcome": (
+                f"completed {after:.1f} s after the kill"
+                if finished
+                else f"not completed {deadline:.0f} s after the fresh worker started"
+            ),
+        }
+        if run_id is not None:
+            out[system]["succeeded"] = b.monitor.count_status([run_id], "SUCCEEDED") == 1
+    return out
+
+
+def _worker(b: Bench, env: Mapping[str, str], log_dir: Path, role: str) -> WorkerProcess:
+    worker = WorkerProcess(f"bench-{b.run_id}-{role}", {**env, **KILL_SETTINGS}, log_dir)
+    b.worker_groups.add(worker.proc.pid)
+    return worker.wait_ready()
+
+
+def _wait_outcome(b: Bench, system: str, flag: str, run_id: str | None, deadline: float) -> bool:
+    def done() -> bool:
+        if system == "chord":
+            return bool(b.rds.exists(f"{flag}:callback"))
+        assert run_id is not None
+        return not b.monitor.unfinished([run_id])
+
+    try:
+        wait_until(done, deadline, 0.1, f"the {system} to complete")
+        return True
+    except TimeoutError:
+        return False
+
+
+def drop_unacked(b: Bench, queue: str) -> int:
+    """Delete the killed workers' unacknowledged messages of this run's queue from kombu's
+    Redis ``unacked`` hash (they would come back after the visibility timeout)."""
+    dropped = 0
+    for tag, payload in b.rds.hscan_iter("unacked"):
+        if queue in payload:
+            b.rds.hdel("unacked", tag)
+            b.rds.zrem("unacked_index", tag)
+            dropped += 1
+    return dropped
