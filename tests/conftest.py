@@ -10,7 +10,9 @@ import os
 from collections.abc import Callable, Iterator
 
 import pytest
+from celery import Celery
 
+from celery_durable import Durable
 from celery_durable.store import Store
 from celery_durable.store.migrations import upgrade
 from tests.support.services import (
@@ -146,3 +148,16 @@ def flower(basic_app: object) -> Iterator[object]:
     process = Flower("tests.apps.basic").wait_ready()
     yield process
     process.stop()
+
+
+@pytest.fixture
+def durable(tmp_path, monkeypatch) -> Iterator[Durable]:  # type: ignore[no-untyped-def]
+    """The embedded default in-process: a SQLite store and Celery in eager mode."""
+    for name in ("NAMESPACE", "TABLE_PREFIX", "DATABASE_URL"):
+        monkeypatch.delenv(f"CELERY_DURABLE_{name}", raising=False)
+    app = Celery("embedded", broker="memory://")
+    app.conf.task_always_eager = True
+    instance = Durable(app, database_url=f"sqlite:///{tmp_path}/store.sqlite3")
+    instance.migrate()
+    yield instance
+    instance.store.dispose()

@@ -3,33 +3,17 @@ remote steps and children run in-process, so a user can unit-test such workflows
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 import celery_durable as cd
 from celery_durable import (
-    Durable,
     NonDeterminismError,
     WorkflowCancelled,
     WorkflowFailed,
     WorkflowStatus,
 )
 from tests.support.waiting import wait_until
-
-
-@pytest.fixture
-def durable(tmp_path, monkeypatch) -> Iterator[Durable]:  # type: ignore[no-untyped-def]
-    for name in ("NAMESPACE", "TABLE_PREFIX", "DATABASE_URL"):
-        monkeypatch.delenv(f"CELERY_DURABLE_{name}", raising=False)
-    app = Celery("composed", broker="memory://")
-    app.conf.task_always_eager = True
-    instance = Durable(app, database_url=f"sqlite:///{tmp_path}/store.sqlite3")
-    instance.migrate()
-    yield instance
-    instance.store.dispose()
 
 
 def test_map_runs_one_task_per_item_in_input_order(durable):

@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from celery import Celery
 
 import celery_durable as cd
 from celery_durable import Durable, NonDeterminismError, WorkflowFailed, WorkflowStatus
-
-
-@pytest.fixture
-def durable(tmp_path, monkeypatch) -> Iterator[Durable]:  # type: ignore[no-untyped-def]
-    for name in ("NAMESPACE", "TABLE_PREFIX", "DATABASE_URL"):
-        monkeypatch.delenv(f"CELERY_DURABLE_{name}", raising=False)
-    app = Celery("embedded", broker="memory://")
-    app.conf.task_always_eager = True
-    instance = Durable(app, database_url=f"sqlite:///{tmp_path}/store.sqlite3")
-    instance.migrate()
-    yield instance
-    instance.store.dispose()
 
 
 def test_workflow_records_steps_and_replays_them(durable):
