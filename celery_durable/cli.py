@@ -14,6 +14,7 @@ Example::
     celery -A shop durable resume --status failed --workflow shop.checkout --since 2h --dry-run
     celery -A shop durable fork order-42 --from-step 2 --workflow-id order-42-retry
     celery -A shop durable gc --older-than 30d --status succeeded,cancelled --dry-run
+    celery -A shop durable dashboard --port 5580 --basic-auth ops:s3cret
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from .errors import (
 )
 from .extension import Durable
 from .operations import RunDetails, cursor_of, describe_run, resume_run
+from .redact import redactor_of
 from .store import FINISHED_STATUSES, ItemRow
 from .store.outage import is_unreachable, retry_while_unreachable, unavailable
 
@@ -154,7 +156,11 @@ def show(
     if details is None:
         raise click.ClickException(f"no workflow run {workflow_id!r}")
     if as_json:
-        click.echo(json.dumps(console.details_json(details)))
+        shown = console.details_json(details)
+        mask = redactor_of(instance.app.conf.get("durable_redact"))
+        for step in shown["steps"]:
+            step["input"], step["output"] = mask(step["input"]), mask(step["output"])
+        click.echo(json.dumps(shown))
         return
     run = details.run
     # A suspended run gives its attempt back, so a run that ran shows at least attempt 1.
@@ -412,3 +418,46 @@ def cancel(ctx: click.Context, workflow_id: str, reason: str | None) -> None:
     with _one_line_errors(instance, "cancel", workflow_id):
         status = instance.get_handle(workflow_id).cancel(reason)
     click.echo(f"{workflow_id}: {status}")
+
+
+@durable.command(help="Serve the dashboard in a browser (pip install 'celery-durable[dashboard]').")
+@click.option("--port", type=click.IntRange(0, 65535), default=5580, show_default=True)
+@click.option("--address", default="127.0.0.1", show_default=True)
+@click.option(
+    "--basic-auth",
+    envvar="CELERY_DURABLE_DASHBOARD_BASIC_AUTH",
+    default=None,
+    help="user:password[,user:password], as Flower's (or the env var of the same name).",
+)
+@click.option("--read-only", is_flag=True, help="Show runs, offer no action.")
+@click.option("--url-prefix", default="", help="Serve the pages under this path: /durable.")
+@click.pass_context
+def dashboard(
+    ctx: click.Context,
+    port: int,
+    address: str,
+    basic_auth: str | None,
+    read_only: bool,
+    url_prefix: str,
+) -> None:
+    instance = _only_durable(ctx)
+    try:
+        from .dashboard.serve import serve
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the dashboard needs its extra: pip install 'celery-durable[dashboard]' ({exc})"
+        ) from None
+    try:
+        serve(
+            instance,
+            address,
+            port,
+            echo=click.echo,
+            basic_auth=basic_auth,
+            read_only=read_only,
+            url_prefix=url_prefix,
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--basic-auth") from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {address}:{port}: {exc}") from None

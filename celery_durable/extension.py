@@ -375,6 +375,17 @@ class Durable:
         """
         return operations.gc(self, older_than, status, dry_run)
 
+    def dashboard_app(self, *, asgi: bool = False, **options: Any) -> Any:
+        """The dashboard as a WSGI app (ASGI with ``asgi=True``), to mount in a web app;
+        needs the ``dashboard`` extra. ``options``: ``basic_auth``, ``read_only``,
+        ``url_prefix``, ``secret_key``.
+
+        Example: ``DispatcherMiddleware(site, {"/durable": durable.dashboard_app()})``
+        """
+        from .dashboard import dashboard_app
+
+        return dashboard_app(self, asgi=asgi, **options)
+
     def sweep_once(self) -> int:
         """Run one sweep now (what every worker's sweeper does each poll interval)."""
         return self.sweeper.sweep_once()

@@ -1,0 +1,76 @@
+// celery_durable dashboard: live refresh of the element marked data-refresh, a confirm
+// before every action, and JSON payloads checked before they are sent. No framework.
+(function () {
+  "use strict";
+
+  function openDetails(root) {
+    return Array.from(root.querySelectorAll("details[open][id]")).map(function (d) { return d.id; });
+  }
+
+  function startRefresh(live) {
+    var url = live.getAttribute("data-refresh");
+    if (!url) { return; }
+    var interval = parseInt(live.getAttribute("data-interval"), 10) || 3000;
+    var toggle = document.getElementById("live-toggle");
+    var busy = false;
+    function tick() {
+      if (busy || document.hidden || (toggle && !toggle.checked)) { return; }
+      busy = true;
+      fetch(url, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
+        .then(function (response) { return response.ok ? response.text() : null; })
+        .then(function (html) {
+          if (html === null) { return; }
+          var was = live.getAttribute("data-status");
+          var opened = openDetails(live);
+          var holder = document.createElement("div");
+          holder.innerHTML = html;
+          var head = holder.querySelector("[data-status].run-head");
+          var now = head ? head.getAttribute("data-status") : null;
+          if (was && now && now !== was && !document.querySelector("form.action :focus")) {
+            window.location.reload();  // the actions that apply have changed
+            return;
+          }
+          live.innerHTML = html;
+          opened.forEach(function (id) {
+            var d = document.getElementById(id);
+            if (d) { d.open = true; }
+          });
+        })
+        .catch(function () { /* the next tick tries again */ })
+        .finally(function () { busy = false; });
+    }
+    window.setInterval(tick, interval);
+  }
+
+  function checkJson(field) {
+    try {
+      JSON.parse(field.value || "null");
+      field.classList.remove("invalid");
+      field.setCustomValidity("");
+      return true;
+    } catch (err) {
+      field.classList.add("invalid");
+      field.setCustomValidity("Not JSON: " + err.message);
+      return false;
+    }
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var live = document.getElementById("live");
+    if (live) { startRefresh(live); }
+    document.querySelectorAll("textarea[data-json]").forEach(function (field) {
+      field.addEventListener("input", function () { checkJson(field); });
+    });
+    document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+      form.addEventListener("submit", function (event) {
+        var json = form.querySelector("textarea[data-json]");
+        if (json && !checkJson(json)) {
+          json.reportValidity();
+          event.preventDefault();
+          return;
+        }
+        if (!window.confirm(form.getAttribute("data-confirm"))) { event.preventDefault(); }
+      });
+    });
+  });
+})();

@@ -1,0 +1,100 @@
+"""Reads only the dashboard needs: recent run durations (p50/p95) and an id prefix search.
+
+Both go through the settled-run indexes or the primary key and stop at a limit, so they
+cost the same with a million finished runs as with a hundred. The statements are built
+once per store, from the store's own tables, without touching the hot path's statements.
+
+Example::
+
+    durations = recent_durations(store, seconds=3600)   # {"shop.checkout": [0.4, 1.2, ...]}
+    runs = runs_by_id_prefix(store, "order-4", limit=50)
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import bindparam, select
+
+from .operation_statements import settled, status_literal
+from .records import RunSummary
+from .sql import Builder, columns_of
+
+if TYPE_CHECKING:
+    from .store import Store
+
+# How many recent runs the percentiles read at most (the newest): enough for a p95.
+DURATION_SAMPLE = 20_000
+_built: weakref.WeakKeyDictionary[Any, DashboardStatements] = weakref.WeakKeyDictionary()
+
+
+class DashboardStatements(Builder):
+    """The dashboard's two reads, for one store's tables, dialect and namespace."""
+
+    def __init__(self, store: Store) -> None:
+        ops = store.sql.ops
+        super().__init__(ops.tables, "postgresql" if ops.is_postgres else "sqlite", ops.namespace)
+        runs = self.tables.runs
+        # One index range per finished status (ix_<prefix>runs_status), newest first.
+        self.recent_durations = [
+            select(runs.c.name, (runs.c.finished_at - runs.c.started_at).label("took"))
+            .where(
+                self.ns,
+                settled(runs),
+                runs.c.status == status_literal(status),
+                runs.c.created_at >= self.now - bindparam("p_seconds"),
+                runs.c.started_at.isnot(None),
+                runs.c.finished_at.isnot(None),
+            )
+            .order_by(runs.c.created_at.desc())
+            .limit(DURATION_SAMPLE)
+            for status in ("SUCCEEDED", "FAILED")
+        ]
+        # The primary key (namespace, id): the range of ids that start with the prefix (in a
+        # byte-wise collation such as C.UTF-8), then LIKE to be exact whatever the collation.
+        self.runs_by_id_prefix = (
+            select(*columns_of(runs, RunSummary))
+            .where(
+                self.ns,
+                runs.c.id >= bindparam("p_prefix"),
+                runs.c.id < bindparam("p_prefix_end"),
+                runs.c.id.like(bindparam("p_pattern"), escape="\\"),
+            )
+            .order_by(runs.c.id)
+            .limit(bindparam("p_limit"))
+        )
+
+
+def statements_of(store: Store) -> DashboardStatements:
+    built = _built.get(store)
+    if built is None:
+        built = _built[store] = DashboardStatements(store)
+    return built
+
+
+def recent_durations(store: Store, seconds: float = 3600.0) -> dict[str, list[float]]:
+    """Durations (seconds) of the finished (succeeded or failed) runs created in the last
+    ``seconds``, by workflow, sorted; at most ``DURATION_SAMPLE`` per status."""
+    found: dict[str, list[float]] = {}
+    with store._operations_read() as conn:
+        for statement in statements_of(store).recent_durations:
+            for name, took in conn.execute(statement, {"p_seconds": seconds}):
+                found.setdefault(name, []).append(max(0.0, float(took)))
+    for values in found.values():
+        values.sort()
+    return found
+
+
+def runs_by_id_prefix(store: Store, prefix: str, limit: int = 50) -> list[RunSummary]:
+    """Up to ``limit`` runs whose id starts with ``prefix``, by id."""
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    values = {
+        "p_prefix": prefix,
+        "p_prefix_end": prefix + "\U0010ffff",
+        "p_pattern": escaped + "%",
+        "p_limit": limit,
+    }
+    with store._operations_read() as conn:
+        rows = conn.execute(statements_of(store).runs_by_id_prefix, values).all()
+    return [RunSummary(*row) for row in rows]

@@ -1,0 +1,232 @@
+"""The dashboard in a real browser: Playwright driving Debian's Chromium.
+
+A live ``celery -A tests.apps.basic durable dashboard`` process (basic auth on), a real
+worker, Redis and Postgres. One browser for the session; each test has its own context.
+The tests run in the Redis pass only: the dashboard talks to the database, and to the
+broker only through the operations the broker suites already cover.
+
+``UPDATE_SCREENSHOTS=1`` writes the two screenshots the README shows into docs/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.dashboard import Dashboard
+from tests.support.services import BROKER
+from tests.support.waiting import wait_until
+from tests.support.workers import ROOT
+
+pytestmark = pytest.mark.skipif(
+    BROKER != "redis", reason="browser tests run in the Redis pass (no broker-specific path)"
+)
+CHROMIUM = "/usr/bin/chromium"
+SECONDS = 1000  # Playwright's timeouts are in milliseconds
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """One Chromium for the whole session (Debian's: Playwright's download doesn't work)."""
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    if not os.path.exists(CHROMIUM) and not os.environ.get("CI"):
+        pytest.skip(f"no {CHROMIUM}: apt-get install -y chromium")
+    with playwright_api.sync_playwright() as driver:
+        launched = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def board(basic_app: object) -> Iterator[Dashboard]:
+    process = Dashboard("tests.apps.basic").wait_ready()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def page(browser: Any, board: Dashboard) -> Iterator[Any]:
+    context = browser.new_context(
+        base_url=board.url,
+        http_credentials={"username": board.user, "password": board.password},
+        viewport={"width": 1280, "height": 900},
+    )
+    context.set_default_timeout(15 * SECONDS)
+    opened = context.new_page()
+    opened.on("dialog", lambda dialog: dialog.accept())  # every action asks to confirm
+    yield opened
+    context.close()
+
+
+def expect(locator: Any) -> Any:
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
+
+
+def run_status(page: Any) -> Any:
+    return page.locator(".run-head .badge")
+
+
+def result_of(page: Any) -> Any:
+    return page.locator("h2", has_text="Result").locator("xpath=following-sibling::*[1]")
+
+
+def test_filter_the_runs_open_one_and_see_its_steps(
+    basic_app, shared_worker, page, key, rds, tmp_path
+):
+    rds.set(f"bug:{key}", "1")
+    failed = basic_app.fixable.apply_async((key,), workflow_id=f"{key}-failed")
+    done = basic_app.five_steps.apply_async((key,), workflow_id=f"{key}-done")
+    waiting = basic_app.signalled_steps.apply_async((key,), workflow_id=f"{key}-waiting")
+    done.get(timeout=30)
+    wait_until(lambda: waiting.status().value == "WAITING", 30, message="the run to wait")
+    wait_until(lambda: failed.status().finished, 30, message="the run to fail")
+    page.goto("/")
+    page.get_by_label("Id or prefix").fill(key)
+    page.get_by_role("button", name="Filter").click()
+    rows = page.locator("table.runs tbody tr")
+    expect(rows).to_have_count(3)
+    expect(page.locator(f"tr[data-run='{key}-failed']")).to_contain_text("RuntimeError: bug")
+    screenshot(page, "dashboard-runs.png", tmp_path)
+    page.get_by_label("Workflow").select_option("tests.apps.basic.five_steps")
+    page.get_by_role("checkbox", name="succeeded").check()
+    page.get_by_role("button", name="Filter").click()
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("✓ succeeded")
+    rows.first.get_by_role("link", name=done.id).click()
+    expect(run_status(page)).to_have_text("✓ succeeded")
+    steps = page.locator("li.step")
+    expect(steps).to_have_count(5)
+    expect(steps.nth(2)).to_contain_text("tests.apps.basic.numbered")
+    expect(steps.nth(2).locator("pre").last).to_have_text("30")
+    expect(result_of(page)).to_have_text("[10, 20, 30, 40, 50]")
+    page.goto(f"/run/{failed.id}")
+    expect(page.locator("#step-1")).to_contain_text(f"RuntimeError: bug in step 2 of {key}")
+    screenshot(page, "dashboard-run.png", tmp_path)
+    page.goto("/workflows")
+    row = page.locator("tr", has_text="tests.apps.basic.five_steps")
+    row.get_by_role("link", name="tests.apps.basic.five_steps").click()
+    expect(page.get_by_label("Workflow")).to_have_value("tests.apps.basic.five_steps")
+
+
+def screenshot(page: Any, name: str, tmp_path: Path) -> None:
+    """Into tmp_path, and into docs/ with UPDATE_SCREENSHOTS=1 (committed for the README)."""
+    path = tmp_path / name
+    page.screenshot(path=str(path), full_page=False)
+    assert path.stat().st_size > 10_000
+    if os.environ.get("UPDATE_SCREENSHOTS"):
+        (ROOT / "docs").mkdir(exist_ok=True)
+        shutil.copy(path, ROOT / "docs" / name)
+
+
+def test_cancel_a_waiting_run(basic_app, shared_worker, page, key):
+    handle = basic_app.signalled_steps.delay(key)
+    wait_until(lambda: handle.status().value == "WAITING", 30, message="the run to wait")
+    page.goto(f"/run/{handle.id}")
+    expect(run_status(page)).to_have_text("‖ waiting")
+    expect(page.locator(".facts")).to_contain_text("signal go")
+    page.get_by_label("Reason").fill("customer left")
+    page.get_by_role("button", name="Cancel run").click()
+    expect(page.locator(".notice-ok")).to_contain_text("Cancel requested: the run is CANCELLED")
+    expect(run_status(page)).to_have_text("⊘ cancelled")
+    expect(page.locator(".facts")).to_contain_text("customer left")
+    assert handle.status().value == "CANCELLED"
+
+
+def test_resume_a_failed_run_after_the_fix(basic_app, shared_worker, page, key, rds):
+    rds.set(f"bug:{key}", "1")
+    handle = basic_app.fixable.delay(key)
+    wait_until(lambda: handle.status().finished, 60, message="the run to fail")
+    page.goto(f"/run/{handle.id}")
+    expect(run_status(page)).to_have_text("✕ failed")
+    expect(page.locator("#step-1")).to_contain_text(f"RuntimeError: bug in step 2 of {key}")
+    rds.delete(f"bug:{key}")  # the fix is deployed
+    page.get_by_role("button", name="Resume").click()
+    expect(page.locator(".notice-ok")).to_contain_text("Resumed")
+    # The page refreshes itself while the run goes on.
+    expect(run_status(page)).to_have_text("✓ succeeded", timeout=30 * SECONDS)
+    assert handle.get(timeout=5) == [10, 20, 30]
+
+
+def test_fork_from_step_2(basic_app, shared_worker, page, key):
+    origin = basic_app.five_steps.apply_async((key,), workflow_id=f"{key}-origin")
+    origin.get(timeout=30)
+    page.goto(f"/run/{origin.id}")
+    page.get_by_label("Fork from step").fill("2")
+    page.get_by_label("New id").fill(f"{key}-forked")
+    page.get_by_role("button", name="Fork").click()
+    page.wait_for_url(f"**/run/{key}-forked")
+    expect(page.locator(".notice-ok")).to_contain_text(f"Forked from {origin.id} at step 2")
+    expect(page.locator(".facts")).to_contain_text(f"{origin.id} at step 2")
+    expect(run_status(page)).to_have_text("✓ succeeded", timeout=30 * SECONDS)
+    store = basic_app.durable.store
+    kept, before = store.load_steps(f"{key}-forked"), store.load_steps(origin.id)
+    assert [kept[0], kept[1]] == [before[0], before[1]]
+
+
+def test_send_a_signal_and_watch_the_run_finish_with_a_script_shown_as_text(
+    basic_app, shared_worker, page, key
+):
+    handle = basic_app.signalled_steps.delay(key)
+    wait_until(lambda: handle.status().value == "WAITING", 30, message="the run to wait")
+    page.goto(f"/run/{handle.id}")
+    payload = page.get_by_label("Payload (JSON)")
+    payload.fill("{not json")
+    page.get_by_role("button", name="Send signal").click()
+    expect(payload).to_have_class("invalid")  # checked before sending: nothing sent
+    assert handle.status().value == "WAITING"
+    script = "<script>window.__pwned = 1</script><img src=x onerror='window.__pwned = 2'>"
+    payload.fill(f'{{"note": "{script}"}}'.replace("'", "\\u0027"))
+    page.get_by_role("button", name="Send signal").click()
+    expect(page.locator(".notice-ok")).to_contain_text("Signal 'go' stored")
+    expect(run_status(page)).to_have_text("✓ succeeded", timeout=30 * SECONDS)
+    expect(result_of(page)).to_contain_text("<script>window.__pwned = 1</script>")
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("main script, main img").count() == 0
+
+
+def test_basic_auth_refuses_a_wrong_password(browser, board):
+    from playwright.sync_api import Error
+
+    wrong = browser.new_context(http_credentials={"username": board.user, "password": "wrong"})
+    try:
+        # Chromium shows the 401, or gives up retrying the wrong credentials.
+        try:
+            response = wrong.new_page().goto(board.url + "/")
+            assert response is not None and response.status == 401
+        except Error as exc:
+            assert "ERR_INVALID_AUTH_CREDENTIALS" in str(exc)
+    finally:
+        wrong.close()
+    anonymous = browser.new_context()
+    try:
+        response = anonymous.request.get(board.url + "/run/x")
+        assert response.status == 401
+        assert response.headers["www-authenticate"].startswith("Basic ")
+    finally:
+        anonymous.close()
+    assert board.get("/", password="wrong")[0] == 401
+    assert board.get("/")[0] == 200
+
+
+def test_a_post_without_the_csrf_token_is_refused(basic_app, shared_worker, page, key):
+    handle = basic_app.signalled_steps.delay(key)
+    wait_until(lambda: handle.status().value == "WAITING", 30, message="the run to wait")
+    page.goto(f"/run/{handle.id}")
+    post = """async ([id, token]) => {
+        const body = new URLSearchParams({id: id, reason: "forged"});
+        if (token) body.set("csrf_token", token);
+        const response = await fetch("/action/cancel", {method: "POST", body: body});
+        return [response.status, await response.text()];
+    }"""
+    for token in (None, "not-the-cookie"):
+        status, text = page.evaluate(post, [handle.id, token])
+        assert (status, text.strip()) == (403, "Refused: missing or wrong CSRF token")
+    assert handle.status().value == "WAITING"
+    handle.cancel("test over")
