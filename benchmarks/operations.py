@@ -1,4 +1,5 @@
-"""The operations commands at scale: ``list`` and ``stats`` with the fill in the tables.
+"""The operations commands at scale: ``list`` and ``stats`` with the fill in the tables,
+and the dashboard's pages (``benchmarks/dashboard.py``) on the same fill.
 
 Each query is timed through the library's API (what ``celery -A app durable list|stats``
 spends answering, without the command's ~1 s of Python start-up), after a warm-up, and
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from benchmarks import dashboard
 from benchmarks.measure import summary_ms
 from celery_durable import Durable
 from celery_durable.store import RunFilter
@@ -69,6 +71,8 @@ def measure_operations(durable: Durable, reps: int, workflow: str) -> dict[str, 
     result: dict[str, Any] = {name: _timed(call, reps) for name, call in cases.items()}
     counts = durable.stats().counts
     result["runs_counted"] = sum(c.runs for c in counts)
+    # The dashboard's pages read through the same API: its runs page is list + stats.
+    result["dashboard"] = dashboard.measure_dashboard(durable, reps)
     result["plans"] = {
         "list_failed": _plan(durable, "list", RunFilter(("FAILED",), workflow)),
         "list_all": _plan(durable, "list", RunFilter()),
@@ -85,7 +89,8 @@ def describe(result: dict[str, Any]) -> str:
         f"list failed p50 {listing['p50_ms']:.1f} ms (p99 {listing['p99_ms']:.1f}, "
         f"via {', '.join(plans['list_failed']['indexes'])}), stats p50 "
         f"{stats['p50_ms']:.1f} ms (p99 {stats['p99_ms']:.1f}, "
-        f"via {', '.join(plans['stats']['indexes'])}); {result['runs_counted']:,} runs counted"
+        f"via {', '.join(plans['stats']['indexes'])}); {result['runs_counted']:,} runs counted; "
+        + dashboard.describe(result["dashboard"])
     )
 
 

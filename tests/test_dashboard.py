@@ -132,6 +132,9 @@ def test_actions_say_what_happened_and_refuse_what_they_cannot_do(durable, flows
     )
     assert "Signal &#39;go&#39; stored." in sent.get_data(as_text=True)
     assert waiting.get(timeout=5) == {"ok": True}
+    html = client.get(f"/run/{waiting.id}").get_data(as_text=True)
+    consumed = html[html.index("Consumed signals") :]
+    assert "<code>go</code> sent" in consumed and "{&#34;ok&#34;: true}" in consumed
     again = client.post(
         "/action/cancel", data={"id": waiting.id, "csrf_token": token}, follow_redirects=True
     )

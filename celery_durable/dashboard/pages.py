@@ -19,8 +19,8 @@ from .. import console
 from ..operations import describe_run
 from ..redact import Redactor
 from ..store import ALL_STATUSES, FINISHED_STATUSES, ItemRow, RunStats
-from ..store.dashboard_reads import recent_durations, runs_by_id_prefix
-from .values import error_of, percentile, run_row, shown
+from ..store.dashboard_reads import consumed_signals, recent_durations, runs_by_id_prefix
+from .values import VALUE_LIMIT, error_of, percentile, run_row, shown
 
 PAGE_SIZE = 50
 
@@ -173,6 +173,15 @@ def run_page(
         "signals": [
             {"name": s.name, "sent": console.iso(s.created_at, False), "key": s.idempotency_key}
             for s in details.pending_signals
+        ],
+        "consumed": [
+            {
+                "name": s.name,
+                "sent": console.iso(s.created_at, False),
+                "consumed": console.iso(s.consumed_at, False),
+                "payload": shown(s.payload, redact, limit=VALUE_LIMIT // 4),
+            }
+            for s in consumed_signals(store, run_id)
         ],
         "state": state,
         "forkable": sum(1 for s in details.steps if s.status == "ok"),

@@ -1,4 +1,5 @@
-"""Reads only the dashboard needs: recent run durations (p50/p95) and an id prefix search.
+"""Reads only the dashboard needs: recent run durations (p50/p95), an id prefix search and
+a run's consumed signals.
 
 Both go through the settled-run indexes or the primary key and stop at a limit, so they
 cost the same with a million finished runs as with a hundred. The statements are built
@@ -8,10 +9,12 @@ Example::
 
     durations = recent_durations(store, seconds=3600)   # {"shop.checkout": [0.4, 1.2, ...]}
     runs = runs_by_id_prefix(store, "order-4", limit=50)
+    taken = consumed_signals(store, "order-42")          # [ConsumedSignal(...), ...]
 """
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +27,22 @@ from .sql import Builder, columns_of
 if TYPE_CHECKING:
     from .store import Store
 
+# How many consumed signals a run page lists at most (the oldest first).
+CONSUMED_LIMIT = 100
 # How many recent runs the percentiles read at most (the newest): enough for a p95.
 DURATION_SAMPLE = 20_000
 _built: weakref.WeakKeyDictionary[Any, DashboardStatements] = weakref.WeakKeyDictionary()
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumedSignal:
+    """A signal the run took (``wait_for_signal`` returned its payload)."""
+
+    name: str
+    payload: str
+    idempotency_key: str | None
+    created_at: float
+    consumed_at: float
 
 
 class DashboardStatements(Builder):
@@ -65,6 +81,19 @@ class DashboardStatements(Builder):
             .limit(bindparam("p_limit"))
         )
 
+        signals = self.tables.signals
+        # The unique key (namespace, run_id, idempotency_key) finds one run's signals.
+        self.consumed_signals = (
+            select(*columns_of(signals, ConsumedSignal))
+            .where(
+                signals.c.namespace == self.namespace,
+                signals.c.run_id == bindparam("p_run_id"),
+                signals.c.consumed_at.isnot(None),
+            )
+            .order_by(signals.c.id)
+            .limit(CONSUMED_LIMIT)
+        )
+
 
 def statements_of(store: Store) -> DashboardStatements:
     built = _built.get(store)
@@ -98,3 +127,10 @@ def runs_by_id_prefix(store: Store, prefix: str, limit: int = 50) -> list[RunSum
     with store._operations_read() as conn:
         rows = conn.execute(statements_of(store).runs_by_id_prefix, values).all()
     return [RunSummary(*row) for row in rows]
+
+
+def consumed_signals(store: Store, run_id: str) -> list[ConsumedSignal]:
+    """The signals the run consumed, oldest first (at most ``CONSUMED_LIMIT``)."""
+    with store._operations_read() as conn:
+        rows = conn.execute(statements_of(store).consumed_signals, {"p_run_id": run_id}).all()
+    return [ConsumedSignal(*row) for row in rows]
