@@ -9,6 +9,7 @@ import asyncio
 import base64
 import json
 import re
+import threading
 import types
 from typing import Any
 
@@ -205,7 +206,10 @@ def test_the_asgi_app_serves_the_same_pages(durable, flows):
 
         await app(scope, receive, send)
 
-    asyncio.run(call())
+    # In a thread of its own: Playwright's sync API may hold a running loop in this one.
+    runner = threading.Thread(target=lambda: asyncio.run(call()))
+    runner.start()
+    runner.join(30)
     assert sent[0]["status"] == 200
     body = b"".join(m.get("body", b"") for m in sent[1:]).decode()
     assert "Workflows" in body

@@ -63,6 +63,17 @@ def page(browser: Any, board: Dashboard) -> Iterator[Any]:
     context.close()
 
 
+@pytest.fixture
+def waiting_run(basic_app: Any, shared_worker: Any, key: str) -> Iterator[Any]:
+    """A run of ``signalled_steps`` waiting for signal "go"; cancelled at teardown if it
+    still waits (a waiting run left over would be the session's oldest for other tests)."""
+    handle = basic_app.signalled_steps.apply_async((key,), workflow_id=f"{key}-waiting")
+    wait_until(lambda: handle.status().value == "WAITING", 30, message="the run to wait")
+    yield handle
+    if not handle.status().finished:
+        handle.cancel("test over")
+
+
 def expect(locator: Any) -> Any:
     from playwright.sync_api import expect as playwright_expect
 
@@ -78,14 +89,12 @@ def result_of(page: Any) -> Any:
 
 
 def test_filter_the_runs_open_one_and_see_its_steps(
-    basic_app, shared_worker, page, key, rds, tmp_path
+    basic_app, shared_worker, page, key, rds, tmp_path, waiting_run
 ):
     rds.set(f"bug:{key}", "1")
     failed = basic_app.fixable.apply_async((key,), workflow_id=f"{key}-failed")
     done = basic_app.five_steps.apply_async((key,), workflow_id=f"{key}-done")
-    waiting = basic_app.signalled_steps.apply_async((key,), workflow_id=f"{key}-waiting")
     done.get(timeout=30)
-    wait_until(lambda: waiting.status().value == "WAITING", 30, message="the run to wait")
     wait_until(lambda: failed.status().finished, 30, message="the run to fail")
     page.goto("/")
     page.get_by_label("Id or prefix").fill(key)
@@ -125,9 +134,8 @@ def screenshot(page: Any, name: str, tmp_path: Path) -> None:
         shutil.copy(path, ROOT / "docs" / name)
 
 
-def test_cancel_a_waiting_run(basic_app, shared_worker, page, key):
-    handle = basic_app.signalled_steps.delay(key)
-    wait_until(lambda: handle.status().value == "WAITING", 30, message="the run to wait")
+def test_cancel_a_waiting_run(page, waiting_run):
+    handle = waiting_run
     page.goto(f"/run/{handle.id}")
     expect(run_status(page)).to_have_text("‖ waiting")
     expect(page.locator(".facts")).to_contain_text("signal go")
@@ -170,11 +178,8 @@ def test_fork_from_step_2(basic_app, shared_worker, page, key):
     assert [kept[0], kept[1]] == [before[0], before[1]]
 
 
-def test_send_a_signal_and_watch_the_run_finish_with_a_script_shown_as_text(
-    basic_app, shared_worker, page, key
-):
-    handle = basic_app.signalled_steps.delay(key)
-    wait_until(lambda: handle.status().value == "WAITING", 30, message="the run to wait")
+def test_send_a_signal_and_watch_the_run_finish_with_a_script_shown_as_text(page, waiting_run):
+    handle = waiting_run
     page.goto(f"/run/{handle.id}")
     payload = page.get_by_label("Payload (JSON)")
     payload.fill("{not json")
@@ -215,9 +220,8 @@ def test_basic_auth_refuses_a_wrong_password(browser, board):
     assert board.get("/")[0] == 200
 
 
-def test_a_post_without_the_csrf_token_is_refused(basic_app, shared_worker, page, key):
-    handle = basic_app.signalled_steps.delay(key)
-    wait_until(lambda: handle.status().value == "WAITING", 30, message="the run to wait")
+def test_a_post_without_the_csrf_token_is_refused(page, waiting_run):
+    handle = waiting_run
     page.goto(f"/run/{handle.id}")
     post = """async ([id, token]) => {
         const body = new URLSearchParams({id: id, reason: "forged"});
@@ -229,4 +233,3 @@ def test_a_post_without_the_csrf_token_is_refused(basic_app, shared_worker, page
         status, text = page.evaluate(post, [handle.id, token])
         assert (status, text.strip()) == (403, "Refused: missing or wrong CSRF token")
     assert handle.status().value == "WAITING"
-    handle.cancel("test over")

@@ -34,21 +34,17 @@ def summary(stats: RunStats) -> dict[str, Any]:
     for count in stats.counts:
         counts[count.status] = counts.get(count.status, 0) + count.runs
 
-    def oldest(run: Any) -> dict[str, Any] | None:
-        if run is None:
-            return None
-        return {
-            "id": run.id,
-            "workflow": run.name,
-            "age": console.span(stats.now - run.created_at),
-            "wait_signal": run.wait_signal,
-        }
+    shared = console.stats_json(stats)  # what `durable stats --json` says of them
+
+    def oldest(which: str) -> dict[str, Any] | None:
+        run = shared[which]
+        return None if run is None else {**run, "age": console.span(run["age"])}
 
     return {
         "counts": counts,
         "total": sum(counts.values()),
-        "oldest_pending": oldest(stats.oldest_pending),
-        "oldest_waiting": oldest(stats.oldest_waiting),
+        "oldest_pending": oldest("oldest_pending"),
+        "oldest_waiting": oldest("oldest_waiting"),
         "workflows": sorted({c.workflow for c in stats.counts}),
         "due": stats.due,
     }
