@@ -28,6 +28,7 @@ import click
 
 from . import console, validate
 from .apps import durables_of
+from .dashboard.command import dashboard_command
 from .errors import (
     DatabaseUnavailable,
     DurableError,
@@ -420,44 +421,4 @@ def cancel(ctx: click.Context, workflow_id: str, reason: str | None) -> None:
     click.echo(f"{workflow_id}: {status}")
 
 
-@durable.command(help="Serve the dashboard in a browser (pip install 'celery-durable[dashboard]').")
-@click.option("--port", type=click.IntRange(0, 65535), default=5580, show_default=True)
-@click.option("--address", default="127.0.0.1", show_default=True)
-@click.option(
-    "--basic-auth",
-    envvar="CELERY_DURABLE_DASHBOARD_BASIC_AUTH",
-    default=None,
-    help="user:password[,user:password], as Flower's (or the env var of the same name).",
-)
-@click.option("--read-only", is_flag=True, help="Show runs, offer no action.")
-@click.option("--url-prefix", default="", help="Serve the pages under this path: /durable.")
-@click.pass_context
-def dashboard(
-    ctx: click.Context,
-    port: int,
-    address: str,
-    basic_auth: str | None,
-    read_only: bool,
-    url_prefix: str,
-) -> None:
-    instance = _only_durable(ctx)
-    try:
-        from .dashboard.serve import serve
-    except ImportError as exc:
-        raise click.ClickException(
-            f"the dashboard needs its extra: pip install 'celery-durable[dashboard]' ({exc})"
-        ) from None
-    try:
-        serve(
-            instance,
-            address,
-            port,
-            echo=click.echo,
-            basic_auth=basic_auth,
-            read_only=read_only,
-            url_prefix=url_prefix,
-        )
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--basic-auth") from None
-    except OSError as exc:
-        raise click.ClickException(f"cannot listen on {address}:{port}: {exc}") from None
+durable.add_command(dashboard_command(_only_durable))

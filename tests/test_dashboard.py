@@ -93,6 +93,13 @@ def test_cli_show_json_applies_durable_redact(durable, flows):
     assert SECRET not in done.output
 
 
+def test_the_dashboard_command_refuses_a_malformed_basic_auth(durable):
+    obj = types.SimpleNamespace(app=durable.app)
+    done = CliRunner().invoke(durable_group, ["dashboard", "--basic-auth", "nopassword"], obj=obj)
+    assert done.exit_code == 2
+    assert "--basic-auth wants user:password[,user:password], got 'nopassword'" in done.output
+
+
 def test_redact_takes_a_callable_or_keys():
     assert redactor_of(None)({"password": 1}) == {"password": 1}
     assert redactor_of("token, pin")({"a": [{"PIN": 1, "b": 2}]}) == {"a": [{"PIN": "***", "b": 2}]}
