@@ -97,6 +97,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "prints them, writes no report",
     )
     parser.add_argument(
+        "--scale-only",
+        action="store_true",
+        help="only the scale figures (throughput by pool and concurrency, two workers, "
+        "connections per worker, realistic work); writes the JSON and the PNG",
+    )
+    parser.add_argument(
         "--py-spy",
         type=Path,
         metavar="DIR",
@@ -158,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(env)
     # Imported after the environment is set: the app reads it at import.
     from benchmarks import app as bench
-    from benchmarks import fanout, measure, operations
+    from benchmarks import fanout, measure, operations, scale_report
+    from benchmarks import scale as scaling
     from benchmarks.db import Monitor
     from benchmarks.report import (
         METHODS,
@@ -204,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.operations_only:
         return operations.run_only(args, scale, b, machine, queue, progress, wall_start)
+    if args.scale_only:
+        return scale_report.run_only(args, b, machine, env, log_dir, progress, wall_start)
     if args.fanout_only:
         try:
             bench.durable.migrate()
@@ -311,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
             lambda: fanout.kill_comparison(b, env, log_dir, scale.kill_items, scale.kill_deadline),
             lambda x: f"chord: {x['chord']['outcome']}; map: {x['map']['outcome']}",
         )
+        # -- scale: pools, concurrency, two workers, connections, realistic work --------
+        r["scale"] = scaling.run(b, env, log_dir, progress, args.quick)
     finally:
         for worker in workers:
             worker.stop()
@@ -351,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         "runtime_s": time.time() - wall_start,
         "json_path": str(args.json),
     }
+    scale_report.add_to(doc, r["scale"], args.json.parent / "scale.png")
     write_json(doc, args.json)
     print(render(doc))
     return 0

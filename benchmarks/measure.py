@@ -116,9 +116,9 @@ def _plain_batch(b: Bench, n: int, make: Callable[[], AsyncResult]) -> dict[str,
     }
 
 
-def plain_tasks(b: Bench, n: int) -> dict[str, Any]:
-    """N ``noop.delay()``, then every result."""
-    return _plain_batch(b, n, bench.noop.delay)
+def plain_tasks(b: Bench, n: int, task: Any = None) -> dict[str, Any]:
+    """N ``noop.delay()`` (or ``task.delay()``), then every result."""
+    return _plain_batch(b, n, (task or bench.noop).delay)
 
 
 def plain_chains(b: Bench, n: int) -> dict[str, Any]:
@@ -161,16 +161,20 @@ def wait_finished(b: Bench, ids: list[str], timeout: float, interval: float = 0.
     wait_until(done, timeout, interval, lambda: f"{len(pending)} of {len(ids)} runs to finish")
 
 
-def durable_throughput(b: Bench, n: int, checkpoint: bool = False) -> dict[str, Any]:
-    """N ``three_steps.delay()``; wait by polling the runs table; clock: first ``.delay()``
-    to the last run's ``finished_at`` (database clock, same host). ``checkpoint``: issue a
-    CHECKPOINT first, so the measurement does not pay for flushing earlier writes."""
+def durable_throughput(
+    b: Bench, n: int, checkpoint: bool = False, workflow: Any = None
+) -> dict[str, Any]:
+    """N ``three_steps.delay()`` (or ``workflow.delay()``); wait by polling the runs table;
+    clock: first ``.delay()`` to the last run's ``finished_at`` (database clock, same host).
+    ``checkpoint``: issue a CHECKPOINT first, so the measurement does not pay for flushing
+    earlier writes."""
     if checkpoint:
         b.monitor.execute("CHECKPOINT")
     wal_before = b.monitor.wal_position()
     before = cpu.snapshot()
     start = time.time()
-    ids = [bench.three_steps.delay().id for _ in range(n)]
+    workflow = workflow or bench.three_steps
+    ids = [workflow.delay().id for _ in range(n)]
     published = time.time()
     wait_finished(b, ids, timeout=max(120.0, n / 10.0))
     seen = time.time()

@@ -424,6 +424,11 @@ def render(doc: dict[str, Any]) -> str:
             f"  WARNING: other processes used up to {busy:.2f} cores during a measurement; "
             "throughput figures are disturbed"
         )
+    if doc.get("scale_table"):
+        lines.append("")
+        lines.append("scale (fresh workers per row; x plain: the same workers' plain throughput):")
+        lines.append(doc["scale_table"])
+        lines.append(doc["scale_png"])
     kill = raw.get("kill")
     if kill:
         lines.append("")
