@@ -77,7 +77,7 @@ def table(s: dict[str, Any]) -> str:
     head = (
         ["workers", "plain tasks/s"]
         + [f"{name}/s (x plain)" for name in names]
-        + ["PG connections per worker: start / busy / idle"]
+        + ["PG connections per worker: start / busy / idle", "cores used by others"]
     )
     rows = [head, ["---"] * len(head)]
     for c in s["configs"]:
@@ -91,7 +91,9 @@ def table(s: dict[str, Any]) -> str:
             ]
             + [
                 f"{max(conns['at_start'].values(), default=0)} / {conns['per_worker_busy']} / "
-                f"{conns['per_worker_idle']}"
+                f"{conns['per_worker_idle']}",
+                # Interference: what other programs took of the cores meanwhile (worst batch).
+                f"{max(x['other_cores_busy'] for x in [c['plain'], *c['durable'].values()]):.2f}",
             ]
         )
     lines = ["| " + " | ".join(row) + " |" for row in rows]

@@ -152,8 +152,8 @@ def _scale_raw() -> dict[str, object]:
             "pool": "prefork",
             "concurrency": 2,
             "workers": workers,
-            "plain": {"rate_per_s": 500.0},
-            "durable": {"three_steps": {"rate_per_s": 250.0}},
+            "plain": {"rate_per_s": 500.0, "other_cores_busy": 0.1},
+            "durable": {"three_steps": {"rate_per_s": 250.0, "other_cores_busy": 0.25}},
             "connections": {
                 "at_start": dict.fromkeys(names, 1),
                 "busy_peak": dict.fromkeys(names, 3),
@@ -183,7 +183,8 @@ def test_scale_table_and_target() -> None:
 
     raw = _scale_raw()
     table = scale_report.table(raw)
-    assert "| `-P prefork -c 2` | 500 | 250 (0.50) | 1 / 3 / 3 |" in table
+    assert "| `-P prefork -c 2` | 500 | 250 (0.50) | 1 / 3 / 3 | 0.25 |" in table
+    assert "Two workers against one (`-P prefork -c 2`): plain 1.00 x" in table
     assert "overhead +20.0%" in table
     (target,) = scale_report.targets(raw)
     assert target["value"] == pytest.approx(1.2) and target["pass"] is False
