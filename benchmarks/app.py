@@ -126,6 +126,29 @@ def three_io() -> int:
     return sum(io_step(i) for i in range(3))
 
 
+@durable.step(name="benchmarks.noop_deferred", commit="deferred")
+def noop_deferred(i: int) -> int:
+    return i
+
+
+@durable.workflow(name="benchmarks.three_deferred")
+def three_deferred() -> int:
+    """Three deferred no-op steps: their records ride on the settle."""
+    return sum(noop_deferred(i) for i in range(3))
+
+
+@durable.step(name="benchmarks.io_deferred", commit="deferred")
+def io_deferred(i: int) -> int:
+    time.sleep(IO_WAIT_S)
+    return i
+
+
+@durable.workflow(name="benchmarks.three_io_deferred")
+def three_io_deferred() -> int:
+    """``three_io`` with deferred steps: the realistic-work figure of deferred steps."""
+    return sum(io_deferred(i) for i in range(3))
+
+
 @durable.workflow(name="benchmarks.k_steps")
 def k_steps(k: int) -> int:
     """``k`` no-op steps: the commit-count workflow (3 vs 10 steps)."""

@@ -70,6 +70,7 @@ FIGURES = {
     "map_commits_per_item_all_in",
     "io_task_throughput",
     "io_workflow_throughput_three_io",
+    "io_workflow_throughput_three_io_deferred",
 }
 
 
@@ -114,7 +115,7 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
         for ratio in ("vs_plain_task", "vs_plain_chain"):
             assert figure[ratio] is None or _positive(figure[ratio]), f"{name}.{ratio}"
 
-    assert len(doc["targets"]) == 12
+    assert len(doc["targets"]) == 15
     for target in doc["targets"]:
         assert isinstance(target["pass"], bool)
         assert _positive(target["value"]), target
