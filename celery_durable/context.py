@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
     from .store import DueRun, StepRecord, Store
 
+# The name prefix of the markers ``patched()`` records (see ``celery_durable.patching``).
+PATCH_STEP_PREFIX = "celery_durable.patch:"
+
 _current: contextvars.ContextVar[WorkflowContext | None] = contextvars.ContextVar(
     "celery_durable_workflow", default=None
 )
@@ -97,6 +100,9 @@ class WorkflowContext:
     # Fan-out steps dispatched by this execution (not replayed): waiting on them tries to
     # suspend before reading their items, which have most likely not settled yet.
     fresh: set[int] = dataclasses.field(default_factory=set)
+    # The run has finished a step with a compensation (stored on the run: a cancel of it
+    # while idle then rolls it back).
+    compensable: bool = False
 
     @classmethod
     def current(cls) -> WorkflowContext | None:
@@ -124,6 +130,10 @@ class WorkflowContext:
             raise self.stopping
 
     def take_index(self) -> int:
+        # A patch marker the code no longer asks for (its patched()/deprecate_patch() call
+        # was removed) is passed over, as Temporal does.
+        while _is_patch_marker(self.history.get(self.next_index)):
+            self.next_index += 1
         index = self.next_index
         self.next_index += 1
         return index
@@ -135,6 +145,10 @@ class WorkflowContext:
             "attempt": self.attempt,
             "step_index": self.next_index if step_index is None else step_index,
         }
+
+
+def _is_patch_marker(record: StepRecord | None) -> bool:
+    return record is not None and record.name.startswith(PATCH_STEP_PREFIX)
 
 
 @dataclasses.dataclass

@@ -197,6 +197,7 @@ class Durable:
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         dont_retry_on: tuple[type[BaseException], ...] = (),
         queue: str | None = None,
+        compensate: Callable[..., Any] | None = None,
     ) -> Callable[[F], Step[Any, Any]]: ...
 
     def step(
@@ -210,12 +211,15 @@ class Durable:
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         dont_retry_on: tuple[type[BaseException], ...] = (),
         queue: str | None = None,
+        compensate: Callable[..., Any] | None = None,
     ) -> Any:
         """Register ``fn`` as a step: inside a workflow its result is recorded and replayed.
 
         The step is also a Celery task of its own name, which runs it when started with
         ``step.start()`` or ``cd.map()``. With ``queue`` it is a routed step: called in a
-        workflow body it always runs as that task, on that queue.
+        workflow body it always runs as that task, on that queue. ``compensate``: what
+        undoes it when the run fails for good or is cancelled (``compensate(*args,
+        result=<its output>, **kwargs)``; a step runs under its own ``max_attempts``).
         """
         if fn is None:
             return lambda f: self.step(
@@ -227,6 +231,7 @@ class Durable:
                 retry_on=retry_on,
                 dont_retry_on=dont_retry_on,
                 queue=queue,
+                compensate=compensate,
             )
         step_name = name or f"{fn.__module__}.{fn.__qualname__}"
         if step_name in self.steps:
@@ -243,6 +248,7 @@ class Durable:
             retry_on=tuple(retry_on),
             dont_retry_on=tuple(dont_retry_on),
             queue=queue,
+            compensate=compensate,
         )
         register_item_task(self.app, step)
         self.steps[step_name] = step

@@ -23,6 +23,8 @@ from sqlalchemy.orm import Session
 from ..errors import ConfigurationError
 from .connections import Connections, Listener, parse_listen_url, parse_url
 from .item_ops import ItemOps
+from .longlived_ops import LongLivedOps
+from .longlived_statements import LongLivedStatements
 from .operations import StoreOperations
 from .records import (
     Cancellation,
@@ -40,7 +42,7 @@ from .sql import params, step_params
 from .statements import Statements
 
 
-class Store(ItemOps, SignalOps, StoreOperations):
+class Store(ItemOps, SignalOps, StoreOperations, LongLivedOps):
     """The database side of one namespace; engines are created per process, lazily.
 
     Signals (``SignalOps``) and items of fan-out steps (``ItemOps``) live in their own
@@ -68,6 +70,7 @@ class Store(ItemOps, SignalOps, StoreOperations):
             self.url, pgbouncer=pgbouncer, listen_url=parse_listen_url(listen_url)
         )
         self.sql = Statements(self.tables, self.dialect, namespace)
+        self.long_sql = LongLivedStatements(self.tables, self.dialect, namespace)
 
     @property
     def is_postgres(self) -> bool:
@@ -160,6 +163,8 @@ class Store(ItemOps, SignalOps, StoreOperations):
             queue,
             parent_id,
             parent_idx,
+            bool(row[9]),
+            bool(row[10]),
         )
 
     def load_steps(self, run_id: str) -> dict[int, StepRecord]:
