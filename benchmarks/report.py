@@ -169,6 +169,9 @@ def build_figures(r: dict[str, Any]) -> list[Figure]:
     ):
         figures.append(Figure(name, label, commits[name], unit, note=clean or "plain: 0"))
     figures.extend(fanout_figures(r["fanout"], task_lat))
+    from benchmarks.longlived import longlived_figures  # imports the library: on use
+
+    figures.extend(longlived_figures(r))
     return figures
 
 
