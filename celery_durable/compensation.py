@@ -29,8 +29,8 @@ from typing import Any
 
 from . import faults, serialization
 from .context import WorkflowContext
-from .errors import LeaseLost
-from .step import COMPENSATED, Step, check_replay, store_guard, write_caught_failure
+from .errors import LeaseLost, StoreUnavailable
+from .step import COMPENSATED, Step, check_replay, write_caught_failure
 from .store import StepRecord
 from .suspend import require_context
 
@@ -105,10 +105,19 @@ def run_compensations(ctx: WorkflowContext) -> list[Compensation]:
 
 def write_fenced(ctx: WorkflowContext, step: StepRecord) -> None:
     """Record a rollback's step under the fence (a requested cancel does not stop it)."""
-    with store_guard(ctx):
+    # Raised as such even when the body already stopped (a cancel): the rollback's caller
+    # tells a lost lease from an outage, whatever stopped the body.
+    stop: BaseException
+    try:
         written = ctx.store.record_fenced_step(ctx.workflow_id, ctx.fence, step)
+    except Exception as exc:
+        stop = StoreUnavailable(f"run {ctx.workflow_id!r}: the store failed: {exc!r}")
+        ctx.stop(stop)
+        raise stop from exc
     if not written:
-        raise ctx.stop(LeaseLost(f"run {ctx.workflow_id!r} is no longer owned by this worker"))
+        stop = LeaseLost(f"run {ctx.workflow_id!r} is no longer owned by this worker")
+        ctx.stop(stop)
+        raise stop
     ctx.history[step.idx] = step
     faults.reach(faults.AFTER_RECORD_STEP, **ctx.log_fields(step.idx))
 
