@@ -5,6 +5,7 @@ query(wait=) and continue_as_new with signals in flight."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -116,3 +117,19 @@ def test_continue_as_new_carries_signals_across_the_boundary(longlived, start_wo
     previous = longlived.durable.get_handle(f"{handle.id}@3")
     assert previous.status() is WorkflowStatus.SUCCEEDED
     assert previous.record().continued_as == handle.id
+
+
+def test_set_state_wakes_a_listener_at_once_on_postgres(basic_app, key):
+    """query(wait=) on Postgres is woken by the NOTIFY set_state sends, not a poll."""
+    from celery_durable.store import NewRun
+
+    store = basic_app.durable.store
+    assert store.insert_run(NewRun(key, "wf", "[[],{}]", None, 3, 0.0, 60.0))
+    claim = store.claim_run(key, "test-owner", 30.0)
+    assert claim is not None
+    with store.listener() as listener:
+        assert listener.conn is not None  # LISTEN, not polling
+        assert store.set_state(key, claim.fence, "receipt", '"r-1"')
+        started = time.monotonic()
+        listener.wait_for(key, 20.0)
+        assert time.monotonic() - started < 10.0  # the NOTIFY, not the 20 s timeout

@@ -148,3 +148,36 @@ def test_continue_as_new_starts_a_fresh_generation(durable):
 
     with pytest.raises(WorkflowFailed, match=r"NotSerialisable.*'#0' of continue_as_new"):
         bad.delay().get(timeout=5)
+
+
+def test_cancel_while_running_rolls_back_at_the_next_step(durable):
+    log: list[str] = []
+
+    def undo(n: int, result: int) -> None:
+        log.append(f"undo {n} {result}")
+
+    @durable.step(compensate=undo)
+    def take(n: int) -> int:
+        return n * 10
+
+    @durable.step
+    def cancel_myself() -> None:
+        ctx = cd.WorkflowContext.current()
+        assert ctx is not None
+        durable.get_handle(ctx.workflow_id).cancel("changed my mind")
+
+    @durable.step
+    def never() -> None:
+        log.append("never")
+
+    @durable.workflow
+    def flow() -> None:
+        take(1)
+        take(2)
+        cancel_myself()
+        never()
+
+    handle = flow.delay()
+    assert handle.status() is WorkflowStatus.CANCELLED
+    assert log == ["undo 2 20", "undo 1 10"]
+    assert handle.record().compensation == "compensated"
