@@ -21,11 +21,11 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 from . import serialization, validate
 from .compensation import Compensation
 from .errors import WorkflowAlreadyCompleted, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
-from .fanout import cancel
+from .fanout import cancel, publish_woken
 from .operations import fork_run, resume_run
 from .signals import send_signal
 from .state import query, wait_for_state
-from .store import FINISHED_STATUSES, RunRecord, StepRecord
+from .store import FINISHED_STATUSES, DueRun, RunRecord, StepRecord
 from .store.outage import describe, is_unreachable, summary, unavailable
 
 if TYPE_CHECKING:
@@ -187,7 +187,20 @@ class WorkflowHandle:
             raise WorkflowNotFound(self.id)
         if not cancelled.requested:
             raise WorkflowAlreadyCompleted(self.id, cancelled.status)
+        if cancelled.status == WorkflowStatus.PENDING:
+            self._publish_rollback()
         return WorkflowStatus(cancelled.status)
+
+    def _publish_rollback(self) -> None:
+        """A saga cancelled while idle waits for a worker to roll it back: publish it now
+        (if this fails, the sweeper publishes it within a poll interval)."""
+        run = self.durable.store.get_run(self.id)
+        if run is not None and run.status == WorkflowStatus.PENDING:
+            publish_woken(
+                self.durable,
+                DueRun(run.id, run.name, run.status, run.args, run.queue),
+                "its cancel rolls it back",
+            )
 
     def resume(self) -> WorkflowStatus:
         """Continue a FAILED or CANCELLED run from its first unfinished step, with a fresh
