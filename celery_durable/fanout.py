@@ -29,11 +29,12 @@ from . import faults, serialization
 from .apps import durable_for
 from .compose import derived_id
 from .errors import DuplicateRegistration, NotSerialisable, PermanentError
-from .store import Cancellation, DueRun, ItemClaim, Outcome
+from .store import CLAIM, RUN, Cancellation, DueRun, ItemClaim, ItemWrite, OpenItem, Outcome
 
 if TYPE_CHECKING:
     from .extension import Durable
     from .step import Step
+    from .store import Store
 
 logger = logging.getLogger("celery_durable.items")
 
@@ -150,21 +151,49 @@ def register_item_task(app: Celery, step: Step[Any, Any]) -> None:
 
 
 def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int) -> None:
-    """Claim the item, run its step under the step's retry policy, record the outcome."""
-    store, config = durable.store, durable.config
+    """Run the item's step under the step's retry policy and record the outcome: a first
+    delivery in one open transaction (``store.open_item``), anything else after a claim."""
+    store = durable.store
     fields = {"workflow_id": run_id, "step_index": idx, "item": item, "step": task.name}
+    redelivered = bool((task.request.delivery_info or {}).get("redelivered"))
+    opened = None if task.request.is_eager or redelivered else store.open_item(run_id, idx, item)
+    verdict = CLAIM if opened is None else opened.verdict
+    if opened is not None and opened.claim is not None and verdict == RUN:
+        durable.leases.track_open_item(opened)
+        try:
+            _run_claimed(durable, task, _Opened(opened), opened.claim, fields)
+        except BaseException:
+            opened.abandon()
+            raise
+        finally:
+            durable.leases.untrack_open_item(opened)
+        return
+    if verdict == CLAIM:
+        _claim_and_run(durable, task, run_id, idx, item, fields)
+        return
+    _not_claimed(run_id, idx, item, task.name, fields)
+
+
+def _not_claimed(run_id: str, idx: int, item: int, name: str, fields: dict[str, Any]) -> None:
+    logger.info(
+        "item %d of step %d (%s) of run %s not claimed (recorded already, running "
+        "elsewhere or waiting out a retry backoff); delivery acknowledged",
+        item,
+        idx,
+        name,
+        run_id,
+        extra=fields,
+    )
+
+
+def _claim_and_run(
+    durable: Durable, task: Task, run_id: str, idx: int, item: int, fields: dict[str, Any]
+) -> None:
+    store, config = durable.store, durable.config
     owner = durable.leases.item_token()
     claim = store.claim_item(run_id, idx, item, owner, config.lock_timeout, config.max_recoveries)
     if claim is None:
-        logger.info(
-            "item %d of step %d (%s) of run %s not claimed (recorded already, running "
-            "elsewhere or waiting out a retry backoff); delivery acknowledged",
-            item,
-            idx,
-            task.name,
-            run_id,
-            extra=fields,
-        )
+        _not_claimed(run_id, idx, item, task.name, fields)
         return
     if claim.status == "cancelled":
         logger.info(
@@ -179,7 +208,7 @@ def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int)
     held = (run_id, idx, item, owner)
     durable.leases.track_item(held)
     try:
-        _run_claimed(durable, task, held, claim, fields)
+        _run_claimed(durable, task, _Claimed(store, held), claim, fields)
     except BaseException as exc:
         if not isinstance(exc, Exception) and _worker_shutting_down():
             # Cold shutdown: give the item back at once; not a failed attempt.
@@ -187,6 +216,34 @@ def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int)
         raise
     finally:
         durable.leases.untrack_item(held)
+
+
+class _Claimed:
+    """Where a claimed item records its outcome: fenced by its claim token."""
+
+    def __init__(self, store: Store, held: tuple[str, int, int, str]) -> None:
+        self.store, self.held = store, held
+
+    def settle(self, status: str, output: str | None, error: str | None, grace: float) -> ItemWrite:
+        run_id, idx, item, owner = self.held
+        return self.store.settle_item(run_id, idx, item, owner, status, output, error, grace)
+
+    def retry(self, delay: float, error: str) -> bool:
+        run_id, idx, item, owner = self.held
+        return self.store.retry_item(run_id, idx, item, owner, delay, error)
+
+
+class _Opened:
+    """Where an item run in its open transaction records its outcome."""
+
+    def __init__(self, opened: OpenItem) -> None:
+        self.opened = opened
+
+    def settle(self, status: str, output: str | None, error: str | None, grace: float) -> ItemWrite:
+        return self.opened.settle(status, output, error, grace)
+
+    def retry(self, delay: float, error: str) -> bool:
+        return self.opened.retry(delay, error)
 
 
 def _worker_shutting_down() -> bool:
@@ -198,12 +255,12 @@ def _worker_shutting_down() -> bool:
 def _run_claimed(
     durable: Durable,
     task: Task,
-    held: tuple[str, int, int, str],
+    writer: _Claimed | _Opened,
     claim: ItemClaim,
     fields: dict[str, Any],
 ) -> None:
-    run_id, idx, item, owner = held
-    store, config = durable.store, durable.config
+    run_id, idx, item = fields["workflow_id"], fields["step_index"], fields["item"]
+    config = durable.config
     step = durable.steps.get(claim.name)
     attempt = claim.attempts
     status, output, error = "error", None, None
@@ -243,11 +300,9 @@ def _run_claimed(
                     attempt += 1
                     continue
                 # The backoff waits in the database; the sweeper publishes it when due.
-                store.retry_item(run_id, idx, item, owner, delay, serialization.encode_error(exc))
+                writer.retry(delay, serialization.encode_error(exc))
                 return
-    written = store.settle_item(
-        run_id, idx, item, owner, status, output, error, config.dispatch_grace
-    )
+    written = writer.settle(status, output, error, config.dispatch_grace)
     if written.outcome is not Outcome.RECORDED:
         logger.warning(
             "item %d of step %d of run %s ran, but another delivery recorded it first "
