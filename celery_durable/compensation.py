@@ -104,7 +104,14 @@ def run_compensations(ctx: WorkflowContext) -> list[Compensation]:
 
 
 def write_fenced(ctx: WorkflowContext, step: StepRecord) -> None:
-    """Record a rollback's step under the fence (a requested cancel does not stop it)."""
+    """Record a rollback's step under the fence (a requested cancel does not stop it),
+    after the deferred steps' records the run still holds."""
+    for carried in ctx.take_deferred():
+        _write_fenced(ctx, carried)
+    _write_fenced(ctx, step)
+
+
+def _write_fenced(ctx: WorkflowContext, step: StepRecord) -> None:
     # Raised as such even when the body already stopped (a cancel): the rollback's caller
     # tells a lost lease from an outage, whatever stopped the body.
     stop: BaseException

@@ -23,8 +23,9 @@ logger = logging.getLogger("celery_durable.workflow")
 
 def settle_continued(durable: Durable, ctx: WorkflowContext, exc: ContinuedAsNew) -> Any:
     fields = ctx.log_fields()
+    carried = ctx.take_deferred()
     due = durable.store.continue_as_new(
-        ctx.workflow_id, ctx.fence, exc.args_encoded, durable.config.dispatch_grace
+        ctx.workflow_id, ctx.fence, exc.args_encoded, durable.config.dispatch_grace, carried
     )
     if due == "CANCELLED":
         from .settle import finish_or_roll_back

@@ -198,6 +198,7 @@ class Durable:
         dont_retry_on: tuple[type[BaseException], ...] = (),
         queue: str | None = None,
         compensate: Callable[..., Any] | None = None,
+        commit: str = "each",
     ) -> Callable[[F], Step[Any, Any]]: ...
 
     def step(
@@ -212,14 +213,17 @@ class Durable:
         dont_retry_on: tuple[type[BaseException], ...] = (),
         queue: str | None = None,
         compensate: Callable[..., Any] | None = None,
+        commit: str = "each",
     ) -> Any:
         """Register ``fn`` as a step: inside a workflow its result is recorded and replayed.
 
         The step is also a Celery task of its own name, which runs it when started with
         ``step.start()`` or ``cd.map()``. With ``queue`` it is a routed step: called in a
-        workflow body it always runs as that task, on that queue. ``compensate``: what
-        undoes it when the run fails for good or is cancelled (``compensate(*args,
-        result=<its output>, **kwargs)``; a step runs under its own ``max_attempts``).
+        workflow body it always runs as that task, on that queue. ``commit="deferred"``:
+        its record rides on the run's next write instead of a commit of its own (a crash
+        before that write runs it again). ``compensate``: what undoes it when the run fails
+        for good or is cancelled (``compensate(*args, result=<its output>, **kwargs)``; a
+        step runs under its own ``max_attempts``).
         """
         if fn is None:
             return lambda f: self.step(
@@ -232,6 +236,7 @@ class Durable:
                 dont_retry_on=dont_retry_on,
                 queue=queue,
                 compensate=compensate,
+                commit=commit,
             )
         step_name = name or f"{fn.__module__}.{fn.__qualname__}"
         if step_name in self.steps:
@@ -249,6 +254,7 @@ class Durable:
             dont_retry_on=tuple(dont_retry_on),
             queue=queue,
             compensate=compensate,
+            commit=commit,
         )
         register_item_task(self.app, step)
         self.steps[step_name] = step

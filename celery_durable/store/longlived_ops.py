@@ -11,11 +11,12 @@ Example::
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 from .connections import Connections
 from .longlived_statements import LongLivedStatements
 from .records import DueRun, StepRecord
-from .sql import params, step_params
+from .sql import params, step_params, write_carried
 
 _ARCHIVE_NAMESPACE = uuid.UUID("6f1c3b2e-57a4-4f49-9d0c-6a3e8f0b2c11")
 
@@ -59,19 +60,26 @@ class LongLivedOps:
         return self.db.one(self.long_sql.set_compensation, values, retry=True) is not None
 
     def continue_as_new(
-        self, run_id: str, fence: int, args: str, grace: float
+        self,
+        run_id: str,
+        fence: int,
+        args: str,
+        grace: float,
+        carried: Sequence[StepRecord] = (),
     ) -> DueRun | str | None:
         """End this generation of the run and start the next, in one transaction: its
         steps (and items) move to an archived SUCCEEDED run linked both ways, the run
         becomes PENDING with ``args`` and an empty history; its signals (pending ones
         carry over), state and id stay. Returns the run to publish, "CANCELLED" when
-        cancellation was requested (nothing changed), or None when the lease is gone."""
+        cancellation was requested (nothing changed), or None when the lease is gone.
+        ``carried``: deferred steps' records, archived with the rest of the history."""
         values = params(run_id=run_id, fence=fence, args=args, grace=grace)
         sql = self.long_sql
         with self.db.transaction() as conn:
             row = conn.execute(sql.continue_as_new_lock, values).first()
             if row is None:
                 return None
+            write_carried(conn, sql.record_fenced_step, run_id, fence, carried)
             if row.cancel_requested:
                 return "CANCELLED"
             values["p_archive_id"] = archive_id(run_id, int(row.generation))
