@@ -179,3 +179,32 @@ def test_cancel_while_running_rolls_back_at_the_next_step(durable):
     assert handle.status() is WorkflowStatus.CANCELLED
     assert log == ["undo 2 20", "undo 1 10"]
     assert handle.record().compensation == "compensated"
+
+
+def test_deferred_steps_are_written_before_the_rollback_and_compensated(durable):
+    log: list[str] = []
+
+    def undo(n: int, result: int) -> None:
+        log.append(f"undo {n}")
+
+    @durable.step(compensate=undo, commit="deferred")
+    def take(n: int) -> int:
+        return n
+
+    @durable.step
+    def fail() -> None:
+        raise PermanentError("nope")
+
+    @durable.workflow
+    def flow() -> None:
+        take(1)
+        take(2)
+        fail()
+
+    handle = flow.delay()
+    with pytest.raises(WorkflowFailed, match="nope"):
+        handle.get(timeout=5)
+    assert log == ["undo 2", "undo 1"]
+    names = [s.name.rsplit(".", 1)[-1] for s in handle.steps()]
+    assert names[:3] == ["take", "take", "fail"]  # the deferred records were written
+    assert handle.record().compensation == "compensated"
