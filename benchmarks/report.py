@@ -185,6 +185,9 @@ def build_figures(r: dict[str, Any]) -> list[Figure]:
         )
     )
     figures.extend(fanout_figures(r["fanout"], task_lat))
+    from benchmarks.longlived import longlived_figures  # imports the library: on use
+
+    figures.extend(longlived_figures(r))
     return figures
 
 

@@ -68,6 +68,8 @@ FIGURES = {
     "map_latency_p99",
     "map_commits_per_item",
     "map_commits_per_item_all_in",
+    "sweep_ms_waiting_runs",
+    "continue_as_new_claim_replay_ms",
     "io_task_throughput",
     "io_workflow_throughput_three_io",
     "io_workflow_throughput_three_io_deferred",
@@ -115,7 +117,7 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
         for ratio in ("vs_plain_task", "vs_plain_chain"):
             assert figure[ratio] is None or _positive(figure[ratio]), f"{name}.{ratio}"
 
-    assert len(doc["targets"]) == 15
+    assert len(doc["targets"]) == 17
     for target in doc["targets"]:
         assert isinstance(target["pass"], bool)
         assert _positive(target["value"]), target
