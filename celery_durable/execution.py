@@ -11,7 +11,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import faults, serialization
+from . import faults, rollback, serialization
 from .context import LeaseClock, WorkflowContext, activate, deactivate
 from .settle import settle_stop_or_error, settle_success
 from .store import Claim, Store, is_unreachable
@@ -74,6 +74,12 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
     faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
     args, kwargs = serialization.loads(claim.args)
     durable.leases.track(run_id, ctx.lease)
+    ctx.compensable = claim.compensable
+    if rollback.resumable(ctx, claim):  # a saga cancelled while idle, or died rolling back
+        try:
+            return rollback.resume(durable, ctx)
+        finally:
+            durable.leases.untrack(run_id)
     token = activate(ctx)
     try:
         try:
