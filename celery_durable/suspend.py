@@ -101,12 +101,17 @@ def wait_step(
         if outcome is not Outcome.SUSPENDED:
             stop_writing(ctx)
         faults.reach(faults.AFTER_SUSPEND, **ctx.log_fields(index))
-        what = f"signal {signal!r}" if signal is not None else "its timer"
-        until = "" if deadline is None else f" until {_iso(deadline)}"
-        raise ctx.stop(Suspended(f"waiting for {what}{until}"))
+        raise ctx.stop(Suspended(describe_wait(signal, deadline)))
 
 
-def _iso(timestamp: float) -> str:
+def describe_wait(signal: str | None, deadline: float | None) -> str:
+    """``waiting for signal 'approval' until 2026-...``: what a suspended run waits for."""
+    what = f"signal {signal!r}" if signal is not None else "its timer"
+    until = "" if deadline is None else f" until {iso_time(deadline)}"
+    return f"waiting for {what}{until}"
+
+
+def iso_time(timestamp: float) -> str:
     return dt.datetime.fromtimestamp(timestamp, dt.timezone.utc).isoformat(timespec="seconds")
 
 

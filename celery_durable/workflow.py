@@ -21,21 +21,22 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from celery import Task
 from celery.exceptions import Reject
+from kombu.utils.encoding import safe_repr
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from . import faults, serialization, validate
+from . import faults, serialization, taskevents, validate
 from .context import WorkflowContext, activate, deactivate
 from .errors import (
     WorkflowAlreadyExists,
 )
 from .handle import WorkflowHandle
 from .settle import settle_stop_or_error, settle_success
-from .store import Claim, NewRun, Store
+from .store import Claim, NewRun, RunRecord, Store
 from .store.outage import is_unreachable, unavailable
 
 if TYPE_CHECKING:
@@ -73,6 +74,8 @@ class WorkflowTask(Task):  # type: ignore[misc]
     reject_on_worker_lost = True
     ignore_result = True
     typing = False
+    # Reports each delivery to Flower truthfully (WAITING, not SUCCESS; see taskevents).
+    Request = "celery_durable.taskevents:WorkflowRequest"
 
     # -- start -------------------------------------------------------------------------
 
@@ -226,14 +229,14 @@ class WorkflowTask(Task):  # type: ignore[misc]
         except ClaimUnavailable as unavailable:
             if request.is_eager:
                 raise unavailable.__cause__ or unavailable from None
-            return self._redeliver_later(args, kwargs, unavailable)
+            self._redeliver_later(args, kwargs, unavailable)
 
     def _redeliver_later(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], unavailable: ClaimUnavailable
-    ) -> None:
+    ) -> NoReturn:
         """The database was unreachable at the claim: publish this delivery again a little
         later (backing off) instead of dropping it, and acknowledge this one. Not an
-        attempt of the run: nothing ran."""
+        attempt of the run: nothing ran (Flower shows RETRY, not SUCCESS)."""
         request = self.request
         redeliveries = int(_request_header(request, REDELIVERY_HEADER) or 0)
         delay = min(0.5 * 2**redeliveries, _MAX_REDELIVERY_DELAY)
@@ -262,6 +265,9 @@ class WorkflowTask(Task):  # type: ignore[misc]
             raise Reject(
                 f"could not publish run {request.id} again: {exc!r}", requeue=True
             ) from exc
+        text = f"the database is unreachable; delivering run {request.id} again in {delay:.1f}s"
+        cause = safe_repr(unavailable.__cause__)
+        raise taskevents.ended(self.app, request.id, taskevents.RETRIED, text, exception=cause)
 
 
 class ClaimUnavailable(Exception):  # noqa: N818 - internal signal, not an error of the run
@@ -344,8 +350,8 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
             raise ClaimUnavailable(str(exc)) from exc
         raise
     if claim is None:
-        _log_unclaimed(durable, definition, run_id)
-        return None
+        run = _log_unclaimed(durable, definition, run_id)
+        raise taskevents.unclaimed(durable.app, run_id, run)
     history = store.load_steps(run_id) if claim.has_steps else {}
     ctx = WorkflowContext(
         store=store,
@@ -356,6 +362,7 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
         history=history,
     )
     faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
+    taskevents.resumed(durable.app, ctx)
     args, kwargs = serialization.loads(claim.args)
     durable.leases.track(run_id)
     token = activate(ctx)
@@ -373,9 +380,8 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
         return settle_stop_or_error(durable, ctx, claim, ctx.stopping or raised)
     else:
         # Outside the try: a failed settle leaves the run to its lease, never to a retry.
-        if settle_success(durable, ctx, encoded):
-            return value
-        return None
+        settle_success(durable, ctx, encoded)
+        return taskevents.finished(durable.app, ctx, value)
     finally:
         durable.leases.untrack(run_id)
 
@@ -396,7 +402,9 @@ def _claim_when_visible(
         time.sleep(0.02)
 
 
-def _log_unclaimed(durable: Durable, definition: WorkflowDefinition, run_id: str) -> None:
+def _log_unclaimed(
+    durable: Durable, definition: WorkflowDefinition, run_id: str
+) -> RunRecord | None:
     run = durable.store.get_run(run_id)
     fields = {
         "workflow_id": run_id,
@@ -421,3 +429,4 @@ def _log_unclaimed(durable: Durable, definition: WorkflowDefinition, run_id: str
             run.status,
             extra=fields,
         )
+    return run

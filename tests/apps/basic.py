@@ -271,3 +271,10 @@ def signalled_steps(key: str) -> list:
 def one_attempt(key: str) -> list[int]:
     """One attempt only: lost workers must not use it up."""
     return [numbered(key, n) for n in range(1, 4)]
+
+
+@durable.workflow(max_attempts=2, retry_backoff=60)
+def retried_later(key: str) -> None:
+    """Fails its first attempt; the retry waits a minute (a test cancels it first)."""
+    numbered(key, 1)
+    raise RuntimeError(f"retry me {key}")
