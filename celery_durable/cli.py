@@ -8,6 +8,7 @@ Example::
     celery -A shop durable show order-42    # a run's status, attempts and steps
     celery -A shop durable signal order-42 approval '{"by": "alice"}'
     celery -A shop durable cancel order-42 --reason "customer left"
+    celery -A shop durable metrics --port 9808   # Prometheus endpoint (the metrics extra)
 """
 
 from __future__ import annotations
@@ -178,3 +179,27 @@ def cancel(ctx: click.Context, workflow_id: str, reason: str | None) -> None:
     with _one_line_errors(instance, "cancel", workflow_id):
         status = instance.get_handle(workflow_id).cancel(reason)
     click.echo(f"{workflow_id}: {status}")
+
+
+@durable.command(help="Serve Prometheus metrics, read from the store (the metrics extra).")
+@click.option("--port", type=click.IntRange(0, 65535), default=9808, show_default=True)
+@click.option("--address", default="0.0.0.0", show_default=True)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0),
+    default=15.0,
+    show_default=True,
+    help="Seconds one read of the store serves scrapes for.",
+)
+@click.pass_context
+def metrics(ctx: click.Context, port: int, address: str, interval: float) -> None:
+    instances = _durables(ctx)
+    try:
+        from .metrics import serve_forever
+    except ImportError as exc:
+        raise click.ClickException(
+            f"durable metrics needs prometheus_client ({exc}): "
+            'pip install "celery-durable[metrics]"'
+        ) from None
+    click.echo(f"serving celery_durable metrics on http://{address}:{port}/metrics")
+    serve_forever(instances, port, address, interval)
