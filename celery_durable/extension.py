@@ -24,7 +24,7 @@ from typing import Any, TypeVar, overload
 from celery import Celery, Task
 from celery import signals as celery_signals
 
-from . import apps, serialization, validate
+from . import apps, serialization, tracing, validate
 from .config import DurableConfig
 from .errors import ConfigurationError, DuplicateRegistration, WorkflowNotFound
 from .handle import WorkflowHandle
@@ -243,6 +243,9 @@ class Durable:
         """Publish a stored run's task message (the sweeper's re-dispatch)."""
         call_args, call_kwargs = serialization.loads(args)
         options: dict[str, Any] = {"queue": queue} if queue else {}
+        headers = tracing.link_headers()  # a wake-up's sender, linked by the resumed run
+        if headers:
+            options["headers"] = headers
         task = self.app.tasks.get(name)
         if isinstance(task, WorkflowTask):
             # Celery's own apply_async: routing from the task class, eager mode honoured.

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Celery, bootsteps
 
-from . import serialization, validate
+from . import serialization, tracing, validate
 from .apps import durable_for, durables_of
 from .errors import PendingSignalsFull, WorkflowAlreadyCompleted, WorkflowNotFound
 from .store import Outcome, is_unreachable
@@ -107,6 +107,10 @@ def publish_wake(durable: Durable, workflow_id: str, name: str) -> None:
 def _publish(durable: Durable, task_name: str, args: tuple[Any, ...], **options: Any) -> None:
     # Through the registered task rather than send_task: task_always_eager then runs the
     # whole signal path in-process, which makes eager mode a complete test harness.
+    # The sender's trace context rides along: the run it wakes links back to it.
+    headers = tracing.link_headers()
+    if headers:
+        options["headers"] = {**(options.get("headers") or {}), **headers}
     durable.app.tasks[task_name].apply_async(args, queue=durable.config.signal_queue, **options)
 
 
@@ -262,7 +266,8 @@ def register_tasks(app: Celery) -> None:
                 _refuse(durable, workflow_id, name, payload_json, idempotency_key, exc, fields)
                 return False
             if stored:
-                wake(durable, workflow_id, name)
+                with tracing.linked(task.request):
+                    wake(durable, workflow_id, name)
             return stored
         except Exception as exc:
             if not is_unreachable(exc):
@@ -282,7 +287,8 @@ def register_tasks(app: Celery) -> None:
     @app.task(name=WAKE_TASK, shared=False, lazy=False, acks_late=True, ignore_result=True)
     def wake_task(namespace: str, workflow_id: str, name: str) -> bool:
         # If this fails (store down), the signal is stored: the sweeper wakes the run.
-        return wake(durable_for(app, namespace), workflow_id, name)
+        with tracing.linked(wake_task.request):
+            return wake(durable_for(app, namespace), workflow_id, name)
 
 
 def _durable_or_none(app: Celery, namespace: str) -> Durable | None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
 
-from . import faults, serialization
+from . import faults, serialization, tracing
 from .context import FailedStep, WorkflowContext
 from .errors import (
     LeaseLost,
@@ -113,6 +113,18 @@ class Step(Generic[P, R]):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> R:
+        with tracing.step(self.name, index, ctx.workflow_id):
+            return self._tries(ctx, index, step_input, args, kwargs)
+
+    def _tries(
+        self,
+        ctx: WorkflowContext,
+        index: int,
+        step_input: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> R:
+        """Run the step (retrying in-process) and record its outcome."""
         attempt = 0
         while True:
             attempt += 1
@@ -131,6 +143,7 @@ class Step(Generic[P, R]):
                         exc,
                         extra=ctx.log_fields(index),
                     )
+                    tracing.event("retry", attempt=attempt, error=repr(exc), delay=delay)
                     time.sleep(delay)
                     continue
                 raise self._failed(ctx, index, step_input, exc) from None

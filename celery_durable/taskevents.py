@@ -41,6 +41,7 @@ from celery.utils.saferepr import saferepr
 from celery.worker.request import Request
 from kombu.utils.encoding import safe_repr, safe_str
 
+from . import tracing
 from .suspend import describe_wait, iso_time
 
 if TYPE_CHECKING:
@@ -57,6 +58,9 @@ CANCELLED = "task-cancelled"
 SCHEDULED = "task-scheduled"
 FAILING = "task-failing"
 RETRIED = "task-retried"  # Celery's own: the delivery is published again later
+
+# What a delivery that ended so did, on its trace span (celery_durable.outcome).
+_OUTCOMES = {WAITING: "waiting", CANCELLED: "cancelled", RETRIED: "redelivered"}
 
 # The request-dict key by which the worker's main process tells a delivery (in its pool
 # process) whether task events are on: only the main process knows (-E can be switched on
@@ -146,6 +150,7 @@ def ended(
     app: Celery, workflow_id: str, event: str | None, text: str, **fields: Any
 ) -> DeliveryEnded:
     """Send ``event`` (with ``text`` as its result) and return the DeliveryEnded to raise."""
+    tracing.outcome(_OUTCOMES.get(event or "", "not_run"), text)
     if event is not None:
         emit(app, workflow_id, event, result=text, **fields)
     return DeliveryEnded(text, event)

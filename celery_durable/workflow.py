@@ -29,7 +29,7 @@ from kombu.utils.encoding import safe_repr
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from . import faults, serialization, taskevents, validate
+from . import faults, serialization, taskevents, tracing, validate
 from .context import WorkflowContext, activate, deactivate
 from .errors import (
     WorkflowAlreadyExists,
@@ -169,6 +169,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
             raise WorkflowAlreadyExists(run_id)
         if queue:
             options["queue"] = queue
+        tracing.add_start_headers(options)  # the caller's trace goes on in the first attempt
         handle = WorkflowHandle(durable, run_id, definition.name)
         if start_delay is not None:
             return handle  # the sweeper publishes it when due: no long ETA message
@@ -225,7 +226,8 @@ class WorkflowTask(Task):  # type: ignore[misc]
         if request.called_directly:
             return self.definition.fn(*args, **kwargs)
         try:
-            return execute(self.durable, self.definition, request)
+            with tracing.delivery(self.definition.name, request):
+                return execute(self.durable, self.definition, request)
         except ClaimUnavailable as unavailable:
             if request.is_eager:
                 raise unavailable.__cause__ or unavailable from None
@@ -240,7 +242,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
         request = self.request
         redeliveries = int(_request_header(request, REDELIVERY_HEADER) or 0)
         delay = min(0.5 * 2**redeliveries, _MAX_REDELIVERY_DELAY)
-        headers: dict[str, Any] = {REDELIVERY_HEADER: redeliveries + 1}
+        headers: dict[str, Any] = {REDELIVERY_HEADER: redeliveries + 1, **tracing.carried(request)}
         if _request_header(request, TRANSACTIONAL_HEADER):
             headers[TRANSACTIONAL_HEADER] = True
         delivery = getattr(request, "delivery_info", None) or {}
@@ -362,6 +364,7 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
         history=history,
     )
     faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
+    tracing.claimed(claim.attempts, len(history))
     taskevents.resumed(durable.app, ctx)
     args, kwargs = serialization.loads(claim.args)
     durable.leases.track(run_id)

@@ -35,6 +35,10 @@ app.conf.update(
     worker_hijack_root_logger=True,
 )
 durable = Durable(app)  # every setting from CELERY_DURABLE_* env vars
+if os.environ.get("TEST_TRACE_FILE"):  # a tracing test reads this worker's spans
+    from tests.support.tracefile import install_file_exporter
+
+    install_file_exporter(os.environ["TEST_TRACE_FILE"])
 _redis = redis.Redis.from_url(
     os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0"), decode_responses=True
 )
