@@ -72,6 +72,12 @@ SETTINGS: tuple[Setting, ...] = (
         "poison run; separate from max_attempts",
     ),
     Setting("sweep_batch", int, 500, 1, "runs one sweep dispatches at most"),
+    Setting(
+        "log_json",
+        bool,
+        False,
+        help="write celery_durable's log lines as JSON objects (celery_durable.logs)",
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -93,6 +99,7 @@ class DurableConfig:
     max_pending_signals: int = 100
     max_recoveries: int = 10
     sweep_batch: int = 500
+    log_json: bool = False
 
     @classmethod
     def from_sources(
@@ -148,6 +155,12 @@ class DurableConfig:
         """Raise :class:`ConfigurationError` naming the first setting out of range."""
         for setting in SETTINGS:
             value = getattr(self, setting.name)
+            if setting.kind is bool:
+                if not isinstance(value, bool):
+                    raise ConfigurationError(
+                        f"durable_{setting.name} must be true or false, got {value!r}"
+                    )
+                continue
             if not isinstance(value, setting.kind) or isinstance(value, bool):
                 if not (
                     setting.kind is float and isinstance(value, int) and not isinstance(value, bool)
@@ -183,9 +196,22 @@ def default_signal_queue(namespace: str) -> str:
     return base if namespace == "default" else f"{base}.{namespace}"
 
 
+_BOOLEANS = {"1": True, "true": True, "yes": True, "on": True}
+_BOOLEANS.update({"0": False, "false": False, "no": False, "off": False, "": False})
+
+
 def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
     if setting.kind is str:
         return str(raw)
+    if setting.kind is bool:
+        # bool("false") is True: env vars and conf strings are read as words.
+        value = raw if isinstance(raw, bool) else _BOOLEANS.get(str(raw).strip().lower())
+        if value is None:
+            raise ConfigurationError(
+                f"{origin}={raw!r} is not true or false (1/0, yes/no, on/off) for "
+                f"durable_{setting.name}"
+            )
+        return value
     try:
         if isinstance(raw, bool):
             raise ValueError(raw)

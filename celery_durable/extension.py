@@ -24,7 +24,7 @@ from typing import Any, TypeVar, overload
 from celery import Celery, Task
 from celery import signals as celery_signals
 
-from . import apps, serialization, tracing, validate
+from . import apps, logs, serialization, tracing, validate
 from .config import DurableConfig
 from .errors import ConfigurationError, DuplicateRegistration, WorkflowNotFound
 from .handle import WorkflowHandle
@@ -74,6 +74,8 @@ class Durable:
     def config(self) -> DurableConfig:
         if self._config is None:
             self._config = DurableConfig.from_sources(self._settings, self.app.conf)
+            if self._config.log_json:
+                logs.install_json()
         return self._config
 
     @property

@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from . import serialization, validate
 from .errors import WorkflowAlreadyCompleted, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
+from .logs import run_fields
 from .signals import send_signal
 from .state import query
 from .store import FINISHED_STATUSES, RunRecord
@@ -27,6 +29,8 @@ from .store.outage import describe, is_unreachable, summary, unavailable
 
 if TYPE_CHECKING:
     from .extension import Durable
+
+logger = logging.getLogger("celery_durable.handle")
 
 
 class WorkflowStatus(str, enum.Enum):
@@ -161,6 +165,14 @@ class WorkflowHandle:
             raise WorkflowNotFound(self.id)
         if not requested:
             raise WorkflowAlreadyCompleted(self.id, status)
+        logger.info(
+            "workflow %s run %s: cancellation requested (%s); now %s",
+            self.name,
+            self.id,
+            reason or "no reason given",
+            status,
+            extra=run_fields(self.id, self.name),
+        )
         return WorkflowStatus(status)
 
     def _wait_finished(self, timeout: float | None, interval: float) -> RunRecord:

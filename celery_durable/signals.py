@@ -21,6 +21,7 @@ from celery import Celery, bootsteps
 from . import serialization, tracing, validate
 from .apps import durable_for, durables_of
 from .errors import PendingSignalsFull, WorkflowAlreadyCompleted, WorkflowNotFound
+from .logs import run_fields
 from .store import Outcome, is_unreachable
 from .suspend import check_signal_name
 
@@ -95,7 +96,7 @@ def send_signal(
         logger.exception(
             "publishing the wake-up of workflow %s failed; the sweeper will wake it",
             workflow_id,
-            extra={"workflow_id": workflow_id},
+            extra=run_fields(workflow_id),
         )
     return True
 
@@ -364,6 +365,13 @@ def wake(durable: Durable, workflow_id: str, name: str) -> bool:
     if run is None:
         return False
     durable.publish(run.id, run.name, run.args, run.queue)
+    logger.info(
+        "workflow %s run %s woken by signal %r",
+        run.name,
+        run.id,
+        name,
+        extra={**run_fields(run.id, run.name), "signal": name},
+    )
     return True
 
 

@@ -223,6 +223,15 @@ def record(ctx: WorkflowContext, step: StepRecord) -> StepRecord:
         written = ctx.store.record_step(ctx.workflow_id, ctx.fence, step)
     if written.outcome is Outcome.RECORDED:
         ctx.history[step.idx] = step
+        logger.debug(
+            "workflow %s run %s: step %d (%s) recorded %s",
+            ctx.workflow_name,
+            ctx.workflow_id,
+            step.idx,
+            step.name,
+            step.status,
+            extra=ctx.log_fields(step.idx),
+        )
         faults.reach(faults.AFTER_RECORD_STEP, **ctx.log_fields(step.idx))
         return step
     if written.stored is None:

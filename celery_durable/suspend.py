@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
 
 from . import faults, serialization, validate
@@ -25,6 +26,8 @@ from .context import WorkflowContext
 from .errors import Suspended
 from .step import check_replay, record, stop_writing, store_guard, write_caught_failure
 from .store import Outcome, StepRecord
+
+logger = logging.getLogger("celery_durable.suspend")
 
 SLEEP_STEP = "celery_durable.sleep"
 SIGNAL_STEP_PREFIX = "celery_durable.signal:"
@@ -77,6 +80,14 @@ def wait_step(
             if taken.outcome in (Outcome.LEASE_LOST, Outcome.CANCELLED):
                 stop_writing(ctx)
             if taken.outcome is Outcome.RECORDED:
+                logger.debug(
+                    "workflow %s run %s: step %d consumed signal %r",
+                    ctx.workflow_name,
+                    ctx.workflow_id,
+                    index,
+                    signal,
+                    extra=ctx.log_fields(index),
+                )
                 payload = taken.payload
                 ctx.history[index] = StepRecord(index, step_name, "ok", step_input, payload, None)
                 faults.reach(faults.AFTER_CONSUME_SIGNAL, **ctx.log_fields(index))

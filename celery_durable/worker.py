@@ -24,6 +24,7 @@ from celery import bootsteps
 
 from . import faults, serialization
 from .apps import durables_of
+from .logs import run_fields
 from .store import FINISHED_STATUSES, DueRun
 from .store.outage import describe, is_unreachable, summary
 
@@ -275,13 +276,13 @@ class Sweeper:
                     "workflow run %s revoked: cancellation requested (now %s)",
                     run_id,
                     status,
-                    extra={"workflow_id": run_id, "workflow": None, "attempt": None},
+                    extra=run_fields(run_id),
                 )
         return cancelled
 
     def _publish(self, run: DueRun, done: str) -> int:
         """Publish a run the sweep took; on failure it stays due and a later sweep retries."""
-        fields = {"workflow_id": run.id, "workflow": run.name, "attempt": None, "step_index": None}
+        fields = run_fields(run.id, run.name)
         try:
             self.durable.publish(run.id, run.name, run.args, run.queue)
         except Exception:
@@ -299,7 +300,7 @@ class Sweeper:
         """A run the sweep itself finished (worker lost too often, or cancelled)."""
         faults.reach(faults.AFTER_SETTLE, workflow_id=run.id, workflow=run.name)
         self.durable.store.notify_finished(run.id)
-        fields = {"workflow_id": run.id, "workflow": run.name, "attempt": None, "step_index": None}
+        fields = run_fields(run.id, run.name)
         if run.status == "FAILED":
             logger.error(
                 "workflow %s run %s failed: its worker was lost %d times (poison run?)",

@@ -35,6 +35,7 @@ from .errors import (
     WorkflowAlreadyExists,
 )
 from .handle import WorkflowHandle
+from .logs import run_fields
 from .settle import settle_stop_or_error, settle_success
 from .store import Claim, NewRun, RunRecord, Store
 from .store.outage import is_unreachable, unavailable
@@ -171,6 +172,13 @@ class WorkflowTask(Task):  # type: ignore[misc]
             options["queue"] = queue
         tracing.add_start_headers(options)  # the caller's trace goes on in the first attempt
         handle = WorkflowHandle(durable, run_id, definition.name)
+        logger.info(
+            "workflow %s run %s started%s",
+            definition.name,
+            run_id,
+            "" if start_delay is None else f"; the sweeper publishes it in {start_delay:.1f}s",
+            extra=run_fields(run_id, definition.name, 0),
+        )
         if start_delay is not None:
             return handle  # the sweeper publishes it when due: no long ETA message
         if connection is None:
@@ -205,7 +213,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 "publishing workflow %s run %s failed; the sweeper will dispatch it",
                 self.definition.name,
                 run_id,
-                extra={"workflow_id": run_id, "workflow": self.definition.name},
+                extra=run_fields(run_id, self.definition.name, 0),
             )
 
     def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
@@ -256,7 +264,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
             unavailable.__cause__,
             delay,
             redeliveries + 1,
-            extra={"workflow_id": request.id, "workflow": self.definition.name},
+            extra=run_fields(request.id, self.definition.name),
         )
         try:
             Task.apply_async(
@@ -364,6 +372,15 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
         history=history,
     )
     faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
+    logger.info(
+        "workflow %s run %s claimed: attempt %d of %d, %d recorded step(s) to replay",
+        definition.name,
+        run_id,
+        claim.attempts,
+        claim.max_attempts,
+        len(history),
+        extra=ctx.log_fields(0),
+    )
     tracing.claimed(claim.attempts, len(history))
     taskevents.resumed(durable.app, ctx)
     args, kwargs = serialization.loads(claim.args)
@@ -409,12 +426,7 @@ def _log_unclaimed(
     durable: Durable, definition: WorkflowDefinition, run_id: str
 ) -> RunRecord | None:
     run = durable.store.get_run(run_id)
-    fields = {
-        "workflow_id": run_id,
-        "workflow": definition.name,
-        "attempt": run.attempts if run else None,
-        "step_index": None,
-    }
+    fields = run_fields(run_id, definition.name, run.attempts if run else None)
     if run is None:
         logger.warning(
             "workflow %s: no run %r in namespace %r; message dropped",
