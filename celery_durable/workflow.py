@@ -233,13 +233,13 @@ class WorkflowTask(Task):  # type: ignore[misc]
         request = self.request
         if request.called_directly:
             return self.definition.fn(*args, **kwargs)
-        try:
-            with tracing.delivery(self.definition.name, request):
+        with tracing.delivery(self.definition.name, request):
+            try:
                 return execute(self.durable, self.definition, request)
-        except ClaimUnavailable as unavailable:
-            if request.is_eager:
-                raise unavailable.__cause__ or unavailable from None
-            self._redeliver_later(args, kwargs, unavailable)
+            except ClaimUnavailable as unavailable:
+                if request.is_eager:
+                    raise unavailable.__cause__ or unavailable from None
+                self._redeliver_later(args, kwargs, unavailable)
 
     def _redeliver_later(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], unavailable: ClaimUnavailable
