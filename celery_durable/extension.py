@@ -245,9 +245,7 @@ class Durable:
         """Publish a stored run's task message (the sweeper's re-dispatch)."""
         call_args, call_kwargs = serialization.loads(args)
         options: dict[str, Any] = {"queue": queue} if queue else {}
-        headers = tracing.link_headers()  # a wake-up's sender, linked by the resumed run
-        if headers:
-            options["headers"] = headers
+        tracing.add_link_headers(options)  # a wake-up's sender, linked by the resumed run
         task = self.app.tasks.get(name)
         if isinstance(task, WorkflowTask):
             # Celery's own apply_async: routing from the task class, eager mode honoured.

@@ -108,10 +108,7 @@ def publish_wake(durable: Durable, workflow_id: str, name: str) -> None:
 def _publish(durable: Durable, task_name: str, args: tuple[Any, ...], **options: Any) -> None:
     # Through the registered task rather than send_task: task_always_eager then runs the
     # whole signal path in-process, which makes eager mode a complete test harness.
-    # The sender's trace context rides along: the run it wakes links back to it.
-    headers = tracing.link_headers()
-    if headers:
-        options["headers"] = {**(options.get("headers") or {}), **headers}
+    tracing.add_link_headers(options)  # the run it wakes links back to the sender
     durable.app.tasks[task_name].apply_async(args, queue=durable.config.signal_queue, **options)
 
 

@@ -56,20 +56,23 @@ def _carrier() -> dict[str, str] | None:
 
 
 def add_start_headers(options: dict[str, Any]) -> None:
-    """Put the caller's trace context in a start's publish options (``headers``)."""
+    """Put the caller's trace context in a start's publish options (``headers``): the
+    first attempt's parent."""
+    _add_headers(options, PARENT_HEADER)
+
+
+def add_link_headers(options: dict[str, Any]) -> None:
+    """Put the current trace context in the publish options of a message that wakes a
+    run: the resumed attempt links to it."""
+    _add_headers(options, LINK_HEADER)
+
+
+def _add_headers(options: dict[str, Any], name: str) -> None:
     if trace is None:
         return
     carrier = _carrier()
     if carrier is not None:
-        options["headers"] = {**(options.get("headers") or {}), PARENT_HEADER: carrier}
-
-
-def link_headers() -> dict[str, Any]:
-    """Headers for a message that wakes a run: the waker's context, linked by the run."""
-    if trace is None:
-        return {}
-    carrier = _carrier()
-    return {} if carrier is None else {LINK_HEADER: carrier}
+        options["headers"] = {**(options.get("headers") or {}), name: carrier}
 
 
 def carried(request: Any) -> dict[str, Any]:
@@ -171,7 +174,7 @@ def event(name: str, **attributes: Any) -> None:
 @contextmanager
 def linked(request: Any) -> Iterator[None]:
     """Run a wake-up task under its sender's context, so the messages it publishes carry
-    it on (``link_headers``)."""
+    it on (``add_link_headers``)."""
     context = None if trace is None else _context_of(_header(request, LINK_HEADER))
     if context is None:
         yield
