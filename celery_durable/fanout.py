@@ -24,11 +24,13 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery, Task
+from kombu.utils.encoding import safe_repr
 
-from . import faults, serialization
+from . import faults, serialization, taskevents, tracing
 from .apps import durable_for
 from .compose import derived_id
 from .errors import DuplicateRegistration, NotSerialisable, PermanentError
+from .logs import run_fields
 from .store import Cancellation, DueRun, ItemClaim, Outcome
 
 if TYPE_CHECKING:
@@ -59,6 +61,7 @@ class Dispatch:
         app = self.durable.app
         namespace = self.durable.config.namespace
         options: dict[str, Any] = {"queue": queue} if queue else {}
+        tracing.add_start_headers(options)  # each item's span: a child of the dispatcher's
         task = app.tasks.get(step_name)
         try:
             if app.conf.task_always_eager or task is None:
@@ -77,7 +80,7 @@ class Dispatch:
                 idx,
                 step_name,
                 run_id,
-                extra={"workflow_id": run_id, "step_index": idx},
+                extra=run_fields(run_id, attempt=None, step_index=idx),
             )
 
     def _publish_one(
@@ -98,6 +101,7 @@ def publish_woken(durable: Durable, woken: DueRun | None, why: str) -> None:
     """Publish a parent an item (or child) woke; a lost publish is the sweeper's."""
     if woken is None:
         return
+    fields = run_fields(woken.id, woken.name)
     try:
         durable.publish(woken.id, woken.name, woken.args, woken.queue)
     except Exception:
@@ -105,8 +109,10 @@ def publish_woken(durable: Durable, woken: DueRun | None, why: str) -> None:
             "publishing workflow run %s (%s) failed; the sweeper dispatches it",
             woken.id,
             why,
-            extra={"workflow_id": woken.id, "workflow": woken.name},
+            extra=fields,
         )
+        return
+    logger.info("workflow %s run %s woken: %s", woken.name, woken.id, why, extra=fields)
 
 
 def cancel(durable: Durable, run_id: str, reason: str | None) -> Cancellation:
@@ -125,6 +131,9 @@ class ItemTask(Task):  # type: ignore[misc]
     reject_on_worker_lost = True
     ignore_result = True
     typing = False  # a malformed message is logged, not a TypeError
+    # Reports each delivery to Flower truthfully (RETRY while backing off, FAILURE for an
+    # item that failed for good; see taskevents).
+    Request = "celery_durable.taskevents:WorkflowRequest"
 
 
 def register_item_task(app: Celery, step: Step[Any, Any]) -> None:
@@ -139,8 +148,9 @@ def register_item_task(app: Celery, step: Step[Any, Any]) -> None:
             "name (pass name= to the step)"
         )
 
-    def run_item(task: ItemTask, namespace: str, run_id: str, idx: int, item: int) -> None:
-        execute_item(durable_for(app, namespace), task, run_id, idx, item)
+    def run_item(task: ItemTask, namespace: str, run_id: str, idx: int, item: int) -> Any:
+        with tracing.item(task.name, task.request, run_id, idx, item):
+            return execute_item(durable_for(app, namespace), task, run_id, idx, item)
 
     run_item.__name__ = getattr(step.fn, "__name__", "run_item")
     run_item.__qualname__ = getattr(step.fn, "__qualname__", "run_item")
@@ -149,12 +159,16 @@ def register_item_task(app: Celery, step: Step[Any, Any]) -> None:
     app.task(name=step.name, base=ItemTask, bind=True, shared=False, lazy=False)(run_item)
 
 
-def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int) -> None:
-    """Claim the item, run its step under the step's retry policy, record the outcome."""
+def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int) -> Any:
+    """Claim the item, run its step under the step's retry policy, record the outcome.
+    Returns the step's value; an item that failed for good raises its exception (Celery's
+    FAILURE), one that did not run or waits out a backoff raises DeliveryEnded."""
     store, config = durable.store, durable.config
-    fields = {"workflow_id": run_id, "step_index": idx, "item": item, "step": task.name}
+    fields = {**run_fields(run_id, step_index=idx), "item": item, "step": task.name}
     owner = durable.leases.item_token()
     claim = store.claim_item(run_id, idx, item, owner, config.lock_timeout, config.max_recoveries)
+    line = taskevents.run_line(run_id, claim.attempts if claim else 0, idx, task.name, item=item)
+    task_id = task.request.id
     if claim is None:
         logger.info(
             "item %d of step %d (%s) of run %s not claimed (recorded already, running "
@@ -165,7 +179,9 @@ def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int)
             run_id,
             extra=fields,
         )
-        return
+        # No event: Flower keeps what the delivery that runs (or ran) the item reported.
+        raise taskevents.ended(durable.app, task_id, None, f"item not claimed {line}")
+    fields["attempt"] = claim.attempts
     if claim.status == "cancelled":
         logger.info(
             "item %d of step %d (%s) of run %s not run: the run is cancelled or over",
@@ -175,11 +191,22 @@ def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int)
             run_id,
             extra=fields,
         )
-        return
+        text = f"cancelled with its run {line}"
+        raise taskevents.ended(durable.app, task_id, taskevents.CANCELLED, text)
+    logger.debug(
+        "item %d of step %d (%s) of run %s claimed: attempt %d",
+        item,
+        idx,
+        task.name,
+        run_id,
+        claim.attempts,
+        extra=fields,
+    )
     held = (run_id, idx, item, owner)
     durable.leases.track_item(held)
     try:
-        _run_claimed(durable, task, held, claim, fields)
+        value = _run_claimed(durable, task, held, claim, fields)
+        return taskevents.finished_task(durable.app, task_id, value, line)
     except BaseException as exc:
         if not isinstance(exc, Exception) and _worker_shutting_down():
             # Cold shutdown: give the item back at once; not a failed attempt.
@@ -201,15 +228,19 @@ def _run_claimed(
     held: tuple[str, int, int, str],
     claim: ItemClaim,
     fields: dict[str, Any],
-) -> None:
+) -> Any:
+    """Run the claimed item and record its outcome; returns the step's value, raises the
+    step's exception when the item failed for good."""
     run_id, idx, item, owner = held
     store, config = durable.store, durable.config
     step = durable.steps.get(claim.name)
     attempt = claim.attempts
     status, output, error = "error", None, None
+    value: Any = None
+    failure: Exception | None = None
     if step is None:
-        missing = PermanentError(f"no step {claim.name!r} is registered in this worker")
-        error = serialization.encode_error(missing)
+        failure = PermanentError(f"no step {claim.name!r} is registered in this worker")
+        error = serialization.encode_error(failure)
     else:
         args, kwargs = serialization.loads(claim.input)
         while True:
@@ -221,7 +252,7 @@ def _run_claimed(
             except Exception as exc:  # noqa: BLE001 - every failure is recorded or retried
                 retry = attempt < step.max_attempts and step.retryable(exc)
                 if not retry or isinstance(exc, NotSerialisable):
-                    error = serialization.encode_error(exc)
+                    error, failure = serialization.encode_error(exc), exc
                     break
                 delay = step.delay_after(attempt)
                 logger.warning(
@@ -244,7 +275,11 @@ def _run_claimed(
                     continue
                 # The backoff waits in the database; the sweeper publishes it when due.
                 store.retry_item(run_id, idx, item, owner, delay, serialization.encode_error(exc))
-                return
+                line = taskevents.run_line(run_id, attempt, idx, step.name, item=item)
+                text = f"retry attempt {attempt + 1} in {delay:.2f}s {line}"
+                raise taskevents.ended(
+                    durable.app, task.request.id, taskevents.RETRIED, text, exception=safe_repr(exc)
+                ) from exc
     written = store.settle_item(
         run_id, idx, item, owner, status, output, error, config.dispatch_grace
     )
@@ -257,6 +292,20 @@ def _run_claimed(
             run_id,
             extra=fields,
         )
-        return
+        text = "ran, but another delivery recorded the item first"
+        raise taskevents.ended(durable.app, task.request.id, None, text)
+    logger.debug(
+        "item %d of step %d (%s) of run %s recorded %s%s",
+        item,
+        idx,
+        claim.name,
+        run_id,
+        status,
+        "; its run is woken" if written.woken is not None else "",
+        extra=fields,
+    )
     faults.reach(faults.AFTER_RECORD_ITEM, **fields)
     publish_woken(durable, written.woken, f"item {item} of step {idx} settled")
+    if failure is not None:
+        raise failure  # recorded: Celery's FAILURE shows it (the parent gets the record)
+    return value

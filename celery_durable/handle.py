@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 from . import serialization, validate
 from .errors import WorkflowAlreadyCompleted, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
 from .fanout import cancel
+from .logs import run_fields
 from .operations import fork_run, resume_run
 from .signals import send_signal
 from .state import query
@@ -29,6 +31,8 @@ from .store.outage import describe, is_unreachable, summary, unavailable
 
 if TYPE_CHECKING:
     from .extension import Durable
+
+logger = logging.getLogger("celery_durable.handle")
 
 
 class WorkflowStatus(str, enum.Enum):
@@ -174,6 +178,14 @@ class WorkflowHandle:
             raise WorkflowNotFound(self.id)
         if not cancelled.requested:
             raise WorkflowAlreadyCompleted(self.id, cancelled.status)
+        logger.info(
+            "workflow %s run %s: cancellation requested (%s); now %s",
+            self.name,
+            self.id,
+            reason or "no reason given",
+            cancelled.status,
+            extra=run_fields(self.id, self.name),
+        )
         return WorkflowStatus(cancelled.status)
 
     def resume(self) -> WorkflowStatus:

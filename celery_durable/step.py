@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar
 
-from . import faults, serialization
+from . import faults, serialization, tracing
 from .context import FailedStep, WorkflowContext
 from .errors import (
     LeaseLost,
@@ -141,6 +141,18 @@ class Step(Generic[P, R]):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> R:
+        with tracing.step(self.name, index, ctx.workflow_id):
+            return self._tries(ctx, index, step_input, args, kwargs)
+
+    def _tries(
+        self,
+        ctx: WorkflowContext,
+        index: int,
+        step_input: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> R:
+        """Run the step (retrying in-process) and record its outcome."""
         attempt = 0
         started = time.monotonic()  # the step's duration includes its in-process retries
         while True:
@@ -160,6 +172,7 @@ class Step(Generic[P, R]):
                         exc,
                         extra=ctx.log_fields(index),
                     )
+                    tracing.event("retry", attempt=attempt, error=repr(exc), delay=delay)
                     time.sleep(delay)
                     continue
                 took = time.monotonic() - started
@@ -260,6 +273,15 @@ def record(ctx: WorkflowContext, step: StepRecord) -> StepRecord:
         written = ctx.store.record_step(ctx.workflow_id, ctx.fence, step)
     if written.outcome is Outcome.RECORDED:
         ctx.history[step.idx] = step
+        logger.debug(
+            "workflow %s run %s: step %d (%s) recorded %s",
+            ctx.workflow_name,
+            ctx.workflow_id,
+            step.idx,
+            step.name,
+            step.status,
+            extra=ctx.log_fields(step.idx),
+        )
         faults.reach(faults.AFTER_RECORD_STEP, **ctx.log_fields(step.idx))
         return step
     if written.stored is None:

@@ -28,6 +28,7 @@ from . import faults, operations, serialization
 from .apps import durables_of
 from .context import LeaseClock
 from .fanout import cancel, publish_woken
+from .logs import run_fields
 from .store import FINISHED_STATUSES, DueRun
 from .store.outage import describe, is_unreachable, summary
 
@@ -326,7 +327,7 @@ class Sweeper:
                     idx,
                     name,
                     run_id,
-                    extra={"workflow_id": run_id, "step_index": idx},
+                    extra=run_fields(run_id, step_index=idx),
                 )
             if len(due) < config.sweep_batch:
                 break
@@ -342,7 +343,7 @@ class Sweeper:
                     lost.idx,
                     lost.run_id,
                     config.max_recoveries,
-                    extra={"workflow_id": lost.run_id, "step_index": lost.idx},
+                    extra=run_fields(lost.run_id, step_index=lost.idx),
                 )
                 publish_woken(durable, written.woken, "a poison item failed")
         for parent_id, idx, child_id in store.orphaned_children(config.sweep_batch):
@@ -388,13 +389,13 @@ class Sweeper:
                     "workflow run %s revoked: cancellation requested (now %s)",
                     run_id,
                     status,
-                    extra={"workflow_id": run_id, "workflow": None, "attempt": None},
+                    extra=run_fields(run_id),
                 )
         return cancelled
 
     def _publish(self, run: DueRun, done: str) -> int:
         """Publish a run the sweep took; on failure it stays due and a later sweep retries."""
-        fields = {"workflow_id": run.id, "workflow": run.name, "attempt": None, "step_index": None}
+        fields = run_fields(run.id, run.name)
         try:
             self.durable.publish(run.id, run.name, run.args, run.queue)
         except Exception:
@@ -419,7 +420,7 @@ class Sweeper:
                 run.parent_id, run.parent_idx, run.id, self.durable.config.dispatch_grace
             )
             publish_woken(self.durable, woken, f"its child {run.id} had finished")
-        fields = {"workflow_id": run.id, "workflow": run.name, "attempt": None, "step_index": None}
+        fields = run_fields(run.id, run.name)
         if run.status == "FAILED":
             logger.error(
                 "workflow %s run %s failed: its worker was lost %d times (poison run?)",
