@@ -1,8 +1,9 @@
 """The Prometheus endpoint of ``celery -A app durable metrics --port 9808``.
 
-Needs the ``metrics`` extra (``pip install "celery-durable[metrics]"``, prometheus_client).
-Every figure is read from the database (:mod:`celery_durable.store.metrics`), so one endpoint
-serves a whole fleet, prefork children included, and survives restarts of the workers:
+Needs the ``metrics`` extra (``pip install "celery-durable[metrics]"``: prometheus_client 0.20
+or later, whose ``start_http_server`` returns the server it starts). Every figure is read from
+the database (:mod:`celery_durable.store.metrics`), so one endpoint serves a whole fleet,
+prefork children included, and survives restarts of the workers:
 
 - gauges: ``celery_durable_runs{workflow,status}``, ``..._oldest_pending_age_seconds``,
   ``..._oldest_waiting_age_seconds``, ``..._due_backlog{workflow,status}``,

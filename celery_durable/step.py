@@ -141,53 +141,43 @@ class Step(Generic[P, R]):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> R:
+        """Run the step (retrying in-process) and record its outcome, in its own span."""
         with tracing.step(self.name, index, ctx.workflow_id):
-            return self._tries(ctx, index, step_input, args, kwargs)
-
-    def _tries(
-        self,
-        ctx: WorkflowContext,
-        index: int,
-        step_input: str,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> R:
-        """Run the step (retrying in-process) and record its outcome."""
-        attempt = 0
-        started = time.monotonic()  # the step's duration includes its in-process retries
-        while True:
-            attempt += 1
-            ctx.in_step = True
-            try:
-                value = self.fn(*args, **kwargs)
-            except Exception as exc:
-                if attempt < self.max_attempts and self.retryable(exc):
-                    delay = self.delay_after(attempt)
-                    logger.warning(
-                        "step %s failed (attempt %d of %d), retrying in %.2fs: %r",
-                        self.name,
-                        attempt,
-                        self.max_attempts,
-                        delay,
-                        exc,
-                        extra=ctx.log_fields(index),
-                    )
-                    tracing.event("retry", attempt=attempt, error=repr(exc), delay=delay)
-                    time.sleep(delay)
-                    continue
+            attempt = 0
+            started = time.monotonic()  # the step's duration includes its in-process retries
+            while True:
+                attempt += 1
+                ctx.in_step = True
+                try:
+                    value = self.fn(*args, **kwargs)
+                except Exception as exc:
+                    if attempt < self.max_attempts and self.retryable(exc):
+                        delay = self.delay_after(attempt)
+                        logger.warning(
+                            "step %s failed (attempt %d of %d), retrying in %.2fs: %r",
+                            self.name,
+                            attempt,
+                            self.max_attempts,
+                            delay,
+                            exc,
+                            extra=ctx.log_fields(index),
+                        )
+                        tracing.event("retry", attempt=attempt, error=repr(exc), delay=delay)
+                        time.sleep(delay)
+                        continue
+                    took = time.monotonic() - started
+                    raise self._failed(ctx, index, step_input, exc, took) from None
+                finally:
+                    ctx.in_step = False
                 took = time.monotonic() - started
-                raise self._failed(ctx, index, step_input, exc, took) from None
-            finally:
-                ctx.in_step = False
-            took = time.monotonic() - started
-            try:
-                output = serialization.encode_value(f"step {self.name}", value)
-            except NotSerialisable as exc:
-                raise self._failed(ctx, index, step_input, exc, took) from None
-            done = StepRecord(index, self.name, "ok", step_input, output, None, took)
-            stored = record(ctx, done)
-            # Return what replay will return (JSON round trip), so both paths agree.
-            return serialization.loads(stored.output or "null")  # type: ignore[no-any-return]
+                try:
+                    output = serialization.encode_value(f"step {self.name}", value)
+                except NotSerialisable as exc:
+                    raise self._failed(ctx, index, step_input, exc, took) from None
+                done = StepRecord(index, self.name, "ok", step_input, output, None, took)
+                stored = record(ctx, done)
+                # Return what replay will return (JSON round trip), so both paths agree.
+                return serialization.loads(stored.output or "null")  # type: ignore[no-any-return]
 
     def _failed(
         self,
