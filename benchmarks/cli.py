@@ -91,6 +91,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "no workers, no throughput figures",
     )
     parser.add_argument(
+        "--fanout-only",
+        action="store_true",
+        help="only the fan-out figures (chord vs cd.map: throughput, latency, commits); "
+        "prints them, writes no report",
+    )
+    parser.add_argument(
         "--py-spy",
         type=Path,
         metavar="DIR",
@@ -198,6 +204,26 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.operations_only:
         return operations.run_only(args, scale, b, machine, queue, progress, wall_start)
+    if args.fanout_only:
+        try:
+            bench.durable.migrate()
+            idle = measure.commit_window(b, lambda: None, idle_seconds=scale.idle_seconds)
+            fanout.run(
+                b,
+                start_worker,
+                progress,
+                scale.fanout_batch,
+                scale.fanout_latency_samples,
+                scale.fanout_commit_maps,
+                idle.others / idle.seconds,
+            )
+        finally:
+            for worker in workers:
+                worker.stop()
+            cleanup(b, queue, bench.app)
+            bench.durable.store.dispose()
+            monitor.close()
+        return 0
     try:
         bench.durable.migrate()
         machine["other_celery_workers_start"] = other_celery_workers(set())

@@ -176,9 +176,10 @@ def run(
 
 
 def _show_rate(x: dict[str, Any]) -> str:
+    cpu = ", ".join(f"{k} {v:.2f}" for k, v in x["cpu_ms_per_item"].items())
     return (
         f"{x['rate_per_s']:.2f}/s ({x['n']} in {x['elapsed_s']:.2f}s, "
-        f"{x['items_per_s']:.0f} items/s)"
+        f"{x['items_per_s']:.0f} items/s; CPU ms per item: {cpu})"
     )
 
 

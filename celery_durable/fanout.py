@@ -31,11 +31,12 @@ from .apps import durable_for
 from .compose import derived_id
 from .errors import DuplicateRegistration, NotSerialisable, PermanentError
 from .logs import run_fields
-from .store import Cancellation, DueRun, ItemClaim, Outcome
+from .store import CLAIM, RUN, Cancellation, DueRun, ItemClaim, ItemWrite, OpenItem, Outcome
 
 if TYPE_CHECKING:
     from .extension import Durable
     from .step import Step
+    from .store import Store
 
 logger = logging.getLogger("celery_durable.items")
 
@@ -80,7 +81,7 @@ class Dispatch:
                 idx,
                 step_name,
                 run_id,
-                extra=run_fields(run_id, attempt=None, step_index=idx),
+                extra=run_fields(run_id, step_index=idx),
             )
 
     def _publish_one(
@@ -160,28 +161,83 @@ def register_item_task(app: Celery, step: Step[Any, Any]) -> None:
 
 
 def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int) -> Any:
-    """Claim the item, run its step under the step's retry policy, record the outcome.
+    """Run the item's step under the step's retry policy and record the outcome: a first
+    delivery in one open transaction (``store.open_item``), anything else after a claim.
     Returns the step's value; an item that failed for good raises its exception (Celery's
     FAILURE), one that did not run or waits out a backoff raises DeliveryEnded."""
-    store, config = durable.store, durable.config
+    store = durable.store
     fields = {**run_fields(run_id, step_index=idx), "item": item, "step": task.name}
+    redelivered = bool((task.request.delivery_info or {}).get("redelivered"))
+    opened = None if task.request.is_eager or redelivered else store.open_item(run_id, idx, item)
+    verdict = CLAIM if opened is None else opened.verdict
+    if opened is not None and opened.claim is not None and verdict == RUN:
+        _claimed(task, opened.claim, fields)
+        durable.leases.track_open_item(opened)
+        try:
+            value = _run_claimed(durable, task, _Opened(opened), opened.claim, fields)
+        except BaseException:
+            opened.abandon()  # a no-op once the outcome is written
+            raise
+        finally:
+            durable.leases.untrack_open_item(opened)
+        return _finished(durable, task, value, fields)
+    if verdict == CLAIM:
+        return _claim_and_run(durable, task, run_id, idx, item, fields)
+    raise _not_claimed(durable, task, fields)
+
+
+def _line(task: Task, fields: dict[str, Any]) -> str:
+    """The item's line for Flower: ``[workflow=R attempt=N step=I (NAME) item=K]``."""
+    return taskevents.run_line(
+        fields["workflow_id"],
+        fields["attempt"] or 0,
+        fields["step_index"],
+        task.name,
+        item=fields["item"],
+    )
+
+
+def _not_claimed(durable: Durable, task: Task, fields: dict[str, Any]) -> BaseException:
+    logger.info(
+        "item %d of step %d (%s) of run %s not claimed (recorded already, running "
+        "elsewhere or waiting out a retry backoff); delivery acknowledged",
+        fields["item"],
+        fields["step_index"],
+        task.name,
+        fields["workflow_id"],
+        extra=fields,
+    )
+    # No event: Flower keeps what the delivery that runs (or ran) the item reported.
+    text = f"item not claimed {_line(task, fields)}"
+    return taskevents.ended(durable.app, task.request.id, None, text)
+
+
+def _claimed(task: Task, claim: ItemClaim, fields: dict[str, Any]) -> None:
+    fields["attempt"] = claim.attempts
+    logger.debug(
+        "item %d of step %d (%s) of run %s claimed: attempt %d",
+        fields["item"],
+        fields["step_index"],
+        task.name,
+        fields["workflow_id"],
+        claim.attempts,
+        extra=fields,
+    )
+
+
+def _finished(durable: Durable, task: Task, value: Any, fields: dict[str, Any]) -> Any:
+    return taskevents.finished_task(durable.app, task.request.id, value, _line(task, fields))
+
+
+def _claim_and_run(
+    durable: Durable, task: Task, run_id: str, idx: int, item: int, fields: dict[str, Any]
+) -> Any:
+    store, config = durable.store, durable.config
     owner = durable.leases.item_token()
     claim = store.claim_item(run_id, idx, item, owner, config.lock_timeout, config.max_recoveries)
-    line = taskevents.run_line(run_id, claim.attempts if claim else 0, idx, task.name, item=item)
-    task_id = task.request.id
     if claim is None:
-        logger.info(
-            "item %d of step %d (%s) of run %s not claimed (recorded already, running "
-            "elsewhere or waiting out a retry backoff); delivery acknowledged",
-            item,
-            idx,
-            task.name,
-            run_id,
-            extra=fields,
-        )
-        # No event: Flower keeps what the delivery that runs (or ran) the item reported.
-        raise taskevents.ended(durable.app, task_id, None, f"item not claimed {line}")
-    fields["attempt"] = claim.attempts
+        raise _not_claimed(durable, task, fields)
+    _claimed(task, claim, fields)
     if claim.status == "cancelled":
         logger.info(
             "item %d of step %d (%s) of run %s not run: the run is cancelled or over",
@@ -191,22 +247,13 @@ def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int)
             run_id,
             extra=fields,
         )
-        text = f"cancelled with its run {line}"
-        raise taskevents.ended(durable.app, task_id, taskevents.CANCELLED, text)
-    logger.debug(
-        "item %d of step %d (%s) of run %s claimed: attempt %d",
-        item,
-        idx,
-        task.name,
-        run_id,
-        claim.attempts,
-        extra=fields,
-    )
+        text = f"cancelled with its run {_line(task, fields)}"
+        raise taskevents.ended(durable.app, task.request.id, taskevents.CANCELLED, text)
     held = (run_id, idx, item, owner)
     durable.leases.track_item(held)
     try:
-        value = _run_claimed(durable, task, held, claim, fields)
-        return taskevents.finished_task(durable.app, task_id, value, line)
+        value = _run_claimed(durable, task, _Claimed(store, held), claim, fields)
+        return _finished(durable, task, value, fields)
     except BaseException as exc:
         if not isinstance(exc, Exception) and _worker_shutting_down():
             # Cold shutdown: give the item back at once; not a failed attempt.
@@ -214,6 +261,34 @@ def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int)
         raise
     finally:
         durable.leases.untrack_item(held)
+
+
+class _Claimed:
+    """Where a claimed item records its outcome: fenced by its claim token."""
+
+    def __init__(self, store: Store, held: tuple[str, int, int, str]) -> None:
+        self.store, self.held = store, held
+
+    def settle(self, status: str, output: str | None, error: str | None, grace: float) -> ItemWrite:
+        run_id, idx, item, owner = self.held
+        return self.store.settle_item(run_id, idx, item, owner, status, output, error, grace)
+
+    def retry(self, delay: float, error: str) -> bool:
+        run_id, idx, item, owner = self.held
+        return self.store.retry_item(run_id, idx, item, owner, delay, error)
+
+
+class _Opened:
+    """Where an item run in its open transaction records its outcome."""
+
+    def __init__(self, opened: OpenItem) -> None:
+        self.opened = opened
+
+    def settle(self, status: str, output: str | None, error: str | None, grace: float) -> ItemWrite:
+        return self.opened.settle(status, output, error, grace)
+
+    def retry(self, delay: float, error: str) -> bool:
+        return self.opened.retry(delay, error)
 
 
 def _worker_shutting_down() -> bool:
@@ -225,14 +300,14 @@ def _worker_shutting_down() -> bool:
 def _run_claimed(
     durable: Durable,
     task: Task,
-    held: tuple[str, int, int, str],
+    writer: _Claimed | _Opened,
     claim: ItemClaim,
     fields: dict[str, Any],
 ) -> Any:
     """Run the claimed item and record its outcome; returns the step's value, raises the
     step's exception when the item failed for good."""
-    run_id, idx, item, owner = held
-    store, config = durable.store, durable.config
+    run_id, idx, item = fields["workflow_id"], fields["step_index"], fields["item"]
+    config = durable.config
     step = durable.steps.get(claim.name)
     attempt = claim.attempts
     status, output, error = "error", None, None
@@ -274,15 +349,13 @@ def _run_claimed(
                     attempt += 1
                     continue
                 # The backoff waits in the database; the sweeper publishes it when due.
-                store.retry_item(run_id, idx, item, owner, delay, serialization.encode_error(exc))
+                writer.retry(delay, serialization.encode_error(exc))
                 line = taskevents.run_line(run_id, attempt, idx, step.name, item=item)
                 text = f"retry attempt {attempt + 1} in {delay:.2f}s {line}"
                 raise taskevents.ended(
                     durable.app, task.request.id, taskevents.RETRIED, text, exception=safe_repr(exc)
                 ) from exc
-    written = store.settle_item(
-        run_id, idx, item, owner, status, output, error, config.dispatch_grace
-    )
+    written = writer.settle(status, output, error, config.dispatch_grace)
     if written.outcome is not Outcome.RECORDED:
         logger.warning(
             "item %d of step %d of run %s ran, but another delivery recorded it first "
@@ -292,7 +365,7 @@ def _run_claimed(
             run_id,
             extra=fields,
         )
-        text = "ran, but another delivery recorded the item first"
+        text = "ran, but another delivery recorded the item first (or its run was cancelled)"
         raise taskevents.ended(durable.app, task.request.id, None, text)
     logger.debug(
         "item %d of step %d (%s) of run %s recorded %s%s",

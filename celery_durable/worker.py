@@ -29,7 +29,7 @@ from .apps import durables_of
 from .context import LeaseClock
 from .fanout import cancel, publish_woken
 from .logs import run_fields
-from .store import FINISHED_STATUSES, DueRun
+from .store import FINISHED_STATUSES, DueRun, OpenItem
 from .store.outage import describe, is_unreachable, summary
 
 if TYPE_CHECKING:
@@ -118,6 +118,8 @@ class LeaseKeeper:
         self._clocks: dict[str, list[LeaseClock]] = {}
         # Items this process runs: (run id, step index, item, claim token).
         self._items: set[tuple[str, int, int, str]] = set()
+        # Items this process runs in an open transaction, and since when (monotonic).
+        self._open: dict[OpenItem, float] = {}
         self._claims = itertools.count(1)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -138,6 +140,7 @@ class LeaseKeeper:
         self._runs = Counter()
         self._clocks = {}
         self._items = set()
+        self._open = {}
         self._claims = itertools.count(1)
         self._thread = None
         self._stop = threading.Event()
@@ -173,6 +176,30 @@ class LeaseKeeper:
         with self._lock:
             self._items.discard(held)
 
+    def track_open_item(self, opened: OpenItem) -> None:
+        """An item run in its open transaction: converted to a claim after a beat."""
+        self.owner  # noqa: B018 - resets state in a freshly forked child
+        with self._lock:
+            self._open[opened] = time.monotonic()
+            self._start_beating()
+
+    def untrack_open_item(self, opened: OpenItem) -> None:
+        with self._lock:
+            self._open.pop(opened, None)
+        if opened.owner is not None:
+            self.untrack_item((*opened.key, opened.owner))
+
+    def _convert_long_items(self, period: float) -> None:
+        """Items that ran longer than a beat trade their open transaction for a lease."""
+        with self._lock:
+            due = [o for o, since in self._open.items() if time.monotonic() - since >= period]
+        for opened in due:
+            owner = self.item_token()
+            if opened.convert(owner, self.durable.config.lock_timeout):
+                self.track_item((*opened.key, owner))
+            with self._lock:
+                self._open.pop(opened, None)
+
     def items(self) -> list[tuple[str, int, int, str]]:
         with self._lock:
             return sorted(self._items)
@@ -193,12 +220,13 @@ class LeaseKeeper:
         period = config.lock_timeout / 3
         delay = period
         while not self._stop.wait(delay):
-            runs, items = self.running(), self.items()
             delay = period
-            if not runs and not items:
-                continue
             store = self.durable.store
             try:
+                self._convert_long_items(period)
+                runs, items = self.running(), self.items()
+                if not runs and not items:
+                    continue
                 renewed = store.renew_leases(self._owner, runs, config.lock_timeout)
                 renewed += store.renew_item_leases(items, config.lock_timeout)
             except Exception as exc:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from celery import Celery
@@ -78,17 +80,33 @@ def basic_app() -> Iterator[object]:
     delete_queues(BROKER_URL, [QUEUE, OTHER_QUEUE, GPU_QUEUE, basic.durable.config.signal_queue])
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
-def store(request, tmp_path) -> Iterator[Store]:  # type: ignore[no-untyped-def]
-    """A migrated store of its own (table prefix) on each database, for store-level tests."""
+@contextmanager
+def store_on(database: str, tmp_path: Path) -> Iterator[Store]:
+    """A migrated store of its own (table prefix) on ``database``, dropped afterwards."""
     prefix = unique("s")[:9] + "_"
-    url = PG_URL if request.param == "postgresql" else f"sqlite:///{tmp_path}/store.sqlite3"
+    url = PG_URL if database == "postgresql" else f"sqlite:///{tmp_path}/store.sqlite3"
     store = Store(url, prefix, "ns")
     upgrade(store)
-    yield store
-    store.dispose()
-    if request.param == "postgresql":
-        drop_tables(PG_URL, prefix)
+    try:
+        yield store
+    finally:
+        store.dispose()
+        if database == "postgresql":
+            drop_tables(PG_URL, prefix)
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def store(request, tmp_path) -> Iterator[Store]:  # type: ignore[no-untyped-def]
+    """A store of its own on each database, for store-level tests."""
+    with store_on(request.param, tmp_path) as store:
+        yield store
+
+
+@pytest.fixture
+def pg_store(tmp_path: Path) -> Iterator[Store]:
+    """A store of its own on Postgres, for what only Postgres does."""
+    with store_on("postgresql", tmp_path) as store:
+        yield store
 
 
 @pytest.fixture

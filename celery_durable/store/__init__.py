@@ -6,6 +6,7 @@ Example::
 """
 
 from .item_ops import DISPATCH_BATCH
+from .open_items import CLAIM, RUN, SKIP, OpenItem
 from .operation_statements import ALL_STATUSES
 from .outage import is_unreachable
 from .records import (
@@ -58,6 +59,10 @@ __all__ = [
     "ItemFailure",
     "ItemRow",
     "ItemWrite",
+    "OpenItem",
+    "CLAIM",
+    "RUN",
+    "SKIP",
     "LostItem",
     "SETTLED_STATUSES",
     "NewRun",

@@ -40,8 +40,10 @@ from .pool import ProcessPool, borrowing
 try:  # the Postgres driver is optional: SQLite needs none
     import psycopg
     from psycopg.pq import TransactionStatus
+    from psycopg.rows import namedtuple_row
 except ImportError:  # pragma: no cover - exercised only without the postgres extra
     psycopg = None  # type: ignore[assignment]
+    namedtuple_row = None  # type: ignore[assignment]
 
 logger = logging.getLogger("celery_durable.store")
 
@@ -284,11 +286,7 @@ class Connections:
             with self.write() as conn:
                 row = conn.execute(stmt, params).first()
                 return None if row is None else tuple(row)
-        compiled = self._compiled.get((id(stmt), relaxed))
-        if compiled is None:
-            done = (relaxed_commit(stmt) if relaxed else stmt).compile(dialect=self.engine.dialect)
-            compiled = self._compiled[(id(stmt), relaxed)] = (str(done), dict(done.params))
-        sql, defaults = compiled
+        sql, defaults = self._compile(stmt, relaxed)
         values = {**defaults, **params}
         pool = self.pool
         for last_try in (not retry, True):
@@ -306,6 +304,43 @@ class Connections:
             finally:
                 pool.give_back(record)
         raise AssertionError("unreachable")
+
+    def _compile(self, stmt: Any, relaxed: bool = False) -> tuple[str, dict[str, Any]]:
+        compiled = self._compiled.get((id(stmt), relaxed))
+        if compiled is None:
+            done = (relaxed_commit(stmt) if relaxed else stmt).compile(dialect=self.engine.dialect)
+            compiled = self._compiled[(id(stmt), relaxed)] = (str(done), dict(done.params))
+        return compiled
+
+    def pipeline(self, record: Any, statements: list[tuple[Any, dict[str, Any]]]) -> list[Any]:
+        """Send ``statements`` (SQLAlchemy statements, or "BEGIN"/"COMMIT") on ``record``'s
+        connection in one round trip (psycopg's pipeline mode); each one's first row (a
+        named tuple) or None. On any error what they left open is rolled back."""
+        driver = record.get_connection()
+        cursors = []
+        try:
+            with driver.pipeline():
+                for stmt, values in statements:
+                    cursor = driver.cursor(row_factory=namedtuple_row)
+                    if isinstance(stmt, str):
+                        cursor.execute(stmt)
+                    else:
+                        sql, defaults = self._compile(stmt)
+                        cursor.execute(sql, {**defaults, **values})
+                    cursors.append(cursor)
+            return [c.fetchone() if c.description is not None else None for c in cursors]
+        except BaseException:
+            _recover(record)
+            raise
+
+    def give_back(self, record: Any) -> None:
+        """Return a record taken for ``pipeline``; a transaction left open is rolled back."""
+        try:
+            driver = record.dbapi_connection
+            if driver is not None and driver.info.transaction_status != TransactionStatus.IDLE:
+                _recover(record)
+        finally:
+            self.pool.give_back(record)
 
     @property
     def can_listen(self) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from .connections import Connections
+from .open_items import CLAIM, OpenItem
 from .records import (
     DueItem,
     DueRun,
@@ -181,6 +182,14 @@ class ItemOps:
             return Outcome.SUSPENDED
 
     # -- the item task --------------------------------------------------------------------
+
+    def open_item(self, run_id: str, idx: int, item: int) -> OpenItem:
+        """An item's first delivery, in one transaction (Postgres; see ``open_items``):
+        its ``verdict`` says whether to run it here, skip it, or take ``claim_item``."""
+        opened = OpenItem(self, self.db, (run_id, idx, item), CLAIM)
+        if self.db.is_postgres:
+            opened.begin()
+        return opened
 
     def claim_item(
         self, run_id: str, idx: int, item: int, owner: str, lease: float, max_recoveries: int = 10

@@ -30,6 +30,7 @@ from sqlalchemy import (
     update,
 )
 
+from .open_items import item_lock
 from .records import DueItem, DueRun, ItemRow, LostItem
 from .schema import ACTIVE_STATUSES, FINISHED_STATUSES, Tables, open_child
 from .sql import Builder, columns_of
@@ -161,9 +162,15 @@ class ItemStatements(Builder):
                 items.c.recoveries + 1 < bindparam("p_max_recoveries"),
             ),
         )
+        # Nobody runs it in an open transaction (open_items): its lock is free.
+        free = (
+            item_lock(namespace, items.c.run_id, items.c.idx, items.c.item)
+            if self.is_postgres
+            else true()
+        )
         self.claim_item = (
             update(items)
-            .where(self.key, items.c.child_id.is_(None), claimable)
+            .where(self.key, items.c.child_id.is_(None), claimable, free)
             .values(
                 status=case((run_active, "running"), else_="cancelled"),
                 owner=case((run_active, bindparam("p_owner")), else_=None),
@@ -252,7 +259,7 @@ class ItemStatements(Builder):
         is_due = and_(in_ns, registered, items.c.due_at.isnot(None), items.c.due_at <= now)
         due = (
             select(items.c.run_id, items.c.idx, items.c.item)
-            .where(is_due, ~exhausted)
+            .where(is_due, ~exhausted, free)
             .order_by(items.c.due_at)
             .limit(bindparam("p_limit"))
         )
@@ -344,7 +351,8 @@ class ItemStatements(Builder):
         # -- cancellation ---------------------------------------------------------------------
         self.cancel_run_items = (
             update(items)
-            .where(of_run, unsettled, items.c.status == "pending", items.c.child_id.is_(None))
+            # An item running in its open transaction (locked) finishes and records.
+            .where(of_run, unsettled, items.c.status == "pending", items.c.child_id.is_(None), free)
             .values(
                 status="cancelled",
                 error=bindparam("p_reason"),

@@ -34,6 +34,7 @@ from sqlalchemy import (
 )
 
 from .item_statements import ItemStatements
+from .open_items import OpenItemStatements
 from .operation_statements import OperationStatements
 from .records import DueRun, RunRecord, StepRecord
 from .schema import ACTIVE_STATUSES, Tables
@@ -455,5 +456,6 @@ class Statements:
         self.signals = SignalStatements(tables, dialect, namespace)
         self.state = StateStatements(tables, dialect, namespace)
         self.items = ItemStatements(tables, dialect, namespace)
+        self.open_items = OpenItemStatements(tables, dialect, namespace)
         self.ops = OperationStatements(tables, dialect, namespace)
         self.notify = self.runs.notify
