@@ -10,10 +10,11 @@ FAILURE, so Celery's final states still win):
 =========== ================== =========================================================
 state       event              sent when
 =========== ================== =========================================================
-WAITING     ``task-waiting``   the run suspended (signal, timer); also restated by a
-                               duplicate delivery that found it waiting
+WAITING     ``task-waiting``   the run suspended (signal, timer, items, a child); also
+                               restated by a duplicate delivery that found it waiting
 RESUMED     ``task-resumed``   a delivery picked the run up again after a wait
-CANCELLED   ``task-cancelled`` the run was cancelled while a delivery held it
+CANCELLED   ``task-cancelled`` the run was cancelled while a delivery held it (an item:
+                               its run was cancelled before it ran)
 SCHEDULED   ``task-scheduled`` a delivery came before the run was due (countdown,
                                retry backoff) and did not run it
 FAILING     ``task-failing``   just before Celery's FAILURE, to carry the run's line
@@ -24,6 +25,10 @@ Every one of them, and Celery's SUCCESS and RETRY, carries the run's line in the
 step=3 (shop.charge)]``. Events are sent only when the worker sends task events (``-E``,
 ``worker_send_task_events``, or Flower's "enable events"): :class:`WorkflowRequest`, in the
 worker's main process, tells each delivery whether they are on.
+
+Item tasks (``cd.map``, ``step.start``, routed steps) report the same way, their line naming
+the item (``item=K``): SUCCESS with the step's value, RETRY while the item waits out its
+backoff, FAILURE with the step's exception once it failed for good, CANCELLED.
 
 Example::
 
