@@ -103,6 +103,17 @@ def three_steps() -> int:
     return sum(noop_step(i) for i in range(3))
 
 
+@durable.step(name="benchmarks.noop_deferred", commit="deferred")
+def noop_deferred(i: int) -> int:
+    return i
+
+
+@durable.workflow(name="benchmarks.three_deferred")
+def three_deferred() -> int:
+    """Three deferred no-op steps: their records ride on the settle."""
+    return sum(noop_deferred(i) for i in range(3))
+
+
 @durable.workflow(name="benchmarks.k_steps")
 def k_steps(k: int) -> int:
     """``k`` no-op steps: the commit-count workflow (3 vs 10 steps)."""

@@ -255,6 +255,14 @@ def main(argv: list[str] | None = None) -> int:
                 lambda: measure.durable_throughput(b, scale.n, checkpoint=True),
                 rate,
             )
+        measure.durable_throughput(b, scale.warmup, workflow=bench.three_deferred)
+        r["deferred_empty"] = step(
+            "durable throughput, 3 deferred steps (empty tables)",
+            lambda: measure.durable_throughput(
+                b, scale.n, checkpoint=True, workflow=bench.three_deferred
+            ),
+            rate,
+        )
         measure.durable_latency(5)
         r["durable_latency"] = step(
             "durable latency", lambda: measure.durable_latency(scale.latency_samples), lat
@@ -275,6 +283,17 @@ def main(argv: list[str] | None = None) -> int:
             lambda x: (
                 f"{x['commits_per_workflow_3_steps']:.2f}/3-step workflow, "
                 f"{x['commits_per_step']:.2f}/step, {x['commits_per_workflow_fixed']:.2f} fixed"
+                f"{'' if x['clean'] else ' (NOT CLEAN)'}"
+            ),
+        )
+        r["deferred_commits"] = step(
+            "commits, deferred",
+            lambda: measure.deferred_commits(
+                b, scale.commit_workflows, r["commits"]["idle_commits_per_s"]
+            ),
+            lambda x: (
+                f"{x['commits_per_workflow']:.2f}/3-deferred-step workflow "
+                f"({x['commits_per_workflow_beyond_start']:.2f} beyond the start)"
                 f"{'' if x['clean'] else ' (NOT CLEAN)'}"
             ),
         )

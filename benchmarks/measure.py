@@ -161,16 +161,20 @@ def wait_finished(b: Bench, ids: list[str], timeout: float, interval: float = 0.
     wait_until(done, timeout, interval, lambda: f"{len(pending)} of {len(ids)} runs to finish")
 
 
-def durable_throughput(b: Bench, n: int, checkpoint: bool = False) -> dict[str, Any]:
-    """N ``three_steps.delay()``; wait by polling the runs table; clock: first ``.delay()``
-    to the last run's ``finished_at`` (database clock, same host). ``checkpoint``: issue a
-    CHECKPOINT first, so the measurement does not pay for flushing earlier writes."""
+def durable_throughput(
+    b: Bench, n: int, checkpoint: bool = False, workflow: Any = None
+) -> dict[str, Any]:
+    """N ``three_steps.delay()`` (or ``workflow``'s); wait by polling the runs table; clock:
+    first ``.delay()`` to the last run's ``finished_at`` (database clock, same host).
+    ``checkpoint``: issue a CHECKPOINT first, so the measurement does not pay for flushing
+    earlier writes."""
+    workflow = workflow or bench.three_steps
     if checkpoint:
         b.monitor.execute("CHECKPOINT")
     wal_before = b.monitor.wal_position()
     before = cpu.snapshot()
     start = time.time()
-    ids = [bench.three_steps.delay().id for _ in range(n)]
+    ids = [workflow.delay().id for _ in range(n)]
     published = time.time()
     wait_finished(b, ids, timeout=max(120.0, n / 10.0))
     seen = time.time()
@@ -332,6 +336,26 @@ def commit_window(
         foreign_new_sessions=max(0, new_sessions),
         settled=settled,
     )
+
+
+def deferred_commits(b: Bench, workflows: int, idle_rate: float) -> dict[str, Any]:
+    """Commits per ``three_deferred`` workflow, start included, measured as
+    ``commits_per_workflow`` does (net of the driver's statements and the idle rate)."""
+    _settle(b, time.monotonic())
+
+    def workload() -> None:
+        ids = [bench.three_deferred.delay().id for _ in range(workflows)]
+        wait_finished(b, ids, timeout=120.0, interval=0.2)
+
+    window = commit_window(b, workload)
+    per_workflow = (window.others - idle_rate * window.seconds) / workflows
+    return {
+        "workflows_per_window": workflows,
+        "commits_per_workflow": per_workflow,
+        "commits_per_workflow_beyond_start": per_workflow - 1.0,
+        "window": window.__dict__,
+        "clean": window.foreign_new_sessions == 0 and window.settled,
+    }
 
 
 def commits_per_workflow(

@@ -123,6 +123,12 @@ def build_figures(r: dict[str, Any]) -> list[Figure]:
     for name, label, key, note in (
         ("durable_throughput", "durable 3-step throughput", "durable_empty", "empty tables"),
         (
+            "deferred_throughput",
+            "durable 3 deferred steps throughput",
+            "deferred_empty",
+            "empty tables; commit='deferred'",
+        ),
+        (
             "durable_throughput_filled",
             f"durable 3-step throughput, {fill:,} finished runs",
             "durable_filled",
@@ -168,6 +174,16 @@ def build_figures(r: dict[str, Any]) -> list[Figure]:
         ("commits_per_workflow_fixed", "DB commits per workflow beyond steps", "commits"),
     ):
         figures.append(Figure(name, label, commits[name], unit, note=clean or "plain: 0"))
+    deferred = r["deferred_commits"]
+    figures.append(
+        Figure(
+            "deferred_commits_beyond_start",
+            "DB commits per 3-deferred-step workflow beyond its start",
+            deferred["commits_per_workflow_beyond_start"],
+            "commits",
+            note="" if deferred["clean"] else "NOT CLEAN: other sessions were active",
+        )
+    )
     figures.extend(fanout_figures(r["fanout"], task_lat))
     return figures
 
@@ -310,6 +326,19 @@ def build_targets(figures: dict[str, Figure], commits_clean: bool) -> list[dict[
             3.0,
         ),
         target(
+            "durable 3 deferred steps throughput / plain task throughput",
+            figures["deferred_throughput"].vs_plain_task or 0,
+            ">=",
+            0.8,
+        ),
+        target(
+            "DB commits per 3-deferred-step workflow beyond its start",
+            figures["deferred_commits_beyond_start"].value,
+            "<=",
+            2.0,
+            COMMIT_TOLERANCE,
+        ),
+        target(
             "DB commits per finished step",
             figures["commits_per_step"].value,
             "<=",
@@ -399,6 +428,7 @@ def render(doc: dict[str, Any]) -> str:
         ("plain_tasks", "plain task"),
         ("plain_chains", "plain 3-task chain"),
         ("durable_empty", "durable 3-step, empty"),
+        ("deferred_empty", "durable 3 deferred steps, empty"),
         ("durable_filled", "durable 3-step, filled"),
     ):
         x = raw[key]

@@ -159,7 +159,9 @@ def dispatch(
 def write_fanout(ctx: WorkflowContext, step: StepRecord, fan: FanOut) -> bool:
     """Write the fan-out; True when this call wrote it (so its items are to publish)."""
     with store_guard(ctx):
-        written = ctx.store.dispatch_fanout(ctx.workflow_id, ctx.fence, step, fan)
+        written = ctx.store.dispatch_fanout(
+            ctx.workflow_id, ctx.fence, step, fan, ctx.take_deferred()
+        )
     if written.outcome is Outcome.RECORDED:
         ctx.history[step.idx] = step
         ctx.fresh.add(step.idx)

@@ -76,6 +76,22 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("sweep_batch", int, 500, 1, "runs one sweep dispatches at most"),
     Setting(
+        "deferred_max_steps",
+        int,
+        100,
+        1,
+        "records of deferred steps (commit='deferred') a worker holds before it writes them "
+        "on its own",
+    ),
+    Setting(
+        "deferred_max_age",
+        float,
+        1.0,
+        0.0,
+        "seconds a deferred step's record may wait for the next write before the worker "
+        "writes it on its own (checked at every step)",
+    ),
+    Setting(
         "pgbouncer",
         bool,
         False,
@@ -125,6 +141,8 @@ class DurableConfig:
     max_pending_signals: int = 100
     max_recoveries: int = 10
     sweep_batch: int = 500
+    deferred_max_steps: int = 100
+    deferred_max_age: float = 1.0
     pgbouncer: bool = False
     listen_url: str = ""
     retention: float = 0.0

@@ -97,6 +97,31 @@ class WorkflowContext:
     # Fan-out steps dispatched by this execution (not replayed): waiting on them tries to
     # suspend before reading their items, which have most likely not settled yet.
     fresh: set[int] = dataclasses.field(default_factory=set)
+    # Records of deferred steps (commit="deferred") not written yet: they ride on the next
+    # write, or go on their own once there are ``deferred_max_steps`` of them or the
+    # oldest is ``deferred_max_age`` seconds old. A crash loses them: those steps run again.
+    deferred: list[StepRecord] = dataclasses.field(default_factory=list)
+    deferred_since: float = 0.0
+    deferred_max_steps: int = 100
+    deferred_max_age: float = 1.0
+
+    def defer(self, record: StepRecord) -> None:
+        if not self.deferred:
+            self.deferred_since = time.monotonic()
+        self.deferred.append(record)
+        self.history[record.idx] = record
+
+    def deferred_due(self) -> bool:
+        """The buffer reached a bound: write it now, without waiting for the next write."""
+        return bool(self.deferred) and (
+            len(self.deferred) >= self.deferred_max_steps
+            or time.monotonic() - self.deferred_since >= self.deferred_max_age
+        )
+
+    def take_deferred(self) -> list[StepRecord]:
+        """The buffered records, for the write that carries them (the buffer empties)."""
+        taken, self.deferred = self.deferred, []
+        return taken
 
     @classmethod
     def current(cls) -> WorkflowContext | None:

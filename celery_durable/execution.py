@@ -69,6 +69,8 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
         parent_idx=claim.parent_idx,
         dispatcher=durable.dispatch,
         lease=LeaseClock(config.lock_timeout),
+        deferred_max_steps=config.deferred_max_steps,
+        deferred_max_age=config.deferred_max_age,
     )
     faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
     logger.info(

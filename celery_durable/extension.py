@@ -199,6 +199,7 @@ class Durable:
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         dont_retry_on: tuple[type[BaseException], ...] = (),
         queue: str | None = None,
+        commit: str = "each",
     ) -> Callable[[F], Step[Any, Any]]: ...
 
     def step(
@@ -212,12 +213,15 @@ class Durable:
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         dont_retry_on: tuple[type[BaseException], ...] = (),
         queue: str | None = None,
+        commit: str = "each",
     ) -> Any:
         """Register ``fn`` as a step: inside a workflow its result is recorded and replayed.
 
         The step is also a Celery task of its own name, which runs it when started with
         ``step.start()`` or ``cd.map()``. With ``queue`` it is a routed step: called in a
-        workflow body it always runs as that task, on that queue.
+        workflow body it always runs as that task, on that queue. ``commit="deferred"``:
+        its record rides on the run's next write instead of a commit of its own (a crash
+        before that write runs it again).
         """
         if fn is None:
             return lambda f: self.step(
@@ -229,6 +233,7 @@ class Durable:
                 retry_on=retry_on,
                 dont_retry_on=dont_retry_on,
                 queue=queue,
+                commit=commit,
             )
         step_name = name or f"{fn.__module__}.{fn.__qualname__}"
         if step_name in self.steps:
@@ -245,6 +250,7 @@ class Durable:
             retry_on=tuple(retry_on),
             dont_retry_on=tuple(dont_retry_on),
             queue=queue,
+            commit=commit,
         )
         register_item_task(self.app, step)
         self.steps[step_name] = step

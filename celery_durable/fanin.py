@@ -275,7 +275,9 @@ def suspend(
 ) -> None:
     """Release the run until these items settle; returns only if they all have."""
     with store_guard(ctx):
-        outcome = ctx.store.suspend_on_items(ctx.workflow_id, ctx.fence, idxs, wake_at, step)
+        outcome = ctx.store.suspend_on_items(
+            ctx.workflow_id, ctx.fence, idxs, wake_at, step, ctx.take_deferred()
+        )
     if outcome is Outcome.SETTLED:
         return
     if outcome is not Outcome.SUSPENDED:

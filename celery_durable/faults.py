@@ -23,6 +23,9 @@ from typing import Any
 
 AFTER_CLAIM = "after_claim"
 AFTER_RECORD_STEP = "after_record_step"
+# A deferred step's record is buffered in the worker (after any write its bound caused),
+# not written yet: a crash here runs it again.
+AFTER_DEFER_STEP = "after_defer_step"
 # A step failure ended the attempt; its error is not written yet (it is written together
 # with the retry, in one transaction).
 BEFORE_SCHEDULE_RETRY = "before_schedule_retry"
@@ -41,6 +44,7 @@ POINTS = frozenset(
     {
         AFTER_CLAIM,
         AFTER_RECORD_STEP,
+        AFTER_DEFER_STEP,
         BEFORE_SCHEDULE_RETRY,
         AFTER_SUSPEND,
         AFTER_CONSUME_SIGNAL,

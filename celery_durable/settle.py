@@ -129,7 +129,13 @@ def finish(
     store = durable.store
     if ctx.parent_id is None or ctx.parent_idx is None:
         return store.settle_run(
-            ctx.workflow_id, ctx.fence, status, result=result, error=error, step=step
+            ctx.workflow_id,
+            ctx.fence,
+            status,
+            result=result,
+            error=error,
+            step=step,
+            carried=ctx.take_deferred(),
         )
     final, woken = store.settle_child_run(
         ctx.workflow_id,
@@ -141,6 +147,7 @@ def finish(
         result=result,
         error=error,
         step=step,
+        carried=ctx.take_deferred(),
     )
     publish_woken(durable, woken, f"its child {ctx.workflow_id} finished")
     return final
@@ -213,7 +220,12 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
         # The failed step's record goes with the retry, in one transaction: "retry" (runs
         # again) if its failure ended the attempt, "error" (replays) if the body caught it.
         status = store.schedule_retry(
-            ctx.workflow_id, ctx.fence, delay, error, _failed_step_record(ctx, exc, "retry")
+            ctx.workflow_id,
+            ctx.fence,
+            delay,
+            error,
+            _failed_step_record(ctx, exc, "retry"),
+            ctx.take_deferred(),
         )
         if status == "PENDING":
             logger.warning(

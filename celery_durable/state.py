@@ -35,7 +35,7 @@ def set_state(value: Any, key: str = DEFAULT_KEY) -> None:
     )
     write_caught_failure(ctx)
     with store_guard(ctx):
-        stored = ctx.store.set_state(ctx.workflow_id, ctx.fence, key, encoded)
+        stored = ctx.store.set_state(ctx.workflow_id, ctx.fence, key, encoded, ctx.take_deferred())
     if not stored:
         stop_writing(ctx)
 

@@ -39,6 +39,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_MAX_BACKOFF = 60.0
+# "each": the step's record is a commit of its own before the body goes on (the default);
+# "deferred": it is buffered and written with the run's next write (Temporal's local
+# activities): cheaper, and a crash before that write runs the step again.
+COMMIT_MODES = ("each", "deferred")
 
 
 class Step(Generic[P, R]):
@@ -55,7 +59,17 @@ class Step(Generic[P, R]):
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         dont_retry_on: tuple[type[BaseException], ...] = (),
         queue: str | None = None,
+        commit: str = "each",
     ) -> None:
+        if commit not in COMMIT_MODES:
+            raise ValueError(
+                f"step {name}: commit={commit!r} is not one of {', '.join(map(repr, COMMIT_MODES))}"
+            )
+        if commit == "deferred" and queue is not None:
+            raise ValueError(
+                f"step {name}: a routed step (queue={queue!r}) records as an item; "
+                "commit='deferred' applies to steps that run in the workflow body"
+            )
         if max_attempts < 1:
             raise ValueError(f"step {name}: max_attempts must be at least 1, got {max_attempts}")
         if backoff < 0 or max_backoff < 0:
@@ -71,6 +85,8 @@ class Step(Generic[P, R]):
         self.dont_retry_on = tuple(dont_retry_on)
         # A routed step always runs as its own Celery task on this queue.
         self.queue = queue
+        # "deferred": the record rides on the run's next write (see WorkflowContext.defer).
+        self.commit = commit
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
         self.__qualname__ = getattr(fn, "__qualname__", name)
@@ -118,6 +134,8 @@ class Step(Generic[P, R]):
     def _run_in(self, ctx: WorkflowContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         ctx.check_stopping()
         write_caught_failure(ctx)
+        if ctx.deferred_due():
+            flush_deferred(ctx)
         index = ctx.take_index()
         step_input = serialization.encode_arguments(f"step {self.name}", self.fn, args, kwargs)
         recorded = ctx.history.get(index)
@@ -175,6 +193,12 @@ class Step(Generic[P, R]):
                 except NotSerialisable as exc:
                     raise self._failed(ctx, index, step_input, exc, took) from None
                 done = StepRecord(index, self.name, "ok", step_input, output, None, took)
+                if self.commit == "deferred":
+                    ctx.defer(done)
+                    if ctx.deferred_due():
+                        flush_deferred(ctx)
+                    faults.reach(faults.AFTER_DEFER_STEP, **ctx.log_fields(index))
+                    return serialization.loads(output)  # type: ignore[no-any-return]
                 stored = record(ctx, done)
                 # Return what replay will return (JSON round trip), so both paths agree.
                 return serialization.loads(stored.output or "null")  # type: ignore[no-any-return]
@@ -257,21 +281,32 @@ def write_caught_failure(ctx: WorkflowContext) -> None:
         record(ctx, failed.record)
 
 
+def flush_deferred(ctx: WorkflowContext) -> None:
+    """Write the buffered records of deferred steps on their own (a bound was reached)."""
+    if ctx.deferred:
+        last = ctx.deferred.pop()
+        record(ctx, last)
+
+
 def record(ctx: WorkflowContext, step: StepRecord) -> StepRecord:
-    """Persist a step under the run's fencing token; stop the body if the lease is gone."""
+    """Persist a step under the run's fencing token, with the deferred steps' records the
+    run holds; stop the body if the lease is gone."""
+    carried = ctx.take_deferred()
     with store_guard(ctx):
-        written = ctx.store.record_step(ctx.workflow_id, ctx.fence, step)
+        written = ctx.store.record_step(ctx.workflow_id, ctx.fence, step, carried=carried)
     if written.outcome is Outcome.RECORDED:
         ctx.history[step.idx] = step
-        logger.debug(
-            "workflow %s run %s: step %d (%s) recorded %s",
-            ctx.workflow_name,
-            ctx.workflow_id,
-            step.idx,
-            step.name,
-            step.status,
-            extra=ctx.log_fields(step.idx),
-        )
+        for each in (*carried, step):
+            logger.debug(
+                "workflow %s run %s: step %d (%s) recorded %s%s",
+                ctx.workflow_name,
+                ctx.workflow_id,
+                each.idx,
+                each.name,
+                each.status,
+                " (deferred)" if each is not step else "",
+                extra=ctx.log_fields(each.idx),
+            )
         faults.reach(faults.AFTER_RECORD_STEP, **ctx.log_fields(step.idx))
         return step
     if written.stored is None:

@@ -76,7 +76,9 @@ def wait_step(
     while True:
         if signal is not None:
             with store_guard(ctx):
-                taken = store.consume_signal(ctx.workflow_id, ctx.fence, signal, step)
+                taken = store.consume_signal(
+                    ctx.workflow_id, ctx.fence, signal, step, ctx.take_deferred()
+                )
             if taken.outcome in (Outcome.LEASE_LOST, Outcome.CANCELLED):
                 stop_writing(ctx)
             if taken.outcome is Outcome.RECORDED:
@@ -107,7 +109,9 @@ def wait_step(
             None,
         )
         with store_guard(ctx):
-            outcome = store.suspend_run(ctx.workflow_id, ctx.fence, waiting, signal, deadline)
+            outcome = store.suspend_run(
+                ctx.workflow_id, ctx.fence, waiting, signal, deadline, ctx.take_deferred()
+            )
         if outcome is Outcome.SIGNALLED:
             continue  # a signal arrived between our look and the suspension: take it
         if outcome is not Outcome.SUSPENDED:

@@ -112,7 +112,7 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
         for ratio in ("vs_plain_task", "vs_plain_chain"):
             assert figure[ratio] is None or _positive(figure[ratio]), f"{name}.{ratio}"
 
-    assert len(doc["targets"]) == 11
+    assert len(doc["targets"]) == 13
     for target in doc["targets"]:
         assert isinstance(target["pass"], bool)
         assert _positive(target["value"]), target

@@ -333,6 +333,22 @@ class Connections:
             _recover(record)
             raise
 
+    def transaction_pipeline(self, statements: list[tuple[Any, dict[str, Any]]]) -> list[Any]:
+        """``statements`` in one transaction and one round trip (BEGIN ... COMMIT); their
+        first rows. Like ``one(retry=True)``: a connection that died is replaced and the
+        whole transaction sent once more (its statements must be fenced or idempotent)."""
+        for last_try in (False, True):
+            record = self.pool.take()
+            try:
+                rows = self.pipeline(record, [("BEGIN", {}), *statements, ("COMMIT", {})])
+                return rows[1:-1]
+            except psycopg.OperationalError:
+                if last_try:
+                    raise
+            finally:
+                self.give_back(record)
+        raise AssertionError("unreachable")
+
     def give_back(self, record: Any) -> None:
         """Return a record taken for ``pipeline``; a transaction left open is rolled back."""
         try:

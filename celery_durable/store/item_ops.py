@@ -36,7 +36,7 @@ from .records import (
     StepRecord,
     StepWrite,
 )
-from .sql import params, step_params
+from .sql import params, step_params, write_carried
 from .statements import Statements
 
 # Items per INSERT round (an executemany) and per publishing loop of the caller.
@@ -55,7 +55,14 @@ class ItemOps:
 
     # -- the parent body ------------------------------------------------------------------
 
-    def dispatch_fanout(self, run_id: str, fence: int, step: StepRecord, fan: FanOut) -> StepWrite:
+    def dispatch_fanout(
+        self,
+        run_id: str,
+        fence: int,
+        step: StepRecord,
+        fan: FanOut,
+        carried: Sequence[StepRecord] = (),
+    ) -> StepWrite:
         """Record the fan-out step ("started") and insert its items (or its child run),
         in one transaction, while this worker holds the run: RECORDED, EXISTS (an earlier
         write committed; its row is returned), DUPLICATE (the child's id is taken),
@@ -69,6 +76,7 @@ class ItemOps:
                     return StepWrite(Outcome.LEASE_LOST)
                 if live.cancel_requested:
                     return StepWrite(Outcome.CANCELLED)
+                write_carried(conn, self.sql.steps.record_step, run_id, fence, carried)
                 if conn.execute(sql.dispatch_fanout_step, values).first() is None:
                     stored = conn.execute(self.sql.steps.get_step, values).first()
                     return StepWrite(Outcome.EXISTS, StepRecord(*stored) if stored else None)
@@ -158,6 +166,7 @@ class ItemOps:
         idxs: Sequence[int],
         wake_at: float | None = None,
         step: StepRecord | None = None,
+        carried: Sequence[StepRecord] = (),
     ) -> Outcome:
         """Release the run as WAITING until every unsettled item of ``idxs`` has settled
         (or ``wake_at``): SUSPENDED, SETTLED (nothing left to wait for: go on),
@@ -172,6 +181,7 @@ class ItemOps:
                 return Outcome.LEASE_LOST
             if live.cancel_requested:
                 return Outcome.CANCELLED
+            write_carried(conn, self.sql.steps.record_step, run_id, fence, carried)
             conn.execute(sql.suspend_on_items_forget, values)
             conn.execute(sql.suspend_on_items_await, values)
             if conn.execute(sql.suspend_on_items_open, values).first() is None:

@@ -10,10 +10,12 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .connections import Connections
 from .records import Outcome, SignalStore, SignalTake, StepRecord
 from .schema import FINISHED_STATUSES
-from .sql import params, step_params
+from .sql import params, step_params, write_carried
 from .statements import Statements
 
 
@@ -66,11 +68,17 @@ class SignalOps:
             )
 
     def consume_signal(
-        self, run_id: str, fence: int, signal_name: str, step: StepRecord
+        self,
+        run_id: str,
+        fence: int,
+        signal_name: str,
+        step: StepRecord,
+        carried: Sequence[StepRecord] = (),
     ) -> SignalTake:
         """Take the oldest unconsumed signal of this name and record it as ``step``'s
         output, in one transaction: RECORDED (with the payload), NO_SIGNAL, LEASE_LOST or
-        CANCELLED."""
+        CANCELLED. ``carried``: deferred steps' records, committed with it (RECORDED or
+        NO_SIGNAL)."""
         sql = self.sql.signals
         values = params(run_id=run_id, fence=fence, name=signal_name)
         with self.db.transaction() as conn:
@@ -79,6 +87,7 @@ class SignalOps:
                 return SignalTake(Outcome.LEASE_LOST)
             if live.cancel_requested:
                 return SignalTake(Outcome.CANCELLED)
+            write_carried(conn, self.sql.steps.record_step, run_id, fence, carried)
             signal = conn.execute(sql.consume_signal_oldest, values).first()
             if signal is None:
                 return SignalTake(Outcome.NO_SIGNAL)
@@ -95,9 +104,12 @@ class SignalOps:
         step: StepRecord,
         wait_signal: str | None,
         wake_at: float | None,
+        carried: Sequence[StepRecord] = (),
     ) -> Outcome:
         """Record the waiting step and release the run as WAITING, unless a matching
-        signal is already there: SUSPENDED, SIGNALLED, LEASE_LOST or CANCELLED."""
+        signal is already there: SUSPENDED, SIGNALLED, LEASE_LOST or CANCELLED.
+        ``carried``: deferred steps' records, committed with it in every outcome but the
+        last two."""
         sql = self.sql.signals
         values = params(run_id=run_id, fence=fence, name=wait_signal)
         with self.db.transaction() as conn:
@@ -107,6 +119,7 @@ class SignalOps:
                 return Outcome.LEASE_LOST
             if live.cancel_requested:
                 return Outcome.CANCELLED
+            write_carried(conn, self.sql.steps.record_step, run_id, fence, carried)
             if wait_signal is not None and conn.execute(sql.suspend_run_has_signal, values).first():
                 return Outcome.SIGNALLED
             conn.execute(self.sql.steps.record_step, step_params(run_id, fence, step))

@@ -41,6 +41,15 @@ def step_params(run_id: str, fence: int, step: StepRecord) -> dict[str, Any]:
     )
 
 
+def write_carried(
+    conn: Any, record_step: Any, run_id: str, fence: int, carried: Sequence[StepRecord]
+) -> None:
+    """Write deferred steps' records (``carried``) in the caller's transaction, after the
+    caller checked that it holds the run: they commit with its write, or not at all."""
+    for step in carried:
+        conn.execute(record_step, step_params(run_id, fence, step))
+
+
 def columns_of(table: Any, record: type, **computed: Any) -> tuple[Any, ...]:
     """The columns that fill ``record``, in its field order (rows unpack into it);
     ``computed`` gives an expression for a field that is not a column of ``table``."""

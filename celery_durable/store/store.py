@@ -2,9 +2,11 @@
 
 The hot path of a workflow of N steps costs N + 3 commits, one round trip each on Postgres:
 ``insert_run`` (start), ``claim_run`` (plus ``load_steps`` only when history exists),
-``record_step`` per step, ``settle_run``. The Postgres engine runs in autocommit mode so a
-single statement is its own transaction (no BEGIN round trip); statements that must see or
-lock several rows at once are written as one statement with CTEs.
+``record_step`` per step, ``settle_run``. Deferred steps' records (``carried``) ride on the
+next of these writes, in its transaction and round trip (psycopg's pipeline mode). The
+Postgres engine runs in autocommit mode so a single statement is its own transaction (no
+BEGIN round trip); statements that must see or lock several rows at once are written as
+one statement with CTEs.
 
 Example::
 
@@ -36,17 +38,18 @@ from .records import (
 )
 from .schema import FINISHED_STATUSES, Tables, build_tables
 from .signal_ops import SignalOps
-from .sql import params, step_params
+from .sql import params, step_params, write_carried
 from .statements import Statements
+from .sweep_ops import SweepOps
 
 
-class Store(ItemOps, SignalOps, StoreOperations):
+class Store(ItemOps, SignalOps, SweepOps, StoreOperations):
     """The database side of one namespace; engines are created per process, lazily.
 
-    Signals (``SignalOps``) and items of fan-out steps (``ItemOps``) live in their own
-    modules; runs and steps are here. ``pgbouncer`` and ``listen_url``: the
-    ``durable_pgbouncer`` and ``durable_listen_url`` settings (the URL goes through
-    PgBouncer; where LISTEN connects instead).
+    Signals (``SignalOps``), the sweeper's statements (``SweepOps``) and items of fan-out
+    steps (``ItemOps``) live in their own modules; runs and steps are here.
+    ``pgbouncer`` and ``listen_url``: the ``durable_pgbouncer`` and ``durable_listen_url``
+    settings (the URL goes through PgBouncer; where LISTEN connects instead).
     """
 
     def __init__(
@@ -166,21 +169,56 @@ class Store(ItemOps, SignalOps, StoreOperations):
         rows = self._all(self.sql.steps.load_steps, run_id=run_id)
         return {r.idx: StepRecord(*r) for r in rows}
 
-    def record_step(self, run_id: str, fence: int, step: StepRecord) -> StepWrite:
+    def record_step(
+        self, run_id: str, fence: int, step: StepRecord, carried: Sequence[StepRecord] = ()
+    ) -> StepWrite:
         """Write a step if this worker still holds the run's lease (fencing token).
 
         EXISTS (with the stored row) when an earlier write of this very step committed,
-        e.g. one interrupted after the server's commit.
+        e.g. one interrupted after the server's commit. ``carried``: deferred steps'
+        records, written in the same transaction (one round trip on Postgres).
         """
         values = step_params(run_id, fence, step)
         if self.is_postgres:
-            written = self.db.one(self.sql.steps.record_step, values, retry=True) is not None
+            row = self._one_carrying(self.sql.steps.record_step, values, run_id, fence, carried)
+            written = row is not None
         else:
             with self.db.write() as conn:
+                self._carry(conn, run_id, fence, carried)
                 written = self._record_step_on(conn, values)
         if written:
             return StepWrite(Outcome.RECORDED)
         return self._diagnose_step(run_id, fence, step.idx)
+
+    def _one_carrying(
+        self,
+        stmt: Any,
+        values: dict[str, Any],
+        run_id: str,
+        fence: int,
+        carried: Sequence[StepRecord],
+    ) -> Any:
+        """``stmt``'s first row; with ``carried`` records, all in one transaction: on
+        Postgres one pipelined round trip, on SQLite one BEGIN IMMEDIATE transaction."""
+        if not carried:
+            return self.db.one(stmt, values, retry=True)
+        if not self.is_postgres:
+            with self.db.write() as conn:
+                self._carry(conn, run_id, fence, carried)
+                return conn.execute(stmt, values).first()
+        record_step = self.sql.steps.record_step
+        writes = [(record_step, step_params(run_id, fence, step)) for step in carried]
+        return self.db.transaction_pipeline([*writes, (stmt, values)])[-1]
+
+    def _carry(
+        self, conn: Connection, run_id: str, fence: int, carried: Sequence[StepRecord]
+    ) -> None:
+        """``write_carried`` where the caller has not checked the lease (on Postgres each
+        record checks it itself; SQLite checks once)."""
+        if carried and (
+            self.is_postgres or self._is_live(conn, params(run_id=run_id, fence=fence))
+        ):
+            write_carried(conn, self.sql.steps.record_step, run_id, fence, carried)
 
     def _record_step_on(self, conn: Connection, values: dict[str, Any]) -> bool:
         if not self.is_postgres and not self._is_live(conn, values):
@@ -211,17 +249,20 @@ class Store(ItemOps, SignalOps, StoreOperations):
         result: str | None = None,
         error: str | None = None,
         step: StepRecord | None = None,
+        carried: Sequence[StepRecord] = (),
     ) -> str | None:
         """Finish the run if this worker still owns it; returns the final status (CANCELLED
         when cancellation was requested, whatever ``status`` says) or None if the lease is
-        gone. ``step``: the failed step that ended the run, written in the same transaction.
+        gone. ``step``: the failed step that ended the run, and ``carried``: deferred
+        steps' records, written in the same transaction.
         """
         assert status in FINISHED_STATUSES
         values = params(run_id=run_id, fence=fence, status=status, result=result, error=error)
         if step is None:
-            row = self.db.one(self.sql.runs.settle_run, values, retry=True)
+            row = self._one_carrying(self.sql.runs.settle_run, values, run_id, fence, carried)
             return None if row is None else str(row[1])
         with self.db.transaction() as conn:
+            self._carry(conn, run_id, fence, carried)
             if not self._record_step_on(conn, step_params(run_id, fence, step)):
                 return self._settle_cancelled_on(conn, values)
             found = conn.execute(self.sql.runs.settle_run, values).first()
@@ -247,6 +288,7 @@ class Store(ItemOps, SignalOps, StoreOperations):
         result: str | None = None,
         error: str | None = None,
         step: StepRecord | None = None,
+        carried: Sequence[StepRecord] = (),
     ) -> tuple[str | None, DueRun | None]:
         """``settle_run`` for a child run: in the same transaction its parent's item takes
         its outcome, and the parent wakes if it waited for nothing else. Returns the final
@@ -259,6 +301,7 @@ class Store(ItemOps, SignalOps, StoreOperations):
             parent = conn.execute(
                 self.sql.items.settle_item_lock_run, params(run_id=parent_id)
             ).first()
+            self._carry(conn, run_id, fence, carried)
             if step is not None and not self._record_step_on(
                 conn, step_params(run_id, fence, step)
             ):
@@ -273,7 +316,13 @@ class Store(ItemOps, SignalOps, StoreOperations):
             )
 
     def schedule_retry(
-        self, run_id: str, fence: int, delay: float, error: str, step: StepRecord | None = None
+        self,
+        run_id: str,
+        fence: int,
+        delay: float,
+        error: str,
+        step: StepRecord | None = None,
+        carried: Sequence[StepRecord] = (),
     ) -> str | None:
         """Back to PENDING; the sweeper publishes it again once ``delay`` has passed.
 
@@ -284,9 +333,10 @@ class Store(ItemOps, SignalOps, StoreOperations):
         """
         values = params(run_id=run_id, fence=fence, delay=delay, error=error)
         if step is None:
-            row = self.db.one(self.sql.runs.schedule_retry, values, retry=True)
+            row = self._one_carrying(self.sql.runs.schedule_retry, values, run_id, fence, carried)
             return None if row is None else str(row[1])
         with self.db.transaction() as conn:
+            self._carry(conn, run_id, fence, carried)
             self._record_step_on(conn, step_params(run_id, fence, step))
             found = conn.execute(self.sql.runs.schedule_retry, values).first()
             return None if found is None else str(found.status)
@@ -319,59 +369,21 @@ class Store(ItemOps, SignalOps, StoreOperations):
             )
             return int(result.rowcount)
 
-    # -- sweep -----------------------------------------------------------------------------
-
-    def sweep_due_runs(
-        self,
-        limit: int,
-        grace: float,
-        lost_error: str,
-        names: Sequence[str],
-        max_recoveries: int = 10,
-    ) -> list[DueRun]:
-        """Take the due runs of the workflows ``names`` for the sweeper to publish again;
-        several sweepers never share one.
-
-        An expired lease gives its attempt back and counts a recovery; a run at
-        ``max_recoveries`` becomes FAILED with ``lost_error`` here (the poison guard). Such
-        runs are returned with that status and must not be published.
-        """
-        values = params(
-            limit=limit,
-            grace=grace,
-            lost_error=lost_error,
-            names=list(names),
-            max_recoveries=max_recoveries,
-        )
-        with self.db.write() as conn:
-            rows = conn.execute(self.sql.sweep.sweep_due_runs, values).all()
-        return [DueRun(*r) for r in rows]
-
-    def wake_run(self, run_id: str, signal_name: str, grace: float) -> DueRun | None:
-        """A run waiting for ``signal_name`` becomes PENDING; the caller publishes it."""
-        with self.db.write() as conn:
-            row = conn.execute(
-                self.sql.sweep.wake_run, params(run_id=run_id, signal=signal_name, grace=grace)
-            ).first()
-        return None if row is None else DueRun(*row)
-
-    def wake_signalled_runs(self, grace: float, names: Sequence[str]) -> list[DueRun]:
-        """Wake every waiting run of the workflows ``names`` that has a matching
-        unconsumed signal stored at least ``grace`` seconds ago (a lost wake-up)."""
-        with self.db.write() as conn:
-            rows = conn.execute(
-                self.sql.sweep.wake_signalled_runs, params(grace=grace, names=list(names))
-            ).all()
-        return [DueRun(*r) for r in rows]
-
     # -- signals, timers, state, cancellation ---------------------------------------------
 
-    def set_state(self, run_id: str, fence: int, key: str, value: str) -> bool:
-        """Upsert a queryable value, only while the caller holds the lease."""
+    def set_state(
+        self, run_id: str, fence: int, key: str, value: str, carried: Sequence[StepRecord] = ()
+    ) -> bool:
+        """Upsert a queryable value, only while the caller holds the lease; ``carried``:
+        deferred steps' records, written in the same transaction."""
         values = params(run_id=run_id, fence=fence, key=key, value=value)
+        if self.is_postgres:
+            row = self._one_carrying(self.sql.state.set_state, values, run_id, fence, carried)
+            return row is not None
         with self.db.write() as conn:
-            if not self.is_postgres and not self._is_live(conn, values):
+            if not self._is_live(conn, values):
                 return False
+            self._carry(conn, run_id, fence, carried)
             return conn.execute(self.sql.state.set_state, values).first() is not None
 
     def get_state(self, run_id: str, key: str) -> str | None:

@@ -1,0 +1,67 @@
+"""The Store's operations for the sweeper: take due runs, wake signalled ones. Mixed into
+:class:`~celery_durable.store.store.Store`; the SQL is in ``statements.SweepStatements``.
+
+Example::
+
+    for run in store.sweep_due_runs(500, 60.0, lost_error, ["shop.checkout"]):
+        publish(run)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .connections import Connections
+from .records import DueRun
+from .sql import params
+from .statements import Statements
+
+
+class SweepOps:
+    """Due runs (lost publishes, expired leases, timers, retries) and lost wake-ups."""
+
+    db: Connections
+    sql: Statements
+
+    def sweep_due_runs(
+        self,
+        limit: int,
+        grace: float,
+        lost_error: str,
+        names: Sequence[str],
+        max_recoveries: int = 10,
+    ) -> list[DueRun]:
+        """Take the due runs of the workflows ``names`` for the sweeper to publish again;
+        several sweepers never share one.
+
+        An expired lease gives its attempt back and counts a recovery; a run at
+        ``max_recoveries`` becomes FAILED with ``lost_error`` here (the poison guard). Such
+        runs are returned with that status and must not be published.
+        """
+        values = params(
+            limit=limit,
+            grace=grace,
+            lost_error=lost_error,
+            names=list(names),
+            max_recoveries=max_recoveries,
+        )
+        with self.db.write() as conn:
+            rows = conn.execute(self.sql.sweep.sweep_due_runs, values).all()
+        return [DueRun(*r) for r in rows]
+
+    def wake_run(self, run_id: str, signal_name: str, grace: float) -> DueRun | None:
+        """A run waiting for ``signal_name`` becomes PENDING; the caller publishes it."""
+        with self.db.write() as conn:
+            row = conn.execute(
+                self.sql.sweep.wake_run, params(run_id=run_id, signal=signal_name, grace=grace)
+            ).first()
+        return None if row is None else DueRun(*row)
+
+    def wake_signalled_runs(self, grace: float, names: Sequence[str]) -> list[DueRun]:
+        """Wake every waiting run of the workflows ``names`` that has a matching
+        unconsumed signal stored at least ``grace`` seconds ago (a lost wake-up)."""
+        with self.db.write() as conn:
+            rows = conn.execute(
+                self.sql.sweep.wake_signalled_runs, params(grace=grace, names=list(names))
+            ).all()
+        return [DueRun(*r) for r in rows]
