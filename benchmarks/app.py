@@ -70,6 +70,17 @@ def block_on(flag: str, timeout: float = 60.0) -> None:
     _redis.incr(f"{flag}:done")
 
 
+# The realistic-work figure: a step waits IO_WAIT_S (a call to another service, say), and
+# the plain task it is compared with waits as long as the workflow's three steps together.
+IO_WAIT_S = 0.005
+
+
+@app.task(name="benchmarks.io_task")
+def io_task() -> None:
+    """15 ms of I/O (three waits of ``IO_WAIT_S``) in one plain task."""
+    time.sleep(3 * IO_WAIT_S)
+
+
 @app.task(name="benchmarks.blocker")
 def blocker(flag: str, i: int) -> int:
     """A chord item of the SIGKILL comparison."""
@@ -103,6 +114,18 @@ def three_steps() -> int:
     return sum(noop_step(i) for i in range(3))
 
 
+@durable.step(name="benchmarks.io_step")
+def io_step(i: int) -> int:
+    time.sleep(IO_WAIT_S)
+    return i
+
+
+@durable.workflow(name="benchmarks.three_io")
+def three_io() -> int:
+    """Three steps that each wait ``IO_WAIT_S``: the realistic-work figure."""
+    return sum(io_step(i) for i in range(3))
+
+
 @durable.step(name="benchmarks.noop_deferred", commit="deferred")
 def noop_deferred(i: int) -> int:
     return i
@@ -112,6 +135,18 @@ def noop_deferred(i: int) -> int:
 def three_deferred() -> int:
     """Three deferred no-op steps: their records ride on the settle."""
     return sum(noop_deferred(i) for i in range(3))
+
+
+@durable.step(name="benchmarks.io_deferred", commit="deferred")
+def io_deferred(i: int) -> int:
+    time.sleep(IO_WAIT_S)
+    return i
+
+
+@durable.workflow(name="benchmarks.three_io_deferred")
+def three_io_deferred() -> int:
+    """``three_io`` with deferred steps: the realistic-work figure of deferred steps."""
+    return sum(io_deferred(i) for i in range(3))
 
 
 @durable.workflow(name="benchmarks.k_steps")

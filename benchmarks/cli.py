@@ -50,14 +50,36 @@ class Scale:
     fanout_commit_maps: int
     kill_items: int
     kill_deadline: float
+    waiters: int
+    generations: int
 
 
 def scale_for(quick: bool, n: int | None, fill: int | None) -> Scale:
     if quick:
-        base = Scale(100, 10, 10, 1000, 1, 20, 5.0, 20_000, 3, 5, 1, 5, 5, 5, 3, 20, 15.0)
+        base = Scale(
+            100, 10, 10, 1000, 1, 20, 5.0, 20_000, 3, 5, 1, 5, 5, 5, 3, 20, 15.0, 5_000, 300
+        )
     else:
         base = Scale(
-            2000, 100, 100, 1000, 3, 300, 15.0, 1_000_000, 3, 100, 3, 30, 15, 30, 10, 20, 30.0
+            2000,
+            100,
+            100,
+            1000,
+            3,
+            300,
+            15.0,
+            1_000_000,
+            3,
+            100,
+            3,
+            30,
+            15,
+            30,
+            10,
+            20,
+            30.0,
+            100_000,
+            10_000,
         )
     return Scale(
         **{
@@ -95,6 +117,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="only the fan-out figures (chord vs cd.map: throughput, latency, commits); "
         "prints them, writes no report",
+    )
+    parser.add_argument(
+        "--scale-only",
+        action="store_true",
+        help="only the scale figures (pools, two workers, connections, realistic work)",
     )
     parser.add_argument(
         "--py-spy",
@@ -158,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(env)
     # Imported after the environment is set: the app reads it at import.
     from benchmarks import app as bench
-    from benchmarks import fanout, measure, operations
+    from benchmarks import fanout, longlived, measure, operations, scale_report
+    from benchmarks import scale as scaling
     from benchmarks.db import Monitor
     from benchmarks.report import (
         METHODS,
@@ -204,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.operations_only:
         return operations.run_only(args, scale, b, machine, queue, progress, wall_start)
+    if args.scale_only:
+        return scale_report.run_only(args, b, machine, env, log_dir, progress, wall_start)
     if args.fanout_only:
         try:
             bench.durable.migrate()
@@ -330,6 +360,19 @@ def main(argv: list[str] | None = None) -> int:
             lambda: fanout.kill_comparison(b, env, log_dir, scale.kill_items, scale.kill_deadline),
             lambda x: f"chord: {x['chord']['outcome']}; map: {x['map']['outcome']}",
         )
+        # -- long-lived: the sweeper among waiting runs, continue_as_new generations --------
+        r["waiters"] = step(
+            "waiting runs",
+            lambda: longlived.waiters(bench.durable, rds, queue, scale.waiters, scale.ops_reps),
+            longlived.describe_waiters,
+        )
+        r["continue_loop"] = step(
+            "continue_as_new",
+            lambda: longlived.continue_loop(bench.durable, scale.generations),
+            longlived.describe_loop,
+        )
+        # -- scale: pools, concurrency, two workers, connections, realistic work --------
+        r["scale"] = scaling.run(b, env, log_dir, progress, args.quick)
     finally:
         for worker in workers:
             worker.stop()
@@ -363,13 +406,16 @@ def main(argv: list[str] | None = None) -> int:
             "py_spy": str(args.py_spy) if args.py_spy else None,
         },
         "figures": {f.name: f.as_dict() for f in figures},
-        "targets": build_targets(by_name, r["commits"]["clean"]) + operations_targets(r),
-        "methods": METHODS,
+        "targets": build_targets(by_name, r["commits"]["clean"])
+        + operations_targets(r)
+        + longlived.longlived_targets(r),
+        "methods": {**METHODS, **longlived.METHODS},
         "raw": r,
         "worker_logs": str(log_dir),
         "runtime_s": time.time() - wall_start,
         "json_path": str(args.json),
     }
+    scale_report.add_to(doc, r["scale"], args.json.parent / "scale.png")
     write_json(doc, args.json)
     print(render(doc))
     return 0

@@ -116,9 +116,9 @@ def _plain_batch(b: Bench, n: int, make: Callable[[], AsyncResult]) -> dict[str,
     }
 
 
-def plain_tasks(b: Bench, n: int) -> dict[str, Any]:
-    """N ``noop.delay()``, then every result."""
-    return _plain_batch(b, n, bench.noop.delay)
+def plain_tasks(b: Bench, n: int, task: Any = None) -> dict[str, Any]:
+    """N ``noop.delay()`` (or ``task.delay()``), then every result."""
+    return _plain_batch(b, n, (task or bench.noop).delay)
 
 
 def plain_chains(b: Bench, n: int) -> dict[str, Any]:

@@ -185,6 +185,9 @@ def build_figures(r: dict[str, Any]) -> list[Figure]:
         )
     )
     figures.extend(fanout_figures(r["fanout"], task_lat))
+    from benchmarks.longlived import longlived_figures  # imports the library: on use
+
+    figures.extend(longlived_figures(r))
     return figures
 
 
@@ -454,6 +457,11 @@ def render(doc: dict[str, Any]) -> str:
             f"  WARNING: other processes used up to {busy:.2f} cores during a measurement; "
             "throughput figures are disturbed"
         )
+    if doc.get("scale_table"):
+        lines.append("")
+        lines.append("scale (fresh workers per row; x plain: the same workers' plain throughput):")
+        lines.append(doc["scale_table"])
+        lines.append(doc["scale_png"])
     kill = raw.get("kill")
     if kill:
         lines.append("")

@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 APP_MODULE = "benchmarks.app"
 
 
-def worker_command(name: str) -> list[str]:
-    """The one worker command line every compared system runs with."""
+def worker_command(name: str, pool: str = "prefork", concurrency: int = 2) -> list[str]:
+    """The one worker command line every compared system runs with; the scale figures vary
+    only the pool and its concurrency."""
     return [
         sys.executable,
         "-m",
@@ -27,9 +28,9 @@ def worker_command(name: str) -> list[str]:
         APP_MODULE,
         "worker",
         "-P",
-        "prefork",
+        pool,
         "-c",
-        "2",
+        str(concurrency),
         "-n",
         f"{name}@%h",
         "--loglevel=WARNING",
@@ -60,9 +61,16 @@ def wait_until(
 class WorkerProcess:
     """One ``celery worker`` in its own session (process group); logs to ``log_path``."""
 
-    def __init__(self, name: str, env: Mapping[str, str], log_dir: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        env: Mapping[str, str],
+        log_dir: Path,
+        pool: str = "prefork",
+        concurrency: int = 2,
+    ) -> None:
         self.name = name
-        self.command = worker_command(name)
+        self.command = worker_command(name, pool, concurrency)
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(

@@ -1,7 +1,9 @@
 """celery_durable: durable, step-persistent workflows on Celery and Postgres."""
 
+from .compensation import Compensation, compensate
 from .compose import ChildHandle, StepFuture, gather, map
 from .context import WorkflowContext
+from .continuation import continue_as_new
 from .errors import (
     ConfigurationError,
     DatabaseUnavailable,
@@ -23,12 +25,14 @@ from .errors import (
 )
 from .extension import Durable
 from .handle import WorkflowHandle, WorkflowStatus
+from .patching import deprecate_patch, patched
 from .state import set_state
 from .suspend import sleep, sleep_until, wait_for_signal
 from .workflow import WorkflowTask
 
 __all__ = [
     "ChildHandle",
+    "Compensation",
     "ConfigurationError",
     "DatabaseUnavailable",
     "DuplicateRegistration",
@@ -52,8 +56,12 @@ __all__ = [
     "WorkflowNotResumable",
     "WorkflowStatus",
     "WorkflowTask",
+    "compensate",
+    "continue_as_new",
+    "deprecate_patch",
     "gather",
     "map",
+    "patched",
     "set_state",
     "sleep",
     "sleep_until",

@@ -266,6 +266,10 @@ def details_json(details: RunDetails) -> dict[str, Any]:
             if run.forked_from is None
             else {"id": run.forked_from, "step": run.forked_from_step}
         ),
+        "compensation": run.compensation,
+        "generation": run.generation,
+        "continued_from": run.continued_from,
+        "continued_as": run.continued_as,
         "error": error_parts(run.error),
         "waiting": waiting_of(run),
         "steps": [step_json(step) for step in details.steps],
@@ -293,11 +297,20 @@ def times_line(run: RunRecord) -> str:
 
 
 def fork_line(run: RunRecord) -> str | None:
-    if run.forked_from is None:
-        return None
-    step = run.forked_from_step or 0
-    kept = f"steps 0 to {step - 1} kept" if step else "no step kept"
-    return f"forked from {run.forked_from} at step {step} ({kept})"
+    """Where the run comes from (a fork, an earlier generation) and how it rolled back;
+    the compensations that ran are among its steps (``celery_durable.compensate:...``)."""
+    lines = []
+    if run.forked_from is not None:
+        step = run.forked_from_step or 0
+        kept = f"steps 0 to {step - 1} kept" if step else "no step kept"
+        lines.append(f"forked from {run.forked_from} at step {step} ({kept})")
+    if run.continued_from is not None:
+        lines.append(f"generation {run.generation}, continued from {run.continued_from}")
+    if run.continued_as is not None:
+        lines.append(f"an archived generation of {run.continued_as} (continued as new)")
+    if run.compensation is not None:
+        lines.append(f"{run.status.lower()}, {run.compensation} (rolled back)")
+    return "\n".join(lines) or None
 
 
 def wait_line(run: RunRecord) -> str | None:

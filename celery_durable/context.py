@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
     from .store import DueRun, StepRecord, Store
 
+# The name prefix of the markers ``patched()`` records (see ``celery_durable.patching``).
+PATCH_STEP_PREFIX = "celery_durable.patch:"
+
 _current: contextvars.ContextVar[WorkflowContext | None] = contextvars.ContextVar(
     "celery_durable_workflow", default=None
 )
@@ -97,6 +100,9 @@ class WorkflowContext:
     # Fan-out steps dispatched by this execution (not replayed): waiting on them tries to
     # suspend before reading their items, which have most likely not settled yet.
     fresh: set[int] = dataclasses.field(default_factory=set)
+    # The run has finished a step with a compensation (stored on the run: a cancel of it
+    # while idle then rolls it back).
+    compensable: bool = False
     # Records of deferred steps (commit="deferred") not written yet: they ride on the next
     # write, or go on their own once there are ``deferred_max_steps`` of them or the
     # oldest is ``deferred_max_age`` seconds old. A crash loses them: those steps run again.
@@ -149,6 +155,10 @@ class WorkflowContext:
             raise self.stopping
 
     def take_index(self) -> int:
+        # A patch marker the code no longer asks for (its patched()/deprecate_patch() call
+        # was removed) is passed over, as Temporal does.
+        while _is_patch_marker(self.history.get(self.next_index)):
+            self.next_index += 1
         index = self.next_index
         self.next_index += 1
         return index
@@ -160,6 +170,10 @@ class WorkflowContext:
             "attempt": self.attempt,
             "step_index": self.next_index if step_index is None else step_index,
         }
+
+
+def _is_patch_marker(record: StepRecord | None) -> bool:
+    return record is not None and record.name.startswith(PATCH_STEP_PREFIX)
 
 
 @dataclasses.dataclass

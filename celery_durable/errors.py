@@ -170,3 +170,12 @@ class Suspended(BaseException):  # noqa: N818
 class StoreUnavailable(BaseException):  # noqa: N818
     """Internal: a database write failed inside the body; ``except Exception`` in workflow
     code must not swallow it. The run is left to its lease: the sweeper resumes it."""
+
+
+class ContinuedAsNew(BaseException):  # noqa: N818
+    """Internal: ``continue_as_new`` ends this generation; ``args`` is the next one's
+    encoded ``[args, kwargs]``."""
+
+    def __init__(self, args: str) -> None:
+        super().__init__("continued as new")
+        self.args_encoded = args

@@ -11,7 +11,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import faults, serialization, taskevents, tracing
+from . import faults, rollback, serialization, taskevents, tracing
 from .context import LeaseClock, WorkflowContext, activate, deactivate
 from .logs import run_fields
 from .settle import settle_stop_or_error, settle_success
@@ -86,6 +86,20 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
     taskevents.resumed(durable.app, ctx)
     args, kwargs = serialization.loads(claim.args)
     durable.leases.track(run_id, ctx.lease)
+    ctx.compensable = claim.compensable
+    if rollback.resumable(ctx, claim):  # a saga cancelled while idle, or died rolling back
+        try:
+            status = rollback.resume(durable, ctx)
+        finally:
+            durable.leases.untrack(run_id)
+        # Never a SUCCESS in Flower: the delivery ended a rollback.
+        line = taskevents.ctx_line(ctx)
+        if status == "CANCELLED":
+            raise taskevents.ended(durable.app, run_id, taskevents.CANCELLED, f"rolled back {line}")
+        if status == "FAILED":
+            taskevents.emit(durable.app, run_id, taskevents.FAILING, result=f"rolled back {line}")
+            raise taskevents.RunFailed(f"failed, rolled back {line}")
+        raise taskevents.ended(durable.app, run_id, None, "lease lost during the rollback")
     token = activate(ctx)
     try:
         try:

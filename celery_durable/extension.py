@@ -199,6 +199,7 @@ class Durable:
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         dont_retry_on: tuple[type[BaseException], ...] = (),
         queue: str | None = None,
+        compensate: Callable[..., Any] | None = None,
         commit: str = "each",
     ) -> Callable[[F], Step[Any, Any]]: ...
 
@@ -213,6 +214,7 @@ class Durable:
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         dont_retry_on: tuple[type[BaseException], ...] = (),
         queue: str | None = None,
+        compensate: Callable[..., Any] | None = None,
         commit: str = "each",
     ) -> Any:
         """Register ``fn`` as a step: inside a workflow its result is recorded and replayed.
@@ -221,7 +223,9 @@ class Durable:
         ``step.start()`` or ``cd.map()``. With ``queue`` it is a routed step: called in a
         workflow body it always runs as that task, on that queue. ``commit="deferred"``:
         its record rides on the run's next write instead of a commit of its own (a crash
-        before that write runs it again).
+        before that write runs it again). ``compensate``: what undoes it when the run fails
+        for good or is cancelled (``compensate(*args, result=<its output>, **kwargs)``; a
+        step runs under its own ``max_attempts``).
         """
         if fn is None:
             return lambda f: self.step(
@@ -233,6 +237,7 @@ class Durable:
                 retry_on=retry_on,
                 dont_retry_on=dont_retry_on,
                 queue=queue,
+                compensate=compensate,
                 commit=commit,
             )
         step_name = name or f"{fn.__module__}.{fn.__qualname__}"
@@ -250,6 +255,7 @@ class Durable:
             retry_on=tuple(retry_on),
             dont_retry_on=tuple(dont_retry_on),
             queue=queue,
+            compensate=compensate,
             commit=commit,
         )
         register_item_task(self.app, step)

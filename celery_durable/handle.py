@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from . import serialization, validate
+from .compensation import Compensation
 from .errors import WorkflowAlreadyCompleted, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
-from .fanout import cancel
+from .fanout import cancel, publish_woken
 from .logs import run_fields
 from .operations import fork_run, resume_run
 from .signals import send_signal
-from .state import query
-from .store import FINISHED_STATUSES, RunRecord, StepRecord
+from .state import query, wait_for_state
+from .store import FINISHED_STATUSES, DueRun, RunRecord, StepRecord
 from .store.outage import describe, is_unreachable, summary, unavailable
 
 if TYPE_CHECKING:
@@ -156,14 +157,26 @@ class WorkflowHandle:
         with self._outage_named(f"signalling {name!r} to workflow run"):
             return send_signal(self.durable, self.id, name, payload, idempotency_key)
 
-    def query(self, key: str = "state") -> Any:
+    def query(self, key: str = "state", wait: float | None = None) -> Any:
         """The latest value the run stored with ``set_state(value, key)``, from the database.
 
         For "state" before any ``set_state``: the output of the last finished step.
-        Raises UnknownQuery for a key never set.
+        Raises UnknownQuery for a key never set. With ``wait`` (seconds): block until the
+        run sets ``key`` (woken by LISTEN/NOTIFY on Postgres, polling on SQLite); raises
+        ``celery.exceptions.TimeoutError`` after ``wait`` seconds, and WorkflowFailed or
+        WorkflowCancelled if the run ends without setting it.
         """
         with self._outage_named(f"querying {key!r} of workflow run"):
-            return query(self.durable.store, self.id, key)
+            if wait is None:
+                return query(self.durable.store, self.id, key)
+            seconds = validate.parse_duration(wait, "query(wait)")
+            return wait_for_state(self.durable.store, self.id, key, seconds)
+
+    def compensations(self) -> list[Compensation]:
+        """The compensations that ran (rolled back steps, latest first), each with its
+        step's name and index and "ok" or "error"; ``record().compensation`` says how
+        the rollback ended ("compensated", "compensation failed", or None)."""
+        return [c for c in map(Compensation.of, self.steps()) if c is not None]
 
     def cancel(self, reason: str | None = None) -> WorkflowStatus:
         """Cancel the run: at once if pending or waiting, at its next step if running.
@@ -186,7 +199,20 @@ class WorkflowHandle:
             cancelled.status,
             extra=run_fields(self.id, self.name),
         )
+        if cancelled.status == WorkflowStatus.PENDING:
+            self._publish_rollback()
         return WorkflowStatus(cancelled.status)
+
+    def _publish_rollback(self) -> None:
+        """A saga cancelled while idle waits for a worker to roll it back: publish it now
+        (if this fails, the sweeper publishes it within a poll interval)."""
+        run = self.durable.store.get_run(self.id)
+        if run is not None and run.status == WorkflowStatus.PENDING:
+            publish_woken(
+                self.durable,
+                DueRun(run.id, run.name, run.status, run.args, run.queue),
+                "its cancel rolls it back",
+            )
 
     def resume(self) -> WorkflowStatus:
         """Continue a FAILED or CANCELLED run from its first unfinished step, with a fresh

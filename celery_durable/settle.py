@@ -22,6 +22,7 @@ from celery.exceptions import Retry
 from . import faults, serialization, taskevents
 from .context import WorkflowContext
 from .errors import (
+    ContinuedAsNew,
     LeaseLost,
     NonDeterminismError,
     PermanentError,
@@ -61,8 +62,16 @@ def settle_stop_or_error(
             extra=fields,
         )
         raise taskevents.ended(app, run_id, None, "lease lost; another delivery owns the run")
+    if isinstance(exc, ContinuedAsNew):
+        from .continued import settle_continued
+
+        if settle_continued(durable, ctx, exc) is None:
+            raise taskevents.ended(app, run_id, None, "not continued: cancelled or lease lost")
+        # The same task id is published again: to Celery this delivery is a retry.
+        text = f"continued as new {taskevents.ctx_line(ctx)}"
+        raise taskevents.ended(app, run_id, taskevents.RETRIED, text)
     if isinstance(exc, WorkflowCancelled) and exc.workflow_id == run_id:
-        if finish(durable, ctx, "CANCELLED"):
+        if finish_or_roll_back(durable, ctx, "CANCELLED", None, None):
             faults.reach(faults.AFTER_SETTLE, **fields)
             logger.info("workflow %s run %s cancelled: %s", name, run_id, exc.reason, extra=fields)
             raise _cancelled(durable, ctx, exc.reason)
@@ -151,6 +160,21 @@ def finish(
     )
     publish_woken(durable, woken, f"its child {ctx.workflow_id} finished")
     return final
+
+
+def finish_or_roll_back(
+    durable: Durable,
+    ctx: WorkflowContext,
+    status: str,
+    error: str | None,
+    step: StepRecord | None,
+) -> str | None:
+    """Settle a run that fails for good or is cancelled; a saga rolls back first."""
+    from . import rollback  # it settles through finish(): imported on use
+
+    if rollback.needed(ctx):
+        return rollback.settle(durable, ctx, status, error, step)
+    return finish(durable, ctx, status, error=error, step=step)
 
 
 def _child_cancelled_on_retry(durable: Durable, ctx: WorkflowContext) -> None:
@@ -250,7 +274,7 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
         # The message is the result Flower shows for RETRY (taskevents.WorkflowRequest).
         message = f"retry attempt {claim.attempts + 1} at {when.isoformat()} {_line(ctx)}"
         raise Retry(message, exc=exc, when=when) from exc
-    status = finish(durable, ctx, "FAILED", error=error, step=_failed_step_record(ctx, exc))
+    status = finish_or_roll_back(durable, ctx, "FAILED", error, _failed_step_record(ctx, exc))
     if status == "CANCELLED":
         _log_cancelled_after_failure(ctx)
         raise _cancelled(durable, ctx)

@@ -13,10 +13,13 @@ Example::
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from celery.exceptions import TimeoutError as CeleryTimeoutError
+
 from . import serialization, validate
-from .errors import UnknownQuery, WorkflowNotFound
+from .errors import UnknownQuery, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
 from .step import stop_writing, store_guard, write_caught_failure
 from .store import Store
 from .suspend import require_context
@@ -52,3 +55,40 @@ def query(store: Store, workflow_id: str, key: str = DEFAULT_KEY) -> Any:
         output = store.last_step_output(workflow_id)
         return None if output is None else serialization.loads(output)
     raise UnknownQuery(f"workflow run {workflow_id!r} has no query value {key!r}")
+
+
+def wait_for_state(store: Store, workflow_id: str, key: str, wait: float) -> Any:
+    """``query(key)`` once the run has set ``key``: woken by LISTEN/NOTIFY on Postgres
+    (set_state notifies), polling on SQLite. ``celery.exceptions.TimeoutError`` after
+    ``wait`` seconds; WorkflowFailed or WorkflowCancelled if the run ended without it."""
+    validate.check_text(key, "query(key)", max_chars=255, allow_empty=False)
+    deadline = time.monotonic() + wait
+    with store.listener() as listener:
+        while True:
+            run = store.get_run(workflow_id)  # before the value: a set, then an end
+            value = store.get_state(workflow_id, key)
+            if value is not None:
+                return serialization.loads(value)
+            if run is None:
+                raise WorkflowNotFound(workflow_id)
+            if run.status == "CANCELLED":
+                raise WorkflowCancelled(workflow_id, run.cancel_reason)
+            if run.status in ("FAILED", "SUCCEEDED"):
+                if run.status == "SUCCEEDED":
+                    raise UnknownQuery(
+                        f"workflow run {workflow_id!r} succeeded without setting {key!r}"
+                    )
+                error = serialization.decode_error(run.error) if run.error else {}
+                raise WorkflowFailed(
+                    workflow_id,
+                    error.get("type", "unknown"),
+                    error.get("message", ""),
+                    error.get("traceback", ""),
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise CeleryTimeoutError(
+                    f"workflow run {workflow_id!r} did not set {key!r} within {wait}s "
+                    f"(status {run.status}); it goes on running"
+                )
+            listener.wait_for(workflow_id, min(0.5, remaining))

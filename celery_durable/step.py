@@ -44,6 +44,9 @@ DEFAULT_MAX_BACKOFF = 60.0
 # activities): cheaper, and a crash before that write runs the step again.
 COMMIT_MODES = ("each", "deferred")
 
+# Steps with a compensation, by name: a rollback finds what undoes a recorded step here.
+COMPENSATED: dict[str, Step[Any, Any]] = {}
+
 
 class Step(Generic[P, R]):
     """A registered step; call it like the function it wraps."""
@@ -59,8 +62,14 @@ class Step(Generic[P, R]):
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         dont_retry_on: tuple[type[BaseException], ...] = (),
         queue: str | None = None,
+        compensate: Callable[..., Any] | None = None,
         commit: str = "each",
     ) -> None:
+        if compensate is not None and not callable(compensate):
+            raise TypeError(
+                f"step {name}: compensate must be a function or a step, got "
+                f"{type(compensate).__name__}"
+            )
         if commit not in COMMIT_MODES:
             raise ValueError(
                 f"step {name}: commit={commit!r} is not one of {', '.join(map(repr, COMMIT_MODES))}"
@@ -85,6 +94,10 @@ class Step(Generic[P, R]):
         self.dont_retry_on = tuple(dont_retry_on)
         # A routed step always runs as its own Celery task on this queue.
         self.queue = queue
+        # Undoes the step in a rollback: compensate(*args, result=<output>, **kwargs).
+        self.compensate = compensate
+        if compensate is not None:
+            COMPENSATED[name] = self
         # "deferred": the record rides on the run's next write (see WorkflowContext.defer).
         self.commit = commit
         self.__doc__ = fn.__doc__
@@ -144,6 +157,7 @@ class Step(Generic[P, R]):
         if recorded is not None:
             check_replay(ctx, index, recorded, self.name, step_input)
             if recorded.status == "ok":
+                self._note_compensable(ctx)
                 return serialization.loads(recorded.output)  # type: ignore[no-any-return,arg-type]
             if recorded.status == "error":
                 # A failure that did not end an attempt (the body caught it) is final:
@@ -197,11 +211,24 @@ class Step(Generic[P, R]):
                     ctx.defer(done)
                     if ctx.deferred_due():
                         flush_deferred(ctx)
+                    self._note_compensable(ctx)
                     faults.reach(faults.AFTER_DEFER_STEP, **ctx.log_fields(index))
                     return serialization.loads(output)  # type: ignore[no-any-return]
                 stored = record(ctx, done)
+                self._note_compensable(ctx)
                 # Return what replay will return (JSON round trip), so both paths agree.
                 return serialization.loads(stored.output or "null")  # type: ignore[no-any-return]
+
+    def _note_compensable(self, ctx: WorkflowContext) -> None:
+        """A finished step with a compensation: mark the run, once, so that cancelling
+        it while it waits rolls it back."""
+        if self.compensate is None or ctx.compensable:
+            return
+        with store_guard(ctx):
+            marked = ctx.store.mark_compensable(ctx.workflow_id, ctx.fence)
+        if not marked:
+            stop_writing(ctx)
+        ctx.compensable = True
 
     def _failed(
         self,
@@ -227,13 +254,24 @@ def check_replay(
         raise NonDeterminismError(
             f"workflow {ctx.workflow_name} run {ctx.workflow_id!r}: step {index} is "
             f"{name!r} in the code but {recorded.name!r} in the recorded history"
+            + _changed_code_hint(ctx, index)
         )
     if recorded.input != step_input:
         raise NonDeterminismError(
             f"workflow {ctx.workflow_name} run {ctx.workflow_id!r}: step {index} ({name}) "
             f"was called with different input: recorded {_clip(recorded.input)}, "
-            f"now {_clip(step_input)}"
+            f"now {_clip(step_input)}" + _changed_code_hint(ctx, index)
         )
+
+
+def _changed_code_hint(ctx: WorkflowContext, index: int) -> str:
+    return (
+        ". If the workflow's code changed while this run was in flight, guard the change "
+        'with `if celery_durable.patched("<change-id>"):` (runs that passed this point '
+        "before the deploy get False and keep the old branch), or restart the run on "
+        f"today's code from before this step: `celery -A <app> durable fork "
+        f"{ctx.workflow_id} --from-step {index}`"
+    )
 
 
 def _clip(text: str, limit: int = 200) -> str:

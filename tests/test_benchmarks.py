@@ -68,6 +68,11 @@ FIGURES = {
     "map_latency_p99",
     "map_commits_per_item",
     "map_commits_per_item_all_in",
+    "sweep_ms_waiting_runs",
+    "continue_as_new_claim_replay_ms",
+    "io_task_throughput",
+    "io_workflow_throughput_three_io",
+    "io_workflow_throughput_three_io_deferred",
 }
 
 
@@ -112,7 +117,7 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
         for ratio in ("vs_plain_task", "vs_plain_chain"):
             assert figure[ratio] is None or _positive(figure[ratio]), f"{name}.{ratio}"
 
-    assert len(doc["targets"]) == 13
+    assert len(doc["targets"]) == 17
     for target in doc["targets"]:
         assert isinstance(target["pass"], bool)
         assert _positive(target["value"]), target
@@ -120,8 +125,89 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
     for system in ("chord", "map"):
         assert isinstance(kill[system]["completed"], bool)
     assert kill["map"]["completed"] and kill["map"]["succeeded"]
+    scale = doc["raw"]["scale"]
+    assert {c["pool"] for c in scale["configs"]} == {"prefork", "threads"}
+    assert any(c["workers"] == 2 for c in scale["configs"])
+    for config in scale["configs"]:
+        assert _positive(config["plain"]["rate_per_s"]), config["label"]
+        assert set(config["durable"]) == set(scale["workflows"]) >= {"three_steps"}
+        for result in config["durable"].values():
+            assert _positive(result["rate_per_s"]), config["label"]
+        # Busy durable workers hold connections, and each worker's are told apart.
+        connections = config["connections"]
+        assert connections["per_worker_busy"] >= 1, config["label"]
+        assert len(connections["busy_peak"]) == config["workers"], config["label"]
+    assert "| workers |" in doc["scale_table"] and "| workers |" in proc.stdout
     assert doc["machine"]["nproc"] > 0
     assert doc["machine"]["postgres"]["server_version"]
     command = " ".join(doc["settings"]["worker_command"])
     assert "-P prefork -c 2" in command and "--loglevel=WARNING" in command
     assert "figure" in proc.stdout and "targets:" in proc.stdout
+
+
+def _scale_raw() -> dict[str, object]:
+    """A scale result of the shape ``benchmarks.scale.run`` returns (made-up rates)."""
+
+    def config(label: str, workers: int) -> dict[str, object]:
+        names = [f"w{i}" for i in range(workers)]
+        return {
+            "label": label,
+            "pool": "prefork",
+            "concurrency": 2,
+            "workers": workers,
+            "plain": {"rate_per_s": 500.0, "other_cores_busy": 0.1},
+            "durable": {"three_steps": {"rate_per_s": 250.0, "other_cores_busy": 0.25}},
+            "connections": {
+                "at_start": dict.fromkeys(names, 1),
+                "busy_peak": dict.fromkeys(names, 3),
+                "idle": dict.fromkeys(names, 3),
+                "per_worker_busy": 3,
+                "per_worker_idle": 3,
+            },
+        }
+
+    return {
+        "n": 10,
+        "io_n": 10,
+        "workflows": ["three_steps"],
+        "configs": [config("-P prefork -c 2", 1), config("2 x (-P prefork -c 2)", 2)],
+        "io_config": "-P prefork -c 2",
+        "io": {
+            "plain": {"rate_per_s": 120.0},
+            "durable": {"three_io": {"rate_per_s": 100.0, "overhead": 0.2}},
+        },
+        "loadavg_start": [1.0, 1.0, 1.0],
+        "loadavg_end": [1.0, 1.0, 1.0],
+    }
+
+
+def test_scale_table_and_target() -> None:
+    from benchmarks import scale_report
+
+    raw = _scale_raw()
+    table = scale_report.table(raw)
+    assert "| `-P prefork -c 2` | 500 | 250 (0.50) | 1 / 3 / 3 | 0.25 |" in table
+    assert "Two workers against one (`-P prefork -c 2`): plain 1.00 x" in table
+    assert "overhead +20.0%" in table
+    (target,) = scale_report.targets(raw)
+    assert target["value"] == pytest.approx(1.2) and target["pass"] is False
+
+
+def test_scale_plot_is_skipped_without_matplotlib(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import scale_report
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if not installed
+    message = scale_report.plot(_scale_raw(), tmp_path / "scale.png")
+    assert "matplotlib is not installed" in message
+    assert not (tmp_path / "scale.png").exists()
+
+
+def test_scale_plot_writes_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from benchmarks import scale_report
+
+    path = tmp_path / "scale.png"
+    assert scale_report.plot(_scale_raw(), path) == f"wrote {path}"
+    assert path.read_bytes().startswith(b"\x89PNG")

@@ -47,3 +47,13 @@ def test_fanout_example_maps_routes_gathers_and_starts_a_child(tmp_path):
     assert "sizes: [100, 200]; cover: page-0.png by gpu" in printed
     assert "child report-doc-1:5: SUCCEEDED, 'shipped doc-1'" in printed
     assert "step 1 items: [(0, 'ok'), (1, 'ok'), (2, 'ok'), (3, 'ok'), (4, 'ok')]" in printed
+
+
+def test_subscription_example_continues_patches_and_compensates(tmp_path):
+    printed = run_example("subscription.py", "SUBSCRIPTION_DIR", tmp_path)
+    assert "period 1 on v1: {'period': 1, 'paid': 1000, 'last': 'charge-alice-1'}" in printed
+    # Period 1 replayed on v2 without the marker (1000), periods 2 and 3 took the tax (1200).
+    assert "alice: {'periods': 3, 'paid': 3400}" in printed
+    assert "generation 2, continued from sub-alice@1" in printed
+    assert "mallory failed: no delivery address" in printed
+    assert "mallory: compensated, compensations [('charge', 'ok')]" in printed

@@ -58,6 +58,10 @@ class Claim:
     queue: str | None = None
     parent_id: str | None = None
     parent_idx: int | None = None
+    # The run had its cancellation requested (a saga handed back to roll back), and it
+    # finished a step with a compensation.
+    cancel_requested: bool = False
+    compensable: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +128,11 @@ class RunRecord:
     wait_items: bool = False
     forked_from: str | None = None
     forked_from_step: int | None = None
+    compensable: bool = False
+    compensation: str | None = None
+    generation: int = 0
+    continued_from: str | None = None
+    continued_as: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

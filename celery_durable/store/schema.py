@@ -112,6 +112,12 @@ def build_tables(prefix: str) -> Tables:
         # A fork's origin run and the step it was forked at (steps before it were copied).
         Column("forked_from", String(255)),
         Column("forked_from_step", Integer),
+        # Sagas and continue_as_new (migration 0005): see that revision's notes.
+        Column("compensable", Boolean, nullable=False, server_default=false()),
+        Column("compensation", String(32)),
+        Column("generation", Integer, nullable=False, server_default=text("0")),
+        Column("continued_from", String(255)),
+        Column("continued_as", String(255)),
     )
     # Only active runs carry due_at, so sweeps stay fast with millions of finished runs.
     Index(

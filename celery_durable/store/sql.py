@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import and_, bindparam, false, func, literal, literal_column, select
+from sqlalchemy import Float, and_, bindparam, false, func, literal, literal_column, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from .records import StepRecord
@@ -81,6 +81,21 @@ class Builder:
         )
         self.live = and_(self.fenced, runs.c.cancel_requested == false())
 
+    def step_row(self) -> dict[str, Any]:
+        """The values of a step row written from ``step_params`` (record_step's)."""
+        return {
+            "namespace": literal(self.namespace),
+            "run_id": bindparam("p_run_id"),
+            "idx": bindparam("p_idx"),
+            "name": bindparam("p_name"),
+            "status": bindparam("p_status"),
+            "input": bindparam("p_input"),
+            "output": bindparam("p_output"),
+            "error": bindparam("p_error"),
+            "created_at": self.now,
+            "duration": bindparam("p_duration", type_=Float),
+        }
+
     def insert(self, table: Any) -> Any:
         return (postgresql.insert if self.is_postgres else sqlite.insert)(table)
 
@@ -108,19 +123,21 @@ class Builder:
         updates: Sequence[str],
         where: Any = None,
         computed: Callable[[Any], dict[str, Any]] | None = None,
+        guard: Any = None,
     ) -> Any:
         """INSERT ... ON CONFLICT DO UPDATE, only while the caller holds the run's lease.
 
         On Postgres the fencing check is part of the statement: FOR SHARE on the run row
         serialises the write with a concurrent claim. SQLite checks ``check_live`` first
         in the same (BEGIN IMMEDIATE) transaction. ``computed(excluded)``: more columns to
-        set on conflict, as expressions of the stored row and ``excluded``.
+        set on conflict, as expressions of the stored row and ``excluded``. ``guard``: the
+        run's condition instead of ``live`` (a rollback writes after cancel: ``fenced``).
         """
         ins: Any
         if self.is_postgres:
             live_run = (
                 select(self.tables.runs.c.id)
-                .where(self.live)
+                .where(self.live if guard is None else guard)
                 .with_for_update(read=True)
                 .cte("live_run")
             )

@@ -39,6 +39,7 @@ from .operation_statements import OperationStatements
 from .records import DueRun, RunRecord, StepRecord
 from .schema import ACTIVE_STATUSES, Tables
 from .sql import Builder, columns_of
+from .state_statements import StateStatements
 
 
 class RunStatements(Builder):
@@ -84,8 +85,9 @@ class RunStatements(Builder):
             .returning(runs.c.id)
         )
 
+        # A saga whose cancellation was requested is still claimed: it rolls back first.
         claimable = and_(
-            runs.c.cancel_requested == false(),
+            or_(runs.c.cancel_requested == false(), runs.c.compensable == true()),
             or_(
                 and_(
                     runs.c.status == "PENDING",
@@ -136,7 +138,9 @@ class RunStatements(Builder):
             )
         else:
             has_steps = literal(True)  # SQLite: one more read costs nothing
-        self.claim_run = claim.returning(*returning, has_steps.label("has_steps"))
+        self.claim_run = claim.returning(
+            *returning, has_steps.label("has_steps"), runs.c.cancel_requested, runs.c.compensable
+        )
 
         # A run whose cancellation was requested ends CANCELLED, whatever the body did after.
         cancelled = runs.c.cancel_requested == true()
@@ -199,17 +203,22 @@ class RunStatements(Builder):
             .returning(runs.c.id)
         )
 
-        idle = runs.c.status.in_(("PENDING", "WAITING"))
+        # An idle saga (a run that finished a step with a compensation) is not ended here:
+        # it becomes PENDING, due now, for a worker to run its compensations.
+        idle_run = runs.c.status.in_(("PENDING", "WAITING"))
+        idle = and_(idle_run, runs.c.compensable == false())
+        rolls_back = and_(idle_run, runs.c.compensable == true())
         self.cancel_run = (
             update(runs)
             .where(self.run_is, runs.c.status.in_(ACTIVE_STATUSES))
             .values(
                 cancel_requested=True,
                 cancel_reason=bindparam("p_reason"),
-                status=case((idle, "CANCELLED"), else_=runs.c.status),
+                status=case((idle, "CANCELLED"), (rolls_back, "PENDING"), else_=runs.c.status),
                 finished_at=case((idle, now), else_=runs.c.finished_at),
-                due_at=case((idle, None), else_=runs.c.due_at),
-                wait_signal=case((idle, None), else_=runs.c.wait_signal),
+                due_at=case((idle, None), (rolls_back, now), else_=runs.c.due_at),
+                ready_at=case((rolls_back, None), else_=runs.c.ready_at),
+                wait_signal=case((idle_run, None), else_=runs.c.wait_signal),
                 wait_items=False,
                 updated_at=now,
             )
@@ -251,18 +260,7 @@ class StepStatements(Builder):
         # frontier step is.
         self.record_step = self.fenced_upsert(
             steps,
-            {
-                "namespace": literal(namespace),
-                "run_id": bindparam("p_run_id"),
-                "idx": bindparam("p_idx"),
-                "name": bindparam("p_name"),
-                "status": bindparam("p_status"),
-                "input": bindparam("p_input"),
-                "output": bindparam("p_output"),
-                "error": bindparam("p_error"),
-                "created_at": self.now,
-                "duration": bindparam("p_duration", type_=Float),
-            },
+            self.step_row(),
             conflict=[steps.c.namespace, steps.c.run_id, steps.c.idx],
             updates=("name", "status", "input", "output", "error", "created_at"),
             where=steps.c.status != "ok",
@@ -286,9 +284,17 @@ class SweepStatements(Builder):
         # A sweeper takes only the workflows its app registered: two apps on one database
         # and namespace never dispatch each other's runs.
         registered = runs.c.name.in_(bindparam("p_names", expanding=True))
+        # The transaction's start time, not clock_timestamp(): a stable value is an index
+        # condition, so a sweep reads only the due entries of ix_runs_due, not every
+        # waiting run's (100,000 timers over a day cost one short index range).
+        due_by = (
+            literal_column("CAST(EXTRACT(EPOCH FROM now()) AS DOUBLE PRECISION)")
+            if self.is_postgres
+            else now
+        )
         due = (
             select(runs.c.id)
-            .where(self.ns, registered, runs.c.due_at.isnot(None), runs.c.due_at <= now)
+            .where(self.ns, registered, runs.c.due_at.isnot(None), runs.c.due_at <= due_by)
             .order_by(runs.c.due_at)
             .limit(bindparam("p_limit"))
         )
@@ -296,7 +302,8 @@ class SweepStatements(Builder):
         # given back; the recoveries budget (durable_max_recoveries) stops a poison run.
         lost = runs.c.status == "RUNNING"
         exhausted = and_(lost, runs.c.recoveries + 1 >= bindparam("p_max_recoveries"))
-        cancelled = runs.c.cancel_requested == true()
+        # A cancelled saga is published (it rolls back), not ended here.
+        cancelled = and_(runs.c.cancel_requested == true(), runs.c.compensable == false())
         finished = or_(cancelled, exhausted)
         backoff = case(
             (runs.c.dispatches >= 6, 64), else_=literal_column("1").op("<<")(runs.c.dispatches)
@@ -418,31 +425,6 @@ class SignalStatements(Builder):
             update(signals)
             .where(pending)
             .values(consumed_at=now, error="dropped: the run was cancelled")
-        )
-
-
-class StateStatements(Builder):
-    """Values a workflow publishes with ``set_state``."""
-
-    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
-        super().__init__(tables, dialect, namespace)
-        state = tables.state
-        self.set_state = self.fenced_upsert(
-            state,
-            {
-                "namespace": literal(namespace),
-                "run_id": bindparam("p_run_id"),
-                "key": bindparam("p_key"),
-                "value": bindparam("p_value"),
-                "updated_at": self.now,
-            },
-            conflict=[state.c.namespace, state.c.run_id, state.c.key],
-            updates=("value", "updated_at"),
-        ).returning(state.c.key)
-        self.get_state = select(state.c.value).where(
-            state.c.namespace == namespace,
-            state.c.run_id == bindparam("p_run_id"),
-            state.c.key == bindparam("p_key"),
         )
 
 

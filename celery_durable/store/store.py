@@ -25,6 +25,8 @@ from sqlalchemy.orm import Session
 from ..errors import ConfigurationError
 from .connections import Connections, Listener, parse_listen_url, parse_url
 from .item_ops import ItemOps
+from .longlived_ops import LongLivedOps
+from .longlived_statements import LongLivedStatements
 from .operations import StoreOperations
 from .records import (
     Cancellation,
@@ -43,7 +45,7 @@ from .statements import Statements
 from .sweep_ops import SweepOps
 
 
-class Store(ItemOps, SignalOps, SweepOps, StoreOperations):
+class Store(ItemOps, SignalOps, SweepOps, StoreOperations, LongLivedOps):
     """The database side of one namespace; engines are created per process, lazily.
 
     Signals (``SignalOps``), the sweeper's statements (``SweepOps``) and items of fan-out
@@ -71,6 +73,7 @@ class Store(ItemOps, SignalOps, SweepOps, StoreOperations):
             self.url, pgbouncer=pgbouncer, listen_url=parse_listen_url(listen_url)
         )
         self.sql = Statements(self.tables, self.dialect, namespace)
+        self.long_sql = LongLivedStatements(self.tables, self.dialect, namespace)
 
     @property
     def is_postgres(self) -> bool:
@@ -163,6 +166,8 @@ class Store(ItemOps, SignalOps, SweepOps, StoreOperations):
             queue,
             parent_id,
             parent_idx,
+            bool(row[9]),
+            bool(row[10]),
         )
 
     def load_steps(self, run_id: str) -> dict[int, StepRecord]:
