@@ -29,11 +29,12 @@ from .config import DurableConfig
 from .errors import ConfigurationError, DuplicateRegistration, WorkflowNotFound
 from .fanout import Dispatch, register_item_task
 from .handle import WorkflowHandle
+from .leases import LeaseKeeper
 from .operations import BulkResume, RunPage
 from .signals import SignalQueue, register_tasks, send_signal_via_broker
 from .step import DEFAULT_MAX_BACKOFF, Step
 from .store import Collected, RunStats, Store
-from .worker import DurableSweeper, LeaseKeeper, Sweeper
+from .worker import DurableSweeper, Sweeper
 from .workflow import WorkflowDefinition, WorkflowTask
 
 logger = logging.getLogger("celery_durable")
