@@ -105,7 +105,7 @@ def run_only(
 ) -> int:
     """``--operations-only``: migrate, fill, time list and stats, report, clean up."""
     from benchmarks import app as bench
-    from benchmarks.cli import cleanup, fill  # the suite's own fill and clean-up
+    from benchmarks.housekeeping import cleanup, fill  # the suite's own fill and clean-up
     from benchmarks.report import METHODS, operations_figures, operations_targets, write_json
 
     r: dict[str, Any] = {}

@@ -192,7 +192,7 @@ def run_only(
     """``--scale-only``: migrate, the scale phase, the JSON, the PNG, the table; clean up."""
     from benchmarks import app as bench
     from benchmarks import scale
-    from benchmarks.cli import cleanup  # the suite's own clean-up
+    from benchmarks.housekeeping import cleanup  # the suite's own clean-up
     from benchmarks.report import write_json
 
     queue = env["BENCH_QUEUE"]

@@ -15,6 +15,7 @@ Example::
     celery -A shop durable fork order-42 --from-step 2 --workflow-id order-42-retry
     celery -A shop durable gc --older-than 30d --status succeeded,cancelled --dry-run
     celery -A shop durable dashboard --port 5580 --basic-auth ops:s3cret
+    celery -A shop durable metrics --port 9808   # Prometheus endpoint (the metrics extra)
 """
 
 from __future__ import annotations
@@ -419,6 +420,30 @@ def cancel(ctx: click.Context, workflow_id: str, reason: str | None) -> None:
     with _one_line_errors(instance, "cancel", workflow_id):
         status = instance.get_handle(workflow_id).cancel(reason)
     click.echo(f"{workflow_id}: {status}")
+
+
+@durable.command(help="Serve Prometheus metrics, read from the store (the metrics extra).")
+@click.option("--port", type=click.IntRange(0, 65535), default=9808, show_default=True)
+@click.option("--address", default="0.0.0.0", show_default=True)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0),
+    default=15.0,
+    show_default=True,
+    help="Seconds one read of the store serves scrapes for.",
+)
+@click.pass_context
+def metrics(ctx: click.Context, port: int, address: str, interval: float) -> None:
+    instances = _durables(ctx)
+    try:
+        from .metrics import serve_forever
+    except ImportError as exc:
+        raise click.ClickException(
+            f"durable metrics needs prometheus_client ({exc}): "
+            'pip install "celery-durable[metrics]"'
+        ) from None
+    click.echo(f"serving celery_durable metrics on http://{address}:{port}/metrics")
+    serve_forever(instances, port, address, interval)
 
 
 durable.add_command(dashboard_command(_only_durable))

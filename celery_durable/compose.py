@@ -30,6 +30,7 @@ from . import faults, serialization
 from .context import WorkflowContext
 from .errors import NonDeterminismError, WorkflowAlreadyExists
 from .fanin import ChildHandle, StepFuture, body_context, collect, gather, wait_for
+from .logs import log_started
 from .step import check_replay, record, stop_writing, store_guard
 from .store import DISPATCH_BATCH, FanOut, NewRun, Outcome, StepRecord
 
@@ -204,7 +205,10 @@ def start_child(
     run = new_run(child_id)
     fan = FanOut(name, None, [encoded_args], dispatcher.dispatch_grace, run, detached)
     step = StepRecord(index, name, "started", step_input, None, None)
-    if write_fanout(ctx, step, fan) and run.start_delay is None:
+    written = write_fanout(ctx, step, fan)
+    if written:
+        log_started(workflow_name, child_id, run.start_delay, parent=ctx.workflow_id)
+    if written and run.start_delay is None:
         # A lost publish is the sweeper's, like any run's (durable_dispatch_grace).
         publish(child_id)
         faults.reach(faults.AFTER_DISPATCH, **ctx.log_fields(index), batch=0)

@@ -114,6 +114,12 @@ SETTINGS: tuple[Setting, ...] = (
         "(seconds, or 30d, 12h...); 0 keeps them forever",
         duration=True,
     ),
+    Setting(
+        "log_json",
+        bool,
+        False,
+        help="write celery_durable's log lines as JSON objects (celery_durable.logs)",
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -140,6 +146,7 @@ class DurableConfig:
     pgbouncer: bool = False
     listen_url: str = ""
     retention: float = 0.0
+    log_json: bool = False
 
     @classmethod
     def from_sources(

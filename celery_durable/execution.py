@@ -11,10 +11,11 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import faults, rollback, serialization
+from . import faults, rollback, serialization, taskevents, tracing
 from .context import LeaseClock, WorkflowContext, activate, deactivate
+from .logs import run_fields
 from .settle import settle_stop_or_error, settle_success
-from .store import Claim, Store, is_unreachable
+from .store import Claim, RunRecord, Store, is_unreachable
 
 if TYPE_CHECKING:
     from .extension import Durable
@@ -53,8 +54,8 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
             raise ClaimUnavailable(str(exc)) from exc
         raise
     if claim is None:
-        _log_unclaimed(durable, definition, run_id)
-        return None
+        run = _log_unclaimed(durable, definition, run_id)
+        raise taskevents.unclaimed(durable.app, run_id, run)
     history = store.load_steps(run_id) if claim.has_steps else {}
     ctx = WorkflowContext(
         store=store,
@@ -72,14 +73,33 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
         deferred_max_age=config.deferred_max_age,
     )
     faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
+    logger.info(
+        "workflow %s run %s claimed: attempt %d of %d, %d recorded step(s) to replay",
+        definition.name,
+        run_id,
+        claim.attempts,
+        claim.max_attempts,
+        len(history),
+        extra=ctx.log_fields(0),
+    )
+    tracing.claimed(claim.attempts, len(history))
+    taskevents.resumed(durable.app, ctx)
     args, kwargs = serialization.loads(claim.args)
     durable.leases.track(run_id, ctx.lease)
     ctx.compensable = claim.compensable
     if rollback.resumable(ctx, claim):  # a saga cancelled while idle, or died rolling back
         try:
-            return rollback.resume(durable, ctx)
+            status = rollback.resume(durable, ctx)
         finally:
             durable.leases.untrack(run_id)
+        # Never a SUCCESS in Flower: the delivery ended a rollback.
+        line = taskevents.ctx_line(ctx)
+        if status == "CANCELLED":
+            raise taskevents.ended(durable.app, run_id, taskevents.CANCELLED, f"rolled back {line}")
+        if status == "FAILED":
+            taskevents.emit(durable.app, run_id, taskevents.FAILING, result=f"rolled back {line}")
+            raise taskevents.RunFailed(f"failed, rolled back {line}")
+        raise taskevents.ended(durable.app, run_id, None, "lease lost during the rollback")
     token = activate(ctx)
     try:
         try:
@@ -95,9 +115,8 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
         return settle_stop_or_error(durable, ctx, claim, ctx.stopping or raised)
     else:
         # Outside the try: a failed settle leaves the run to its lease, never to a retry.
-        if settle_success(durable, ctx, encoded):
-            return value
-        return None
+        settle_success(durable, ctx, encoded)
+        return taskevents.finished(durable.app, ctx, value)
     finally:
         durable.leases.untrack(run_id)
 
@@ -118,14 +137,11 @@ def _claim_when_visible(
         time.sleep(0.02)
 
 
-def _log_unclaimed(durable: Durable, definition: WorkflowDefinition, run_id: str) -> None:
+def _log_unclaimed(
+    durable: Durable, definition: WorkflowDefinition, run_id: str
+) -> RunRecord | None:
     run = durable.store.get_run(run_id)
-    fields = {
-        "workflow_id": run_id,
-        "workflow": definition.name,
-        "attempt": run.attempts if run else None,
-        "step_index": None,
-    }
+    fields = run_fields(run_id, definition.name, run.attempts if run else None)
     if run is None:
         logger.warning(
             "workflow %s: no run %r in namespace %r; message dropped",
@@ -143,3 +159,4 @@ def _log_unclaimed(durable: Durable, definition: WorkflowDefinition, run_id: str
             run.status,
             extra=fields,
         )
+    return run

@@ -24,16 +24,17 @@ from typing import Any, TypeVar, overload
 from celery import Celery, Task
 from celery import signals as celery_signals
 
-from . import apps, operations, serialization, validate
+from . import apps, logs, operations, serialization, tracing, validate
 from .config import DurableConfig
 from .errors import ConfigurationError, DuplicateRegistration, WorkflowNotFound
 from .fanout import Dispatch, register_item_task
 from .handle import WorkflowHandle
+from .leases import LeaseKeeper
 from .operations import BulkResume, RunPage
 from .signals import SignalQueue, register_tasks, send_signal_via_broker
 from .step import DEFAULT_MAX_BACKOFF, Step
 from .store import Collected, RunStats, Store
-from .worker import DurableSweeper, LeaseKeeper, Sweeper
+from .worker import DurableSweeper, Sweeper
 from .workflow import WorkflowDefinition, WorkflowTask
 
 logger = logging.getLogger("celery_durable")
@@ -77,6 +78,8 @@ class Durable:
     def config(self) -> DurableConfig:
         if self._config is None:
             self._config = DurableConfig.from_sources(self._settings, self.app.conf)
+            if self._config.log_json:
+                logs.install_json()
         return self._config
 
     @property
@@ -274,6 +277,7 @@ class Durable:
         """Publish a stored run's task message (the sweeper's re-dispatch)."""
         call_args, call_kwargs = serialization.loads(args)
         options: dict[str, Any] = {"queue": queue} if queue else {}
+        tracing.add_link_headers(options)  # a wake-up's sender, linked by the resumed run
         task = self.app.tasks.get(name)
         if isinstance(task, WorkflowTask):
             # Celery's own apply_async: routing from the task class, eager mode honoured.

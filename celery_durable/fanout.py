@@ -24,11 +24,13 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery, Task
+from kombu.utils.encoding import safe_repr
 
-from . import faults, serialization
+from . import faults, serialization, taskevents, tracing
 from .apps import durable_for
 from .compose import derived_id
 from .errors import DuplicateRegistration, NotSerialisable, PermanentError
+from .logs import run_fields
 from .store import CLAIM, RUN, Cancellation, DueRun, ItemClaim, ItemWrite, OpenItem, Outcome
 
 if TYPE_CHECKING:
@@ -60,6 +62,7 @@ class Dispatch:
         app = self.durable.app
         namespace = self.durable.config.namespace
         options: dict[str, Any] = {"queue": queue} if queue else {}
+        tracing.add_start_headers(options)  # each item's span: a child of the dispatcher's
         task = app.tasks.get(step_name)
         try:
             if app.conf.task_always_eager or task is None:
@@ -78,7 +81,7 @@ class Dispatch:
                 idx,
                 step_name,
                 run_id,
-                extra={"workflow_id": run_id, "step_index": idx},
+                extra=run_fields(run_id, step_index=idx),
             )
 
     def _publish_one(
@@ -99,6 +102,7 @@ def publish_woken(durable: Durable, woken: DueRun | None, why: str) -> None:
     """Publish a parent an item (or child) woke; a lost publish is the sweeper's."""
     if woken is None:
         return
+    fields = run_fields(woken.id, woken.name)
     try:
         durable.publish(woken.id, woken.name, woken.args, woken.queue)
     except Exception:
@@ -106,8 +110,10 @@ def publish_woken(durable: Durable, woken: DueRun | None, why: str) -> None:
             "publishing workflow run %s (%s) failed; the sweeper dispatches it",
             woken.id,
             why,
-            extra={"workflow_id": woken.id, "workflow": woken.name},
+            extra=fields,
         )
+        return
+    logger.info("workflow %s run %s woken: %s", woken.name, woken.id, why, extra=fields)
 
 
 def cancel(durable: Durable, run_id: str, reason: str | None) -> Cancellation:
@@ -126,6 +132,9 @@ class ItemTask(Task):  # type: ignore[misc]
     reject_on_worker_lost = True
     ignore_result = True
     typing = False  # a malformed message is logged, not a TypeError
+    # Reports each delivery to Flower truthfully (RETRY while backing off, FAILURE for an
+    # item that failed for good; see taskevents).
+    Request = "celery_durable.taskevents:WorkflowRequest"
 
 
 def register_item_task(app: Celery, step: Step[Any, Any]) -> None:
@@ -140,8 +149,9 @@ def register_item_task(app: Celery, step: Step[Any, Any]) -> None:
             "name (pass name= to the step)"
         )
 
-    def run_item(task: ItemTask, namespace: str, run_id: str, idx: int, item: int) -> None:
-        execute_item(durable_for(app, namespace), task, run_id, idx, item)
+    def run_item(task: ItemTask, namespace: str, run_id: str, idx: int, item: int) -> Any:
+        with tracing.item(task.name, task.request, run_id, idx, item):
+            return execute_item(durable_for(app, namespace), task, run_id, idx, item)
 
     run_item.__name__ = getattr(step.fn, "__name__", "run_item")
     run_item.__qualname__ = getattr(step.fn, "__qualname__", "run_item")
@@ -150,51 +160,84 @@ def register_item_task(app: Celery, step: Step[Any, Any]) -> None:
     app.task(name=step.name, base=ItemTask, bind=True, shared=False, lazy=False)(run_item)
 
 
-def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int) -> None:
+def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int) -> Any:
     """Run the item's step under the step's retry policy and record the outcome: a first
-    delivery in one open transaction (``store.open_item``), anything else after a claim."""
+    delivery in one open transaction (``store.open_item``), anything else after a claim.
+    Returns the step's value; an item that failed for good raises its exception (Celery's
+    FAILURE), one that did not run or waits out a backoff raises DeliveryEnded."""
     store = durable.store
-    fields = {"workflow_id": run_id, "step_index": idx, "item": item, "step": task.name}
+    fields = {**run_fields(run_id, step_index=idx), "item": item, "step": task.name}
     redelivered = bool((task.request.delivery_info or {}).get("redelivered"))
     opened = None if task.request.is_eager or redelivered else store.open_item(run_id, idx, item)
     verdict = CLAIM if opened is None else opened.verdict
     if opened is not None and opened.claim is not None and verdict == RUN:
+        _claimed(task, opened.claim, fields)
         durable.leases.track_open_item(opened)
         try:
-            _run_claimed(durable, task, _Opened(opened), opened.claim, fields)
+            value = _run_claimed(durable, task, _Opened(opened), opened.claim, fields)
         except BaseException:
-            opened.abandon()
+            opened.abandon()  # a no-op once the outcome is written
             raise
         finally:
             durable.leases.untrack_open_item(opened)
-        return
+        return _finished(durable, task, value, fields)
     if verdict == CLAIM:
-        _claim_and_run(durable, task, run_id, idx, item, fields)
-        return
-    _not_claimed(run_id, idx, item, task.name, fields)
+        return _claim_and_run(durable, task, run_id, idx, item, fields)
+    raise _not_claimed(durable, task, fields)
 
 
-def _not_claimed(run_id: str, idx: int, item: int, name: str, fields: dict[str, Any]) -> None:
+def _line(task: Task, fields: dict[str, Any]) -> str:
+    """The item's line for Flower: ``[workflow=R attempt=N step=I (NAME) item=K]``."""
+    return taskevents.run_line(
+        fields["workflow_id"],
+        fields["attempt"] or 0,
+        fields["step_index"],
+        task.name,
+        item=fields["item"],
+    )
+
+
+def _not_claimed(durable: Durable, task: Task, fields: dict[str, Any]) -> BaseException:
     logger.info(
         "item %d of step %d (%s) of run %s not claimed (recorded already, running "
         "elsewhere or waiting out a retry backoff); delivery acknowledged",
-        item,
-        idx,
-        name,
-        run_id,
+        fields["item"],
+        fields["step_index"],
+        task.name,
+        fields["workflow_id"],
+        extra=fields,
+    )
+    # No event: Flower keeps what the delivery that runs (or ran) the item reported.
+    text = f"item not claimed {_line(task, fields)}"
+    return taskevents.ended(durable.app, task.request.id, None, text)
+
+
+def _claimed(task: Task, claim: ItemClaim, fields: dict[str, Any]) -> None:
+    fields["attempt"] = claim.attempts
+    logger.debug(
+        "item %d of step %d (%s) of run %s claimed: attempt %d",
+        fields["item"],
+        fields["step_index"],
+        task.name,
+        fields["workflow_id"],
+        claim.attempts,
         extra=fields,
     )
 
 
+def _finished(durable: Durable, task: Task, value: Any, fields: dict[str, Any]) -> Any:
+    return taskevents.finished_task(durable.app, task.request.id, value, _line(task, fields))
+
+
 def _claim_and_run(
     durable: Durable, task: Task, run_id: str, idx: int, item: int, fields: dict[str, Any]
-) -> None:
+) -> Any:
     store, config = durable.store, durable.config
     owner = durable.leases.item_token()
     claim = store.claim_item(run_id, idx, item, owner, config.lock_timeout, config.max_recoveries)
     if claim is None:
-        _not_claimed(run_id, idx, item, task.name, fields)
-        return
+        raise _not_claimed(durable, task, fields)
+    _claimed(task, claim, fields)
     if claim.status == "cancelled":
         logger.info(
             "item %d of step %d (%s) of run %s not run: the run is cancelled or over",
@@ -204,11 +247,13 @@ def _claim_and_run(
             run_id,
             extra=fields,
         )
-        return
+        text = f"cancelled with its run {_line(task, fields)}"
+        raise taskevents.ended(durable.app, task.request.id, taskevents.CANCELLED, text)
     held = (run_id, idx, item, owner)
     durable.leases.track_item(held)
     try:
-        _run_claimed(durable, task, _Claimed(store, held), claim, fields)
+        value = _run_claimed(durable, task, _Claimed(store, held), claim, fields)
+        return _finished(durable, task, value, fields)
     except BaseException as exc:
         if not isinstance(exc, Exception) and _worker_shutting_down():
             # Cold shutdown: give the item back at once; not a failed attempt.
@@ -258,15 +303,19 @@ def _run_claimed(
     writer: _Claimed | _Opened,
     claim: ItemClaim,
     fields: dict[str, Any],
-) -> None:
+) -> Any:
+    """Run the claimed item and record its outcome; returns the step's value, raises the
+    step's exception when the item failed for good."""
     run_id, idx, item = fields["workflow_id"], fields["step_index"], fields["item"]
     config = durable.config
     step = durable.steps.get(claim.name)
     attempt = claim.attempts
     status, output, error = "error", None, None
+    value: Any = None
+    failure: Exception | None = None
     if step is None:
-        missing = PermanentError(f"no step {claim.name!r} is registered in this worker")
-        error = serialization.encode_error(missing)
+        failure = PermanentError(f"no step {claim.name!r} is registered in this worker")
+        error = serialization.encode_error(failure)
     else:
         args, kwargs = serialization.loads(claim.input)
         while True:
@@ -278,7 +327,7 @@ def _run_claimed(
             except Exception as exc:  # noqa: BLE001 - every failure is recorded or retried
                 retry = attempt < step.max_attempts and step.retryable(exc)
                 if not retry or isinstance(exc, NotSerialisable):
-                    error = serialization.encode_error(exc)
+                    error, failure = serialization.encode_error(exc), exc
                     break
                 delay = step.delay_after(attempt)
                 logger.warning(
@@ -301,7 +350,11 @@ def _run_claimed(
                     continue
                 # The backoff waits in the database; the sweeper publishes it when due.
                 writer.retry(delay, serialization.encode_error(exc))
-                return
+                line = taskevents.run_line(run_id, attempt, idx, step.name, item=item)
+                text = f"retry attempt {attempt + 1} in {delay:.2f}s {line}"
+                raise taskevents.ended(
+                    durable.app, task.request.id, taskevents.RETRIED, text, exception=safe_repr(exc)
+                ) from exc
     written = writer.settle(status, output, error, config.dispatch_grace)
     if written.outcome is not Outcome.RECORDED:
         logger.warning(
@@ -312,6 +365,20 @@ def _run_claimed(
             run_id,
             extra=fields,
         )
-        return
+        text = "ran, but another delivery recorded the item first (or its run was cancelled)"
+        raise taskevents.ended(durable.app, task.request.id, None, text)
+    logger.debug(
+        "item %d of step %d (%s) of run %s recorded %s%s",
+        item,
+        idx,
+        claim.name,
+        run_id,
+        status,
+        "; its run is woken" if written.woken is not None else "",
+        extra=fields,
+    )
     faults.reach(faults.AFTER_RECORD_ITEM, **fields)
     publish_woken(durable, written.woken, f"item {item} of step {idx} settled")
+    if failure is not None:
+        raise failure  # recorded: Celery's FAILURE shows it (the parent gets the record)
+    return value

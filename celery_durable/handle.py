@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from . import serialization, validate
 from .compensation import Compensation
 from .errors import WorkflowAlreadyCompleted, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
 from .fanout import cancel, publish_woken
+from .logs import run_fields
 from .operations import fork_run, resume_run
 from .signals import send_signal
 from .state import query, wait_for_state
@@ -30,6 +32,8 @@ from .store.outage import describe, is_unreachable, summary, unavailable
 
 if TYPE_CHECKING:
     from .extension import Durable
+
+logger = logging.getLogger("celery_durable.handle")
 
 
 class WorkflowStatus(str, enum.Enum):
@@ -187,6 +191,14 @@ class WorkflowHandle:
             raise WorkflowNotFound(self.id)
         if not cancelled.requested:
             raise WorkflowAlreadyCompleted(self.id, cancelled.status)
+        logger.info(
+            "workflow %s run %s: cancellation requested (%s); now %s",
+            self.name,
+            self.id,
+            reason or "no reason given",
+            cancelled.status,
+            extra=run_fields(self.id, self.name),
+        )
         if cancelled.status == WorkflowStatus.PENDING:
             self._publish_rollback()
         return WorkflowStatus(cancelled.status)

@@ -29,6 +29,7 @@ from .errors import (
     WorkflowNotFound,
     WorkflowNotResumable,
 )
+from .logs import run_fields
 from .store import (
     ALL_STATUSES,
     FINISHED_STATUSES,
@@ -177,12 +178,7 @@ def resume_run(durable: Durable, run_id: str) -> Resumed:
     if resumed.run is None:
         raise WorkflowNotResumable(run_id, resumed.status)
     run = resumed.run
-    fields = {
-        "workflow_id": run_id,
-        "workflow": run.name,
-        "attempt": resumed.attempts,
-        "step_index": resumed.from_step,
-    }
+    fields = run_fields(run_id, run.name, resumed.attempts, resumed.from_step)
     logger.info(
         "workflow %s run %s resumed (was %s after attempt %d): continues at step %d%s",
         run.name,
@@ -289,7 +285,7 @@ def fork_run(
             f"{finished}, so from_step can be 0 to {forked.finished}"
         )
     run = forked.run
-    fields = {"workflow_id": run.id, "workflow": run.name, "attempt": 0, "step_index": from_step}
+    fields = run_fields(run.id, run.name, 0, from_step)
     logger.info(
         "workflow %s run %s forked from run %s at step %d (steps before it kept)",
         run.name,
@@ -360,5 +356,5 @@ def _log_collected(what: str, collected: Collected, older_than: Any) -> None:
         collected.steps,
         collected.signals,
         collected.state,
-        extra={"workflow_id": None, "workflow": None, "attempt": None, "step_index": None},
+        extra=run_fields(None),
     )

@@ -15,7 +15,7 @@ Example::
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import serialization
 from .compensation import (
@@ -58,8 +58,9 @@ def resumable(ctx: WorkflowContext, claim: Claim) -> bool:
     return (claim.cancel_requested and claim.compensable) or _marker(ctx) is not None
 
 
-def resume(durable: Durable, ctx: WorkflowContext) -> Any:
-    """Finish (or start, for a cancelled saga) the rollback of a claimed run, and settle."""
+def resume(durable: Durable, ctx: WorkflowContext) -> str | None:
+    """Finish (or start, for a cancelled saga) the rollback of a claimed run, and settle;
+    the final status (None: the lease was lost)."""
     status = settle(durable, ctx, "CANCELLED", None, None)
     logger.info(
         "workflow %s run %s rolled back: %s",
@@ -68,7 +69,7 @@ def resume(durable: Durable, ctx: WorkflowContext) -> Any:
         status,
         extra=ctx.log_fields(),
     )
-    return None
+    return status
 
 
 def settle(

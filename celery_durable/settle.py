@@ -2,6 +2,8 @@
 
 Every way out of a workflow body ends in one of these; each writes the run's outcome (and
 the failed step's record, if it still has to be written) in one statement or transaction.
+A delivery that ends without the run's result or failure raises
+:class:`~celery_durable.taskevents.DeliveryEnded`, so Celery never reports it a SUCCESS.
 
 Example::
 
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import Retry
 
-from . import faults, serialization
+from . import faults, serialization, taskevents
 from .context import WorkflowContext
 from .errors import (
     ContinuedAsNew,
@@ -41,7 +43,7 @@ def settle_stop_or_error(
     durable: Durable, ctx: WorkflowContext, claim: Claim, exc: BaseException
 ) -> Any:
     fields = ctx.log_fields()
-    name, run_id = ctx.workflow_name, ctx.workflow_id
+    name, run_id, app = ctx.workflow_name, ctx.workflow_id, durable.app
     if isinstance(exc, Suspended):
         logger.info(
             "workflow %s run %s is %s; its worker slot is free",
@@ -50,7 +52,8 @@ def settle_stop_or_error(
             exc.reason,
             extra=fields,
         )
-        return f"suspended, {exc.reason}"
+        line = taskevents.ctx_line(ctx, max(ctx.next_index - 1, 0))  # the wait's step
+        raise taskevents.ended(app, run_id, taskevents.WAITING, f"{exc.reason} {line}")
     if isinstance(exc, LeaseLost):
         logger.warning(
             "workflow %s run %s lost its lease; another worker owns it now",
@@ -58,16 +61,21 @@ def settle_stop_or_error(
             run_id,
             extra=fields,
         )
-        return None
+        raise taskevents.ended(app, run_id, None, "lease lost; another delivery owns the run")
     if isinstance(exc, ContinuedAsNew):
         from .continued import settle_continued
 
-        return settle_continued(durable, ctx, exc)
+        if settle_continued(durable, ctx, exc) is None:
+            raise taskevents.ended(app, run_id, None, "not continued: cancelled or lease lost")
+        # The same task id is published again: to Celery this delivery is a retry.
+        text = f"continued as new {taskevents.ctx_line(ctx)}"
+        raise taskevents.ended(app, run_id, taskevents.RETRIED, text)
     if isinstance(exc, WorkflowCancelled) and exc.workflow_id == run_id:
         if finish_or_roll_back(durable, ctx, "CANCELLED", None, None):
             faults.reach(faults.AFTER_SETTLE, **fields)
             logger.info("workflow %s run %s cancelled: %s", name, run_id, exc.reason, extra=fields)
-        return None
+            raise _cancelled(durable, ctx, exc.reason)
+        raise taskevents.ended(app, run_id, None, "lease lost before the cancel was settled")
     if isinstance(exc, StoreUnavailable):
         logger.error(
             "workflow %s run %s stopped: %s; the sweeper resumes it once its lease expires",
@@ -80,7 +88,8 @@ def settle_stop_or_error(
     return _settle_error(durable, ctx, claim, exc)
 
 
-def settle_success(durable: Durable, ctx: WorkflowContext, encoded: str) -> bool:
+def settle_success(durable: Durable, ctx: WorkflowContext, encoded: str) -> None:
+    """Store the result; raises DeliveryEnded when the run was cancelled or lost instead."""
     fields = ctx.log_fields()
     failed = ctx.failed_step
     caught = failed.record if failed is not None and not failed.written else None
@@ -90,7 +99,7 @@ def settle_success(durable: Durable, ctx: WorkflowContext, encoded: str) -> bool
         logger.info(
             "workflow %s run %s succeeded", ctx.workflow_name, ctx.workflow_id, extra=fields
         )
-        return True
+        return
     if status == "CANCELLED":
         logger.info(
             "workflow %s run %s cancelled (cancel was requested before it settled)",
@@ -98,14 +107,21 @@ def settle_success(durable: Durable, ctx: WorkflowContext, encoded: str) -> bool
             ctx.workflow_id,
             extra=fields,
         )
-        return False
+        raise _cancelled(durable, ctx)
     logger.warning(
         "workflow %s run %s finished but lost its lease before settling",
         ctx.workflow_name,
         ctx.workflow_id,
         extra=fields,
     )
-    return False
+    raise taskevents.ended(durable.app, ctx.workflow_id, None, "lease lost before settling")
+
+
+def _cancelled(
+    durable: Durable, ctx: WorkflowContext, reason: str | None = None
+) -> taskevents.DeliveryEnded:
+    text = f"cancelled: {reason or 'cancel requested'} {taskevents.ctx_line(ctx)}"
+    return taskevents.ended(durable.app, ctx.workflow_id, taskevents.CANCELLED, text)
 
 
 def finish(
@@ -249,19 +265,19 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
         elif status == "CANCELLED":
             _child_cancelled_on_retry(durable, ctx)
             _log_cancelled_after_failure(ctx)
-            return None
+            raise _cancelled(durable, ctx)
         else:
             _log_lost_at_settle(ctx)
         if interrupted:
             raise exc
         when = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=delay)
-        raise Retry(
-            f"retry attempt {claim.attempts + 1} at {when.isoformat()}", exc=exc, when=when
-        ) from exc
+        # The message is the result Flower shows for RETRY (taskevents.WorkflowRequest).
+        message = f"retry attempt {claim.attempts + 1} at {when.isoformat()} {_line(ctx)}"
+        raise Retry(message, exc=exc, when=when) from exc
     status = finish_or_roll_back(durable, ctx, "FAILED", error, _failed_step_record(ctx, exc))
     if status == "CANCELLED":
         _log_cancelled_after_failure(ctx)
-        return None
+        raise _cancelled(durable, ctx)
     if status == "FAILED":
         faults.reach(faults.AFTER_SETTLE, **fields)
         logger.error(
@@ -273,11 +289,24 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
             exc,
             extra=fields,
         )
+        # Celery's FAILURE follows and wins; this carries the run's line into its result.
+        text = f"failed for good on attempt {claim.attempts} of {claim.max_attempts} {_line(ctx)}"
+        taskevents.emit(durable.app, ctx.workflow_id, taskevents.FAILING, result=text)
     else:
         _log_lost_at_settle(ctx)
     if not isinstance(exc, Exception) and not interrupted:
-        return None  # a child's WorkflowCancelled: settled; must not kill the pool process
+        # A child's WorkflowCancelled: settled; as a BaseException it would kill the pool
+        # process, so Celery gets its FAILURE as an Exception.
+        raise taskevents.RunFailed(f"{type(exc).__name__}: {exc}") from exc
     raise exc
+
+
+def _line(ctx: WorkflowContext) -> str:
+    """The run's line at the step that failed (or the next one)."""
+    failed = ctx.failed_step
+    if failed is None:
+        return taskevents.ctx_line(ctx)
+    return taskevents.ctx_line(ctx, failed.record.idx, failed.record.name)
 
 
 def _failed_step_record(

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Celery, bootsteps
 
-from . import serialization, validate
+from . import serialization, tracing, validate
 from .apps import durable_for, durables_of
 from .errors import PendingSignalsFull, WorkflowAlreadyCompleted, WorkflowNotFound
+from .logs import run_fields
 from .store import Outcome, is_unreachable
 from .suspend import check_signal_name
 
@@ -95,7 +96,7 @@ def send_signal(
         logger.exception(
             "publishing the wake-up of workflow %s failed; the sweeper will wake it",
             workflow_id,
-            extra={"workflow_id": workflow_id},
+            extra=run_fields(workflow_id),
         )
     return True
 
@@ -107,6 +108,7 @@ def publish_wake(durable: Durable, workflow_id: str, name: str) -> None:
 def _publish(durable: Durable, task_name: str, args: tuple[Any, ...], **options: Any) -> None:
     # Through the registered task rather than send_task: task_always_eager then runs the
     # whole signal path in-process, which makes eager mode a complete test harness.
+    tracing.add_link_headers(options)  # the run it wakes links back to the sender
     durable.app.tasks[task_name].apply_async(args, queue=durable.config.signal_queue, **options)
 
 
@@ -144,7 +146,7 @@ def _store_signal_here(
     durable: Durable, workflow_id: str, name: str, encoded: str, key: str
 ) -> bool:
     """Store (or refuse and keep) the signal directly; False: send it through the broker."""
-    fields = {"workflow_id": workflow_id, "signal": name}
+    fields = {**run_fields(workflow_id), "signal": name}
     try:
         stored = store_signal(durable, workflow_id, name, encoded, key)
     except WorkflowNotFound:
@@ -244,7 +246,7 @@ def register_tasks(app: Celery) -> None:
             problem = problem or f"no Durable serves the namespace {namespace!r} here"
             _drop_malformed(app, namespace, workflow_id, name, payload_json, problem)
             return False
-        fields = {"workflow_id": workflow_id, "signal": name}
+        fields = {**run_fields(workflow_id), "signal": name}
         try:
             try:
                 stored = store_signal(durable, workflow_id, name, payload_json, idempotency_key)
@@ -262,7 +264,8 @@ def register_tasks(app: Celery) -> None:
                 _refuse(durable, workflow_id, name, payload_json, idempotency_key, exc, fields)
                 return False
             if stored:
-                wake(durable, workflow_id, name)
+                with tracing.linked(task.request):
+                    wake(durable, workflow_id, name)
             return stored
         except Exception as exc:
             if not is_unreachable(exc):
@@ -282,7 +285,8 @@ def register_tasks(app: Celery) -> None:
     @app.task(name=WAKE_TASK, shared=False, lazy=False, acks_late=True, ignore_result=True)
     def wake_task(namespace: str, workflow_id: str, name: str) -> bool:
         # If this fails (store down), the signal is stored: the sweeper wakes the run.
-        return wake(durable_for(app, namespace), workflow_id, name)
+        with tracing.linked(wake_task.request):
+            return wake(durable_for(app, namespace), workflow_id, name)
 
 
 def _durable_or_none(app: Celery, namespace: str) -> Durable | None:
@@ -326,7 +330,7 @@ def _drop_malformed(
 ) -> None:
     """Log a malformed signal message once; keep it, with the reason, when its run and
     name can be stored at all, and never as data a workflow could consume."""
-    fields = {"workflow_id": repr(workflow_id)[:255], "signal": repr(name)[:255]}
+    fields = {**run_fields(repr(workflow_id)[:255]), "signal": repr(name)[:255]}
     durable = _durable_or_none(app, namespace) if isinstance(namespace, str) else None
     keepable = (
         durable is not None
@@ -358,6 +362,13 @@ def wake(durable: Durable, workflow_id: str, name: str) -> bool:
     if run is None:
         return False
     durable.publish(run.id, run.name, run.args, run.queue)
+    logger.info(
+        "workflow %s run %s woken by signal %r",
+        run.name,
+        run.id,
+        name,
+        extra={**run_fields(run.id, run.name), "signal": name},
+    )
     return True
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar
 
-from . import faults, serialization
+from . import faults, serialization, tracing
 from .context import FailedStep, WorkflowContext
 from .errors import (
     LeaseLost,
@@ -173,48 +173,51 @@ class Step(Generic[P, R]):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> R:
-        attempt = 0
-        started = time.monotonic()  # the step's duration includes its in-process retries
-        while True:
-            attempt += 1
-            ctx.in_step = True
-            try:
-                value = self.fn(*args, **kwargs)
-            except Exception as exc:
-                if attempt < self.max_attempts and self.retryable(exc):
-                    delay = self.delay_after(attempt)
-                    logger.warning(
-                        "step %s failed (attempt %d of %d), retrying in %.2fs: %r",
-                        self.name,
-                        attempt,
-                        self.max_attempts,
-                        delay,
-                        exc,
-                        extra=ctx.log_fields(index),
-                    )
-                    time.sleep(delay)
-                    continue
+        """Run the step (retrying in-process) and record its outcome, in its own span."""
+        with tracing.step(self.name, index, ctx.workflow_id):
+            attempt = 0
+            started = time.monotonic()  # the step's duration includes its in-process retries
+            while True:
+                attempt += 1
+                ctx.in_step = True
+                try:
+                    value = self.fn(*args, **kwargs)
+                except Exception as exc:
+                    if attempt < self.max_attempts and self.retryable(exc):
+                        delay = self.delay_after(attempt)
+                        logger.warning(
+                            "step %s failed (attempt %d of %d), retrying in %.2fs: %r",
+                            self.name,
+                            attempt,
+                            self.max_attempts,
+                            delay,
+                            exc,
+                            extra=ctx.log_fields(index),
+                        )
+                        tracing.event("retry", attempt=attempt, error=repr(exc), delay=delay)
+                        time.sleep(delay)
+                        continue
+                    took = time.monotonic() - started
+                    raise self._failed(ctx, index, step_input, exc, took) from None
+                finally:
+                    ctx.in_step = False
                 took = time.monotonic() - started
-                raise self._failed(ctx, index, step_input, exc, took) from None
-            finally:
-                ctx.in_step = False
-            took = time.monotonic() - started
-            try:
-                output = serialization.encode_value(f"step {self.name}", value)
-            except NotSerialisable as exc:
-                raise self._failed(ctx, index, step_input, exc, took) from None
-            done = StepRecord(index, self.name, "ok", step_input, output, None, took)
-            if self.commit == "deferred":
-                ctx.defer(done)
-                if ctx.deferred_due():
-                    flush_deferred(ctx)
+                try:
+                    output = serialization.encode_value(f"step {self.name}", value)
+                except NotSerialisable as exc:
+                    raise self._failed(ctx, index, step_input, exc, took) from None
+                done = StepRecord(index, self.name, "ok", step_input, output, None, took)
+                if self.commit == "deferred":
+                    ctx.defer(done)
+                    if ctx.deferred_due():
+                        flush_deferred(ctx)
+                    self._note_compensable(ctx)
+                    faults.reach(faults.AFTER_DEFER_STEP, **ctx.log_fields(index))
+                    return serialization.loads(output)  # type: ignore[no-any-return]
+                stored = record(ctx, done)
                 self._note_compensable(ctx)
-                faults.reach(faults.AFTER_DEFER_STEP, **ctx.log_fields(index))
-                return serialization.loads(output)  # type: ignore[no-any-return]
-            stored = record(ctx, done)
-            self._note_compensable(ctx)
-            # Return what replay will return (JSON round trip), so both paths agree.
-            return serialization.loads(stored.output or "null")  # type: ignore[no-any-return]
+                # Return what replay will return (JSON round trip), so both paths agree.
+                return serialization.loads(stored.output or "null")  # type: ignore[no-any-return]
 
     def _note_compensable(self, ctx: WorkflowContext) -> None:
         """A finished step with a compensation: mark the run, once, so that cancelling
@@ -326,12 +329,22 @@ def flush_deferred(ctx: WorkflowContext) -> None:
 def record(ctx: WorkflowContext, step: StepRecord) -> StepRecord:
     """Persist a step under the run's fencing token, with the deferred steps' records the
     run holds; stop the body if the lease is gone."""
+    carried = ctx.take_deferred()
     with store_guard(ctx):
-        written = ctx.store.record_step(
-            ctx.workflow_id, ctx.fence, step, carried=ctx.take_deferred()
-        )
+        written = ctx.store.record_step(ctx.workflow_id, ctx.fence, step, carried=carried)
     if written.outcome is Outcome.RECORDED:
         ctx.history[step.idx] = step
+        for each in (*carried, step):
+            logger.debug(
+                "workflow %s run %s: step %d (%s) recorded %s%s",
+                ctx.workflow_name,
+                ctx.workflow_id,
+                each.idx,
+                each.name,
+                each.status,
+                " (deferred)" if each is not step else "",
+                extra=ctx.log_fields(each.idx),
+            )
         faults.reach(faults.AFTER_RECORD_STEP, **ctx.log_fields(step.idx))
         return step
     if written.stored is None:

@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
 
 from . import faults, serialization, validate
@@ -25,6 +26,8 @@ from .context import WorkflowContext
 from .errors import Suspended
 from .step import check_replay, record, stop_writing, store_guard, write_caught_failure
 from .store import Outcome, StepRecord
+
+logger = logging.getLogger("celery_durable.suspend")
 
 SLEEP_STEP = "celery_durable.sleep"
 SIGNAL_STEP_PREFIX = "celery_durable.signal:"
@@ -79,6 +82,14 @@ def wait_step(
             if taken.outcome in (Outcome.LEASE_LOST, Outcome.CANCELLED):
                 stop_writing(ctx)
             if taken.outcome is Outcome.RECORDED:
+                logger.debug(
+                    "workflow %s run %s: step %d consumed signal %r",
+                    ctx.workflow_name,
+                    ctx.workflow_id,
+                    index,
+                    signal,
+                    extra=ctx.log_fields(index),
+                )
                 payload = taken.payload
                 ctx.history[index] = StepRecord(index, step_name, "ok", step_input, payload, None)
                 faults.reach(faults.AFTER_CONSUME_SIGNAL, **ctx.log_fields(index))
@@ -106,12 +117,17 @@ def wait_step(
         if outcome is not Outcome.SUSPENDED:
             stop_writing(ctx)
         faults.reach(faults.AFTER_SUSPEND, **ctx.log_fields(index))
-        what = f"signal {signal!r}" if signal is not None else "its timer"
-        until = "" if deadline is None else f" until {_iso(deadline)}"
-        raise ctx.stop(Suspended(f"waiting for {what}{until}"))
+        raise ctx.stop(Suspended(describe_wait(signal, deadline)))
 
 
-def _iso(timestamp: float) -> str:
+def describe_wait(signal: str | None, deadline: float | None) -> str:
+    """``waiting for signal 'approval' until 2026-...``: what a suspended run waits for."""
+    what = f"signal {signal!r}" if signal is not None else "its timer"
+    until = "" if deadline is None else f" until {iso_time(deadline)}"
+    return f"waiting for {what}{until}"
+
+
+def iso_time(timestamp: float) -> str:
     return dt.datetime.fromtimestamp(timestamp, dt.timezone.utc).isoformat(timespec="seconds")
 
 

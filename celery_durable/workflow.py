@@ -22,18 +22,20 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from celery import Task
 from celery.exceptions import Reject
+from kombu.utils.encoding import safe_repr
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from . import serialization, validate
+from . import serialization, taskevents, tracing, validate
 from .compose import ChildHandle, start_child
 from .errors import WorkflowAlreadyExists
 from .execution import TRANSACTIONAL_HEADER, ClaimUnavailable, execute, request_header
 from .handle import WorkflowHandle
+from .logs import log_started, run_fields
 from .store import NewRun
 from .store.outage import is_unreachable, unavailable
 
@@ -68,6 +70,8 @@ class WorkflowTask(Task):  # type: ignore[misc]
     reject_on_worker_lost = True
     ignore_result = True
     typing = False
+    # Reports each delivery to Flower truthfully (WAITING, not SUCCESS; see taskevents).
+    Request = "celery_durable.taskevents:WorkflowRequest"
 
     # -- start -------------------------------------------------------------------------
 
@@ -122,7 +126,9 @@ class WorkflowTask(Task):  # type: ignore[misc]
             if if_exists == "return":
                 return WorkflowHandle(durable, run_id, definition.name)
             raise WorkflowAlreadyExists(run_id)
+        tracing.add_start_headers(options)  # the caller's trace goes on in the first attempt
         handle = WorkflowHandle(durable, run_id, definition.name)
+        log_started(definition.name, run_id, run.start_delay)
         if run.start_delay is not None:
             return handle  # the sweeper publishes it when due: no long ETA message
         if connection is None:
@@ -157,7 +163,9 @@ class WorkflowTask(Task):  # type: ignore[misc]
         new_run = self._new_run(call_args, call_kwargs, options)
 
         def publish(child_id: str) -> None:
-            self._publish_started(call_args, call_kwargs, child_id, dict(options))
+            child_options = dict(options)
+            tracing.add_start_headers(child_options)  # a child span of the parent's step
+            self._publish_started(call_args, call_kwargs, child_id, child_options)
 
         encoded = serialization.encode_arguments(
             f"workflow {self.definition.name}", self.definition.fn, call_args, call_kwargs
@@ -239,7 +247,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 "publishing workflow %s run %s failed; the sweeper will dispatch it",
                 self.definition.name,
                 run_id,
-                extra={"workflow_id": run_id, "workflow": self.definition.name},
+                extra=run_fields(run_id, self.definition.name, 0),
             )
 
     def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
@@ -259,23 +267,24 @@ class WorkflowTask(Task):  # type: ignore[misc]
         request = self.request
         if request.called_directly:
             return self.definition.fn(*args, **kwargs)
-        try:
-            return execute(self.durable, self.definition, request)
-        except ClaimUnavailable as unavailable:
-            if request.is_eager:
-                raise unavailable.__cause__ or unavailable from None
-            return self._redeliver_later(args, kwargs, unavailable)
+        with tracing.delivery(self.definition.name, request):
+            try:
+                return execute(self.durable, self.definition, request)
+            except ClaimUnavailable as unavailable:
+                if request.is_eager:
+                    raise unavailable.__cause__ or unavailable from None
+                self._redeliver_later(args, kwargs, unavailable)
 
     def _redeliver_later(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], unavailable: ClaimUnavailable
-    ) -> None:
+    ) -> NoReturn:
         """The database was unreachable at the claim: publish this delivery again a little
         later (backing off) instead of dropping it, and acknowledge this one. Not an
-        attempt of the run: nothing ran."""
+        attempt of the run: nothing ran (Flower shows RETRY, not SUCCESS)."""
         request = self.request
         redeliveries = int(request_header(request, REDELIVERY_HEADER) or 0)
         delay = min(0.5 * 2**redeliveries, _MAX_REDELIVERY_DELAY)
-        headers: dict[str, Any] = {REDELIVERY_HEADER: redeliveries + 1}
+        headers: dict[str, Any] = {REDELIVERY_HEADER: redeliveries + 1, **tracing.carried(request)}
         if request_header(request, TRANSACTIONAL_HEADER):
             headers[TRANSACTIONAL_HEADER] = True
         delivery = getattr(request, "delivery_info", None) or {}
@@ -289,7 +298,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
             unavailable.__cause__,
             delay,
             redeliveries + 1,
-            extra={"workflow_id": request.id, "workflow": self.definition.name},
+            extra=run_fields(request.id, self.definition.name),
         )
         try:
             Task.apply_async(
@@ -300,6 +309,9 @@ class WorkflowTask(Task):  # type: ignore[misc]
             raise Reject(
                 f"could not publish run {request.id} again: {exc!r}", requeue=True
             ) from exc
+        text = f"the database is unreachable; delivering run {request.id} again in {delay:.1f}s"
+        cause = safe_repr(unavailable.__cause__)
+        raise taskevents.ended(self.app, request.id, taskevents.RETRIED, text, exception=cause)
 
 
 def _start_delay(countdown: Any, eta: Any) -> float | None:

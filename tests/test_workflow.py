@@ -289,7 +289,7 @@ def test_steps_outside_a_workflow_are_plain_calls(basic_app, key, rds):
 
 
 def test_get_is_woken_by_notify_not_by_polling(basic_app, shared_worker, key, rds, monkeypatch):
-    from celery_durable.store.connections import Listener
+    from celery_durable.store.listener import Listener
 
     # The polling fallback now sleeps longer than the timeout: only NOTIFY can wake get().
     monkeypatch.setattr(Listener, "first_poll", 120.0)

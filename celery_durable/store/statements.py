@@ -355,14 +355,27 @@ class SweepStatements(Builder):
         self.wake_run = wake.where(
             runs.c.id == bindparam("p_run_id"), runs.c.wait_signal == bindparam("p_signal")
         )
+        # Only a wake-up lost for a dispatch grace: the signal's own wake-up message comes
+        # first, so the resumed run links back to the signal's sender (tracing).
         signalled = select(signals.c.run_id).where(
             signals.c.namespace == namespace,
             signals.c.consumed_at.is_(None),
             signals.c.run_id == runs.c.id,
             signals.c.name == runs.c.wait_signal,
+            signals.c.created_at <= now - bindparam("p_grace"),
+        )
+        # Driven from the few pending signals (their partial index), not from every
+        # waiting run: 100,000 runs waiting on timers must not cost the sweeper a scan.
+        pending_for = select(signals.c.run_id).where(
+            signals.c.namespace == namespace,
+            signals.c.consumed_at.is_(None),
+            signals.c.created_at <= now - bindparam("p_grace"),
         )
         self.wake_signalled_runs = wake.where(
-            registered, runs.c.wait_signal.isnot(None), exists(signalled)
+            registered,
+            runs.c.wait_signal.isnot(None),
+            runs.c.id.in_(pending_for),
+            exists(signalled),
         )
 
 

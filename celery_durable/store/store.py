@@ -23,8 +23,9 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from ..errors import ConfigurationError
-from .connections import Connections, Listener, parse_listen_url, parse_url
+from .connections import Connections, parse_listen_url, parse_url
 from .item_ops import ItemOps
+from .listener import Listener
 from .longlived_ops import LongLivedOps
 from .longlived_statements import LongLivedStatements
 from .operations import StoreOperations

@@ -59,7 +59,7 @@ class SweepOps:
 
     def wake_signalled_runs(self, grace: float, names: Sequence[str]) -> list[DueRun]:
         """Wake every waiting run of the workflows ``names`` that has a matching
-        unconsumed signal (lost wake-ups)."""
+        unconsumed signal stored at least ``grace`` seconds ago (a lost wake-up)."""
         with self.db.write() as conn:
             rows = conn.execute(
                 self.sql.sweep.wake_signalled_runs, params(grace=grace, names=list(names))

@@ -36,6 +36,10 @@ app.conf.update(
     worker_hijack_root_logger=True,
 )
 durable = Durable(app)  # every setting from CELERY_DURABLE_* env vars
+if os.environ.get("TEST_TRACE_FILE"):  # a tracing test reads this worker's spans
+    from tests.support.tracefile import install_file_exporter
+
+    install_file_exporter(os.environ["TEST_TRACE_FILE"])
 _redis = redis.Redis.from_url(
     os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0"), decode_responses=True
 )
@@ -412,3 +416,10 @@ def versioned(key: str, n: int) -> str:
 @durable.workflow
 def four_steps(key: str) -> list[str]:
     return [versioned(key, n) for n in range(1, 5)]
+
+
+@durable.workflow(max_attempts=2, retry_backoff=60)
+def retried_later(key: str) -> None:
+    """Fails its first attempt; the retry waits a minute (a test cancels it first)."""
+    numbered(key, 1)
+    raise RuntimeError(f"retry me {key}")
