@@ -326,6 +326,9 @@ def test_gc_deletes_finished_runs_with_their_rows_in_batches_and_nothing_alive(s
 def test_gc_keeps_runs_that_finished_after_the_cutoff(store):
     make(store, "old", "wf", "FAILED")
     store.insert_run(new_run("slow"))  # created before the cutoff...
+    # SQLite's clock has millisecond steps: "old" must finish strictly before the cutoff.
+    made = store.now()
+    wait_until(lambda: store.now() > made, 5, message="the clock to move on")
     cutoff = store.now()
     wait_until(lambda: store.now() > cutoff, 5, message="the clock to move on")
     claim = store.claim_run("slow", "w", lease=30)
