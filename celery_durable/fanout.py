@@ -174,7 +174,7 @@ def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int)
         _claimed(task, opened.claim, fields)
         durable.leases.track_open_item(opened)
         try:
-            value = _run_claimed(durable, task, _Opened(opened), opened.claim, fields)
+            value = _run_claimed(durable, task, opened, opened.claim, fields)
         except BaseException:
             opened.abandon()  # a no-op once the outcome is written
             raise
@@ -278,19 +278,6 @@ class _Claimed:
         return self.store.retry_item(run_id, idx, item, owner, delay, error)
 
 
-class _Opened:
-    """Where an item run in its open transaction records its outcome."""
-
-    def __init__(self, opened: OpenItem) -> None:
-        self.opened = opened
-
-    def settle(self, status: str, output: str | None, error: str | None, grace: float) -> ItemWrite:
-        return self.opened.settle(status, output, error, grace)
-
-    def retry(self, delay: float, error: str) -> bool:
-        return self.opened.retry(delay, error)
-
-
 def _worker_shutting_down() -> bool:
     from celery.worker import state
 
@@ -300,7 +287,7 @@ def _worker_shutting_down() -> bool:
 def _run_claimed(
     durable: Durable,
     task: Task,
-    writer: _Claimed | _Opened,
+    writer: _Claimed | OpenItem,
     claim: ItemClaim,
     fields: dict[str, Any],
 ) -> Any:
