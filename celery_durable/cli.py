@@ -184,8 +184,9 @@ def show(
         if status == "waiting" and finished:
             status = f"not reached (run {run.status.lower()} while waiting)"
         line = f"  step {step.idx}: {step.name} {status}"
-        if step.duration is not None:
-            line += f"  {console.span(step.duration)}"
+        times = console.step_times(step)
+        if times:
+            line += f"  {times}"
         definition = instance.steps.get(step.name)
         if definition is not None and definition.max_attempts > 1:
             # Step retries happen inside each workflow attempt: the two multiply.

@@ -232,6 +232,8 @@ def step_json(step: StepRecord) -> dict[str, Any]:
         "name": step.name,
         "status": step.status,
         "duration": step.duration,
+        "started_at": iso(step.started_at),
+        "attempt": step.attempt,
         "input": _loaded(step.input),
         "output": _loaded(step.output),
         "error": None if error is None else {k: error.get(k) for k in ("type", "message")},
@@ -279,6 +281,17 @@ def details_json(details: RunDetails) -> dict[str, Any]:
         ],
         "state_keys": [{"key": k.key, "updated_at": iso(k.updated_at)} for k in details.state_keys],
     }
+
+
+def step_times(step: StepRecord) -> str:
+    """``1.20s  attempt 2  started 2026-11-30T06:21:40.512Z``: what is known of when a step
+    ran (rows from before migration 0006 know only their duration)."""
+    parts = [] if step.duration is None else [span(step.duration)]
+    if step.attempt is not None:
+        parts.append(f"attempt {step.attempt}")
+    if step.started_at is not None:
+        parts.append(f"started {iso(step.started_at)}")
+    return "  ".join(parts)
 
 
 def times_line(run: RunRecord) -> str:

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 import celery_durable as cd
-from celery_durable import Durable
+from celery_durable import Durable, console
 from celery_durable.cli import durable as durable_group
 from celery_durable.redact import redactor_of
 
@@ -82,6 +82,21 @@ def test_pages_redact_and_escape_and_cut_long_outputs(durable, flows):
     assert client.get("/run/nope").status_code == 404
 
 
+def test_the_step_timeline_shows_each_steps_attempt_and_start(durable, flows):
+    handle = flows.login.delay("al")
+    step = durable.store.load_steps(handle.id)[0]
+    assert step.started_at is not None and step.attempt == 1
+    html = client_of(durable).get(f"/run/{handle.id}").get_data(as_text=True)
+    head = re.search(r'<li class="step" id="step-0">.*?</div>', html, re.S)
+    assert head is not None, html
+    started = console.iso(step.started_at)
+    assert '<span class="attempt">attempt 1</span>' in head.group(0)
+    assert f'started <time datetime="{started}" title="{started}">{started[11:23]}</time>' in (
+        head.group(0)
+    )
+    assert re.search(r"\(\+\d+\.\d\ds\)", head.group(0))  # after the run's start
+
+
 def test_cli_show_json_applies_durable_redact(durable, flows):
     handle = flows.login.delay("al")
     done = CliRunner().invoke(
@@ -90,6 +105,8 @@ def test_cli_show_json_applies_durable_redact(durable, flows):
     assert done.exit_code == 0, done.output
     shown = json.loads(done.output)
     assert shown["steps"][0]["input"] == [[{"user": "al", "Password": "***"}], {}]
+    assert shown["steps"][0]["attempt"] == 1
+    assert shown["steps"][0]["started_at"].startswith(shown["started_at"][:10])
     assert SECRET not in done.output
 
 

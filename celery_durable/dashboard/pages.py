@@ -105,6 +105,20 @@ def _items_by_step(rows: list[ItemRow], max_items: int) -> dict[int, dict[str, A
     return out
 
 
+def started_of(started_at: float | None, run_started: float | None) -> dict[str, str] | None:
+    """When a step began: the full time, the time of day (the run page's timeline) and how
+    long after the run's first start (none for a step copied from a fork's origin)."""
+    if started_at is None:
+        return None
+    iso = console.iso(started_at) or ""
+    after = None if run_started is None else started_at - run_started
+    return {
+        "iso": iso,
+        "clock": iso[11:23],
+        "after": "" if after is None or after < -0.001 else "+" + console.span(after),
+    }
+
+
 def run_page(
     durable: Durable, run_id: str, redact: Redactor, max_items: int = 100
 ) -> dict[str, Any] | None:
@@ -129,6 +143,8 @@ def run_page(
                 "name": step.name,
                 "status": status,
                 "duration": console.span(step.duration) if step.duration is not None else "-",
+                "attempt": step.attempt,
+                "started": started_of(step.started_at, run.started_at),
                 "bar": round(100 * (step.duration or 0.0) / longest, 1),
                 "input": shown(step.input, redact),
                 "output": None if step.output is None else shown(step.output, redact),

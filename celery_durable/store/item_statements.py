@@ -66,6 +66,8 @@ class ItemStatements(Builder):
                 status="started",
                 input=bindparam("p_input"),
                 created_at=now,
+                started_at=now,
+                attempt=self.run_attempt,
             )
             .on_conflict_do_nothing()
             .returning(steps.c.idx)

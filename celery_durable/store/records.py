@@ -75,6 +75,18 @@ class StepRecord:
     # Seconds the step took (its function, in-process retries included) or, for a wait,
     # waited; None when not measured (steps recorded before this column existed).
     duration: float | None = None
+    # When the step began (its first try; a wait: when it began waiting; a fan-out step:
+    # when it was dispatched), on the database's clock; None for rows from before
+    # migration 0006.
+    started_at: float | None = None
+    # The run's attempt that ran the step (a wait or fan-out step: the one that began it).
+    attempt: int | None = None
+    # Not stored: ``time.monotonic()`` in the writing process when the step began. The
+    # write turns it into ``started_at`` (the database's clock minus the time since), so a
+    # deferred step's record, written later, still says when the step ran.
+    began: float | None = dataclasses.field(
+        default=None, compare=False, repr=False, metadata={"stored": False}
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -148,6 +148,9 @@ def build_tables(prefix: str) -> Tables:
         Column("error", Text),
         Column("created_at", Float, nullable=False),
         Column("duration", Float),
+        # When the step began and the run's attempt that ran it (migration 0006).
+        Column("started_at", Float),
+        Column("attempt", Integer),
     )
     signals = Table(
         f"{prefix}signals",

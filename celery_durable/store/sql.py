@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,7 +28,12 @@ def params(**values: Any) -> dict[str, Any]:
 
 
 def step_params(run_id: str, fence: int, step: StepRecord) -> dict[str, Any]:
-    """The parameters of ``record_step`` for ``step`` of the run (under its fence)."""
+    """The parameters of ``record_step`` for ``step`` of the run (under its fence).
+
+    ``ago``: seconds since the step began, on this process's monotonic clock, taken now,
+    just before the write: the row's ``started_at`` is the database's clock minus it (0
+    for a record that says nothing of when it began: a wait or a marker begins now)."""
+    ago = 0.0 if step.began is None else max(0.0, time.monotonic() - step.began)
     return params(
         run_id=run_id,
         fence=fence,
@@ -38,6 +44,7 @@ def step_params(run_id: str, fence: int, step: StepRecord) -> dict[str, Any]:
         output=step.output,
         error=step.error,
         duration=step.duration,
+        ago=ago,
     )
 
 
@@ -52,10 +59,12 @@ def write_carried(
 
 def columns_of(table: Any, record: type, **computed: Any) -> tuple[Any, ...]:
     """The columns that fill ``record``, in its field order (rows unpack into it);
-    ``computed`` gives an expression for a field that is not a column of ``table``."""
+    ``computed`` gives an expression for a field that is not a column of ``table``. Fields
+    marked ``metadata={"stored": False}`` (last, with a default) are left out."""
     return tuple(
         computed[field.name].label(field.name) if field.name in computed else table.c[field.name]
         for field in dataclasses.fields(record)
+        if field.metadata.get("stored", True)
     )
 
 
@@ -80,6 +89,7 @@ class Builder:
             self.run_is, runs.c.fence == bindparam("p_fence"), runs.c.status == "RUNNING"
         )
         self.live = and_(self.fenced, runs.c.cancel_requested == false())
+        self.run_attempt = select(runs.c.attempts).where(self.run_is).scalar_subquery()
 
     def step_row(self) -> dict[str, Any]:
         """The values of a step row written from ``step_params`` (record_step's)."""
@@ -94,6 +104,10 @@ class Builder:
             "error": bindparam("p_error"),
             "created_at": self.now,
             "duration": bindparam("p_duration", type_=Float),
+            "started_at": self.now - bindparam("p_ago", type_=Float),
+            # The run's attempt counter under the writer's fence (a fenced write is this
+            # claim's); fenced_upsert takes it from the run row it already locks.
+            "attempt": self.run_attempt,
         }
 
     def insert(self, table: Any) -> Any:
@@ -135,14 +149,17 @@ class Builder:
         """
         ins: Any
         if self.is_postgres:
+            runs = self.tables.runs
             live_run = (
-                select(self.tables.runs.c.id)
+                select(runs.c.id, runs.c.attempts)
                 .where(self.live if guard is None else guard)
                 .with_for_update(read=True)
                 .cte("live_run")
             )
+            # The run's attempt from the row the CTE read, not a second lookup.
+            taken = {"attempt": live_run.c.attempts} if "attempt" in values else {}
             ins = postgresql.insert(table).from_select(
-                list(values), select(*values.values()).select_from(live_run)
+                list(values), select(*{**values, **taken}.values()).select_from(live_run)
             )
         else:
             ins = sqlite.insert(table).values(values)

@@ -248,12 +248,23 @@ class StepStatements(Builder):
 
         # A wait's row is written "waiting" when the run suspends and "ok" when it
         # resumes: its duration is the time between the two, on the database's clock.
+        # A wait or a fan-out step ("started") that ends keeps when, and in which attempt,
+        # it began; a failed step that runs again takes the new run's.
         def waited(excluded: Any) -> dict[str, Any]:
             resumed = and_(steps.c.status == "waiting", excluded.status == "ok")
+            began = or_(steps.c.status == "waiting", steps.c.status == "started")
             return {
                 "duration": case(
                     (resumed, excluded.created_at - steps.c.created_at), else_=excluded.duration
-                )
+                ),
+                "started_at": case(
+                    (began, func.coalesce(steps.c.started_at, steps.c.created_at)),
+                    else_=excluded.started_at,
+                ),
+                "attempt": case(
+                    (began, func.coalesce(steps.c.attempt, excluded.attempt)),
+                    else_=excluded.attempt,
+                ),
             }
 
         # Insert-or-verify: a stored "ok" row is never overwritten; a failed or waiting
