@@ -130,8 +130,13 @@ def test_runs_page_filters_searches_and_says_what_is_wrong(durable, flows):
     waiting = flows.approval.apply_async(("bo",), workflow_id="other-1")
     client = client_of(durable)
     ids = re.compile(r'data-run="([^"]+)"')
-    everything = ids.findall(client.get("/").get_data(as_text=True))
+    html = client.get("/").get_data(as_text=True)
+    everything = ids.findall(html)
     assert set(everything) >= {h.id for h in handles} | {waiting.id}
+    # Each run's current step: the last it recorded (the wait), with its full name.
+    row = re.search(r'<tr data-run="other-1">.*?</tr>', html, re.S)
+    assert row is not None
+    assert 'title="celery_durable.signal:go (waiting)">1: signal:go</span>' in row.group(0)
     assert ids.findall(client.get("/?q=user-").get_data(as_text=True)) == [
         "user-0",
         "user-1",

@@ -293,7 +293,9 @@ def test_the_readme_example_live_in_the_dashboard(
             failed = checkouts[2]  # 2,500: over the bad deploy's limit, on both attempts
             expect(row[failed.id]).to_contain_text("✕ failed", timeout=30 * SECONDS)
             expect(row[failed.id]).to_contain_text("ValueError: amount 2500 is over the card")
+            expect(row[failed.id]).to_contain_text("1: charge")  # the step it ended on
             expect(row[refund.id]).to_contain_text("‖ waiting")
+            expect(row[refund.id]).to_contain_text("0: signal:approval")
             assert page.evaluate("window.__loaded") == "once"  # all of it without a reload
             screenshot(page, "dashboard-runs.png", tmp_path)
 

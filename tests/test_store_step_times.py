@@ -13,6 +13,7 @@ import time
 import sqlalchemy as sa
 
 from celery_durable.store import Outcome, StepRecord, Store
+from celery_durable.store.dashboard_reads import CurrentStep, current_steps
 from tests.support.waiting import wait_until
 from tests.test_store import new_run
 from tests.test_store_items import fan, started
@@ -143,3 +144,13 @@ def test_the_engine_records_when_strict_deferred_and_retried_steps_began(durable
     assert retried.started_at - close <= tries[0] < tries[2]
     assert tries[2] <= retried.started_at + retried.duration + close
     assert retried.duration >= 0.3  # backoffs of 0.1 and 0.2
+
+
+def test_current_steps_are_the_last_recorded_step_of_each_run(store):
+    fence = claimed(store, "t4")
+    for idx in range(3):
+        assert store.record_step("t4", fence, ok(idx, 0.0, 0.0)).outcome is Outcome.RECORDED
+    claimed(store, "t5")  # no step yet
+    current = current_steps(store, ["t4", "t5", "missing"])
+    assert current == {"t4": CurrentStep("t4", 2, "s", "ok")}
+    assert current_steps(store, []) == {}

@@ -19,7 +19,12 @@ from .. import console
 from ..operations import describe_run
 from ..redact import Redactor
 from ..store import ALL_STATUSES, FINISHED_STATUSES, ItemRow, RunStats
-from ..store.dashboard_reads import consumed_signals, recent_durations, runs_by_id_prefix
+from ..store.dashboard_reads import (
+    consumed_signals,
+    current_steps,
+    recent_durations,
+    runs_by_id_prefix,
+)
 from .values import VALUE_LIMIT, error_of, percentile, run_row, shown
 
 PAGE_SIZE = 50
@@ -70,8 +75,9 @@ def runs_page(durable: Durable, args: Mapping[str, Any], stats: RunStats) -> dic
     else:
         page = durable.list_runs(statuses or None, workflow, since, until, PAGE_SIZE, after)
         runs, cursor = page.runs, page.cursor
+    current = current_steps(durable.store, [run.id for run in runs])
     return {
-        "rows": [run_row(run, stats.now) for run in runs],
+        "rows": [run_row(run, stats.now, current.get(run.id)) for run in runs],
         "cursor": cursor,
         "filters": {
             "status": [s.upper() for s in statuses],
