@@ -209,6 +209,19 @@ def test_send_a_signal_and_watch_the_run_finish_with_a_script_shown_as_text(page
     assert page.locator("main script, main img").count() == 0
 
 
+def test_the_pages_fit_a_phone(browser, board, waiting_run):
+    """390 px wide: no page scrolls sideways; the runs table turns into cards."""
+    with page_of(browser, board) as phone:
+        phone.set_viewport_size({"width": 390, "height": 844})
+        wider = "document.documentElement.scrollWidth - window.innerWidth"
+        for path in ("/", f"/run/{waiting_run.id}", "/workflows"):
+            phone.goto(path)
+            expect(phone.locator("main")).to_be_visible()
+            assert phone.evaluate(wider) <= 0, path
+        phone.goto("/")
+        assert phone.locator("table.runs thead").is_hidden()
+
+
 def test_basic_auth_refuses_a_wrong_password(browser, board):
     from playwright.sync_api import Error
 
