@@ -1,8 +1,8 @@
 """Reads only the dashboard needs: recent run durations (p50/p95), an id prefix search, a
 run's consumed signals and the current (last recorded) step of each run on a page.
 
-Both go through the settled-run indexes or the primary key and stop at a limit, so they
-cost the same with a million finished runs as with a hundred. The statements are built
+Each goes through the settled-run indexes or the primary key and stops at a limit, so it
+costs the same with a million finished runs as with a hundred. The statements are built
 once per store, from the store's own tables, without touching the hot path's statements.
 
 Example::
@@ -57,7 +57,7 @@ class CurrentStep:
 
 
 class DashboardStatements(Builder):
-    """The dashboard's two reads, for one store's tables, dialect and namespace."""
+    """The dashboard's reads, for one store's tables, dialect and namespace."""
 
     def __init__(self, store: Store) -> None:
         ops = store.sql.ops
