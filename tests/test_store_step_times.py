@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import sqlalchemy as sa
 
+from celery_durable import console
+from celery_durable.dashboard.pages import step_when
 from celery_durable.store import Outcome, StepRecord, Store
 from celery_durable.store.dashboard_reads import CurrentStep, current_steps
+from celery_durable.store.migrations import current, upgrade
+from tests.support.services import PG_URL, drop_tables, unique
 from tests.support.waiting import wait_until
 from tests.test_store import new_run
 from tests.test_store_items import fan, started
@@ -154,3 +159,31 @@ def test_current_steps_are_the_last_recorded_step_of_each_run(store):
     current = current_steps(store, ["t4", "t5", "missing"])
     assert current == {"t4": CurrentStep("t4", 2, "s", "ok")}
     assert current_steps(store, []) == {}
+
+
+@pytest.mark.parametrize("database", ["postgresql", "sqlite"])
+def test_steps_recorded_before_0006_say_nothing_of_start_or_attempt(database, tmp_path):
+    prefix = unique("m")[:9] + "_"
+    url = PG_URL if database == "postgresql" else f"sqlite:///{tmp_path}/old.sqlite3"
+    store = Store(url, prefix, "ns")
+    try:
+        upgrade(store, "0005")
+        steps = sa.Table(f"{prefix}steps", sa.MetaData(), autoload_with=store.engine)
+        assert "started_at" not in steps.c and "attempt" not in steps.c
+        row = {"namespace": "ns", "run_id": "old", "idx": 0, "name": "s", "status": "ok"}
+        with store.engine.begin() as conn:
+            conn.execute(
+                sa.insert(steps).values(
+                    **row, input="[]", output="1", created_at=1.8e9, duration=0.5
+                )
+            )
+        upgrade(store)
+        assert current(store) == "0006"
+        old = store.load_steps("old")[0]
+        assert (old.output, old.duration, old.started_at, old.attempt) == ("1", 0.5, None, None)
+        assert console.step_times(old) == "0.50s"  # what `durable show` prints of it
+        assert step_when(old, 1.8e9) == ""  # and the run page: nothing
+    finally:
+        store.dispose()
+        if database == "postgresql":
+            drop_tables(PG_URL, prefix)

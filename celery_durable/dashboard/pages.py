@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .. import console
 from ..operations import describe_run
 from ..redact import Redactor
-from ..store import ALL_STATUSES, FINISHED_STATUSES, ItemRow, RunStats
+from ..store import ALL_STATUSES, FINISHED_STATUSES, ItemRow, RunStats, StepRecord
 from ..store.dashboard_reads import (
     consumed_signals,
     current_steps,
@@ -111,18 +111,18 @@ def _items_by_step(rows: list[ItemRow], max_items: int) -> dict[int, dict[str, A
     return out
 
 
-def started_of(started_at: float | None, run_started: float | None) -> dict[str, str] | None:
-    """When a step began: the full time, the time of day (the run page's timeline) and how
-    long after the run's first start (none for a step copied from a fork's origin)."""
-    if started_at is None:
-        return None
-    iso = console.iso(started_at) or ""
-    after = None if run_started is None else started_at - run_started
-    return {
-        "iso": iso,
-        "clock": iso[11:23],
-        "after": "" if after is None or after < -0.001 else "+" + console.span(after),
-    }
+def step_when(step: StepRecord, run_started: float | None) -> str:
+    """``attempt 2 · started 11:11:50.935 (+1.21s)``: the run's attempt that ran the step,
+    its time of day and how long after the run's first start (not for a step copied from a
+    fork's origin, which ran before); "" for a row from before migration 0006."""
+    parts = [] if step.attempt is None else [f"attempt {step.attempt}"]
+    if step.started_at is not None:
+        began = f"started {(console.iso(step.started_at) or '')[11:23]}"
+        after = None if run_started is None else step.started_at - run_started
+        if after is not None and after > -0.001:
+            began += f" (+{console.span(after)})"
+        parts.append(began)
+    return " · ".join(parts)
 
 
 def run_page(
@@ -149,8 +149,8 @@ def run_page(
                 "name": step.name,
                 "status": status,
                 "duration": console.span(step.duration) if step.duration is not None else "-",
-                "attempt": step.attempt,
-                "started": started_of(step.started_at, run.started_at),
+                "when": step_when(step, run.started_at),
+                "started_at": console.iso(step.started_at),
                 "bar": round(100 * (step.duration or 0.0) / longest, 1),
                 "input": shown(step.input, redact),
                 "output": None if step.output is None else shown(step.output, redact),
