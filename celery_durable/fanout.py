@@ -277,6 +277,10 @@ class _Claimed:
         run_id, idx, item, owner = self.held
         return self.store.retry_item(run_id, idx, item, owner, delay, error)
 
+    def count_attempt(self, error: str) -> bool:
+        run_id, idx, item, owner = self.held
+        return self.store.count_item_attempt(run_id, idx, item, owner, error)
+
 
 def _worker_shutting_down() -> bool:
     from celery.worker import state
@@ -330,9 +334,11 @@ def _run_claimed(
                     exc,
                     extra=fields,
                 )
-                if task.request.is_eager:
-                    # Eager mode has no sweeper to publish it again: retry in-process.
+                if task.request.is_eager and isinstance(writer, _Claimed):
+                    # Eager mode has no sweeper to publish it again: retry in-process,
+                    # counting the attempt on the item's row as a worker's retry would.
                     time.sleep(delay)
+                    writer.count_attempt(serialization.encode_error(exc))
                     attempt += 1
                     continue
                 # The backoff waits in the database; the sweeper publishes it when due.

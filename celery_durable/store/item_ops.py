@@ -274,6 +274,13 @@ class ItemOps:
         with self.db.write() as conn:
             return conn.execute(self.sql.items.retry_item, values).first() is not None
 
+    def count_item_attempt(self, run_id: str, idx: int, item: int, owner: str, error: str) -> bool:
+        """One more attempt of a held item that retries in-process (eager mode), after the
+        failure ``error``. False when ``owner`` no longer holds the item."""
+        values = params(run_id=run_id, idx=idx, item=item, owner=owner, error=error)
+        with self.db.write() as conn:
+            return conn.execute(self.sql.items.count_item_attempt, values).rowcount > 0
+
     def renew_item_leases(self, held: Sequence[tuple[str, int, int, str]], lease: float) -> int:
         """Renew the leases of the items a process runs: (run_id, idx, item, owner)."""
         renewed = 0

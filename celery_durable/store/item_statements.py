@@ -241,6 +241,12 @@ class ItemStatements(Builder):
             .returning(items.c.item)
         )
         held = and_(self.key, items.c.status == "running", items.c.owner == bindparam("p_owner"))
+        # Eager mode retries in-process, still claimed: each new attempt is counted here.
+        self.count_item_attempt = (
+            update(items)
+            .where(held)
+            .values(attempts=items.c.attempts + 1, error=bindparam("p_error"))
+        )
         self.renew_item_lease = update(items).where(held).values(due_at=now + bindparam("p_lease"))
         self.release_item = (
             update(items)
