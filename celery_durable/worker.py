@@ -21,7 +21,7 @@ from celery import bootsteps
 
 from . import faults, operations, serialization
 from .apps import durables_of
-from .fanout import cancel, publish_woken
+from .fanout import REVOKED, cancel, publish_woken, revoke_item
 from .leases import FailureLog, backoff
 from .logs import run_fields
 from .store import FINISHED_STATUSES, DueRun
@@ -182,7 +182,8 @@ class Sweeper:
         return collected.total
 
     def cancel_revoked(self) -> list[str]:
-        """Cancel the runs whose task id this worker was told to revoke.
+        """Cancel the runs, and revoke the items, whose task id this worker was told to
+        revoke.
 
         ``celery control revoke`` (and Flower's Revoke button) only drops deliveries of the
         id; a run is published again under the same id (retries, wake-ups, recovery), so
@@ -195,7 +196,10 @@ class Sweeper:
         self._revoked_seen = revoked
         cancelled = []
         for run_id in fresh:
-            done = cancel(self.durable, run_id, "revoked (celery control revoke)")
+            if revoke_item(self.durable, run_id):
+                cancelled.append(run_id)
+                continue
+            done = cancel(self.durable, run_id, REVOKED)
             requested, status = done.requested, done.status
             if requested:
                 cancelled.append(run_id)

@@ -45,6 +45,7 @@ STATUS_ICONS = {
     "running": "▶",
     "pending": "○",
     "cancelled": "⊘",
+    "revoked": "⊘",
 }
 
 

@@ -23,6 +23,7 @@ from sqlalchemy import Connection
 from .connections import Connections
 from .open_items import CLAIM, OpenItem
 from .records import (
+    ITEM_FAILED,
     DueItem,
     DueRun,
     FanOut,
@@ -151,7 +152,7 @@ class ItemOps:
                 if state is None:
                     state = states[idx] = FanOutState([], {}, 0)
                 state.outputs.append(output if status == "ok" else None)
-                if status in ("error", "cancelled"):
+                if status in ITEM_FAILED:
                     state.failures[item] = ItemFailure(status, error)
                 elif status != "ok":
                     state.unsettled += 1
@@ -254,6 +255,21 @@ class ItemOps:
             written = conn.execute(sql.settle_item, values).first()
             if written is None:
                 return ItemWrite(Outcome.LEASE_LOST)
+            return ItemWrite(Outcome.RECORDED, self._wake_on(conn, run, written.awaited, values))
+
+    def revoke_item(
+        self, run_id: str, idx: int, item: int, error: str, grace: float
+    ) -> ItemWrite | None:
+        """Settle an unsettled item "revoked" with ``error`` (its task id was revoked),
+        whether pending or running: no delivery of it runs or records it afterwards.
+        Wakes the parent if it waited for this last item. None: no such unsettled item."""
+        sql = self.sql.items
+        values = params(run_id=run_id, idx=idx, item=item, error=error, grace=grace)
+        with self.db.transaction() as conn:
+            run = conn.execute(sql.settle_item_lock_run, values).first()
+            written = conn.execute(sql.revoke_item, values).first()
+            if written is None:
+                return None
             return ItemWrite(Outcome.RECORDED, self._wake_on(conn, run, written.awaited, values))
 
     def _wake_on(

@@ -367,6 +367,20 @@ class ItemStatements(Builder):
                 finished_at=now,
             )
         )
+        # A revoke of the item's task id (celery control revoke): settled "revoked" whatever
+        # it is doing; a delivery still running it then finds its outcome not recorded.
+        self.revoke_item = (
+            update(items)
+            .where(self.key, unsettled, items.c.child_id.is_(None))
+            .values(
+                status="revoked",
+                error=bindparam("p_error"),
+                owner=None,
+                due_at=None,
+                finished_at=now,
+            )
+            .returning(items.c.awaited)
+        )
         self.cancel_run_children = select(items.c.child_id).where(
             of_run, unsettled, items.c.child_id.isnot(None), items.c.detached == false()
         )

@@ -210,10 +210,15 @@ class LostItem:
     owner: str
 
 
+# The settled states of an item that hold no output: failed for good, cancelled with its
+# run (or a child cancelled), revoked by its task id.
+ITEM_FAILED = ("error", "cancelled", "revoked")
+
+
 @dataclasses.dataclass(frozen=True)
 class ItemFailure:
-    status: str  # "error" or "cancelled"
-    error: str | None  # the encoded error (for a cancelled child: its reason)
+    status: str  # one of ITEM_FAILED
+    error: str | None  # the encoded error (for a cancelled item or child: its reason)
 
 
 @dataclasses.dataclass
