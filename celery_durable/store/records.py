@@ -198,6 +198,7 @@ class DueItem:
     item: int
     name: str
     queue: str | None
+    dispatches: int  # counting the one the sweep is taking it for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,6 +244,18 @@ class ItemRow:
     attempts: int
     child_id: str | None
     child_status: str | None
+    queue: str | None
+    dispatches: int  # messages published for it; pending with attempts 0: not started
+
+    @property
+    def not_started(self) -> bool:
+        """Published to its queue, never started: waiting for a worker of ``queue``."""
+        return (
+            self.status == "pending"
+            and self.attempts == 0
+            and self.dispatches > 0
+            and self.child_id is None
+        )
 
 
 # -- operations (list, stats) ----------------------------------------------------------------
