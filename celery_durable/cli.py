@@ -158,18 +158,20 @@ def show(
         raise click.ClickException(str(exc)) from None
     if details is None:
         raise click.ClickException(f"no workflow run {workflow_id!r}")
+    unstarted = console.unstarted_queues(rows)
+    # Only when items wait unstarted: ask the workers (a broadcast, about a second).
+    consumed = consumed_queues(instance.app) if unstarted else None
+    idle = unstarted - consumed if consumed is not None else set()
     if as_json:
         shown = console.details_json(details)
         mask = redactor_of(instance.app.conf.get("durable_redact"))
         for step in shown["steps"]:
             step["input"], step["output"] = mask(step["input"]), mask(step["output"])
+        shown["items"] = [console.item_json(row) for row in rows]
+        shown["unconsumed_queues"] = sorted(idle)
         click.echo(json.dumps(shown))
         return
     run = details.run
-    unstarted = console.unstarted_queues(rows)
-    # Only when items wait unstarted: ask the workers (a broadcast, about a second).
-    consumed = consumed_queues(instance.app) if unstarted else None
-    idle = unstarted - consumed if consumed is not None else set()
     # A suspended run gives its attempt back, so a run that ran shows at least attempt 1.
     attempt = max(run.attempts, 1 if run.started_at is not None else 0)
     click.echo(f"{run.id}  {run.name}  {run.status}  attempt {attempt}/{run.max_attempts}")

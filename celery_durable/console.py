@@ -344,6 +344,20 @@ def unstarted_queues(rows: Sequence[ItemRow]) -> set[str]:
     return {row.queue for row in rows if row.not_started and row.queue}
 
 
+def item_json(row: ItemRow) -> dict[str, Any]:
+    """An item for ``durable show --json``."""
+    return {
+        "step": row.idx,
+        "item": row.item,
+        "status": row.status,
+        "attempts": row.attempts,
+        "queue": row.queue,
+        "not_started": row.not_started,
+        "child": row.child_id,
+        "child_status": row.child_status,
+    }
+
+
 def item_lines(rows: Sequence[ItemRow], max_items: int, idle: set[str]) -> list[str]:
     """A fan-out's items (counts by state, the queues its unstarted items wait in, then
     one line each) or its child. ``idle``: queues no running worker consumes."""

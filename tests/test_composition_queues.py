@@ -4,6 +4,8 @@ Celery task's would; the sweeper names the queue in a warning and publishes no c
 
 from __future__ import annotations
 
+import json
+
 from celery_durable import WorkflowStatus
 from tests.conftest import GPU_QUEUE
 from tests.support.services import BROKER_URL, effects, queue_length
@@ -41,6 +43,11 @@ def test_items_on_an_unconsumed_queue_wait_there_visibly_without_copies(
         f"{GPU_QUEUE!r}: start one (celery worker -Q {GPU_QUEUE})"
     ) in shown.stdout, shown.stdout
     assert f"item 2: pending, not started (published to queue {GPU_QUEUE!r})" in shown.stdout
+    listed = json.loads(celery("durable", "show", handle.id, "--json").stdout)
+    assert listed["unconsumed_queues"] == [GPU_QUEUE]
+    assert [(i["item"], i["status"], i["queue"], i["not_started"]) for i in listed["items"]] == [
+        (n, "pending", GPU_QUEUE, True) for n in range(3)
+    ]
 
     gpu = start_worker("gpu", queues=GPU_QUEUE)
     assert handle.get(timeout=60) == ["page-0", "page-1", "page-2"]
