@@ -194,7 +194,8 @@ class Sweeper:
             logger.warning(
                 "no worker consumes queue %r: %d item(s) of step %s (run %s%s) were published "
                 "to it and have not started; start a worker for it (celery worker -Q %s). "
-                "Their messages wait in the queue; the sweeper publishes no copies meanwhile",
+                "Their messages wait in the queue; the sweeper publishes no copies meanwhile "
+                "(no running worker listed the queue in its reply to inspect active_queues)",
                 queue,
                 len(waiting),
                 waiting[0].name,
