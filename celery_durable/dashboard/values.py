@@ -46,6 +46,7 @@ STATUS_ICONS = {
     "running": "▶",
     "pending": "○",
     "cancelled": "⊘",
+    "revoked": "⊘",
 }
 
 

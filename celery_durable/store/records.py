@@ -210,6 +210,7 @@ class DueItem:
     item: int
     name: str
     queue: str | None
+    dispatches: int  # counting the one the sweep is taking it for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,10 +223,15 @@ class LostItem:
     owner: str
 
 
+# The settled states of an item that hold no output: failed for good, cancelled with its
+# run (or a child cancelled), revoked by its task id.
+ITEM_FAILED = ("error", "cancelled", "revoked")
+
+
 @dataclasses.dataclass(frozen=True)
 class ItemFailure:
-    status: str  # "error" or "cancelled"
-    error: str | None  # the encoded error (for a cancelled child: its reason)
+    status: str  # one of ITEM_FAILED
+    error: str | None  # the encoded error (for a cancelled item or child: its reason)
 
 
 @dataclasses.dataclass
@@ -250,6 +256,18 @@ class ItemRow:
     attempts: int
     child_id: str | None
     child_status: str | None
+    queue: str | None
+    dispatches: int  # messages published for it; pending with attempts 0: not started
+
+    @property
+    def not_started(self) -> bool:
+        """Published to its queue, never started: waiting for a worker of ``queue``."""
+        return (
+            self.status == "pending"
+            and self.attempts == 0
+            and self.dispatches > 0
+            and self.child_id is None
+        )
 
 
 # -- operations (list, stats) ----------------------------------------------------------------
