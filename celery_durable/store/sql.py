@@ -15,7 +15,18 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Float, and_, bindparam, false, func, literal, literal_column, select
+from sqlalchemy import (
+    Float,
+    and_,
+    bindparam,
+    case,
+    false,
+    func,
+    literal,
+    literal_column,
+    or_,
+    select,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from .records import StepRecord
@@ -108,6 +119,30 @@ class Builder:
             # The run's attempt counter under the writer's fence (a fenced write is this
             # claim's); fenced_upsert takes it from the run row it already locks.
             "attempt": self.run_attempt,
+        }
+
+    def step_resumed(self, excluded: Any) -> dict[str, Any]:
+        """``record_step``'s columns computed on conflict, from the stored row and the new.
+
+        A wait's row is written "waiting" when the run suspends and "ok" when it resumes:
+        its duration is the time between the two, on the database's clock. A wait or a
+        fan-out step ("started") that ends keeps when, and in which attempt, it began; a
+        failed step that runs again takes the new run's."""
+        steps = self.tables.steps
+        resumed = and_(steps.c.status == "waiting", excluded.status == "ok")
+        began = or_(steps.c.status == "waiting", steps.c.status == "started")
+        return {
+            "duration": case(
+                (resumed, excluded.created_at - steps.c.created_at), else_=excluded.duration
+            ),
+            "started_at": case(
+                (began, func.coalesce(steps.c.started_at, steps.c.created_at)),
+                else_=excluded.started_at,
+            ),
+            "attempt": case(
+                (began, func.coalesce(steps.c.attempt, excluded.attempt)),
+                else_=excluded.attempt,
+            ),
         }
 
     def insert(self, table: Any) -> Any:

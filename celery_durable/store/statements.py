@@ -246,27 +246,6 @@ class StepStatements(Builder):
             self.check_live.with_for_update() if self.is_postgres else self.check_live
         )
 
-        # A wait's row is written "waiting" when the run suspends and "ok" when it
-        # resumes: its duration is the time between the two, on the database's clock.
-        # A wait or a fan-out step ("started") that ends keeps when, and in which attempt,
-        # it began; a failed step that runs again takes the new run's.
-        def waited(excluded: Any) -> dict[str, Any]:
-            resumed = and_(steps.c.status == "waiting", excluded.status == "ok")
-            began = or_(steps.c.status == "waiting", steps.c.status == "started")
-            return {
-                "duration": case(
-                    (resumed, excluded.created_at - steps.c.created_at), else_=excluded.duration
-                ),
-                "started_at": case(
-                    (began, func.coalesce(steps.c.started_at, steps.c.created_at)),
-                    else_=excluded.started_at,
-                ),
-                "attempt": case(
-                    (began, func.coalesce(steps.c.attempt, excluded.attempt)),
-                    else_=excluded.attempt,
-                ),
-            }
-
         # Insert-or-verify: a stored "ok" row is never overwritten; a failed or waiting
         # frontier step is.
         self.record_step = self.fenced_upsert(
@@ -275,7 +254,7 @@ class StepStatements(Builder):
             conflict=[steps.c.namespace, steps.c.run_id, steps.c.idx],
             updates=("name", "status", "input", "output", "error", "created_at"),
             where=steps.c.status != "ok",
-            computed=waited,
+            computed=self.step_resumed,
         ).returning(steps.c.idx)
         self.last_step_output = (
             select(steps.c.output)
