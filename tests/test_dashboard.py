@@ -20,6 +20,7 @@ import celery_durable as cd
 from celery_durable import Durable, console
 from celery_durable.cli import durable as durable_group
 from celery_durable.redact import redactor_of
+from celery_durable.store.records import NewRun
 
 pytest.importorskip("flask")
 
@@ -148,6 +149,20 @@ def test_runs_page_filters_searches_and_says_what_is_wrong(durable, flows):
     assert "<html" not in live and "other-1" in live
     workflows = client.get("/workflows").get_data(as_text=True)
     assert re.search(r"\.login</a>.*?<td class=\"num\"><a[^>]*>3</a>", workflows, re.S)
+
+
+def test_the_runs_table_says_when_each_run_started(durable, flows):
+    done = flows.login.apply_async(("al",), workflow_id="started-1")
+    durable.store.insert_run(NewRun("queued-1", flows.login.name, "[[],{}]", None, 1, 0.0, 60.0))
+    html = client_of(durable).get("/").get_data(as_text=True)
+    record = durable.store.get_run(done.id)
+    assert record is not None and record.started_at is not None
+    started = re.search(r'<tr data-run="started-1">.*?</tr>', html, re.S)
+    assert started is not None
+    assert f">{console.iso(record.started_at, False)}</td>" in started.group(0)
+    assert f'title="created {console.iso(record.created_at, False)}"' in started.group(0)
+    queued = re.search(r'<tr data-run="queued-1">.*?</tr>', html, re.S)
+    assert queued is not None and "not yet" in queued.group(0)
 
 
 def test_actions_say_what_happened_and_refuse_what_they_cannot_do(durable, flows):

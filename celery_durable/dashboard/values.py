@@ -126,6 +126,7 @@ def run_row(run: RunSummary, now: float, step: CurrentStep | None = None) -> dic
         "workflow": run.name,
         "status": run.status,
         "created": console.iso(run.created_at, False),
+        "started": console.iso(run.started_at, False) if run.started_at is not None else None,
         "took": console.span(took) if took is not None else "-",
         "attempt": console.attempts_of(run),
         "detail": cut(console.detail(run)),
