@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -63,10 +64,14 @@ class Sweeper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._revoked_seen: set[str] = set()
-        self.queues = QueueWatch(durable.app, max(durable.config.dispatch_grace, 5.0))
         self._warned: dict[str, float] = {}
         self.failures = FailureLog(durable, "celery_durable sweep")
         self._next_retention = 0.0
+
+    @functools.cached_property
+    def queues(self) -> QueueWatch:
+        # Made on first use, not in __init__: the config is read from app.conf on first use.
+        return QueueWatch(self.durable.app, max(self.durable.config.dispatch_grace, 5.0))
 
     def start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
