@@ -14,7 +14,17 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Float, and_, bindparam, false, func, literal, literal_column, select
+from sqlalchemy import (
+    Float,
+    and_,
+    bindparam,
+    case,
+    false,
+    func,
+    literal,
+    literal_column,
+    select,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from .records import StepRecord
@@ -48,6 +58,17 @@ def write_carried(
     caller checked that it holds the run: they commit with its write, or not at all."""
     for step in carried:
         conn.execute(record_step, step_params(run_id, fence, step))
+
+
+def waited_duration(steps: Any, excluded: Any) -> dict[str, Any]:
+    """A wait's row is written "waiting" when the run suspends and "ok" when it resumes:
+    its duration is the time between the two, on the database's clock."""
+    resumed = and_(steps.c.status == "waiting", excluded.status == "ok")
+    return {
+        "duration": case(
+            (resumed, excluded.created_at - steps.c.created_at), else_=excluded.duration
+        )
+    }
 
 
 def columns_of(table: Any, record: type, **computed: Any) -> tuple[Any, ...]:

@@ -33,12 +33,13 @@ from sqlalchemy import (
     update,
 )
 
+from .carry_statements import CarryStatements
 from .item_statements import ItemStatements
 from .open_items import OpenItemStatements
 from .operation_statements import OperationStatements
 from .records import DueRun, RunRecord, StepRecord
 from .schema import ACTIVE_STATUSES, Tables
-from .sql import Builder, columns_of
+from .sql import Builder, columns_of, waited_duration
 from .state_statements import StateStatements
 
 
@@ -144,7 +145,7 @@ class RunStatements(Builder):
 
         # A run whose cancellation was requested ends CANCELLED, whatever the body did after.
         cancelled = runs.c.cancel_requested == true()
-        self.settle_run = self.with_notify(
+        self.settle_update = (
             update(runs)
             .where(self.fenced)
             .values(
@@ -158,9 +159,9 @@ class RunStatements(Builder):
                 finished_at=now,
                 updated_at=now,
             )
-            .returning(runs.c.id, runs.c.status),
-            "id",
-            "status",
+        )
+        self.settle_run = self.with_notify(
+            self.settle_update.returning(runs.c.id, runs.c.status), "id", "status"
         )
         self.schedule_retry = (
             update(runs)
@@ -246,16 +247,6 @@ class StepStatements(Builder):
             self.check_live.with_for_update() if self.is_postgres else self.check_live
         )
 
-        # A wait's row is written "waiting" when the run suspends and "ok" when it
-        # resumes: its duration is the time between the two, on the database's clock.
-        def waited(excluded: Any) -> dict[str, Any]:
-            resumed = and_(steps.c.status == "waiting", excluded.status == "ok")
-            return {
-                "duration": case(
-                    (resumed, excluded.created_at - steps.c.created_at), else_=excluded.duration
-                )
-            }
-
         # Insert-or-verify: a stored "ok" row is never overwritten; a failed or waiting
         # frontier step is.
         self.record_step = self.fenced_upsert(
@@ -264,7 +255,7 @@ class StepStatements(Builder):
             conflict=[steps.c.namespace, steps.c.run_id, steps.c.idx],
             updates=("name", "status", "input", "output", "error", "created_at"),
             where=steps.c.status != "ok",
-            computed=waited,
+            computed=lambda excluded: waited_duration(steps, excluded),
         ).returning(steps.c.idx)
         self.last_step_output = (
             select(steps.c.output)
@@ -444,6 +435,7 @@ class Statements:
     def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
         self.runs = RunStatements(tables, dialect, namespace)
         self.steps = StepStatements(tables, dialect, namespace)
+        self.carry = CarryStatements(tables, dialect, namespace, self.runs)
         self.sweep = SweepStatements(tables, dialect, namespace)
         self.signals = SignalStatements(tables, dialect, namespace)
         self.state = StateStatements(tables, dialect, namespace)
