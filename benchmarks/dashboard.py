@@ -66,6 +66,8 @@ def insert_long_run(durable: Durable, run_id: str, steps: int = STEPS) -> None:
                     "error": None,
                     "created_at": now - 59 + idx * 0.05,
                     "duration": 0.01 + (idx % 10) * 0.003,
+                    "started_at": now - 59 + idx * 0.05 - (0.01 + (idx % 10) * 0.003),
+                    "attempt": 1,
                 }
                 for idx in range(steps)
             ],

@@ -29,6 +29,7 @@ import click
 
 from . import console, validate
 from .apps import durables_of
+from .consumers import consumed_queues
 from .dashboard.command import dashboard_command
 from .errors import (
     DatabaseUnavailable,
@@ -157,11 +158,17 @@ def show(
         raise click.ClickException(str(exc)) from None
     if details is None:
         raise click.ClickException(f"no workflow run {workflow_id!r}")
+    unstarted = console.unstarted_queues(rows)
+    # Only when items wait unstarted: ask the workers (a broadcast, about a second).
+    consumed = consumed_queues(instance.app) if unstarted else None
+    idle = unstarted - consumed if consumed is not None else set()
     if as_json:
         shown = console.details_json(details)
         mask = redactor_of(instance.app.conf.get("durable_redact"))
         for step in shown["steps"]:
             step["input"], step["output"] = mask(step["input"]), mask(step["output"])
+        shown["items"] = [console.item_json(row) for row in rows]
+        shown["unconsumed_queues"] = sorted(idle)
         click.echo(json.dumps(shown))
         return
     run = details.run
@@ -184,8 +191,9 @@ def show(
         if status == "waiting" and finished:
             status = f"not reached (run {run.status.lower()} while waiting)"
         line = f"  step {step.idx}: {step.name} {status}"
-        if step.duration is not None:
-            line += f"  {console.span(step.duration)}"
+        times = console.step_times(step)
+        if times:
+            line += f"  {times}"
         definition = instance.steps.get(step.name)
         if definition is not None and definition.max_attempts > 1:
             # Step retries happen inside each workflow attempt: the two multiply.
@@ -197,31 +205,12 @@ def show(
         click.echo(line)
         if step.error and step.status != "ok":
             click.echo(f"    {console.error_summary(step.error)}")
-        _show_items(items.get(step.idx, []), max_items)
+        for item_line in console.item_lines(items.get(step.idx, []), max_items, idle):
+            click.echo(item_line)
     _echo_if(console.signals_line(details))
     _echo_if(console.state_line(details))
     if run.error:
         click.echo(f"error: {console.error_summary(run.error, width=500)}")
-
-
-def _show_items(rows: list[ItemRow], max_items: int) -> None:
-    """A fan-out's items (counts by state, then one line each) or its child."""
-    if not rows:
-        return
-    if rows[0].child_id is not None:
-        child = rows[0]
-        click.echo(f"    child {child.child_id}: {child.child_status or 'missing'}")
-        return
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row.status] = counts.get(row.status, 0) + 1
-    summary = ", ".join(f"{status} {count}" for status, count in sorted(counts.items()))
-    click.echo(f"    {len(rows)} item(s): {summary}")
-    shown = rows if max_items <= 0 else rows[:max_items]
-    for row in shown:
-        click.echo(f"    item {row.item}: {row.status} (attempt {row.attempts})")
-    if len(shown) < len(rows):
-        click.echo(f"    ... {len(rows) - len(shown)} more (--max-items 0 lists all)")
 
 
 def _echo_if(line: str | None) -> None:

@@ -177,7 +177,7 @@ def _compensate_one(ctx: WorkflowContext, original: StepRecord) -> Compensation:
             )
             error = serialization.encode_error(exc)
             took = time.monotonic() - started
-            failed = StepRecord(index, name, "error", step_input, None, error, took)
+            failed = StepRecord(index, name, "error", step_input, None, error, took, began=started)
             write_fenced(ctx, failed)
             done = Compensation.of(failed)
             assert done is not None
@@ -185,6 +185,7 @@ def _compensate_one(ctx: WorkflowContext, original: StepRecord) -> Compensation:
         finally:
             ctx.in_step = False
         took = time.monotonic() - started
-        write_fenced(ctx, StepRecord(index, name, "ok", step_input, output, None, took))
+        done_ok = StepRecord(index, name, "ok", step_input, output, None, took, began=started)
+        write_fenced(ctx, done_ok)
         return Compensation(original.name, original.idx, "ok")
     raise AssertionError("unreachable")  # pragma: no cover

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .operations import RunDetails
-from .store import FINISHED_STATUSES, RunRecord, RunStats, RunSummary, StepRecord
+from .store import FINISHED_STATUSES, ItemRow, RunRecord, RunStats, RunSummary, StepRecord
 
 ERROR_WIDTH = 70
 STATUS_COLUMNS = ("PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED")
@@ -232,6 +232,8 @@ def step_json(step: StepRecord) -> dict[str, Any]:
         "name": step.name,
         "status": step.status,
         "duration": step.duration,
+        "started_at": iso(step.started_at),
+        "attempt": step.attempt,
         "input": _loaded(step.input),
         "output": _loaded(step.output),
         "error": None if error is None else {k: error.get(k) for k in ("type", "message")},
@@ -279,6 +281,17 @@ def details_json(details: RunDetails) -> dict[str, Any]:
         ],
         "state_keys": [{"key": k.key, "updated_at": iso(k.updated_at)} for k in details.state_keys],
     }
+
+
+def step_times(step: StepRecord) -> str:
+    """``1.20s  attempt 2  started 2026-11-30T06:21:40.512Z``: what is known of when a step
+    ran (rows from before migration 0006 know only their duration)."""
+    parts = [] if step.duration is None else [span(step.duration)]
+    if step.attempt is not None:
+        parts.append(f"attempt {step.attempt}")
+    if step.started_at is not None:
+        parts.append(f"started {iso(step.started_at)}")
+    return "  ".join(parts)
 
 
 def times_line(run: RunRecord) -> str:
@@ -337,3 +350,56 @@ def state_line(details: RunDetails) -> str | None:
     if not details.state_keys:
         return None
     return "state keys: " + ", ".join(repr(k.key) for k in details.state_keys)
+
+
+def unstarted_queues(rows: Sequence[ItemRow]) -> set[str]:
+    """The queues holding items that were published and never started."""
+    return {row.queue for row in rows if row.not_started and row.queue}
+
+
+def item_json(row: ItemRow) -> dict[str, Any]:
+    """An item for ``durable show --json``."""
+    return {
+        "step": row.idx,
+        "item": row.item,
+        "status": row.status,
+        "attempts": row.attempts,
+        "queue": row.queue,
+        "not_started": row.not_started,
+        "child": row.child_id,
+        "child_status": row.child_status,
+    }
+
+
+def item_lines(rows: Sequence[ItemRow], max_items: int, idle: set[str]) -> list[str]:
+    """A fan-out's items (counts by state, the queues its unstarted items wait in, then
+    one line each) or its child. ``idle``: queues no running worker consumes."""
+    if not rows:
+        return []
+    if rows[0].child_id is not None:
+        child = rows[0]
+        return [f"    child {child.child_id}: {child.child_status or 'missing'}"]
+    counts: dict[str, int] = {}
+    waiting: dict[str, int] = {}
+    for row in rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
+        if row.not_started:
+            queue = row.queue or "(default)"
+            waiting[queue] = waiting.get(queue, 0) + 1
+    summary = ", ".join(f"{status} {count}" for status, count in sorted(counts.items()))
+    lines = [f"    {len(rows)} item(s): {summary}"]
+    for queue, count in sorted(waiting.items()):
+        line = f"    {count} item(s) published to queue {queue!r}, not started"
+        if queue in idle:
+            line += f"; no worker consumes {queue!r}: start one (celery worker -Q {queue})"
+        lines.append(line)
+    shown = rows if max_items <= 0 else rows[:max_items]
+    for row in shown:
+        if row.not_started:
+            where = f"queue {row.queue!r}" if row.queue else "the default queue"
+            lines.append(f"    item {row.item}: pending, not started (published to {where})")
+        else:
+            lines.append(f"    item {row.item}: {row.status} (attempt {row.attempts})")
+    if len(shown) < len(rows):
+        lines.append(f"    ... {len(rows) - len(shown)} more (--max-items 0 lists all)")
+    return lines

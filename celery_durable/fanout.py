@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery, Task
+from celery.exceptions import TaskRevokedError
 from kombu.utils.encoding import safe_repr
 
 from . import faults, serialization, taskevents, tracing
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
     from .store import Store
 
 logger = logging.getLogger("celery_durable.items")
+
+# The reason a revoked item (or run) records.
+REVOKED = "revoked (celery control revoke)"
 
 
 def item_task_id(run_id: str, idx: int, item: int) -> str:
@@ -123,6 +127,33 @@ def cancel(durable: Durable, run_id: str, reason: str | None) -> Cancellation:
     for woken in cancelled.woken:
         publish_woken(durable, woken, "a child it waited for was cancelled")
     return cancelled
+
+
+def revoke_item(durable: Durable, task_id: str) -> bool:
+    """``celery control revoke`` of an item's task id (``<run id>:<step>:<item>``): settle
+    the item "revoked" in the store, so that no delivery of it runs again (Celery's own
+    revoked set is in memory, per worker), and publish the parent it woke. False when the
+    id names no unsettled item (a run's id, a settled item, a derived uuid)."""
+    parts = task_id.rsplit(":", 2)
+    numbers = parts[1:]
+    if len(parts) != 3 or not parts[0] or not all(n.isascii() and n.isdecimal() for n in numbers):
+        return False
+    run_id, idx, item = parts[0], int(parts[1]), int(parts[2])
+    error = serialization.encode_error(TaskRevokedError(REVOKED))
+    written = durable.store.revoke_item(run_id, idx, item, error, durable.config.dispatch_grace)
+    if written is None:
+        return False
+    logger.warning(
+        "item %d of step %d of run %s revoked (task %s): recorded as failed with "
+        "TaskRevokedError; no delivery of it runs again",
+        item,
+        idx,
+        run_id,
+        task_id,
+        extra={**run_fields(run_id, step_index=idx), "item": item},
+    )
+    publish_woken(durable, written.woken, f"item {item} of step {idx} was revoked")
+    return True
 
 
 class ItemTask(Task):  # type: ignore[misc]
@@ -277,6 +308,10 @@ class _Claimed:
         run_id, idx, item, owner = self.held
         return self.store.retry_item(run_id, idx, item, owner, delay, error)
 
+    def count_attempt(self, error: str) -> bool:
+        run_id, idx, item, owner = self.held
+        return self.store.count_item_attempt(run_id, idx, item, owner, error)
+
 
 def _worker_shutting_down() -> bool:
     from celery.worker import state
@@ -330,9 +365,11 @@ def _run_claimed(
                     exc,
                     extra=fields,
                 )
-                if task.request.is_eager:
-                    # Eager mode has no sweeper to publish it again: retry in-process.
+                if task.request.is_eager and isinstance(writer, _Claimed):
+                    # Eager mode has no sweeper to publish it again: retry in-process,
+                    # counting the attempt on the item's row as a worker's retry would.
                     time.sleep(delay)
+                    writer.count_attempt(serialization.encode_error(exc))
                     attempt += 1
                     continue
                 # The backoff waits in the database; the sweeper publishes it when due.
@@ -345,14 +382,17 @@ def _run_claimed(
     written = writer.settle(status, output, error, config.dispatch_grace)
     if written.outcome is not Outcome.RECORDED:
         logger.warning(
-            "item %d of step %d of run %s ran, but another delivery recorded it first "
-            "(its lease had expired)",
+            "item %d of step %d of run %s ran, but its outcome was not recorded: another "
+            "delivery recorded it first (its lease had expired), or it was revoked",
             item,
             idx,
             run_id,
             extra=fields,
         )
-        text = "ran, but another delivery recorded the item first (or its run was cancelled)"
+        text = (
+            "ran, but another delivery recorded the item first (or its run was cancelled, "
+            "or it was revoked)"
+        )
         raise taskevents.ended(durable.app, task.request.id, None, text)
     logger.debug(
         "item %d of step %d (%s) of run %s recorded %s%s",

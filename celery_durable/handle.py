@@ -102,7 +102,9 @@ class WorkflowHandle:
 
     def steps(self) -> list[StepRecord]:
         """The recorded steps, in order: name, status ("ok", "error", "retry", "waiting"),
-        input, output, error and duration (seconds). Example: ``[s.name for s in h.steps()]``.
+        input, output, error, duration (seconds), ``started_at`` (epoch seconds, the
+        database's clock) and ``attempt`` (the run's attempt that ran it). Example:
+        ``[s.name for s in h.steps()]``.
         """
         with self._outage_named("reading the steps of workflow run"):
             if self.durable.store.get_status(self.id) is None:

@@ -197,16 +197,17 @@ class Step(Generic[P, R]):
                         tracing.event("retry", attempt=attempt, error=repr(exc), delay=delay)
                         time.sleep(delay)
                         continue
-                    took = time.monotonic() - started
-                    raise self._failed(ctx, index, step_input, exc, took) from None
+                    raise self._failed(ctx, index, step_input, exc, started) from None
                 finally:
                     ctx.in_step = False
                 took = time.monotonic() - started
                 try:
                     output = serialization.encode_value(f"step {self.name}", value)
                 except NotSerialisable as exc:
-                    raise self._failed(ctx, index, step_input, exc, took) from None
-                done = StepRecord(index, self.name, "ok", step_input, output, None, took)
+                    raise self._failed(ctx, index, step_input, exc, started) from None
+                done = StepRecord(
+                    index, self.name, "ok", step_input, output, None, took, began=started
+                )
                 if self.commit == "deferred":
                     ctx.defer(done)
                     if ctx.deferred_due():
@@ -236,13 +237,14 @@ class Step(Generic[P, R]):
         index: int,
         step_input: str,
         exc: BaseException,
-        took: float,
+        started: float,
     ) -> BaseException:
-        """Remember the failure; its record is written with whatever write comes next."""
+        """Remember the failure; its record is written with whatever write comes next
+        (``started``: the step's first try, on the monotonic clock)."""
         error = serialization.encode_error(exc)
-        ctx.failed_step = FailedStep(
-            StepRecord(index, self.name, "error", step_input, None, error, took), exc
-        )
+        took = time.monotonic() - started
+        record = StepRecord(index, self.name, "error", step_input, None, error, took, began=started)
+        ctx.failed_step = FailedStep(record, exc)
         return exc
 
 

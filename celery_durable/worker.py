@@ -21,16 +21,20 @@ from celery import bootsteps
 
 from . import faults, operations, serialization
 from .apps import durables_of
-from .fanout import cancel, publish_woken
+from .consumers import QueueWatch
+from .fanout import REVOKED, cancel, publish_woken, revoke_item
 from .leases import FailureLog, backoff
 from .logs import run_fields
-from .store import FINISHED_STATUSES, DueRun
+from .store import FINISHED_STATUSES, DueItem, DueRun
 from .store.outage import describe, is_unreachable, summary
 
 if TYPE_CHECKING:
     from .extension import Durable
 
 logger = logging.getLogger("celery_durable.worker")
+
+# Seconds between two warnings about the same queue that no worker consumes.
+IDLE_QUEUE_WARN_EVERY = 60.0
 
 
 def worker_lost_error(max_recoveries: int, what: str = "workflow") -> str:
@@ -59,6 +63,8 @@ class Sweeper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._revoked_seen: set[str] = set()
+        self.queues = QueueWatch(durable.app, max(durable.config.dispatch_grace, 5.0))
+        self._warned: dict[str, float] = {}
         self.failures = FailureLog(durable, "celery_durable sweep")
         self._next_retention = 0.0
 
@@ -127,8 +133,11 @@ class Sweeper:
         steps = sorted(durable.steps)
         while steps:
             due = store.sweep_due_items(config.sweep_batch, grace, steps, config.max_recoveries)
+            idle = self.idle_queues(due)
             batches: dict[tuple[str, str | None, str, int], list[int]] = {}
             for item in due:
+                if item.dispatches > 1 and item.queue in idle:
+                    continue  # its message waits in the queue: no copy
                 batches.setdefault((item.name, item.queue, item.run_id, item.idx), []).append(
                     item.item
                 )
@@ -168,6 +177,35 @@ class Sweeper:
             published += self._publish(run, "woke workflow %s run %s: its items have settled")
         return published
 
+    def idle_queues(self, due: list[DueItem]) -> set[str]:
+        """The queues of the due items already published that no worker consumes (asked
+        off the hot path: only with such items due, the answer kept a while). Their
+        messages wait there, as any Celery task's would: the sweeper publishes no copy,
+        and names the queue in a warning, at most once a minute."""
+        published = [item for item in due if item.queue and item.dispatches > 1]
+        idle = self.queues.unconsumed({str(item.queue) for item in published})
+        now = time.monotonic()
+        for queue in sorted(idle):
+            if now - self._warned.get(queue, float("-inf")) < IDLE_QUEUE_WARN_EVERY:
+                continue
+            self._warned[queue] = now
+            waiting = [item for item in published if item.queue == queue]
+            runs = sorted({item.run_id for item in waiting})
+            logger.warning(
+                "no worker consumes queue %r: %d item(s) of step %s (run %s%s) were published "
+                "to it and have not started; start a worker for it (celery worker -Q %s). "
+                "Their messages wait in the queue; the sweeper publishes no copies meanwhile "
+                "(no running worker listed the queue in its reply to inspect active_queues)",
+                queue,
+                len(waiting),
+                waiting[0].name,
+                runs[0],
+                f" and {len(runs) - 1} more" if len(runs) > 1 else "",
+                queue,
+                extra={**run_fields(runs[0]), "queue": queue},
+            )
+        return idle
+
     def retain(self) -> int:
         """With ``durable_retention`` set, delete a small batch of the finished runs older
         than it; returns how many. While batches come back full the next sweep goes on,
@@ -182,7 +220,8 @@ class Sweeper:
         return collected.total
 
     def cancel_revoked(self) -> list[str]:
-        """Cancel the runs whose task id this worker was told to revoke.
+        """Cancel the runs, and revoke the items, whose task id this worker was told to
+        revoke.
 
         ``celery control revoke`` (and Flower's Revoke button) only drops deliveries of the
         id; a run is published again under the same id (retries, wake-ups, recovery), so
@@ -195,7 +234,10 @@ class Sweeper:
         self._revoked_seen = revoked
         cancelled = []
         for run_id in fresh:
-            done = cancel(self.durable, run_id, "revoked (celery control revoke)")
+            if revoke_item(self.durable, run_id):
+                cancelled.append(run_id)
+                continue
+            done = cancel(self.durable, run_id, REVOKED)
             requested, status = done.requested, done.status
             if requested:
                 cancelled.append(run_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -91,3 +92,7 @@ def test_show_says_how_step_and_workflow_retries_multiply(basic_app, shared_work
     assert shown.returncode == 0, shown.stderr
     assert "up to 5 tries per attempt x 3 attempts = 15 calls" in shown.stdout
     assert "step 0: tests.apps.basic.keyerror_step error" in shown.stdout
+    # Its row is the last attempt's: when that attempt ran it.
+    line = next(x for x in shown.stdout.splitlines() if "step 0:" in x)
+    started = r"started 20\d\d-\d\d-\d\dT[\d:.]+Z"
+    assert re.search(r" error  \d+\.\d\ds  attempt 3  " + started, line), line

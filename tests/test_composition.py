@@ -39,6 +39,17 @@ def test_a_map_of_50_routed_items_completes_in_order(basic_app, start_worker, ke
     assert [(r.idx, r.item, r.status) for r in rows] == [(0, n, "ok") for n in range(50)]
     steps = basic_app.durable.store.load_steps(handle.id)
     assert list(steps) == [0] and steps[0].status == "ok"  # one step index for the fan-out
+    # It began when it was dispatched, with its items, in the attempt that dispatched it,
+    # although the parent recorded its outcome later (after suspending on its items).
+    items = basic_app.durable.store.tables.items
+    with basic_app.durable.store.engine.connect() as conn:
+        created, finished = conn.execute(
+            sa.select(sa.func.min(items.c.created_at), sa.func.max(items.c.finished_at)).where(
+                items.c.run_id == handle.id
+            )
+        ).one()
+    assert steps[0].attempt == 1
+    assert abs(steps[0].started_at - created) < 0.5 and steps[0].started_at < finished
 
 
 def test_futures_gather_and_a_routed_call(basic_app, start_worker, key, rds):

@@ -112,6 +112,40 @@ def test_failed_item_raises_step_failed_after_all_settle(durable):
     ]
 
 
+def test_eager_item_retries_record_their_true_attempt_count(durable):
+    """Eager mode retries an item in-process: its row counts every attempt, as a worker's
+    sweeper-driven retries would (``durable show`` prints it)."""
+    tries: dict[int, int] = {}
+
+    @durable.step(max_attempts=3, backoff=0)
+    def flaky(n: int) -> int:
+        tries[n] = tries.get(n, 0) + 1
+        if n == 1 and tries[n] < 3:
+            raise ConnectionError(f"try {tries[n]}")
+        if n == 2:
+            raise ValueError("never")
+        return n
+
+    @durable.workflow(max_attempts=1)
+    def flakies() -> list:
+        results = cd.map(flaky, range(3), return_exceptions=True)
+        return [r if isinstance(r, int) else r.error_type for r in results]
+
+    handle = flakies.delay()
+    assert handle.get(timeout=5) == [
+        0,
+        1,
+        "builtins.ValueError",
+    ]
+    assert tries == {0: 1, 1: 3, 2: 3}
+    rows = durable.store.list_items(handle.id)
+    assert [(r.item, r.status, r.attempts) for r in rows] == [
+        (0, "ok", 1),
+        (1, "ok", 3),
+        (2, "error", 3),
+    ]
+
+
 def test_replay_returns_recorded_results_and_checks_determinism(durable):
     calls: list[int] = []
     flip = {"items": 3}

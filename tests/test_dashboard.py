@@ -17,9 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 import celery_durable as cd
-from celery_durable import Durable
+from celery_durable import Durable, console
 from celery_durable.cli import durable as durable_group
 from celery_durable.redact import redactor_of
+from celery_durable.store.records import NewRun
 
 pytest.importorskip("flask")
 
@@ -82,6 +83,20 @@ def test_pages_redact_and_escape_and_cut_long_outputs(durable, flows):
     assert client.get("/run/nope").status_code == 404
 
 
+def test_the_step_timeline_shows_each_steps_attempt_and_start(durable, flows):
+    handle = flows.login.delay("al")
+    step = durable.store.load_steps(handle.id)[0]
+    assert step.started_at is not None and step.attempt == 1
+    html = client_of(durable).get(f"/run/{handle.id}").get_data(as_text=True)
+    head = re.search(r'<li class="step" id="step-0">.*?</div>', html, re.S)
+    assert head is not None, html
+    started = console.iso(step.started_at)
+    assert started is not None
+    # The time of day it began, how long after the run's start, the full time on hover.
+    when = re.escape(f'<span class="when" title="{started}">attempt 1 · started {started[11:23]}')
+    assert re.search(when + r" \(\+\d+\.\d\ds\)</span>", head.group(0)), head.group(0)
+
+
 def test_cli_show_json_applies_durable_redact(durable, flows):
     handle = flows.login.delay("al")
     done = CliRunner().invoke(
@@ -90,6 +105,8 @@ def test_cli_show_json_applies_durable_redact(durable, flows):
     assert done.exit_code == 0, done.output
     shown = json.loads(done.output)
     assert shown["steps"][0]["input"] == [[{"user": "al", "Password": "***"}], {}]
+    assert shown["steps"][0]["attempt"] == 1
+    assert shown["steps"][0]["started_at"].startswith(shown["started_at"][:10])
     assert SECRET not in done.output
 
 
@@ -113,8 +130,13 @@ def test_runs_page_filters_searches_and_says_what_is_wrong(durable, flows):
     waiting = flows.approval.apply_async(("bo",), workflow_id="other-1")
     client = client_of(durable)
     ids = re.compile(r'data-run="([^"]+)"')
-    everything = ids.findall(client.get("/").get_data(as_text=True))
+    html = client.get("/").get_data(as_text=True)
+    everything = ids.findall(html)
     assert set(everything) >= {h.id for h in handles} | {waiting.id}
+    # Each run's current step: the last it recorded (the wait), with its full name.
+    row = re.search(r'<tr data-run="other-1">.*?</tr>', html, re.S)
+    assert row is not None
+    assert 'title="celery_durable.signal:go (waiting)">1: signal:go</span>' in row.group(0)
     assert ids.findall(client.get("/?q=user-").get_data(as_text=True)) == [
         "user-0",
         "user-1",
@@ -127,6 +149,20 @@ def test_runs_page_filters_searches_and_says_what_is_wrong(durable, flows):
     assert "<html" not in live and "other-1" in live
     workflows = client.get("/workflows").get_data(as_text=True)
     assert re.search(r"\.login</a>.*?<td class=\"num\"><a[^>]*>3</a>", workflows, re.S)
+
+
+def test_the_runs_table_says_when_each_run_started(durable, flows):
+    done = flows.login.apply_async(("al",), workflow_id="started-1")
+    durable.store.insert_run(NewRun("queued-1", flows.login.name, "[[],{}]", None, 1, 0.0, 60.0))
+    html = client_of(durable).get("/").get_data(as_text=True)
+    record = durable.store.get_run(done.id)
+    assert record is not None and record.started_at is not None
+    started = re.search(r'<tr data-run="started-1">.*?</tr>', html, re.S)
+    assert started is not None
+    assert f">{console.iso(record.started_at, False)}</td>" in started.group(0)
+    assert f'title="created {console.iso(record.created_at, False)}"' in started.group(0)
+    queued = re.search(r'<tr data-run="queued-1">.*?</tr>', html, re.S)
+    assert queued is not None and "not yet" in queued.group(0)
 
 
 def test_actions_say_what_happened_and_refuse_what_they_cannot_do(durable, flows):

@@ -10,16 +10,20 @@ broker only through the operations the broker suites already cover.
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
 import shutil
+import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.dashboard import Dashboard
-from tests.support.services import BROKER
+from tests.support.services import BROKER, BROKER_URL, unique
 from tests.support.waiting import wait_until
 from tests.support.workers import ROOT
 
@@ -27,6 +31,8 @@ pytestmark = pytest.mark.skipif(
     BROKER != "redis", reason="browser tests run in the Redis pass (no broker-specific path)"
 )
 CHROMIUM = "/usr/bin/chromium"
+# The README example's runs go here: no worker of the test app takes them.
+QUEUE_OF_ORDERS = unique("orders-")
 SECONDS = 1000  # Playwright's timeouts are in milliseconds
 
 
@@ -49,8 +55,9 @@ def board(basic_app: object) -> Iterator[Dashboard]:
     process.stop()
 
 
-@pytest.fixture
-def page(browser: Any, board: Dashboard) -> Iterator[Any]:
+@contextmanager
+def page_of(browser: Any, board: Dashboard) -> Iterator[Any]:
+    """A page in a context of its own, logged in to ``board``, 1280 px wide."""
     context = browser.new_context(
         base_url=board.url,
         http_credentials={"username": board.user, "password": board.password},
@@ -59,8 +66,16 @@ def page(browser: Any, board: Dashboard) -> Iterator[Any]:
     context.set_default_timeout(15 * SECONDS)
     opened = context.new_page()
     opened.on("dialog", lambda dialog: dialog.accept())  # every action asks to confirm
-    yield opened
-    context.close()
+    try:
+        yield opened
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def page(browser: Any, board: Dashboard) -> Iterator[Any]:
+    with page_of(browser, board) as opened:
+        yield opened
 
 
 @pytest.fixture
@@ -89,7 +104,7 @@ def result_of(page: Any) -> Any:
 
 
 def test_filter_the_runs_open_one_and_see_its_steps(
-    basic_app, shared_worker, page, key, rds, tmp_path, waiting_run
+    basic_app, shared_worker, page, key, rds, waiting_run
 ):
     rds.set(f"bug:{key}", "1")
     failed = basic_app.fixable.apply_async((key,), workflow_id=f"{key}-failed")
@@ -102,7 +117,6 @@ def test_filter_the_runs_open_one_and_see_its_steps(
     rows = page.locator("table.runs tbody tr")
     expect(rows).to_have_count(3)
     expect(page.locator(f"tr[data-run='{key}-failed']")).to_contain_text("RuntimeError: bug")
-    screenshot(page, "dashboard-runs.png", tmp_path)
     page.get_by_label("Workflow").select_option("tests.apps.basic.five_steps")
     page.get_by_role("checkbox", name="succeeded").check()
     page.get_by_role("button", name="Filter").click()
@@ -117,7 +131,6 @@ def test_filter_the_runs_open_one_and_see_its_steps(
     expect(result_of(page)).to_have_text("[10, 20, 30, 40, 50]")
     page.goto(f"/run/{failed.id}")
     expect(page.locator("#step-1")).to_contain_text(f"RuntimeError: bug in step 2 of {key}")
-    screenshot(page, "dashboard-run.png", tmp_path)
     page.goto("/workflows")
     row = page.locator("tr", has_text="tests.apps.basic.five_steps")
     row.get_by_role("link", name="tests.apps.basic.five_steps").click()
@@ -196,6 +209,19 @@ def test_send_a_signal_and_watch_the_run_finish_with_a_script_shown_as_text(page
     assert page.locator("main script, main img").count() == 0
 
 
+def test_the_pages_fit_a_phone(browser, board, waiting_run):
+    """390 px wide: no page scrolls sideways; the runs table turns into cards."""
+    with page_of(browser, board) as phone:
+        phone.set_viewport_size({"width": 390, "height": 844})
+        wider = "document.documentElement.scrollWidth - window.innerWidth"
+        for path in ("/", f"/run/{waiting_run.id}", "/workflows"):
+            phone.goto(path)
+            expect(phone.locator("main")).to_be_visible()
+            assert phone.evaluate(wider) <= 0, path
+        phone.goto("/")
+        assert phone.locator("table.runs thead").is_hidden()
+
+
 def test_basic_auth_refuses_a_wrong_password(browser, board):
     from playwright.sync_api import Error
 
@@ -233,3 +259,86 @@ def test_a_post_without_the_csrf_token_is_refused(page, waiting_run):
         status, text = page.evaluate(post, [handle.id, token])
         assert (status, text.strip()) == (403, "Refused: missing or wrong CSRF token")
     assert handle.status().value == "WAITING"
+
+
+@pytest.fixture
+def orders(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, dict[str, str]]]:
+    """The README's example (examples/orders.py) in a namespace of its own, and the
+    environment of its worker and dashboard processes: the dashboard shows only its runs."""
+    env = {"CELERY_BROKER_URL": BROKER_URL, "CELERY_DURABLE_NAMESPACE": unique("orders-")}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("ORDERS_BUG", raising=False)
+    sys.modules.pop("examples.orders", None)
+    module = importlib.import_module("examples.orders")
+    yield module, env
+    module.durable.store.dispose()
+    sys.modules.pop("examples.orders", None)
+
+
+def test_the_readme_example_live_in_the_dashboard(
+    basic_app, browser, start_worker, orders, key, tmp_path
+):
+    """The issue's "done when": ``celery -A examples.orders durable dashboard`` (the
+    README's command) and the example's worker, as processes. Runs appear without a reload;
+    an order the bad deploy failed is resumed from the browser after the fix; a refund
+    waiting for approval gets it from the browser. Takes the README's two screenshots."""
+    app, env = orders
+    buggy = start_worker(app="examples.orders", queues=QUEUE_OF_ORDERS, env={"ORDERS_BUG": "1"})
+    board = Dashboard("examples.orders", env=env).wait_ready()
+    try:
+        with page_of(browser, board) as page:
+            page.goto("/")
+            rows = page.locator("table.runs tbody tr[data-run]")
+            expect(rows).to_have_count(0)
+            page.evaluate("window.__loaded = 'once'")  # a reload would lose it
+
+            def start(flow: Any, n: int, name: str) -> Any:
+                run_id = f"{key}-{name}-{n}"
+                return flow.apply_async((n,), workflow_id=run_id, queue=QUEUE_OF_ORDERS)
+
+            checkouts = [start(app.checkout, n, "order") for n in (1, 2, 3)]
+            refund = start(app.refund, 1, "refund")
+            expect(rows).to_have_count(4)
+            row = {h.id: page.locator(f"tr[data-run='{h.id}']") for h in (*checkouts, refund)}
+            for handle in checkouts[:2]:
+                expect(row[handle.id]).to_contain_text("✓ succeeded", timeout=30 * SECONDS)
+            failed = checkouts[2]  # 2,500: over the bad deploy's limit, on both attempts
+            expect(row[failed.id]).to_contain_text("✕ failed", timeout=30 * SECONDS)
+            expect(row[failed.id]).to_contain_text("ValueError: amount 2500 is over the card")
+            expect(row[failed.id]).to_contain_text("1: charge")  # the step it ended on
+            expect(row[refund.id]).to_contain_text("‖ waiting")
+            expect(row[refund.id]).to_contain_text("0: signal:approval")
+            assert page.evaluate("window.__loaded") == "once"  # all of it without a reload
+            screenshot(page, "dashboard-runs.png", tmp_path)
+
+            row[failed.id].get_by_role("link", name=failed.id).click()
+            expect(run_status(page)).to_have_text("✕ failed")
+            # Each step says which attempt ran it and when it began (the run's time).
+            started = re.compile(r"started \d\d:\d\d:\d\d\.\d{3} \(\+[\dhms.]+\)")
+            reserve, charge = page.locator("#step-0 .when"), page.locator("#step-1 .when")
+            expect(reserve).to_contain_text("attempt 1")
+            expect(charge).to_contain_text("attempt 2")  # the retry ran it again
+            expect(reserve).to_have_text(started)
+            expect(charge).to_have_text(started)
+            expect(page.locator("#step-1")).to_contain_text("ValueError")
+            screenshot(page, "dashboard-run.png", tmp_path)
+
+            buggy.stop()  # deploy the fix, then resume from the browser
+            start_worker(app="examples.orders", queues=QUEUE_OF_ORDERS)
+            page.get_by_role("button", name="Resume").click()
+            expect(page.locator(".notice-ok")).to_contain_text("Resumed")
+            expect(run_status(page)).to_have_text("✓ succeeded", timeout=30 * SECONDS)
+            expect(result_of(page)).to_contain_text("receipt-3-2500")
+
+            page.goto(f"/run/{refund.id}")
+            expect(run_status(page)).to_have_text("‖ waiting")
+            page.get_by_label("Payload (JSON)").fill('"alice"')
+            page.get_by_role("button", name="Send signal").click()
+            expect(page.locator(".notice-ok")).to_contain_text("Signal 'approval' stored")
+            expect(run_status(page)).to_have_text("✓ succeeded", timeout=30 * SECONDS)
+            expect(result_of(page)).to_contain_text("refunded 1 (alice)")
+    finally:
+        board.stop()
+    assert failed.get(timeout=5) == {"receipt": "receipt-3-2500", "parcel": "parcel-3"}
+    assert refund.get(timeout=5) == "refunded 1 (alice)"

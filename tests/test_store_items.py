@@ -243,3 +243,25 @@ def test_an_item_of_a_finished_run_is_not_run(store):
     claim = store.claim_item("r8", 0, 0, "a", lease=30)
     assert claim is not None and claim.status == "cancelled"
     assert store.load_items("r8", [0])[0].failures[0].status == "cancelled"
+
+
+def test_a_revoked_item_settles_as_a_failure_whatever_it_was_doing(store):
+    fence = running_run(store, "r9")
+    store.dispatch_fanout("r9", fence, started(0, 3), fan(3))
+    assert store.claim_item("r9", 0, 1, "a", lease=30) is not None  # running
+    store.settle_item("r9", 0, 1, "a", "ok", "1", None, 60)
+    assert store.claim_item("r9", 0, 2, "b", lease=30) is not None  # running
+    assert store.suspend_on_items("r9", fence, [0]) is Outcome.SUSPENDED
+    revoked = '{"type":"celery.exceptions.TaskRevokedError","message":"revoked"}'
+    pending = store.revoke_item("r9", 0, 0, revoked, 60)
+    assert pending is not None and pending.woken is None  # item 2 is still open
+    assert store.revoke_item("r9", 0, 1, revoked, 60) is None  # settled: unchanged
+    running = store.revoke_item("r9", 0, 2, revoked, 60)
+    assert running is not None and running.woken is not None and running.woken.id == "r9"
+    # The delivery that ran it can't record it; no delivery claims it again.
+    assert store.settle_item("r9", 0, 2, "b", "ok", "2", None, 60).outcome is Outcome.LEASE_LOST
+    assert store.claim_item("r9", 0, 0, "c", lease=30) is None
+    assert [r.status for r in store.list_items("r9")] == ["revoked", "ok", "revoked"]
+    state = store.load_items("r9", [0])[0]
+    assert state.unsettled == 0 and sorted(state.failures) == [0, 2]
+    assert state.failures[0].status == "revoked" and state.failures[0].error == revoked

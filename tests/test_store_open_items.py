@@ -133,3 +133,14 @@ def test_an_abandoned_item_is_left_as_it_was(pg):
     opened(pg, "o7", 0).abandon()
     assert item_state(pg, "o7", 0) == ("pending", 0)
     opened(pg, "o7", 0).abandon()
+
+
+def test_a_revoke_while_the_item_runs_open_wins_over_its_record(pg):
+    fence = running_run(pg, "o9")
+    pg.dispatch_fanout("o9", fence, started(0, 1), fan(1))
+    running = opened(pg, "o9", 0)
+    assert pg.suspend_on_items("o9", fence, [0]) is Outcome.SUSPENDED
+    revoked = pg.revoke_item("o9", 0, 0, '{"type":"x","message":"revoked"}', 60)
+    assert revoked is not None and revoked.woken is not None  # not held up by the lock
+    assert running.settle("ok", "1", None, 60).outcome is Outcome.LEASE_LOST
+    assert item_state(pg, "o9", 0) == ("revoked", 0)

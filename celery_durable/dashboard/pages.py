@@ -18,8 +18,13 @@ from typing import TYPE_CHECKING, Any
 from .. import console
 from ..operations import describe_run
 from ..redact import Redactor
-from ..store import ALL_STATUSES, FINISHED_STATUSES, ItemRow, RunStats
-from ..store.dashboard_reads import consumed_signals, recent_durations, runs_by_id_prefix
+from ..store import ALL_STATUSES, FINISHED_STATUSES, ItemRow, RunStats, StepRecord
+from ..store.dashboard_reads import (
+    consumed_signals,
+    current_steps,
+    recent_durations,
+    runs_by_id_prefix,
+)
 from .values import VALUE_LIMIT, error_of, percentile, run_row, shown
 
 PAGE_SIZE = 50
@@ -70,8 +75,9 @@ def runs_page(durable: Durable, args: Mapping[str, Any], stats: RunStats) -> dic
     else:
         page = durable.list_runs(statuses or None, workflow, since, until, PAGE_SIZE, after)
         runs, cursor = page.runs, page.cursor
+    current = current_steps(durable.store, [run.id for run in runs])
     return {
-        "rows": [run_row(run, stats.now) for run in runs],
+        "rows": [run_row(run, stats.now, current.get(run.id)) for run in runs],
         "cursor": cursor,
         "filters": {
             "status": [s.upper() for s in statuses],
@@ -105,6 +111,20 @@ def _items_by_step(rows: list[ItemRow], max_items: int) -> dict[int, dict[str, A
     return out
 
 
+def step_when(step: StepRecord, run_started: float | None) -> str:
+    """``attempt 2 · started 11:11:50.935 (+1.21s)``: the run's attempt that ran the step,
+    its time of day and how long after the run's first start (not for a step copied from a
+    fork's origin, which ran before); "" for a row from before migration 0006."""
+    parts = [] if step.attempt is None else [f"attempt {step.attempt}"]
+    if step.started_at is not None:
+        began = f"started {(console.iso(step.started_at) or '')[11:23]}"
+        after = None if run_started is None else step.started_at - run_started
+        if after is not None and after > -0.001:
+            began += f" (+{console.span(after)})"
+        parts.append(began)
+    return " · ".join(parts)
+
+
 def run_page(
     durable: Durable, run_id: str, redact: Redactor, max_items: int = 100
 ) -> dict[str, Any] | None:
@@ -129,6 +149,8 @@ def run_page(
                 "name": step.name,
                 "status": status,
                 "duration": console.span(step.duration) if step.duration is not None else "-",
+                "when": step_when(step, run.started_at),
+                "started_at": console.iso(step.started_at),
                 "bar": round(100 * (step.duration or 0.0) / longest, 1),
                 "input": shown(step.input, redact),
                 "output": None if step.output is None else shown(step.output, redact),

@@ -21,6 +21,7 @@ from typing import Any
 from .. import console
 from ..redact import Redactor
 from ..store import RunSummary
+from ..store.dashboard_reads import CurrentStep
 
 # Characters of one value shown on the run page before "show all".
 VALUE_LIMIT = 2000
@@ -45,6 +46,7 @@ STATUS_ICONS = {
     "running": "▶",
     "pending": "○",
     "cancelled": "⊘",
+    "revoked": "⊘",
 }
 
 
@@ -112,8 +114,8 @@ def error_of(raw: str | None, redact: Redactor) -> dict[str, str] | None:
     }
 
 
-def run_row(run: RunSummary, now: float) -> dict[str, Any]:
-    """One row of the runs table."""
+def run_row(run: RunSummary, now: float, step: CurrentStep | None = None) -> dict[str, Any]:
+    """One row of the runs table; ``step``: the run's last recorded step."""
     took: float | None
     if run.status in ("RUNNING", "WAITING", "PENDING") and run.started_at is not None:
         took = max(0.0, now - run.started_at)
@@ -124,10 +126,19 @@ def run_row(run: RunSummary, now: float) -> dict[str, Any]:
         "workflow": run.name,
         "status": run.status,
         "created": console.iso(run.created_at, False),
+        "started": console.iso(run.started_at, False) if run.started_at is not None else None,
         "took": console.span(took) if took is not None else "-",
         "attempt": console.attempts_of(run),
         "detail": cut(console.detail(run)),
         "forked_from": run.forked_from,
+        "step": None
+        if step is None
+        else {
+            "idx": step.idx,
+            "name": step.name.rsplit(".", 1)[-1],
+            "full": step.name,
+            "status": step.status,
+        },
     }
 
 

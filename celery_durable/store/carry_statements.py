@@ -22,12 +22,13 @@ from sqlalchemy.dialects.postgresql import ARRAY
 
 from .records import StepRecord
 from .schema import Tables
-from .sql import Builder, waited_duration
+from .sql import Builder, step_params
 
 if TYPE_CHECKING:
     from .statements import RunStatements
 
-# The carried records' columns, as arrays (one element per record, in order).
+# The carried records' parameters of ``record_step`` (``step_params``), as arrays: one
+# element per record, in order. ``ago``: seconds since the step began (``started_at``).
 CARRIED_COLUMNS = (
     ("idx", Integer),
     ("name", Text),
@@ -36,12 +37,15 @@ CARRIED_COLUMNS = (
     ("output", Text),
     ("error", Text),
     ("duration", Float),
+    ("ago", Float),
 )
 
 
-def carried_params(carried: Sequence[StepRecord]) -> dict[str, Any]:
-    """The array parameters of ``carried`` records (``p_c_idx``, ``p_c_name``, ...)."""
-    return {f"p_c_{name}": [getattr(step, name) for step in carried] for name, _ in CARRIED_COLUMNS}
+def carried_params(run_id: str, fence: int, carried: Sequence[StepRecord]) -> dict[str, Any]:
+    """The array parameters of ``carried`` records (``p_c_idx``, ``p_c_name``, ...): the
+    values ``record_step`` would get for each (``step_params``)."""
+    each = [step_params(run_id, fence, step) for step in carried]
+    return {f"p_c_{name}": [values[f"p_{name}"] for values in each] for name, _ in CARRIED_COLUMNS}
 
 
 class CarryStatements(Builder):
@@ -54,9 +58,9 @@ class CarryStatements(Builder):
             return  # SQLite writes them in one BEGIN IMMEDIATE transaction instead
         steps = tables.steps
         run = tables.runs.c
-        changed = runs.settle_update.returning(run.id, run.status, run.cancel_requested).cte(
-            "changed"
-        )
+        changed = runs.settle_update.returning(
+            run.id, run.status, run.cancel_requested, run.attempts
+        ).cte("changed")
         records = (
             func.unnest(
                 *(bindparam(f"p_c_{name}", type_=ARRAY(type_)) for name, type_ in CARRIED_COLUMNS)
@@ -75,6 +79,9 @@ class CarryStatements(Builder):
             "error": records.c.error,
             "created_at": self.now,
             "duration": records.c.duration,
+            "started_at": self.now - records.c.ago,
+            # The settle does not change the attempt: the one of the claim that ran them.
+            "attempt": changed.c.attempts,
         }
         # Written only while the run is live: the settle matched (same fence, running) and
         # no cancel was requested (RETURNING gives the row's unchanged flag).
@@ -91,7 +98,7 @@ class CarryStatements(Builder):
                     name: ins.excluded[name]
                     for name in ("name", "status", "input", "output", "error", "created_at")
                 },
-                **waited_duration(steps, ins.excluded),
+                **self.step_resumed(ins.excluded),
             },
             where=steps.c.status != "ok",
         ).cte("carried")

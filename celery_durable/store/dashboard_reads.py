@@ -1,8 +1,8 @@
-"""Reads only the dashboard needs: recent run durations (p50/p95), an id prefix search and
-a run's consumed signals.
+"""Reads only the dashboard needs: recent run durations (p50/p95), an id prefix search, a
+run's consumed signals and the current (last recorded) step of each run on a page.
 
-Both go through the settled-run indexes or the primary key and stop at a limit, so they
-cost the same with a million finished runs as with a hundred. The statements are built
+Each goes through the settled-run indexes or the primary key and stops at a limit, so it
+costs the same with a million finished runs as with a hundred. The statements are built
 once per store, from the store's own tables, without touching the hot path's statements.
 
 Example::
@@ -10,6 +10,7 @@ Example::
     durations = recent_durations(store, seconds=3600)   # {"shop.checkout": [0.4, 1.2, ...]}
     runs = runs_by_id_prefix(store, "order-4", limit=50)
     taken = consumed_signals(store, "order-42")          # [ConsumedSignal(...), ...]
+    current = current_steps(store, ["order-42", "order-43"])  # {"order-42": CurrentStep}
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import dataclasses
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, func, select
 
 from .operation_statements import settled, status_literal
 from .records import RunSummary
@@ -45,8 +46,18 @@ class ConsumedSignal:
     consumed_at: float
 
 
+@dataclasses.dataclass(frozen=True)
+class CurrentStep:
+    """A run's last recorded step: where it is now, or where it ended."""
+
+    run_id: str
+    idx: int
+    name: str
+    status: str
+
+
 class DashboardStatements(Builder):
-    """The dashboard's two reads, for one store's tables, dialect and namespace."""
+    """The dashboard's reads, for one store's tables, dialect and namespace."""
 
     def __init__(self, store: Store) -> None:
         ops = store.sql.ops
@@ -94,6 +105,19 @@ class DashboardStatements(Builder):
             .limit(CONSUMED_LIMIT)
         )
 
+        steps, last = self.tables.steps, self.tables.steps.alias("last")
+        # One primary-key probe per run of the page: the highest idx of (namespace, run_id).
+        highest = (
+            select(func.max(last.c.idx))
+            .where(last.c.namespace == steps.c.namespace, last.c.run_id == steps.c.run_id)
+            .scalar_subquery()
+        )
+        self.current_steps = select(*columns_of(steps, CurrentStep)).where(
+            steps.c.namespace == self.namespace,
+            steps.c.run_id.in_(bindparam("p_run_ids", expanding=True)),
+            steps.c.idx == highest,
+        )
+
 
 def statements_of(store: Store) -> DashboardStatements:
     built = _built.get(store)
@@ -134,3 +158,13 @@ def consumed_signals(store: Store, run_id: str) -> list[ConsumedSignal]:
     with store._operations_read() as conn:
         rows = conn.execute(statements_of(store).consumed_signals, {"p_run_id": run_id}).all()
     return [ConsumedSignal(*row) for row in rows]
+
+
+def current_steps(store: Store, run_ids: list[str]) -> dict[str, CurrentStep]:
+    """The last recorded step of each run in ``run_ids`` (a page of runs), by run id; a run
+    with no step yet is left out."""
+    if not run_ids:
+        return {}
+    with store._operations_read() as conn:
+        rows = conn.execute(statements_of(store).current_steps, {"p_run_ids": run_ids}).all()
+    return {row.run_id: CurrentStep(*row) for row in rows}

@@ -23,6 +23,7 @@ from sqlalchemy import Connection
 from .connections import Connections
 from .open_items import CLAIM, OpenItem
 from .records import (
+    ITEM_FAILED,
     DueItem,
     DueRun,
     FanOut,
@@ -151,7 +152,7 @@ class ItemOps:
                 if state is None:
                     state = states[idx] = FanOutState([], {}, 0)
                 state.outputs.append(output if status == "ok" else None)
-                if status in ("error", "cancelled"):
+                if status in ITEM_FAILED:
                     state.failures[item] = ItemFailure(status, error)
                 elif status != "ok":
                     state.unsettled += 1
@@ -256,6 +257,21 @@ class ItemOps:
                 return ItemWrite(Outcome.LEASE_LOST)
             return ItemWrite(Outcome.RECORDED, self._wake_on(conn, run, written.awaited, values))
 
+    def revoke_item(
+        self, run_id: str, idx: int, item: int, error: str, grace: float
+    ) -> ItemWrite | None:
+        """Settle an unsettled item "revoked" with ``error`` (its task id was revoked),
+        whether pending or running: no delivery of it runs or records it afterwards.
+        Wakes the parent if it waited for this last item. None: no such unsettled item."""
+        sql = self.sql.items
+        values = params(run_id=run_id, idx=idx, item=item, error=error, grace=grace)
+        with self.db.transaction() as conn:
+            run = conn.execute(sql.settle_item_lock_run, values).first()
+            written = conn.execute(sql.revoke_item, values).first()
+            if written is None:
+                return None
+            return ItemWrite(Outcome.RECORDED, self._wake_on(conn, run, written.awaited, values))
+
     def _wake_on(
         self, conn: Connection, run: Any, awaited: bool, values: dict[str, Any]
     ) -> DueRun | None:
@@ -273,6 +289,13 @@ class ItemOps:
         values = params(run_id=run_id, idx=idx, item=item, owner=owner, delay=delay, error=error)
         with self.db.write() as conn:
             return conn.execute(self.sql.items.retry_item, values).first() is not None
+
+    def count_item_attempt(self, run_id: str, idx: int, item: int, owner: str, error: str) -> bool:
+        """One more attempt of a held item that retries in-process (eager mode), after the
+        failure ``error``. False when ``owner`` no longer holds the item."""
+        values = params(run_id=run_id, idx=idx, item=item, owner=owner, error=error)
+        with self.db.write() as conn:
+            return conn.execute(self.sql.items.count_item_attempt, values).rowcount > 0
 
     def renew_item_leases(self, held: Sequence[tuple[str, int, int, str]], lease: float) -> int:
         """Renew the leases of the items a process runs: (run_id, idx, item, owner)."""

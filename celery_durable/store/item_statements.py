@@ -66,6 +66,8 @@ class ItemStatements(Builder):
                 status="started",
                 input=bindparam("p_input"),
                 created_at=now,
+                started_at=now,
+                attempt=self.run_attempt,
             )
             .on_conflict_do_nothing()
             .returning(steps.c.idx)
@@ -241,6 +243,12 @@ class ItemStatements(Builder):
             .returning(items.c.item)
         )
         held = and_(self.key, items.c.status == "running", items.c.owner == bindparam("p_owner"))
+        # Eager mode retries in-process, still claimed: each new attempt is counted here.
+        self.count_item_attempt = (
+            update(items)
+            .where(held)
+            .values(attempts=items.c.attempts + 1, error=bindparam("p_error"))
+        )
         self.renew_item_lease = update(items).where(held).values(due_at=now + bindparam("p_lease"))
         self.release_item = (
             update(items)
@@ -360,6 +368,20 @@ class ItemStatements(Builder):
                 due_at=None,
                 finished_at=now,
             )
+        )
+        # A revoke of the item's task id (celery control revoke): settled "revoked" whatever
+        # it is doing; a delivery still running it then finds its outcome not recorded.
+        self.revoke_item = (
+            update(items)
+            .where(self.key, unsettled, items.c.child_id.is_(None))
+            .values(
+                status="revoked",
+                error=bindparam("p_error"),
+                owner=None,
+                due_at=None,
+                finished_at=now,
+            )
+            .returning(items.c.awaited)
         )
         self.cancel_run_children = select(items.c.child_id).where(
             of_run, unsettled, items.c.child_id.isnot(None), items.c.detached == false()

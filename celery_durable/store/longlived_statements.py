@@ -28,7 +28,10 @@ class LongLivedStatements(Builder):
             steps,
             self.step_row(),
             conflict=[steps.c.namespace, steps.c.run_id, steps.c.idx],
-            updates=("name", "status", "input", "output", "error", "created_at", "duration"),
+            updates=(
+                *("name", "status", "input", "output", "error"),
+                *("created_at", "duration", "started_at", "attempt"),
+            ),
             where=steps.c.status != "ok",
             guard=self.fenced,
         ).returning(steps.c.idx)

@@ -75,6 +75,18 @@ class StepRecord:
     # Seconds the step took (its function, in-process retries included) or, for a wait,
     # waited; None when not measured (steps recorded before this column existed).
     duration: float | None = None
+    # When the step began (its first try; a wait: when it began waiting; a fan-out step:
+    # when it was dispatched), on the database's clock; None for rows from before
+    # migration 0006.
+    started_at: float | None = None
+    # The run's attempt that ran the step (a wait or fan-out step: the one that began it).
+    attempt: int | None = None
+    # Not stored: ``time.monotonic()`` in the writing process when the step began. The
+    # write turns it into ``started_at`` (the database's clock minus the time since), so a
+    # deferred step's record, written later, still says when the step ran.
+    began: float | None = dataclasses.field(
+        default=None, compare=False, repr=False, metadata={"stored": False}
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +210,7 @@ class DueItem:
     item: int
     name: str
     queue: str | None
+    dispatches: int  # counting the one the sweep is taking it for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,10 +223,15 @@ class LostItem:
     owner: str
 
 
+# The settled states of an item that hold no output: failed for good, cancelled with its
+# run (or a child cancelled), revoked by its task id.
+ITEM_FAILED = ("error", "cancelled", "revoked")
+
+
 @dataclasses.dataclass(frozen=True)
 class ItemFailure:
-    status: str  # "error" or "cancelled"
-    error: str | None  # the encoded error (for a cancelled child: its reason)
+    status: str  # one of ITEM_FAILED
+    error: str | None  # the encoded error (for a cancelled item or child: its reason)
 
 
 @dataclasses.dataclass
@@ -238,6 +256,18 @@ class ItemRow:
     attempts: int
     child_id: str | None
     child_status: str | None
+    queue: str | None
+    dispatches: int  # messages published for it; pending with attempts 0: not started
+
+    @property
+    def not_started(self) -> bool:
+        """Published to its queue, never started: waiting for a worker of ``queue``."""
+        return (
+            self.status == "pending"
+            and self.attempts == 0
+            and self.dispatches > 0
+            and self.child_id is None
+        )
 
 
 # -- operations (list, stats) ----------------------------------------------------------------

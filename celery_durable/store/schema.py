@@ -148,6 +148,9 @@ def build_tables(prefix: str) -> Tables:
         Column("error", Text),
         Column("created_at", Float, nullable=False),
         Column("duration", Float),
+        # When the step began and the run's attempt that ran it (migration 0006).
+        Column("started_at", Float),
+        Column("attempt", Integer),
     )
     signals = Table(
         f"{prefix}signals",
@@ -197,7 +200,8 @@ def build_items(metadata: MetaData, prefix: str) -> Table:
     """The sub-records of a fan-out step: one per parallel item, remote step or child.
 
     ``status`` is "pending" (to run; ``dispatches`` > 0 once published), "running",
-    "ok", "error" or "cancelled". ``due_at`` is when the sweeper must look at it: the
+    "ok", "error", "cancelled" (with its run) or "revoked" (its task id was revoked).
+    ``due_at`` is when the sweeper must look at it: the
     dispatch grace while pending, the lease while running, the end of a retry backoff;
     NULL for a settled item and for a child's item (the child run is swept as a run).
     ``finished_at`` is NULL exactly while the item is unsettled.

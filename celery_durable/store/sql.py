@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ from sqlalchemy import (
     func,
     literal,
     literal_column,
+    or_,
     select,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -37,7 +39,12 @@ def params(**values: Any) -> dict[str, Any]:
 
 
 def step_params(run_id: str, fence: int, step: StepRecord) -> dict[str, Any]:
-    """The parameters of ``record_step`` for ``step`` of the run (under its fence)."""
+    """The parameters of ``record_step`` for ``step`` of the run (under its fence).
+
+    ``ago``: seconds since the step began, on this process's monotonic clock, taken now,
+    just before the write: the row's ``started_at`` is the database's clock minus it (0
+    for a record that says nothing of when it began: a wait or a marker begins now)."""
+    ago = 0.0 if step.began is None else max(0.0, time.monotonic() - step.began)
     return params(
         run_id=run_id,
         fence=fence,
@@ -48,6 +55,7 @@ def step_params(run_id: str, fence: int, step: StepRecord) -> dict[str, Any]:
         output=step.output,
         error=step.error,
         duration=step.duration,
+        ago=ago,
     )
 
 
@@ -60,23 +68,14 @@ def write_carried(
         conn.execute(record_step, step_params(run_id, fence, step))
 
 
-def waited_duration(steps: Any, excluded: Any) -> dict[str, Any]:
-    """A wait's row is written "waiting" when the run suspends and "ok" when it resumes:
-    its duration is the time between the two, on the database's clock."""
-    resumed = and_(steps.c.status == "waiting", excluded.status == "ok")
-    return {
-        "duration": case(
-            (resumed, excluded.created_at - steps.c.created_at), else_=excluded.duration
-        )
-    }
-
-
 def columns_of(table: Any, record: type, **computed: Any) -> tuple[Any, ...]:
     """The columns that fill ``record``, in its field order (rows unpack into it);
-    ``computed`` gives an expression for a field that is not a column of ``table``."""
+    ``computed`` gives an expression for a field that is not a column of ``table``. Fields
+    marked ``metadata={"stored": False}`` (last, with a default) are left out."""
     return tuple(
         computed[field.name].label(field.name) if field.name in computed else table.c[field.name]
         for field in dataclasses.fields(record)
+        if field.metadata.get("stored", True)
     )
 
 
@@ -101,6 +100,7 @@ class Builder:
             self.run_is, runs.c.fence == bindparam("p_fence"), runs.c.status == "RUNNING"
         )
         self.live = and_(self.fenced, runs.c.cancel_requested == false())
+        self.run_attempt = select(runs.c.attempts).where(self.run_is).scalar_subquery()
 
     def step_row(self) -> dict[str, Any]:
         """The values of a step row written from ``step_params`` (record_step's)."""
@@ -115,6 +115,34 @@ class Builder:
             "error": bindparam("p_error"),
             "created_at": self.now,
             "duration": bindparam("p_duration", type_=Float),
+            "started_at": self.now - bindparam("p_ago", type_=Float),
+            # The run's attempt counter under the writer's fence (a fenced write is this
+            # claim's); fenced_upsert takes it from the run row it already locks.
+            "attempt": self.run_attempt,
+        }
+
+    def step_resumed(self, excluded: Any) -> dict[str, Any]:
+        """``record_step``'s columns computed on conflict, from the stored row and the new.
+
+        A wait's row is written "waiting" when the run suspends and "ok" when it resumes:
+        its duration is the time between the two, on the database's clock. A wait or a
+        fan-out step ("started") that ends keeps when, and in which attempt, it began; a
+        failed step that runs again takes the new run's."""
+        steps = self.tables.steps
+        resumed = and_(steps.c.status == "waiting", excluded.status == "ok")
+        began = or_(steps.c.status == "waiting", steps.c.status == "started")
+        return {
+            "duration": case(
+                (resumed, excluded.created_at - steps.c.created_at), else_=excluded.duration
+            ),
+            "started_at": case(
+                (began, func.coalesce(steps.c.started_at, steps.c.created_at)),
+                else_=excluded.started_at,
+            ),
+            "attempt": case(
+                (began, func.coalesce(steps.c.attempt, excluded.attempt)),
+                else_=excluded.attempt,
+            ),
         }
 
     def insert(self, table: Any) -> Any:
@@ -156,14 +184,17 @@ class Builder:
         """
         ins: Any
         if self.is_postgres:
+            runs = self.tables.runs
             live_run = (
-                select(self.tables.runs.c.id)
+                select(runs.c.id, runs.c.attempts)
                 .where(self.live if guard is None else guard)
                 .with_for_update(read=True)
                 .cte("live_run")
             )
+            # The run's attempt from the row the CTE read, not a second lookup.
+            taken = {"attempt": live_run.c.attempts} if "attempt" in values else {}
             ins = postgresql.insert(table).from_select(
-                list(values), select(*values.values()).select_from(live_run)
+                list(values), select(*{**values, **taken}.values()).select_from(live_run)
             )
         else:
             ins = sqlite.insert(table).values(values)

@@ -39,7 +39,7 @@ from .open_items import OpenItemStatements
 from .operation_statements import OperationStatements
 from .records import DueRun, RunRecord, StepRecord
 from .schema import ACTIVE_STATUSES, Tables
-from .sql import Builder, columns_of, waited_duration
+from .sql import Builder, columns_of
 from .state_statements import StateStatements
 
 
@@ -255,7 +255,7 @@ class StepStatements(Builder):
             conflict=[steps.c.namespace, steps.c.run_id, steps.c.idx],
             updates=("name", "status", "input", "output", "error", "created_at"),
             where=steps.c.status != "ok",
-            computed=lambda excluded: waited_duration(steps, excluded),
+            computed=self.step_resumed,
         ).returning(steps.c.idx)
         self.last_step_output = (
             select(steps.c.output)

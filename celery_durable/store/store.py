@@ -266,13 +266,12 @@ class Store(ItemOps, SignalOps, SweepOps, StoreOperations, LongLivedOps):
         """
         assert status in FINISHED_STATUSES
         values = params(run_id=run_id, fence=fence, status=status, result=result, error=error)
-        if step is None and carried and self.is_postgres:
-            # One statement: the settle, and the records it carries from its RETURNING.
-            stmt, values = self.sql.carry.settle_run, {**values, **carried_params(carried)}
-            row = self.db.one(stmt, values, retry=True)
-            return None if row is None else str(row[1])
         if step is None:
-            row = self._one_carrying(self.sql.runs.settle_run, values, run_id, fence, carried)
+            if carried and self.is_postgres:  # one statement: the settle carries them
+                values = {**values, **carried_params(run_id, fence, carried)}
+                row = self.db.one(self.sql.carry.settle_run, values, retry=True)
+            else:
+                row = self._one_carrying(self.sql.runs.settle_run, values, run_id, fence, carried)
             return None if row is None else str(row[1])
         with self.db.transaction() as conn:
             self._carry(conn, run_id, fence, carried)

@@ -309,6 +309,13 @@ def rendered(key: str, pages: int, hold_from: int = -1) -> list[str]:
     return cd.map(render, [key] * pages, range(pages), holds)
 
 
+@durable.workflow
+def rendered_or_errors(key: str, pages: int) -> list:
+    """``rendered`` with return_exceptions=True: a failed item comes back in place."""
+    results = cd.map(render, [key] * pages, range(pages), return_exceptions=True)
+    return [r if isinstance(r, str) else {"type": r.error_type, "item": r.item} for r in results]
+
+
 @durable.step
 def fetch(key: str, source: str) -> dict:
     effect(key, f"fetch-{source}")

@@ -2,7 +2,7 @@
 
 Example::
 
-    board = Dashboard("tests.apps.basic", "--basic-auth", "ops:s3cret").wait_ready()
+    board = Dashboard("tests.apps.basic", "--read-only").wait_ready()
     status, body = board.get("/")
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 
 from .flower import free_port
 from .waiting import wait_until
@@ -22,7 +23,7 @@ class Dashboard(CeleryProcess):
 
     user, password = "ops", "s3cret"
 
-    def __init__(self, app: str, *options: str) -> None:
+    def __init__(self, app: str, *options: str, env: Mapping[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [
@@ -32,7 +33,7 @@ class Dashboard(CeleryProcess):
             f"--basic-auth={self.user}:{self.password}",
             *options,
         ]
-        super().__init__(app, command, {}, "dashboard")
+        super().__init__(app, command, env or {}, "dashboard")
 
     def wait_ready(self, timeout: float = 60.0) -> Dashboard:
         def up() -> bool:

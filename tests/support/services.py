@@ -63,3 +63,14 @@ def delete_queues(broker_url: str, names: list[str]) -> None:
                 channel.queue_delete(name)
             except Exception:  # noqa: BLE001 - a queue that never existed
                 channel = conn.channel()
+
+
+def queue_length(broker_url: str, name: str) -> int:
+    """How many messages wait in a queue (0 if it doesn't exist), on either broker."""
+    from kombu import Connection
+
+    with Connection(broker_url, connect_timeout=5) as conn:
+        try:
+            return int(conn.default_channel.queue_declare(name, passive=True).message_count)
+        except Exception:  # noqa: BLE001 - a queue that doesn't exist (yet)
+            return 0
