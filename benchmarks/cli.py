@@ -16,6 +16,7 @@ import redis
 from sqlalchemy.engine import make_url
 
 from benchmarks.housekeeping import cleanup, fill, other_celery_workers, profiled
+from benchmarks.throughput import method_for
 from benchmarks.workers import WorkerProcess, worker_command
 
 T = TypeVar("T")
@@ -79,10 +80,13 @@ def scale_for(quick: bool, n: int | None, fill: int | None) -> Scale:
             100_000,
             10_000,
         )
+    # Throughput batches: the suite's one method (benchmarks.throughput), every phase.
+    method = method_for(quick, n)
     return Scale(
         **{
             **asdict(base),
-            **({"n": n} if n else {}),
+            "n": method.n,
+            "warmup": method.warmup,
             **({"fill_runs": fill} if fill is not None else {}),
         }
     )
@@ -92,7 +96,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description="celery_durable vs plain Celery benchmarks"
     )
-    parser.add_argument("--n", type=int, help="throughput batch size (default 2000, quick 100)")
+    parser.add_argument(
+        "--n", type=int, help="throughput batch size, every phase (default 1000, quick 60)"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny smoke run (about a minute)")
     parser.add_argument(
         "--json", type=Path, default=RESULTS / "latest.json", help="where to write the JSON"
@@ -126,7 +132,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         metavar="DIR",
         help="record py-spy flame graphs of the durable worker's processes during the "
-        "empty-table durable throughput measurement into DIR (that figure is then perturbed)",
+        "empty-table throughput comparison into DIR (those figures are then perturbed)",
     )
     return parser.parse_args(argv)
 
@@ -167,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(env)
     # Imported after the environment is set: the app reads it at import.
     from benchmarks import app as bench
-    from benchmarks import fanout, longlived, measure, operations, scale_report
+    from benchmarks import fanout, longlived, measure, operations, scale_report, throughput
     from benchmarks import scale as scaling
     from benchmarks.db import Monitor
     from benchmarks.report import (
@@ -203,12 +209,6 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"{name}: {show(value)}")
         return value
 
-    def rate(x: dict[str, Any]) -> str:
-        return (
-            f"{x['rate_per_s']:.1f}/s ({x['n']} in {x['elapsed_s']:.2f}s; "
-            f"{x['cpu_cores_busy']:.2f} cores busy, {x['other_cores_busy']:.2f} by others)"
-        )
-
     def lat(x: dict[str, Any]) -> str:
         return f"p50 {x['p50_ms']:.1f} ms, p99 {x['p99_ms']:.1f} ms"
 
@@ -239,12 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         bench.durable.migrate()
         machine["other_celery_workers_start"] = other_celery_workers(set())
-        # -- plain Celery ------------------------------------------------------------------
+        # -- plain Celery latency ----------------------------------------------------------
         plain = start_worker("plain")
-        measure.plain_tasks(b, scale.warmup)
-        measure.plain_chains(b, scale.warmup)
-        r["plain_tasks"] = step("plain tasks", lambda: measure.plain_tasks(b, scale.n), rate)
-        r["plain_chains"] = step("plain chains", lambda: measure.plain_chains(b, scale.n), rate)
         measure.plain_latency(b, 5, chained=False)
         r["plain_task_latency"] = step(
             "plain task latency",
@@ -258,23 +254,27 @@ def main(argv: list[str] | None = None) -> int:
         )
         plain.stop()
         workers.remove(plain)
-        # -- durable -------------------------------------------------------------------------
+        # -- throughput: plain against durable, the suite's one method (as the scale rows) --
         durable = start_worker("durable")
-        measure.durable_throughput(b, scale.warmup)
+        method = method_for(args.quick, args.n)
         with profiled(durable, args.py_spy):
-            r["durable_empty"] = step(
-                "durable throughput (empty tables)",
-                lambda: measure.durable_throughput(b, scale.n, checkpoint=True),
-                rate,
+            r["throughput"] = step(
+                "throughput (empty tables)",
+                lambda: throughput.compare(
+                    b,
+                    method,
+                    [
+                        throughput.plain_kind("plain_tasks"),
+                        throughput.chain_kind("plain_chains"),
+                        throughput.durable_kind("three_steps"),
+                        throughput.durable_kind("three_deferred"),
+                    ],
+                ),
+                throughput.describe,
             )
-        measure.durable_throughput(b, scale.warmup, workflow=bench.three_deferred)
-        r["deferred_empty"] = step(
-            "durable throughput, 3 deferred steps (empty tables)",
-            lambda: measure.durable_throughput(
-                b, scale.n, checkpoint=True, workflow=bench.three_deferred
-            ),
-            rate,
-        )
+        kinds = r["throughput"]["kinds"]
+        r["plain_tasks"], r["plain_chains"] = kinds["plain_tasks"], kinds["plain_chains"]
+        r["durable_empty"], r["deferred_empty"] = kinds["three_steps"], kinds["three_deferred"]
         measure.durable_latency(5)
         r["durable_latency"] = step(
             "durable latency", lambda: measure.durable_latency(scale.latency_samples), lat
@@ -311,12 +311,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         r["fill"] = fill(monitor, scale, queue)
         progress(f"filled {scale.fill_runs:,} finished runs in {r['fill']['seconds']:.1f}s")
-        measure.durable_throughput(b, scale.warmup)
-        r["durable_filled"] = step(
-            f"durable throughput ({scale.fill_runs:,} finished runs)",
-            lambda: measure.durable_throughput(b, scale.n, checkpoint=True),
-            rate,
+        r["throughput_filled"] = step(
+            f"throughput ({scale.fill_runs:,} finished runs)",
+            lambda: throughput.compare(
+                b,
+                method,
+                [throughput.plain_kind("plain_tasks"), throughput.durable_kind("three_steps")],
+            ),
+            throughput.describe,
         )
+        r["durable_filled"] = r["throughput_filled"]["kinds"]["three_steps"]
         r["operations"] = step(
             f"operations ({scale.fill_runs:,} finished runs)",
             lambda: operations.measure_operations(
@@ -354,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             longlived.describe_loop,
         )
         # -- scale: pools, concurrency, two workers, connections, realistic work --------
-        r["scale"] = scaling.run(b, env, log_dir, progress, args.quick)
+        r["scale"] = scaling.run(b, env, log_dir, progress, args.quick, method)
     finally:
         for worker in workers:
             worker.stop()
@@ -375,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": wall_start,
         "quick": args.quick,
         "n": scale.n,
+        "throughput_method": asdict(method_for(args.quick, args.n)),
         "scale": asdict(scale),
         "machine": machine,
         "settings": {

@@ -39,6 +39,8 @@ class Monitor:
         self.runs = sql.Identifier(f"{prefix}runs")
         self.steps = sql.Identifier(f"{prefix}steps")
         self.queries = 0
+        # The benchmark's database: other databases' backends are interference (cpu.py).
+        self.database: str = self.conn.info.dbname
 
     def close(self) -> None:
         self.conn.close()

@@ -51,7 +51,7 @@ def _remember_chord(b: Bench, result: AsyncResult) -> None:
 def chord_throughput(b: Bench, batch: int, items: int) -> dict[str, Any]:
     """``batch`` chords of ``items`` no-op tasks and a no-op callback, started back to back;
     clock: first start to the last callback's ``date_done``."""
-    before = cpu.snapshot()
+    before = cpu.snapshot(b.monitor.database)
     start = time.time()
     results = [_chord(items) for _ in range(batch)]
     for result in results:
@@ -68,7 +68,7 @@ def map_throughput(b: Bench, batch: int, items: int) -> dict[str, Any]:
     """``batch`` ``fan_map.delay(items)`` started back to back; clock: first start to the
     last run's ``finished_at``."""
     b.monitor.execute("CHECKPOINT")
-    before = cpu.snapshot()
+    before = cpu.snapshot(b.monitor.database)
     start = time.time()
     ids = [bench.fan_map.delay(items).id for _ in range(batch)]
     wait_finished(b, ids, timeout=max(120.0, batch * items / 20.0))

@@ -74,7 +74,7 @@ def _epoch(value: dt.datetime) -> float:
 
 
 def _cpu_per_item(b: Bench, before: cpu.Snapshot, n: int, elapsed: float) -> dict[str, Any]:
-    spent = cpu.delta(before, cpu.snapshot(), b.worker_groups)
+    spent = cpu.delta(before, cpu.snapshot(b.monitor.database), b.worker_groups)
     return {
         "cpu_ms_per_item": {k: v * 1000.0 / n for k, v in spent.items()},
         "cpu_cores_busy": sum(spent.values()) / elapsed,
@@ -95,7 +95,7 @@ def _remember(b: Bench, result: AsyncResult) -> None:
 def _plain_batch(b: Bench, n: int, make: Callable[[], AsyncResult]) -> dict[str, Any]:
     """Start ``n`` with ``make()``, wait for every result; clock: first start to the last
     result's ``date_done`` (stored by the worker when the last task finished)."""
-    before = cpu.snapshot()
+    before = cpu.snapshot(b.monitor.database)
     start = time.time()
     results = [make() for _ in range(n)]
     published = time.time()
@@ -172,7 +172,7 @@ def durable_throughput(
     if checkpoint:
         b.monitor.execute("CHECKPOINT")
     wal_before = b.monitor.wal_position()
-    before = cpu.snapshot()
+    before = cpu.snapshot(b.monitor.database)
     start = time.time()
     ids = [workflow.delay().id for _ in range(n)]
     published = time.time()

@@ -2,8 +2,9 @@
 one, the Postgres connections each worker holds, and a realistic-work figure (steps that wait
 on I/O against a plain task waiting as long).
 
-Every configuration gets fresh workers; the measurements are the suite's own
-(``measure.plain_tasks``, ``measure.durable_throughput``). Each worker connects to Postgres
+Every configuration gets fresh workers; the throughput figures are the suite's one method
+(``throughput.compare``: interleaved rounds, medians), the headline's too. Each worker
+connects to Postgres
 with its own ``application_name`` (``<run tag>/<worker>``), so ``pg_stat_activity`` tells
 which worker holds which connection.
 """
@@ -11,10 +12,11 @@ which worker holds which connection.
 from __future__ import annotations
 
 import os
+import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,14 @@ from benchmarks import app as bench
 from benchmarks import measure
 from benchmarks.db import libpq_url
 from benchmarks.measure import Bench
+from benchmarks.throughput import (
+    Method,
+    compare,
+    durable_kind,
+    method_for,
+    plain_kind,
+    spread,
+)
 from benchmarks.workers import WorkerProcess
 
 # The workflows measured in every configuration: those of these names that the app defines.
@@ -70,17 +80,6 @@ CONFIGS = (
 )
 # Quick: one of each kind (prefork, threads, two workers), to keep the smoke run short.
 QUICK_CONFIGS = (STANDARD, Config("threads", 16), Config("prefork", 2, workers=2))
-
-
-@dataclass(frozen=True)
-class Sizes:
-    n: int
-    warmup: int
-    io_n: int
-
-
-def sizes(quick: bool) -> Sizes:
-    return Sizes(60, 10, 40) if quick else Sizes(1000, 50, 400)
 
 
 def present(names: tuple[str, ...]) -> list[tuple[str, Any]]:
@@ -152,14 +151,15 @@ def run_config(
     config: Config,
     env: Mapping[str, str],
     log_dir: Path,
-    size: Sizes,
+    method: Method,
     sampler: ConnectionSampler,
     progress: Callable[[str], None],
-    io: bool = False,
+    io: Method | None = None,
 ) -> dict[str, Any]:
-    """Fresh workers of ``config``; plain no-op tasks, then each workflow, the connections
-    they held at start, busy (peak while the durable batches ran) and idle after; with
-    ``io`` the realistic-work pair too."""
+    """Fresh workers of ``config``; plain no-op tasks against each workflow (the suite's
+    one method, ``throughput.compare``), then the connections they held at start, busy
+    (peak during an untimed batch of each workflow) and idle after; with ``io`` the
+    realistic-work comparison too."""
     names = [f"scale-{config.slug}-{i}" for i in range(config.workers)]
     workers: list[WorkerProcess] = []
     try:
@@ -177,15 +177,16 @@ def run_config(
             b.worker_groups.add(worker.proc.pid)  # their CPU counts as the worker's
             worker.wait_ready()
         at_start = sampler.count()
-        measure.plain_tasks(b, size.warmup)
-        plain = measure.plain_tasks(b, size.n)
-        durable: dict[str, Any] = {}
+        flows = present(WORKFLOWS)
+        kinds = [plain_kind()] + [durable_kind(name, flow) for name, flow in flows]
+        result = compare(b, method, kinds)
+        plain = result["kinds"]["plain"]
+        durable = {name: result["kinds"][name] for name, _ in flows}
+        # Connections: sampled during an untimed batch, so that the timed ones are the
+        # same measurement as the headline's (no sampler thread in the driver).
         with sampler:
-            for name, workflow in present(WORKFLOWS):
-                measure.durable_throughput(b, size.warmup, workflow=workflow)
-                durable[name] = measure.durable_throughput(
-                    b, size.n, checkpoint=True, workflow=workflow
-                )
+            for _, flow in flows:
+                measure.durable_throughput(b, method.warmup, workflow=flow)
         busy, busy_total = dict(sampler.peak), sampler.peak_total
         time.sleep(IDLE_AFTER_S)
         idle = sampler.count()
@@ -197,6 +198,7 @@ def run_config(
             "processes_per_worker": [_processes(w) for w in workers],
             "plain": plain,
             "durable": durable,
+            "order": result["order"],
             "connections": {
                 "at_start": at_start,
                 "busy_peak": busy,
@@ -206,14 +208,16 @@ def run_config(
                 "per_worker_idle": max(idle.values(), default=0),
             },
         }
-        rates = ", ".join(f"{k} {v['rate_per_s']:.0f}/s" for k, v in durable.items())
+        rates = ", ".join(
+            f"{k} {v['rate_per_s']:.0f}/s ({spread(v)} x plain)" for k, v in durable.items()
+        )
         progress(
             f"scale {config.label}: plain {plain['rate_per_s']:.0f}/s, {rates}; "
             f"connections per worker busy {out['connections']['per_worker_busy']}, "
             f"idle {out['connections']['per_worker_idle']}"
         )
-        if io:
-            out["io"] = realistic_work(b, size)
+        if io is not None:
+            out["io"] = realistic_work(b, io)
             progress(f"scale realistic work on {config.label}: {describe_io(out['io'])}")
         return out
     finally:
@@ -221,25 +225,34 @@ def run_config(
             worker.stop()
 
 
-def realistic_work(b: Bench, size: Sizes) -> dict[str, Any]:
-    """``io_task`` (15 ms of I/O) against each 3-step workflow of 5 ms I/O steps.
-
-    overhead = plain throughput / durable throughput - 1: the extra time per item that the
-    durable workflow takes, in the same worker."""
-    measure.plain_tasks(b, size.warmup, task=bench.io_task)
-    plain = measure.plain_tasks(b, size.io_n, task=bench.io_task)
+def realistic_work(b: Bench, method: Method) -> dict[str, Any]:
+    """``io_task`` (15 ms of I/O) against each 3-step workflow of 5 ms I/O steps, by the
+    suite's one method. overhead = the time per item over the plain task's - 1, the
+    median of the rounds' (1 / ratio - 1), with its range."""
+    flows = present(IO_WORKFLOWS)
+    kinds = [plain_kind("io_task", bench.io_task)] + [durable_kind(n, f) for n, f in flows]
+    result = compare(b, method, kinds)
     durable: dict[str, Any] = {}
-    for name, workflow in present(IO_WORKFLOWS):
-        measure.durable_throughput(b, size.warmup, workflow=workflow)
-        result = measure.durable_throughput(b, size.io_n, checkpoint=True, workflow=workflow)
-        result["overhead"] = plain["rate_per_s"] / result["rate_per_s"] - 1.0
-        durable[name] = result
-    return {"io_wait_s": bench.IO_WAIT_S, "steps": 3, "plain": plain, "durable": durable}
+    for name, _ in flows:
+        x = result["kinds"][name]
+        overheads = [1.0 / ratio - 1.0 for ratio in x["ratios"]]
+        x["overhead"] = statistics.median(overheads)
+        x["overhead_min"], x["overhead_max"] = min(overheads), max(overheads)
+        durable[name] = x
+    return {
+        "io_wait_s": bench.IO_WAIT_S,
+        "steps": 3,
+        "method": result["method"],
+        "order": result["order"],
+        "plain": result["kinds"]["io_task"],
+        "durable": durable,
+    }
 
 
 def describe_io(io: dict[str, Any]) -> str:
     parts = [f"plain {io['plain']['rate_per_s']:.0f}/s"] + [
-        f"{name} {x['rate_per_s']:.0f}/s (overhead {x['overhead']:+.1%})"
+        f"{name} {x['rate_per_s']:.0f}/s (overhead {x['overhead']:+.1%}, "
+        f"rounds {x['overhead_min']:+.1%} to {x['overhead_max']:+.1%})"
         for name, x in io["durable"].items()
     ]
     return ", ".join(parts)
@@ -251,10 +264,13 @@ def run(
     log_dir: Path,
     progress: Callable[[str], None],
     quick: bool,
+    method: Method | None = None,
 ) -> dict[str, Any]:
-    """Every configuration in turn (quick: fewer, smaller batches); the realistic-work
-    figure on the standard worker."""
-    size = sizes(quick)
+    """Every configuration in turn (quick: fewer, smaller batches), each by ``method``
+    (default: the run's, ``throughput.method_for``); the realistic-work figure on the
+    standard worker."""
+    method = method or method_for(quick)
+    io_method = method_for(quick, io=True)
     started = time.monotonic()
     loadavg_start = [round(x, 2) for x in os.getloadavg()]
     sampler = ConnectionSampler(env[DATABASE_URL_VAR], b.tag)
@@ -262,14 +278,24 @@ def run(
     try:
         for config in QUICK_CONFIGS if quick else CONFIGS:
             configs.append(
-                run_config(b, config, env, log_dir, size, sampler, progress, io=config == STANDARD)
+                run_config(
+                    b,
+                    config,
+                    env,
+                    log_dir,
+                    method,
+                    sampler,
+                    progress,
+                    io=io_method if config == STANDARD else None,
+                )
             )
     finally:
         sampler.close()
     io = next(c.pop("io") for c in configs if "io" in c)
     return {
-        "n": size.n,
-        "io_n": size.io_n,
+        "n": method.n,
+        "io_n": io_method.n,
+        "method": {"throughput": asdict(method), "io": asdict(io_method)},
         "workflows": [name for name, _ in present(WORKFLOWS)],
         "configs": configs,
         "io_config": STANDARD.label,

@@ -69,6 +69,19 @@ def test_a_deferred_record_written_later_says_when_the_step_ran(store):
     assert first.started_at + first.duration < second.started_at  # it ended before
 
 
+def test_the_settle_carries_deferred_records_that_say_when_they_ran(store):
+    fence = claimed(store, "t9")
+    carried = [ok(0, 0.5, ago=5.0), ok(1, 0.1, ago=1.0)]
+    before = store.now()
+    assert store.settle_run("t9", fence, "SUCCEEDED", result="2", carried=carried)
+    after = store.now()
+    steps = store.load_steps("t9")
+    assert [steps[i].attempt for i in (0, 1)] == [1, 1]
+    assert before - 5.0 - SLACK < steps[0].started_at < after - 5.0 + SLACK
+    assert before - 1.0 - SLACK < steps[1].started_at < after - 1.0 + SLACK
+    assert [steps[i].output for i in (0, 1)] == ["1", "1"]
+
+
 def test_a_wait_and_a_fanout_step_keep_when_and_in_which_attempt_they_began(store):
     fence = claimed(store, "t2")
     assert store.dispatch_fanout("t2", fence, started(0, 2), fan(2)).outcome is Outcome.RECORDED

@@ -33,6 +33,7 @@ from sqlalchemy import (
     update,
 )
 
+from .carry_statements import CarryStatements
 from .item_statements import ItemStatements
 from .open_items import OpenItemStatements
 from .operation_statements import OperationStatements
@@ -144,7 +145,7 @@ class RunStatements(Builder):
 
         # A run whose cancellation was requested ends CANCELLED, whatever the body did after.
         cancelled = runs.c.cancel_requested == true()
-        self.settle_run = self.with_notify(
+        self.settle_update = (
             update(runs)
             .where(self.fenced)
             .values(
@@ -158,9 +159,9 @@ class RunStatements(Builder):
                 finished_at=now,
                 updated_at=now,
             )
-            .returning(runs.c.id, runs.c.status),
-            "id",
-            "status",
+        )
+        self.settle_run = self.with_notify(
+            self.settle_update.returning(runs.c.id, runs.c.status), "id", "status"
         )
         self.schedule_retry = (
             update(runs)
@@ -434,6 +435,7 @@ class Statements:
     def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
         self.runs = RunStatements(tables, dialect, namespace)
         self.steps = StepStatements(tables, dialect, namespace)
+        self.carry = CarryStatements(tables, dialect, namespace, self.runs)
         self.sweep = SweepStatements(tables, dialect, namespace)
         self.signals = SignalStatements(tables, dialect, namespace)
         self.state = StateStatements(tables, dialect, namespace)

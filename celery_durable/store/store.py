@@ -3,7 +3,8 @@
 The hot path of a workflow of N steps costs N + 3 commits, one round trip each on Postgres:
 ``insert_run`` (start), ``claim_run`` (plus ``load_steps`` only when history exists),
 ``record_step`` per step, ``settle_run``. Deferred steps' records (``carried``) ride on the
-next of these writes, in its transaction and round trip (psycopg's pipeline mode). The
+next of these writes, in its transaction and round trip (psycopg's pipeline mode; the
+settle carries them in its own statement, ``carry_statements``). The
 Postgres engine runs in autocommit mode so a single statement is its own transaction (no
 BEGIN round trip); statements that must see or lock several rows at once are written as
 one statement with CTEs.
@@ -23,6 +24,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from ..errors import ConfigurationError
+from .carry_statements import carried_params
 from .connections import Connections, parse_listen_url, parse_url
 from .item_ops import ItemOps
 from .listener import Listener
@@ -265,7 +267,11 @@ class Store(ItemOps, SignalOps, SweepOps, StoreOperations, LongLivedOps):
         assert status in FINISHED_STATUSES
         values = params(run_id=run_id, fence=fence, status=status, result=result, error=error)
         if step is None:
-            row = self._one_carrying(self.sql.runs.settle_run, values, run_id, fence, carried)
+            if carried and self.is_postgres:  # one statement: the settle carries them
+                values = {**values, **carried_params(run_id, fence, carried)}
+                row = self.db.one(self.sql.carry.settle_run, values, retry=True)
+            else:
+                row = self._one_carrying(self.sql.runs.settle_run, values, run_id, fence, carried)
             return None if row is None else str(row[1])
         with self.db.transaction() as conn:
             self._carry(conn, run_id, fence, carried)
