@@ -216,13 +216,14 @@ def stats_json(stats: RunStats) -> dict[str, Any]:
     }
 
 
-def _loaded(text: str | None) -> Any:
-    if text is None:
+def decoded(raw: str | None) -> Any:
+    """A stored JSON text as a value; text that is not JSON stays text."""
+    if raw is None:
         return None
     try:
-        return json.loads(text)
+        return json.loads(raw)
     except ValueError:
-        return text
+        return raw
 
 
 def step_json(step: StepRecord) -> dict[str, Any]:
@@ -234,8 +235,8 @@ def step_json(step: StepRecord) -> dict[str, Any]:
         "duration": step.duration,
         "started_at": iso(step.started_at),
         "attempt": step.attempt,
-        "input": _loaded(step.input),
-        "output": _loaded(step.output),
+        "input": decoded(step.input),
+        "output": decoded(step.output),
         "error": None if error is None else {k: error.get(k) for k in ("type", "message")},
     }
 

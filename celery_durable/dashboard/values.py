@@ -64,19 +64,9 @@ class Shown:
         return self.truncated or self.text.count("\n") >= FOLD_LINES
 
 
-def decoded(raw: str | None) -> Any:
-    """A stored JSON text as a value; text that is not JSON stays text."""
-    if raw is None:
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
-
-
 def shown(raw: str | None, redact: Redactor, limit: int | None = VALUE_LIMIT) -> Shown:
     """``raw`` (stored JSON) redacted and pretty-printed, cut at ``limit`` (None: whole)."""
-    value = redact(decoded(raw))
+    value = redact(console.decoded(raw))
     try:
         text = json.dumps(value, ensure_ascii=False, default=str)
         if len(text) > ONE_LINE:
