@@ -395,7 +395,8 @@ class Store(ItemOps, SignalOps, SweepOps, StoreOperations, LongLivedOps):
         with self.db.write() as conn:
             if not self._is_live(conn, values):
                 return False
-            self._carry(conn, run_id, fence, carried)
+            # Checked live just above: the records go in without ``_carry``'s second check.
+            write_carried(conn, self.sql.steps.record_step, run_id, fence, carried)
             return conn.execute(self.sql.state.set_state, values).first() is not None
 
     def get_state(self, run_id: str, key: str) -> str | None:
