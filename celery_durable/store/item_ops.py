@@ -37,7 +37,7 @@ from .records import (
     StepRecord,
     StepWrite,
 )
-from .sql import params, step_params, write_carried
+from .sql import hold_run, params, step_params
 from .statements import Statements
 
 # Items per INSERT round (an executemany) and per publishing loop of the caller.
@@ -72,12 +72,9 @@ class ItemOps:
         values = params(run_id=run_id, fence=fence, idx=step.idx, name=step.name, input=step.input)
         try:
             with self.db.transaction() as conn:
-                live = conn.execute(self.sql.steps.check_live_locked, values).first()
-                if live is None:
-                    return StepWrite(Outcome.LEASE_LOST)
-                if live.cancel_requested:
-                    return StepWrite(Outcome.CANCELLED)
-                write_carried(conn, self.sql.steps.record_step, run_id, fence, carried)
+                refused = hold_run(conn, self.sql.steps, run_id, fence, carried)
+                if refused is not None:
+                    return StepWrite(refused)
                 if conn.execute(sql.dispatch_fanout_step, values).first() is None:
                     stored = conn.execute(self.sql.steps.get_step, values).first()
                     return StepWrite(Outcome.EXISTS, StepRecord(*stored) if stored else None)
@@ -177,12 +174,9 @@ class ItemOps:
         values = params(run_id=run_id, fence=fence, idxs=list(idxs))
         with self.db.transaction() as conn:
             # FOR UPDATE: items settling now wait for this transaction, then see WAITING.
-            live = conn.execute(self.sql.steps.check_live_locked, values).first()
-            if live is None:
-                return Outcome.LEASE_LOST
-            if live.cancel_requested:
-                return Outcome.CANCELLED
-            write_carried(conn, self.sql.steps.record_step, run_id, fence, carried)
+            refused = hold_run(conn, self.sql.steps, run_id, fence, carried)
+            if refused is not None:
+                return refused
             conn.execute(sql.suspend_on_items_forget, values)
             conn.execute(sql.suspend_on_items_await, values)
             if conn.execute(sql.suspend_on_items_open, values).first() is None:

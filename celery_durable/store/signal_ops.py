@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from .connections import Connections
 from .records import Outcome, SignalStore, SignalTake, StepRecord
 from .schema import FINISHED_STATUSES
-from .sql import params, step_params, write_carried
+from .sql import hold_run, params, step_params
 from .statements import Statements
 
 
@@ -82,12 +82,9 @@ class SignalOps:
         sql = self.sql.signals
         values = params(run_id=run_id, fence=fence, name=signal_name)
         with self.db.transaction() as conn:
-            live = conn.execute(self.sql.steps.check_live_locked, values).first()
-            if live is None:
-                return SignalTake(Outcome.LEASE_LOST)
-            if live.cancel_requested:
-                return SignalTake(Outcome.CANCELLED)
-            write_carried(conn, self.sql.steps.record_step, run_id, fence, carried)
+            refused = hold_run(conn, self.sql.steps, run_id, fence, carried)
+            if refused is not None:
+                return SignalTake(refused)
             signal = conn.execute(sql.consume_signal_oldest, values).first()
             if signal is None:
                 return SignalTake(Outcome.NO_SIGNAL)
@@ -114,12 +111,9 @@ class SignalOps:
         values = params(run_id=run_id, fence=fence, name=wait_signal)
         with self.db.transaction() as conn:
             # FOR UPDATE: a concurrent wake-up waits for this transaction, then sees WAITING.
-            live = conn.execute(self.sql.steps.check_live_locked, values).first()
-            if live is None:
-                return Outcome.LEASE_LOST
-            if live.cancel_requested:
-                return Outcome.CANCELLED
-            write_carried(conn, self.sql.steps.record_step, run_id, fence, carried)
+            refused = hold_run(conn, self.sql.steps, run_id, fence, carried)
+            if refused is not None:
+                return refused
             if wait_signal is not None and conn.execute(sql.suspend_run_has_signal, values).first():
                 return Outcome.SIGNALLED
             conn.execute(self.sql.steps.record_step, step_params(run_id, fence, step))

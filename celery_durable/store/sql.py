@@ -29,7 +29,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from .records import StepRecord
+from .records import Outcome, StepRecord
 from .schema import Tables
 
 
@@ -66,6 +66,22 @@ def write_carried(
     caller checked that it holds the run: they commit with its write, or not at all."""
     for step in carried:
         conn.execute(record_step, step_params(run_id, fence, step))
+
+
+def hold_run(
+    conn: Any, steps: Any, run_id: str, fence: int, carried: Sequence[StepRecord]
+) -> Outcome | None:
+    """Lock the run's row (FOR UPDATE on Postgres) while the caller holds its lease, then
+    write ``carried`` in the caller's transaction. None: held; otherwise LEASE_LOST or
+    CANCELLED, and nothing is written. ``steps``: the step statements (``check_live_locked``,
+    ``record_step``)."""
+    live = conn.execute(steps.check_live_locked, params(run_id=run_id, fence=fence)).first()
+    if live is None:
+        return Outcome.LEASE_LOST
+    if live.cancel_requested:
+        return Outcome.CANCELLED
+    write_carried(conn, steps.record_step, run_id, fence, carried)
+    return None
 
 
 def columns_of(table: Any, record: type, **computed: Any) -> tuple[Any, ...]:
