@@ -128,6 +128,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="only the scale figures (pools, two workers, connections, realistic work)",
     )
     parser.add_argument(
+        "--throughput-only",
+        action="store_true",
+        help="only the empty-table throughput comparison (plain, strict, deferred); "
+        "prints it, writes no report",
+    )
+    parser.add_argument(
         "--py-spy",
         type=Path,
         metavar="DIR",
@@ -216,6 +222,34 @@ def main(argv: list[str] | None = None) -> int:
         return operations.run_only(args, scale, b, machine, queue, progress, wall_start)
     if args.scale_only:
         return scale_report.run_only(args, b, machine, env, log_dir, progress, wall_start)
+    if args.throughput_only:
+        try:
+            bench.durable.migrate()
+            durable = start_worker("durable")
+            with profiled(durable, args.py_spy):
+                result = step(
+                    "throughput (empty tables)",
+                    lambda: throughput.compare(
+                        b,
+                        method_for(args.quick, args.n),
+                        [
+                            throughput.plain_kind("plain_tasks"),
+                            throughput.durable_kind("three_steps"),
+                            throughput.durable_kind("three_deferred"),
+                        ],
+                    ),
+                    throughput.describe,
+                )
+            for name, kind in result["kinds"].items():
+                split = ", ".join(f"{k} {v:.2f}" for k, v in kind["cpu_ms_per_item"].items())
+                progress(f"{name}: CPU ms per item: {split}; publish {kind['publish_s']:.2f} s")
+        finally:
+            for worker in workers:
+                worker.stop()
+            cleanup(b, queue, bench.app)
+            bench.durable.store.dispose()
+            monitor.close()
+        return 0
     if args.fanout_only:
         try:
             bench.durable.migrate()
