@@ -88,3 +88,21 @@ def test_suspensions_set_state_retries_and_fan_outs_carry_them(store):
     assert store.schedule_retry("c7", fence, 0.0, "{}", None, deferred(0, 1)) == "PENDING"
     assert recorded(store, "c6") == {0: "0", 1: "{}"}
     assert recorded(store, "c7") == {0: "0", 1: "10"}
+
+
+def test_the_settle_carries_any_text_and_every_field_exactly(store):
+    """The settle's records travel as one JSON document (Postgres): text that JSON must
+    escape, non-ASCII, NULLs and exact floats come back as they went in."""
+    fence = claimed(store, "c6")
+    awkward = '{"q": "\\"quoted\\"", "bs": "\\\\", "nl": "a\\nb", "u": "\\u00e9"} ünïcødé ✓ 𝄞'
+    records = [
+        StepRecord(0, "d'quote", "ok", awkward, awkward, None, 0.1 + 0.2),
+        StepRecord(1, "d", "error", "[[],{}]", None, '{"type": "ValueError"}', None),
+        StepRecord(2, "d", "ok", "x" * 100_000, "%(p_run_id)s $1 ?", None, 1e-9),
+    ]
+    assert store.settle_run("c6", fence, "SUCCEEDED", result="1", carried=records)
+    loaded = store.load_steps("c6")
+    assert [
+        (s.name, s.status, s.input, s.output, s.error, s.duration) for s in loaded.values()
+    ] == [(r.name, r.status, r.input, r.output, r.error, r.duration) for r in records]
+    assert {s.attempt for s in loaded.values()} == {1}

@@ -2,8 +2,8 @@
 
 A workflow whose last steps were deferred settles with their records: instead of a pipelined
 ``BEGIN; record_step x k; settle_run; COMMIT``, one statement: the fenced settle UPDATE, and
-an INSERT of every carried record (``unnest`` of one array per column) fed from the
-UPDATE's RETURNING, so the records are written exactly when the settle is, and only while
+an INSERT of every carried record (``json_to_recordset`` of one JSON parameter) fed from
+the UPDATE's RETURNING, so the records are written exactly when the settle is, and only while
 the run is live (not cancel-requested), as ``record_step`` would have written them.
 
 Example::
@@ -14,21 +14,24 @@ Example::
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Float, Integer, Text, bindparam, column, func, literal, select, true
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import Float, Integer, Text, bindparam, cast, column, func, literal, select, true
+from sqlalchemy.dialects.postgresql import JSON
 
 from .records import StepRecord
 from .schema import Tables
-from .sql import Builder, step_params
+from .sql import Builder
 
 if TYPE_CHECKING:
     from .statements import RunStatements
 
-# The carried records' parameters of ``record_step`` (``step_params``), as arrays: one
-# element per record, in order. ``ago``: seconds since the step began (``started_at``).
+# The carried records' columns, as ``record_step`` gets them (``step_params``). ``ago``:
+# seconds since the step began (``started_at``). One JSON array of objects carries them all:
+# dumping one text parameter costs far less than an array parameter per column.
 CARRIED_COLUMNS = (
     ("idx", Integer),
     ("name", Text),
@@ -41,11 +44,24 @@ CARRIED_COLUMNS = (
 )
 
 
-def carried_params(run_id: str, fence: int, carried: Sequence[StepRecord]) -> dict[str, Any]:
-    """The array parameters of ``carried`` records (``p_c_idx``, ``p_c_name``, ...): the
-    values ``record_step`` would get for each (``step_params``)."""
-    each = [step_params(run_id, fence, step) for step in carried]
-    return {f"p_c_{name}": [values[f"p_{name}"] for values in each] for name, _ in CARRIED_COLUMNS}
+def carried_params(carried: Sequence[StepRecord]) -> dict[str, Any]:
+    """``p_carried``: the ``carried`` records as one JSON array, each object holding the
+    values ``record_step`` would get for it (``step_params``)."""
+    now = time.monotonic()
+    records = [
+        {
+            "idx": step.idx,
+            "name": step.name,
+            "status": step.status,
+            "input": step.input,
+            "output": step.output,
+            "error": step.error,
+            "duration": step.duration,
+            "ago": 0.0 if step.began is None else max(0.0, now - step.began),
+        }
+        for step in carried
+    ]
+    return {"p_carried": json.dumps(records, ensure_ascii=False)}
 
 
 class CarryStatements(Builder):
@@ -62,11 +78,9 @@ class CarryStatements(Builder):
             run.id, run.status, run.cancel_requested, run.attempts
         ).cte("changed")
         records = (
-            func.unnest(
-                *(bindparam(f"p_c_{name}", type_=ARRAY(type_)) for name, type_ in CARRIED_COLUMNS)
-            )
+            func.json_to_recordset(cast(bindparam("p_carried", type_=Text), JSON))
             .table_valued(*(column(name, type_) for name, type_ in CARRIED_COLUMNS))
-            .render_derived(name="carried_steps")
+            .render_derived(name="carried_steps", with_types=True)
         )
         row = {
             "namespace": literal(namespace),

@@ -268,7 +268,7 @@ class Store(ItemOps, SignalOps, SweepOps, StoreOperations, LongLivedOps):
         values = params(run_id=run_id, fence=fence, status=status, result=result, error=error)
         if step is None:
             if carried and self.is_postgres:  # one statement: the settle carries them
-                values = {**values, **carried_params(run_id, fence, carried)}
+                values = {**values, **carried_params(carried)}
                 row = self.db.one(self.sql.carry.settle_run, values, retry=True)
             else:
                 row = self._one_carrying(self.sql.runs.settle_run, values, run_id, fence, carried)
