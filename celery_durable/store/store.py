@@ -27,6 +27,7 @@ from ..errors import ConfigurationError
 from .carry_statements import carried_params
 from .connections import Connections, parse_listen_url, parse_url
 from .item_ops import ItemOps
+from .lease_ops import LeaseOps
 from .listener import Listener
 from .longlived_ops import LongLivedOps
 from .longlived_statements import LongLivedStatements
@@ -48,11 +49,12 @@ from .statements import Statements
 from .sweep_ops import SweepOps
 
 
-class Store(ItemOps, SignalOps, SweepOps, StoreOperations, LongLivedOps):
+class Store(ItemOps, SignalOps, SweepOps, LeaseOps, StoreOperations, LongLivedOps):
     """The database side of one namespace; engines are created per process, lazily.
 
-    Signals (``SignalOps``), the sweeper's statements (``SweepOps``) and items of fan-out
-    steps (``ItemOps``) live in their own modules; runs and steps are here.
+    Signals (``SignalOps``), the sweeper's statements (``SweepOps``), leases
+    (``LeaseOps``) and items of fan-out steps (``ItemOps``) live in their own modules; runs
+    and steps are here.
     ``pgbouncer`` and ``listen_url``: the ``durable_pgbouncer`` and ``durable_listen_url``
     settings (the URL goes through PgBouncer; where LISTEN connects instead).
     """
@@ -352,34 +354,6 @@ class Store(ItemOps, SignalOps, SweepOps, StoreOperations, LongLivedOps):
             self._record_step_on(conn, step_params(run_id, fence, step))
             found = conn.execute(self.sql.runs.schedule_retry, values).first()
             return None if found is None else str(found.status)
-
-    def release_run(self, run_id: str, fence: int) -> bool:
-        """Give the lease back (worker shutting down): not a failed attempt."""
-        values = params(run_id=run_id, fence=fence)
-        return self.db.one(self.sql.runs.release_run, values, retry=True) is not None
-
-    def release_owner(self, owner: str, run_ids: Sequence[str]) -> list[str]:
-        """Give back the leases an exiting process still holds on ``run_ids``."""
-        if not run_ids:
-            return []
-        with self.db.write() as conn:
-            rows = conn.execute(self.sql.runs.release_owner, params(owner=owner, ids=list(run_ids)))
-            return [r.id for r in rows]
-
-    def renew_lease(self, run_id: str, fence: int, lease: float) -> bool:
-        """Extend one run's lease if this worker still holds it (and cancel wasn't asked)."""
-        values = params(run_id=run_id, fence=fence, lease=lease)
-        return self.db.one(self.sql.runs.renew_lease, values, retry=True) is not None
-
-    def renew_leases(self, owner: str, run_ids: Sequence[str], lease: float) -> int:
-        """One statement renews all of a process's leases."""
-        if not run_ids:
-            return 0
-        with self.db.write(borrow=True) as conn:  # the heartbeat opens no connection
-            result = conn.execute(
-                self.sql.runs.renew_leases, params(owner=owner, ids=list(run_ids), lease=lease)
-            )
-            return int(result.rowcount)
 
     # -- signals, timers, state, cancellation ---------------------------------------------
 
