@@ -118,6 +118,19 @@ def relaxed_commit(stmt: Any) -> Any:
     return stmt.where(func.set_config("synchronous_commit", "off", true()) == "off")
 
 
+_CURSOR = "celery_durable.cursor"
+
+
+def _cursor_of(record: Any) -> psycopg.Cursor[Any]:
+    """The hot path's cursor of a pooled connection, made once per connection: a cursor
+    per statement costs as much Python as adapting its parameters."""
+    driver = record.get_connection()
+    cursor: psycopg.Cursor[Any] | None = record.info.get(_CURSOR)
+    if cursor is None or cursor.connection is not driver or cursor.closed:
+        cursor = record.info[_CURSOR] = driver.cursor()
+    return cursor
+
+
 def _recover(record: Any) -> None:
     """After a failed statement: roll back what it left open, or drop a broken connection."""
     driver = record.dbapi_connection
@@ -149,7 +162,7 @@ class Connections:
         self.pgbouncer = pgbouncer
         self.listen_url = listen_url
         self._engine: Engine | None = None
-        self._compiled: dict[tuple[int, bool], tuple[str, dict[str, Any]]] = {}
+        self._compiled: dict[tuple[int, bool], tuple[bytes, dict[str, Any]]] = {}
         self._pid = -1
         self._lock = threading.Lock()
         _ALL.add(self)
@@ -290,8 +303,9 @@ class Connections:
         for last_try in (not retry, True):
             record = pool.take()
             try:
-                driver = record.get_connection()
-                return driver.execute(sql, values).fetchone()  # type: ignore[no-any-return]
+                cursor = _cursor_of(record)
+                cursor.execute(sql, values)
+                return cursor.fetchone()  # type: ignore[no-any-return]
             except psycopg.OperationalError:
                 _recover(record)
                 if last_try:
@@ -303,11 +317,14 @@ class Connections:
                 pool.give_back(record)
         raise AssertionError("unreachable")
 
-    def _compile(self, stmt: Any, relaxed: bool = False) -> tuple[str, dict[str, Any]]:
+    def _compile(self, stmt: Any, relaxed: bool = False) -> tuple[bytes, dict[str, Any]]:
+        """The statement's SQL, encoded once (psycopg would encode the text on every
+        execute), and its constant parameters."""
         compiled = self._compiled.get((id(stmt), relaxed))
         if compiled is None:
             done = (relaxed_commit(stmt) if relaxed else stmt).compile(dialect=self.engine.dialect)
-            compiled = self._compiled[(id(stmt), relaxed)] = (str(done), dict(done.params))
+            sql = str(done).encode()
+            compiled = self._compiled[(id(stmt), relaxed)] = (sql, dict(done.params))
         return compiled
 
     def pipeline(self, record: Any, statements: list[tuple[Any, dict[str, Any]]]) -> list[Any]:
