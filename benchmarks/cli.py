@@ -222,33 +222,22 @@ def main(argv: list[str] | None = None) -> int:
         return operations.run_only(args, scale, b, machine, queue, progress, wall_start)
     if args.scale_only:
         return scale_report.run_only(args, b, machine, env, log_dir, progress, wall_start)
+
+    def teardown() -> None:
+        for worker in workers:
+            worker.stop()
+        cleanup(b, queue, bench.app)
+        bench.durable.store.dispose()
+        monitor.close()
+
     if args.throughput_only:
         try:
             bench.durable.migrate()
             durable = start_worker("durable")
             with profiled(durable, args.py_spy):
-                result = step(
-                    "throughput (empty tables)",
-                    lambda: throughput.compare(
-                        b,
-                        method_for(args.quick, args.n),
-                        [
-                            throughput.plain_kind("plain_tasks"),
-                            throughput.durable_kind("three_steps"),
-                            throughput.durable_kind("three_deferred"),
-                        ],
-                    ),
-                    throughput.describe,
-                )
-            for name, kind in result["kinds"].items():
-                split = ", ".join(f"{k} {v:.2f}" for k, v in kind["cpu_ms_per_item"].items())
-                progress(f"{name}: CPU ms per item: {split}; publish {kind['publish_s']:.2f} s")
+                throughput.run_only(b, method_for(args.quick, args.n), progress)
         finally:
-            for worker in workers:
-                worker.stop()
-            cleanup(b, queue, bench.app)
-            bench.durable.store.dispose()
-            monitor.close()
+            teardown()
         return 0
     if args.fanout_only:
         try:
@@ -264,11 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                 idle.others / idle.seconds,
             )
         finally:
-            for worker in workers:
-                worker.stop()
-            cleanup(b, queue, bench.app)
-            bench.durable.store.dispose()
-            monitor.close()
+            teardown()
         return 0
     try:
         bench.durable.migrate()

@@ -146,6 +146,20 @@ def spread(summary: dict[str, Any]) -> str:
     return f"{summary['vs_ref']:.2f} ({summary['vs_ref_min']:.2f}-{summary['vs_ref_max']:.2f})"
 
 
+def run_only(b: Bench, method: Method, progress: Callable[[str], None]) -> None:
+    """``--throughput-only``: plain tasks, strict and deferred 3-step workflows on the
+    running worker; prints the comparison and each kind's CPU per item by component."""
+    result = compare(
+        b,
+        method,
+        [plain_kind("plain_tasks"), durable_kind("three_steps"), durable_kind("three_deferred")],
+    )
+    progress(f"throughput (empty tables): {describe(result)}")
+    for name, kind in result["kinds"].items():
+        split = ", ".join(f"{k} {v:.2f}" for k, v in kind["cpu_ms_per_item"].items())
+        progress(f"{name}: CPU ms per item: {split}; publish {kind['publish_s']:.2f} s")
+
+
 def describe(result: dict[str, Any]) -> str:
     """One progress line: each kind's median rate, and its ratio to the reference."""
     parts = []
