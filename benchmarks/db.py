@@ -51,15 +51,58 @@ class Monitor:
 
     # -- cumulative statistics -----------------------------------------------------------
 
-    def commits(self) -> tuple[int, int]:
-        """(xact_commit, sessions) of this database; this backend's own stats are flushed
-        as soon as it is idle (``pg_stat_force_next_flush``)."""
+    def sessions(self) -> int:
+        """Sessions ever opened on this database (a new backend reports its own at its first
+        idle moment)."""
         row = self.execute(
-            "SELECT pg_stat_force_next_flush(), xact_commit, sessions "
-            "FROM pg_stat_database WHERE datname = current_database()"
+            "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
         ).fetchone()
         assert row is not None
-        return int(row[1]), int(row[2])
+        return int(row[0])
+
+    def xids(self) -> tuple[int, int]:
+        """(xmin, xmax) of a snapshot taken now: the oldest transaction id still running and
+        the next one to be assigned (cluster-wide). The statement itself only reads, so it
+        gets no transaction id."""
+        row = self.execute(
+            "SELECT pg_snapshot_xmin(s)::text, pg_snapshot_xmax(s)::text "
+            "FROM pg_current_snapshot() AS s"
+        ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    def id_statuses(self, first: int, end: int) -> dict[str, int]:
+        """How many of the transaction ids ``first`` .. ``end - 1`` (``end`` at most a
+        snapshot's xmax) committed, aborted or are in progress."""
+        rows = self.execute(
+            "SELECT pg_xact_status(g::text::xid8), count(*) "
+            "FROM generate_series(%s::bigint, %s::bigint - 1) AS g GROUP BY 1",
+            (first, end),
+        ).fetchall()
+        return {str(status): int(n) for status, n in rows}
+
+    def other_databases(self) -> tuple[int, int]:
+        """(sessions, xact_commit) summed over the other databases of the cluster. A new
+        session reports itself at once and an ending one flushes its counts as it exits: a
+        change means another database had a new or ended session in between."""
+        row = self.execute(
+            "SELECT coalesce(sum(sessions), 0)::bigint, coalesce(sum(xact_commit), 0)::bigint "
+            "FROM pg_stat_database WHERE datname IS DISTINCT FROM current_database()"
+        ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    def other_databases_busy(self, since: float) -> int:
+        """Backends of other databases (clients, autovacuum workers) running, holding a
+        transaction id or having run a statement since ``since``."""
+        row = self.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname IS NOT NULL AND datname <> current_database() "
+            "AND (state = 'active' OR backend_xid IS NOT NULL "
+            "OR backend_start >= to_timestamp(%s) OR state_change >= to_timestamp(%s))",
+            (since, since),
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     def foreign_sessions(self, since: float, tag: str) -> int:
         """Client sessions of other programs that started or ran a statement since ``since``."""

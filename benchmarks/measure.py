@@ -21,12 +21,10 @@ from benchmarks.db import Monitor
 from benchmarks.workers import wait_until
 from celery_durable import WorkflowStatus
 
-# Postgres 15 flushes a backend's pending statistics when it goes idle, at most once a
-# second (PGSTAT_MIN_INTERVAL); an idle backend with pending stats flushes them after
-# PGSTAT_IDLE_INTERVAL (10 s). So 11 s after the last statement every counter is complete.
-STATS_FLUSH_BOUND = 11.0
-# Commit rate (per second, whole database) below which the database counts as quiet.
-QUIET_RATE = 20.0
+# Commits are counted by transaction id (see ``Window``): every one of the workload's has
+# committed when its last run is seen finished, with no statistics to wait for. Work that the
+# workload sets off after that (none is expected) has this long to show before a window ends.
+TRAILING_SECONDS = 1.0
 
 
 @dataclass
@@ -265,83 +263,99 @@ def signal_latency(b: Bench, samples: int) -> dict[str, Any]:
 
 @dataclass
 class Window:
-    """One interval of ``xact_commit`` of the database, with what else happened in it."""
+    """One interval of committed transactions, with what else happened in it.
+
+    A commit here is a transaction that was assigned a transaction id (it wrote) and
+    committed: of the ids from a snapshot's xmax at the start to one at the end, those whose
+    ``pg_xact_status`` is committed. Exact as soon as they finished, where
+    ``pg_stat_database.xact_commit`` gets a PG15 backend's count only when it flushes its
+    statistics (within 10 s of going idle). Read-only transactions get no id and are not
+    counted: the driver's monitoring statements, idle polls; every transaction of a
+    workflow's path writes. Ids are cluster-wide: a window in which another database had
+    a session start, end or run a statement is not clean."""
 
     seconds: float
     commits: int
-    own: int
+    aborted: int
     foreign_active_sessions: int
     foreign_new_sessions: int
+    other_databases_busy: int
     settled: bool
 
     @property
     def others(self) -> int:
-        """Commits not made by the driver's monitoring statements."""
-        return self.commits - self.own
+        """Commits not made by the driver (its monitoring statements only read): all."""
+        return self.commits
+
+    @property
+    def clean(self) -> bool:
+        """No other program opened a session here or used another database, and every
+        transaction of the window finished in time."""
+        return self.foreign_new_sessions == 0 and self.other_databases_busy == 0 and self.settled
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "clean": self.clean}
 
 
-def _settle(b: Bench, since: float, quiet_rate: float = QUIET_RATE, timeout: float = 45.0) -> bool:
-    """Poll ``xact_commit`` until stats of work ended at ``since`` (monotonic) are flushed:
-    STATS_FLUSH_BOUND has passed and the last second's rate is at most ``quiet_rate``.
-    False if the database never got quiet before ``timeout`` (other load)."""
-    readings: list[tuple[float, int]] = []
+def _settle(b: Bench, since: float, first: int, timeout: float = 30.0) -> tuple[bool, int]:
+    """Wait until TRAILING_SECONDS have passed since ``since`` (monotonic), then take a
+    snapshot's xmax and wait until no id from ``first`` up to it is in progress. Returns
+    whether that happened before ``timeout``, and that xmax."""
+    wait_until(
+        lambda: time.monotonic() - since >= TRAILING_SECONDS,
+        TRAILING_SECONDS + 5,
+        0.05,
+        "work after the workload",
+    )
+    _, end = b.monitor.xids()
 
-    def quiet() -> bool:
-        now = time.monotonic()
-        readings.append((now, b.monitor.commits()[0]))
-        if now - since < STATS_FLUSH_BOUND:
-            return False
-        recent = [(t, c) for t, c in readings if now - t <= 1.05]
-        if len(recent) < 2:
-            return False
-        (t0, c0), (t1, c1) = recent[0], recent[-1]
-        own = len(recent) - 1
-        return (c1 - c0 - own) / max(t1 - t0, 1e-3) <= quiet_rate
+    def none_running() -> bool:
+        xmin, _ = b.monitor.xids()
+        return xmin >= end or not b.monitor.id_statuses(first, end).get("in progress")
 
     try:
-        wait_until(quiet, timeout, 0.25, "database statistics to settle")
-        return True
+        wait_until(none_running, timeout, 0.05, "the window's transactions to finish")
+        return True, end
     except TimeoutError:
-        return False
+        return False, end
 
 
-def commit_window(
-    b: Bench,
-    workload: Callable[[], None],
-    idle_seconds: float = 0.0,
-    quiet_rate: float = QUIET_RATE,
-) -> Window:
-    """Counters before, ``workload()`` (or ``idle_seconds`` of nothing), settle, after."""
+def commit_window(b: Bench, workload: Callable[[], None], idle_seconds: float = 0.0) -> Window:
+    """xmax before, ``workload()`` (or ``idle_seconds`` of nothing), settle, xmax after; the
+    ids in between that committed."""
     wall = time.time()
-    queries_before = b.monitor.queries
-    c0, s0 = b.monitor.commits()
+    s0 = b.monitor.sessions()
+    other0 = b.monitor.other_databases()
+    _, x0 = b.monitor.xids()
     t0 = time.monotonic()
     if idle_seconds:
         wait_until(
             lambda: time.monotonic() - t0 >= idle_seconds, idle_seconds + 5, 0.25, "idle window"
         )
-        settled = True
     else:
         workload()
-        settled = _settle(b, time.monotonic(), quiet_rate)
-    own = b.monitor.queries - queries_before
-    c1, s1 = b.monitor.commits()
+    # An idle window needs no time for trailing work.
+    settled, x1 = _settle(b, t0 if idle_seconds else time.monotonic(), x0)
     seconds = time.monotonic() - t0
-    new_sessions = s1 - s0 - b.monitor.own_new_sessions(wall, b.tag)
+    statuses = b.monitor.id_statuses(x0, x1)
+    new_sessions = b.monitor.sessions() - s0 - b.monitor.own_new_sessions(wall, b.tag)
+    busy = b.monitor.other_databases_busy(wall)
+    if b.monitor.other_databases() != other0:
+        busy += 1  # a session of another database started or ended meanwhile
     return Window(
         seconds=seconds,
-        commits=c1 - c0,
-        own=own,
+        commits=statuses.get("committed", 0),
+        aborted=statuses.get("aborted", 0),
         foreign_active_sessions=b.monitor.foreign_sessions(wall, b.tag),
         foreign_new_sessions=max(0, new_sessions),
-        settled=settled,
+        other_databases_busy=busy,
+        settled=settled and not statuses.get("in progress"),
     )
 
 
 def deferred_commits(b: Bench, workflows: int, idle_rate: float) -> dict[str, Any]:
     """Commits per ``three_deferred`` workflow, start included, measured as
-    ``commits_per_workflow`` does (net of the driver's statements and the idle rate)."""
-    _settle(b, time.monotonic())
+    ``commits_per_workflow`` does (net of the idle rate)."""
 
     def workload() -> None:
         ids = [bench.three_deferred.delay().id for _ in range(workflows)]
@@ -353,24 +367,23 @@ def deferred_commits(b: Bench, workflows: int, idle_rate: float) -> dict[str, An
         "workflows_per_window": workflows,
         "commits_per_workflow": per_workflow,
         "commits_per_workflow_beyond_start": per_workflow - 1.0,
-        "window": window.__dict__,
-        "clean": window.foreign_new_sessions == 0 and window.settled,
+        "window": window.as_dict(),
+        "clean": window.clean,
     }
 
 
 def commits_per_workflow(
     b: Bench, workflows: int, idle_seconds: float, attempts: int = 3
 ) -> dict[str, Any]:
-    """Commits of ``workflows`` runs of 3 and of 10 steps, from ``pg_stat_database``.
+    """Commits of ``workflows`` runs of 3 and of 10 steps (``Window``: committed
+    transaction ids).
 
-    net = Δxact_commit − the driver's monitoring transactions − idle rate × window, where the
-    idle rate is measured with the workers idle, before and after. A window in which another
-    program opened a session is measured again (up to ``attempts`` times) and flagged.
+    net = commits − idle rate × window, where the idle rate is measured with the workers
+    idle, before and after. A window that is not clean (another program opened a session
+    here, or was busy in another database) is measured again (up to ``attempts`` times) and
+    flagged.
     """
-    _settle(b, time.monotonic())
     idle_before = commit_window(b, lambda: None, idle_seconds=idle_seconds)
-    # Other programs' steady background (e.g. another worker's sweeper) is not "busy".
-    quiet_rate = max(QUIET_RATE, 1.5 * idle_before.others / idle_before.seconds + 5.0)
     final: dict[int, Window] = {}
     windows: list[dict[str, Any]] = []
     for steps in (3, 10):
@@ -380,10 +393,10 @@ def commits_per_workflow(
             wait_finished(b, ids, timeout=120.0, interval=0.2)
 
         for attempt in range(1, attempts + 1):
-            window = commit_window(b, workload, quiet_rate=quiet_rate)
-            windows.append({"steps": steps, "attempt": attempt, **window.__dict__})
+            window = commit_window(b, workload)
+            windows.append({"steps": steps, "attempt": attempt, **window.as_dict()})
             final[steps] = window
-            if window.foreign_new_sessions == 0 and window.settled:
+            if window.clean:
                 break
     idle_after = commit_window(b, lambda: None, idle_seconds=idle_seconds)
     idle_rate = (idle_before.others + idle_after.others) / (
@@ -395,7 +408,7 @@ def commits_per_workflow(
     }
     per_step = (per_workflow[10] - per_workflow[3]) / 7.0
     fixed = per_workflow[3] - 3 * per_step
-    clean = all(w.foreign_new_sessions == 0 and w.settled for w in final.values())
+    clean = all(w.clean for w in final.values())
     return {
         "workflows_per_window": workflows,
         "commits_per_workflow_3_steps": per_workflow[3],
@@ -403,7 +416,7 @@ def commits_per_workflow(
         "commits_per_step": per_step,
         "commits_per_workflow_fixed": fixed,
         "idle_commits_per_s": idle_rate,
-        "idle_windows": [idle_before.__dict__, idle_after.__dict__],
+        "idle_windows": [idle_before.as_dict(), idle_after.as_dict()],
         "windows": windows,
         "clean": clean,
     }

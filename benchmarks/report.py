@@ -41,12 +41,18 @@ METHODS = {
         "start of step K+1 (worker time.time() written to Redis). Median of the repetitions."
     ),
     "commits": (
-        "pg_stat_database.xact_commit deltas (read-only transactions count too). Each window "
-        "starts after every backend flushed its statistics and ends 11 s after the workload "
-        "(PG15 flushes idle backends within 10 s). Subtracted: the driver's own monitoring "
-        "transactions (counted) and the idle rate (sweeper, heartbeat) measured with the "
+        "Committed transactions that wrote: the transaction ids assigned in a window (xmax of "
+        "pg_current_snapshot() at its start and end) whose pg_xact_status is committed, exact "
+        "once they finished (pg_stat_database.xact_commit gets a backend's count only when it "
+        "flushes its statistics, up to 10 s later on PG15). Every transaction of a workflow's "
+        "path writes; read-only ones (the driver's monitoring statements, idle polls) get no "
+        "id and are not counted. A window ends 1 s after the workload, once none of its ids "
+        "is in progress. Subtracted: the idle rate (sweeper, heartbeat) measured with the "
         "workers idle before and after, times the window length. Includes the driver's "
-        "INSERT of each run. per step = (c10 - c3) / 7; fixed = c3 - 3 x per step."
+        "INSERT of each run. Ids are cluster-wide: a window in which another database had a "
+        "session start, end or run a statement is not clean (a workflow window is measured "
+        "again, up to the attempts; the figure is flagged). per step = (c10 - c3) / 7; "
+        "fixed = c3 - 3 x per step."
     ),
     "fill": (
         "INSERT ... SELECT generate_series of finished runs (one in 50 FAILED, the rest "

@@ -7,9 +7,10 @@ leftovers of other runs on this machine can't interfere.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from celery import Celery
@@ -122,12 +123,16 @@ def rds():  # type: ignore[no-untyped-def]
     client.close()
 
 
-@pytest.fixture
-def start_worker(basic_app: object) -> Iterator[Callable[..., Worker]]:
-    """Start workers of the test app on the session queue; all are stopped at teardown."""
-    started: list[Worker] = []
+class StartWorker:
+    """``start_worker(...)``: start a worker of the test app (the session queue unless
+    ``queues``) and wait until it is ready; ``start_worker.together(spec, ...)``: start
+    several at once (each spec the keyword arguments of one), then wait for all of them."""
 
-    def start(
+    def __init__(self) -> None:
+        self.started: list[Worker] = []
+
+    def spawn(
+        self,
         name: str | None = None,
         env: dict[str, str] | None = None,
         concurrency: int = 2,
@@ -141,21 +146,48 @@ def start_worker(basic_app: object) -> Iterator[Callable[..., Worker]]:
             name=name or unique("w"),
             concurrency=concurrency,
         )
-        started.append(worker)
-        return worker.wait_ready()
+        self.started.append(worker)
+        return worker
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Worker:
+        return self.spawn(*args, **kwargs).wait_ready()
+
+    def together(self, *specs: dict[str, Any]) -> list[Worker]:
+        workers = [self.spawn(**spec) for spec in specs]
+        return [worker.wait_ready() for worker in workers]
+
+
+@pytest.fixture
+def start_worker(basic_app: object) -> Iterator[StartWorker]:
+    """Start workers of the test app; all are SIGKILLed at teardown."""
+    start = StartWorker()
     yield start
-    for worker in started:
+    for worker in start.started:
+        worker.kill()
+
+
+@contextmanager
+def module_worker(queues: str, label: str) -> Iterator[Worker]:
+    worker = Worker("tests.apps.basic", {}, queues=queues, name=unique(label))
+    try:
+        yield worker.wait_ready()
+    finally:
+        # SIGKILL as for a test's own workers: a warm shutdown only adds seconds at the end.
         worker.kill()
 
 
 @pytest.fixture(scope="module")
 def shared_worker(basic_app: object) -> Iterator[Worker]:
     """One worker for a whole module of tests that don't kill it."""
-    worker = Worker("tests.apps.basic", {}, queues=QUEUE, name=unique("shared"))
-    worker.wait_ready()
-    yield worker
-    worker.stop()
+    with module_worker(QUEUE, "shared") as worker:
+        yield worker
+
+
+@pytest.fixture(scope="module")
+def shared_gpu_worker(basic_app: object) -> Iterator[Worker]:
+    """One worker of the routed steps' queue for a whole module of tests that don't kill it."""
+    with module_worker(GPU_QUEUE, "shared-gpu") as worker:
+        yield worker
 
 
 @pytest.fixture

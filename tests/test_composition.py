@@ -1,8 +1,10 @@
 """Composition end to end: parallel steps, routed steps and children on real prefork
 workers, the session's broker and Postgres.
 
-Two kinds of worker: one consumes the session's default queue, one only the routed
-steps' queue (GPU_QUEUE, unique per session). Side effects are counted in Redis.
+Two kinds of worker, one of each for the whole module: one consumes the session's default
+queue, one only the routed steps' queue (GPU_QUEUE, unique per session). Side effects are
+counted in Redis. Tests that kill a worker or need one missing are in
+test_composition_workers.py.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from celery_durable import WorkflowCancelled, WorkflowFailed, WorkflowStatus
+from celery_durable import WorkflowFailed, WorkflowStatus
 from tests.conftest import GPU_QUEUE
 from tests.support.services import effects
 from tests.support.waiting import wait_until
@@ -24,15 +26,15 @@ def recorded_items(basic_app, run_id: str) -> set[int]:  # type: ignore[no-untyp
     return {row.item for row in item_rows(basic_app, run_id) if row.status == "ok"}
 
 
-def test_a_map_of_50_routed_items_completes_in_order(basic_app, start_worker, key, rds):
-    start_worker("default")
-    gpu = start_worker("gpu", queues=GPU_QUEUE)
+def test_a_map_of_50_routed_items_completes_in_order(
+    basic_app, shared_worker, shared_gpu_worker, key, rds
+):
     handle = basic_app.rendered.delay(key, 50)
     assert handle.get(timeout=120) == [f"page-{n}" for n in range(50)]
     assert [effects(rds, key, f"render{n}") for n in range(50)] == [1] * 50
     # Ordinary Celery tasks under the step's own name (what Flower shows), on the gpu
     # worker only, with task ids derived from the run id, step index and item number.
-    assert f"Task {basic_app.render.name}[{handle.id}:0:49] received" in gpu.log()
+    assert f"Task {basic_app.render.name}[{handle.id}:0:49] received" in shared_gpu_worker.log()
     task = basic_app.app.tasks[basic_app.render.name]
     assert task.acks_late and task.reject_on_worker_lost
     rows = item_rows(basic_app, handle.id)
@@ -52,9 +54,7 @@ def test_a_map_of_50_routed_items_completes_in_order(basic_app, start_worker, ke
     assert abs(steps[0].started_at - created) < 0.5 and steps[0].started_at < finished
 
 
-def test_futures_gather_and_a_routed_call(basic_app, start_worker, key, rds):
-    start_worker("default")
-    start_worker("gpu", queues=GPU_QUEUE)
+def test_futures_gather_and_a_routed_call(basic_app, shared_worker, shared_gpu_worker, key, rds):
     handle = basic_app.report.delay(key)
     assert handle.get(timeout=60) == {
         "a": {"source": "a"},
@@ -67,52 +67,10 @@ def test_futures_gather_and_a_routed_call(basic_app, start_worker, key, rds):
     assert names == [basic_app.fetch.name] * 2 + [basic_app.render.name] * 2
 
 
-def test_sigkilled_gpu_worker_loses_nothing_and_repeats_no_recorded_item(
-    basic_app, start_worker, key, rds
-):
-    """Items 10+ block while the flag is set: the gpu worker is SIGKILLed (main process and
-    pool children) with items running and others queued, then started again."""
-    start_worker("default")
-    gpu = start_worker("gpu-a", queues=GPU_QUEUE)
-    rds.set(f"block:{key}:render", "1")
-    handle = basic_app.rendered.delay(key, 50, 10)
-    wait_until(lambda: rds.get(f"started:{key}:render"), 60, message="a held item to start")
-    wait_until(
-        lambda: len(recorded_items(basic_app, handle.id)) >= 10,
-        60,
-        message="items 0-9 to be recorded",
-    )
-    gpu.kill()
-    before = recorded_items(basic_app, handle.id)
-    assert before >= set(range(10))
-    rds.delete(f"block:{key}:render")
-    start_worker("gpu-b", queues=GPU_QUEUE)
-    assert handle.get(timeout=120) == [f"page-{n}" for n in range(50)]
-    assert handle.status() is WorkflowStatus.SUCCEEDED
-    counts = [effects(rds, key, f"render{n}") for n in range(50)]
-    assert all(counts[n] == 1 for n in before), counts  # recorded: never ran again
-    assert all(count >= 1 for count in counts), counts
-    assert any(count == 2 for count in counts), counts  # those cut off ran again
-
-
-def test_a_workflow_waiting_on_a_map_holds_no_worker_slot(basic_app, start_worker, key, rds):
-    start_worker("one-slot", concurrency=1)
-    waiting = basic_app.rendered.delay(key, 100)  # items on the gpu queue: nobody there yet
-    wait_until(lambda: waiting.status() is WorkflowStatus.WAITING, 60, message="the map to suspend")
-    record = waiting.record()
-    assert record.owner is None and record.wait_items  # no lease, no slot
-    other = basic_app.five_steps.delay(key)
-    assert other.get(timeout=60) == [10, 20, 30, 40, 50]  # ran in the one slot meanwhile
-    assert waiting.status() is WorkflowStatus.WAITING
-    start_worker("gpu", queues=GPU_QUEUE)
-    assert waiting.get(timeout=120) == [f"page-{n}" for n in range(100)]
-
-
 @pytest.mark.parametrize("return_exceptions", [False, True])
 def test_failed_items_raise_step_failed_or_come_back_in_place(
-    basic_app, start_worker, key, rds, return_exceptions
+    basic_app, shared_worker, key, rds, return_exceptions
 ):
-    start_worker("default")
     handle = basic_app.picky_map.delay(key, 8, return_exceptions)
     if return_exceptions:
         assert handle.get(timeout=60) == [
@@ -140,8 +98,7 @@ def test_failed_items_raise_step_failed_or_come_back_in_place(
     assert [(r.item, r.attempts) for r in errors] == [(3, 2), (7, 2)]
 
 
-def test_a_failing_child_raises_workflow_failed_in_its_parent(basic_app, start_worker, key, rds):
-    start_worker("default")
+def test_a_failing_child_raises_workflow_failed_in_its_parent(basic_app, shared_worker, key, rds):
     handle = basic_app.parent_of_failing.apply_async(args=(key,), workflow_id=f"pf-{key}")
     assert handle.get(timeout=60) == {
         "child": f"pf-{key}:0",  # derived from the parent's id and step index
@@ -157,36 +114,7 @@ def test_a_failing_child_raises_workflow_failed_in_its_parent(basic_app, start_w
     assert f"child of {key} failed" in failed.value.error_message
 
 
-def test_cancelling_a_parent_cancels_its_running_child_and_pending_items(
-    basic_app, start_worker, key, rds
-):
-    start_worker("default")  # no gpu worker: the 20 items stay pending
-    rds.set(f"block:{key}:s1", "1")
-    handle = basic_app.parent_with_work.apply_async(args=(key,), workflow_id=f"pc-{key}")
-    wait_until(lambda: rds.get(f"started:{key}:s1"), 60, message="the child to run")
-    wait_until(lambda: handle.status() is WorkflowStatus.WAITING, 60, message="parent waits")
-    child = basic_app.durable.get_handle(f"pc-{key}:0")
-    assert child.status() is WorkflowStatus.RUNNING
-    assert handle.cancel("stop everything") is WorkflowStatus.CANCELLED
-    rows = item_rows(basic_app, handle.id)
-    assert {r.status for r in rows if r.child_id is None} == {"cancelled"}
-    rds.delete(f"block:{key}:s1")
-    with pytest.raises(WorkflowCancelled, match="stop everything"):
-        child.get(timeout=60)  # stopped at its next step
-    assert effects(rds, key, "s2") == 0
-    gpu = start_worker("gpu", queues=GPU_QUEUE)  # the items' messages arrive: none runs
-    wait_until(
-        lambda: gpu.log().count(f"of run {handle.id} not claimed") >= 20,
-        60,
-        message=lambda: f"the 20 messages to be acknowledged:\n{gpu.log()[-3000:]}",
-    )
-    assert sum(effects(rds, key, f"render{n}") for n in range(20)) == 0
-    with pytest.raises(WorkflowCancelled):
-        handle.get(timeout=5)
-
-
-def test_a_detached_child_survives_its_parent(basic_app, start_worker, key):
-    start_worker("default")
+def test_a_detached_child_survives_its_parent(basic_app, shared_worker, key):
     handle = basic_app.parent_with_detached.apply_async(args=(key,), workflow_id=f"pd-{key}")
     wait_until(lambda: handle.status() is WorkflowStatus.WAITING, 60, message="parent waits")
     child = basic_app.durable.get_handle(f"pd-{key}:0")
@@ -197,9 +125,9 @@ def test_a_detached_child_survives_its_parent(basic_app, start_worker, key):
     assert child.get(timeout=60) == ["still here"]
 
 
-def test_a_duplicate_item_delivery_acks_without_running(basic_app, start_worker, key, rds):
-    start_worker("default")
-    gpu = start_worker("gpu", queues=GPU_QUEUE)
+def test_a_duplicate_item_delivery_acks_without_running(
+    basic_app, shared_worker, shared_gpu_worker, key, rds
+):
     handle = basic_app.rendered.delay(key, 3)
     assert handle.get(timeout=60) == ["page-0", "page-1", "page-2"]
     # The same item's message again (same task id), as a broker redelivery would bring it.
@@ -207,19 +135,17 @@ def test_a_duplicate_item_delivery_acks_without_running(basic_app, start_worker,
     wait_until(
         lambda: (
             f"item 1 of step 0 ({basic_app.render.name}) of run {handle.id} not claimed"
-            in gpu.log()
+            in shared_gpu_worker.log()
         ),
         30,
-        message=lambda: f"the duplicate to be acknowledged:\n{gpu.log()[-3000:]}",
+        message=lambda: f"the duplicate to be acknowledged:\n{shared_gpu_worker.log()[-3000:]}",
     )
     assert effects(rds, key, "render1") == 1
 
 
-def test_show_lists_items_and_children(basic_app, start_worker, key):
+def test_show_lists_items_and_children(basic_app, shared_worker, shared_gpu_worker, key):
     from tests.test_cli import celery
 
-    start_worker("default")
-    start_worker("gpu", queues=GPU_QUEUE)
     parent = basic_app.parent_of_failing.apply_async(args=(key,), workflow_id=f"ps-{key}")
     parent.get(timeout=60)
     shown = celery("durable", "show", parent.id)
@@ -234,9 +160,9 @@ def test_show_lists_items_and_children(basic_app, start_worker, key):
     assert "item 3: error (attempt 2)" in listed and "item 4: ok (attempt 1)" in listed
 
 
-def test_items_tables_rows_are_sub_records_of_one_step(basic_app, start_worker, key):
-    start_worker("default")
-    start_worker("gpu", queues=GPU_QUEUE)
+def test_items_tables_rows_are_sub_records_of_one_step(
+    basic_app, shared_worker, shared_gpu_worker, key
+):
     handle = basic_app.report.delay(key)
     handle.get(timeout=60)
     items = basic_app.durable.store.tables.items
@@ -250,10 +176,10 @@ def test_items_tables_rows_are_sub_records_of_one_step(basic_app, start_worker, 
     assert [tuple(r) for r in rows] == [(0, 1), (1, 1), (2, 1), (3, 3)]
 
 
-def test_an_item_running_longer_than_its_lease_keeps_it(basic_app, start_worker, key, rds):
+def test_an_item_running_longer_than_its_lease_keeps_it(
+    basic_app, shared_worker, shared_gpu_worker, key, rds
+):
     """The worker's heartbeat renews item leases: a long item is never taken over."""
-    start_worker("default")
-    start_worker("gpu", queues=GPU_QUEUE)
     rds.set(f"block:{key}:render", "1")
     handle = basic_app.rendered.delay(key, 1, 0)
     wait_until(lambda: rds.get(f"started:{key}:render"), 60, message="the item to start")

@@ -56,8 +56,7 @@ def test_revoking_a_pending_item_fails_it_in_place_and_it_never_runs(
 def test_revoking_a_running_item_fails_its_map_and_no_copy_runs_again(
     basic_app, start_worker, key, rds, terminate
 ):
-    start_worker("default")
-    gpu = start_worker("gpu-a", queues=GPU_QUEUE)
+    _, gpu = start_worker.together({"name": "default"}, {"name": "gpu-a", "queues": GPU_QUEUE})
     rds.set(f"block:{key}:render", "1")
     handle = basic_app.rendered.delay(key, 2, 1)  # item 1 blocks while the flag is set
     wait_until(lambda: rds.get(f"started:{key}:render"), 60, message="item 1 to start")

@@ -42,8 +42,10 @@ def peak_rss_mib(worker: Worker) -> float:
 def test_a_map_of_ten_thousand_items(basic_app, start_worker, key):
     # A dispatch grace longer than the queue takes to drain: no redundant re-dispatches.
     env = {"CELERY_DURABLE_DISPATCH_GRACE": "120"}
-    default = start_worker("scale-default", env=env)
-    gpu = start_worker("scale-gpu", env=env, queues=GPU_QUEUE)
+    default, gpu = start_worker.together(
+        {"name": "scale-default", "env": env},
+        {"name": "scale-gpu", "env": env, "queues": GPU_QUEUE},
+    )
     idle = peak_rss_mib(default), peak_rss_mib(gpu)
     started = time.monotonic()
     handle = basic_app.squares.delay(ITEMS)

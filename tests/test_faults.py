@@ -133,8 +133,7 @@ def test_crash_between_dispatch_and_recording_dispatches_nothing_twice(
     nothing again; the unpublished 100 items are published by the sweeper."""
     from tests.conftest import GPU_QUEUE
 
-    start_worker()
-    start_worker("gpu", queues=GPU_QUEUE)
+    start_worker.together({}, {"name": "gpu", "queues": GPU_QUEUE})
     workflow_id = f"dispatch-{key}"
     arm(rds, workflow_id, faults.AFTER_DISPATCH, action, 0)
     handle = basic_app.rendered.apply_async(args=(key, 600), workflow_id=workflow_id)
@@ -155,8 +154,7 @@ def test_a_lost_wake_up_is_published_by_the_sweeper(basic_app, start_worker, key
     no message, and the sweeper publishes it after the dispatch grace."""
     from tests.conftest import GPU_QUEUE
 
-    start_worker()
-    start_worker("gpu", queues=GPU_QUEUE)
+    start_worker.together({}, {"name": "gpu", "queues": GPU_QUEUE})
     workflow_id = f"wake-{key}"
     rds.set(f"block:{key}:render", "1")
     handle = basic_app.rendered.apply_async(args=(key, 1, 0), workflow_id=workflow_id)
