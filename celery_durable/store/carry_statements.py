@@ -24,7 +24,7 @@ from sqlalchemy.dialects.postgresql import JSON
 
 from .records import StepRecord
 from .schema import Tables
-from .sql import Builder
+from .sql import Builder, began_ago
 
 if TYPE_CHECKING:
     from .statements import RunStatements
@@ -57,7 +57,7 @@ def carried_params(carried: Sequence[StepRecord]) -> dict[str, Any]:
             "output": step.output,
             "error": step.error,
             "duration": step.duration,
-            "ago": 0.0 if step.began is None else max(0.0, now - step.began),
+            "ago": began_ago(step, now),
         }
         for step in carried
     ]

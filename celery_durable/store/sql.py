@@ -38,13 +38,16 @@ def params(**values: Any) -> dict[str, Any]:
     return {f"p_{key}": value for key, value in values.items()}
 
 
-def step_params(run_id: str, fence: int, step: StepRecord) -> dict[str, Any]:
-    """The parameters of ``record_step`` for ``step`` of the run (under its fence).
+def began_ago(step: StepRecord, now: float) -> float:
+    """Seconds from when ``step`` began to ``now`` (``time.monotonic()`` in this process):
+    the row's ``started_at`` is the database's clock minus it. 0 for a record that says
+    nothing of when it began (a wait or a marker begins now)."""
+    return 0.0 if step.began is None else max(0.0, now - step.began)
 
-    ``ago``: seconds since the step began, on this process's monotonic clock, taken now,
-    just before the write: the row's ``started_at`` is the database's clock minus it (0
-    for a record that says nothing of when it began: a wait or a marker begins now)."""
-    ago = 0.0 if step.began is None else max(0.0, time.monotonic() - step.began)
+
+def step_params(run_id: str, fence: int, step: StepRecord) -> dict[str, Any]:
+    """The parameters of ``record_step`` for ``step`` of the run (under its fence); ``ago``
+    (``began_ago``) is taken now, just before the write."""
     return params(
         run_id=run_id,
         fence=fence,
@@ -55,7 +58,7 @@ def step_params(run_id: str, fence: int, step: StepRecord) -> dict[str, Any]:
         output=step.output,
         error=step.error,
         duration=step.duration,
-        ago=ago,
+        ago=began_ago(step, time.monotonic()),
     )
 
 
