@@ -1,5 +1,6 @@
 """OpenTelemetry spans of workflow runs, when ``opentelemetry-api`` is installed (the
-``tracing`` extra); without it every function here is a no-op costing one ``is None`` test.
+``tracing`` extra); without it every function here is a no-op costing one ``is None`` test,
+and while no SDK's tracer provider is set no span is made (the API's would record nothing).
 
 - Each delivery of a run (an attempt, a resumption after a wait, a duplicate) is a span
   named after the workflow (kind CONSUMER), with ``celery_durable.*`` attributes: the
