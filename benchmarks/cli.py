@@ -53,7 +53,7 @@ class Scale:
     generations: int
 
 
-def scale_for(quick: bool, n: int | None, fill: int | None) -> Scale:
+def scale_for(quick: bool, n: int | None, fill: int | None, rounds: int | None = None) -> Scale:
     if quick:
         base = Scale(
             100, 10, 10, 1000, 1, 20, 5.0, 20_000, 3, 5, 1, 5, 5, 5, 3, 20, 15.0, 5_000, 300
@@ -81,7 +81,7 @@ def scale_for(quick: bool, n: int | None, fill: int | None) -> Scale:
             10_000,
         )
     # Throughput batches: the suite's one method (benchmarks.throughput), every phase.
-    method = method_for(quick, n)
+    method = method_for(quick, n, rounds=rounds)
     return Scale(
         **{
             **asdict(base),
@@ -92,12 +92,28 @@ def scale_for(quick: bool, n: int | None, fill: int | None) -> Scale:
     )
 
 
+def _positive(text: str) -> int:
+    """An argument that counts something: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return value
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description="celery_durable vs plain Celery benchmarks"
     )
     parser.add_argument(
-        "--n", type=int, help="throughput batch size, every phase (default 1000, quick 60)"
+        "--n", type=_positive, help="throughput batch size, every phase (default 1000, quick 60)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=_positive,
+        help="interleaved rounds of every throughput comparison (default 3, quick 2)",
     )
     parser.add_argument("--quick", action="store_true", help="tiny smoke run (about a minute)")
     parser.add_argument(
@@ -153,7 +169,7 @@ class Progress:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    scale = scale_for(args.quick, args.n, args.fill)
+    scale = scale_for(args.quick, args.n, args.fill, args.rounds)
     progress = Progress()
     wall_start = time.time()
     run_id = uuid.uuid4().hex[:8]
@@ -235,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             bench.durable.migrate()
             durable = start_worker("durable")
             with profiled(durable, args.py_spy):
-                throughput.run_only(b, method_for(args.quick, args.n), progress)
+                throughput.run_only(b, method_for(args.quick, args.n, rounds=args.rounds), progress)
         finally:
             teardown()
         return 0
@@ -275,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         workers.remove(plain)
         # -- throughput: plain against durable, the suite's one method (as the scale rows) --
         durable = start_worker("durable")
-        method = method_for(args.quick, args.n)
+        method = method_for(args.quick, args.n, rounds=args.rounds)
         with profiled(durable, args.py_spy):
             r["throughput"] = step(
                 "throughput (empty tables)",
@@ -398,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": wall_start,
         "quick": args.quick,
         "n": scale.n,
-        "throughput_method": asdict(method_for(args.quick, args.n)),
+        "throughput_method": asdict(method_for(args.quick, args.n, rounds=args.rounds)),
         "scale": asdict(scale),
         "machine": machine,
         "settings": {

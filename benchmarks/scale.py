@@ -268,9 +268,9 @@ def run(
 ) -> dict[str, Any]:
     """Every configuration in turn (quick: fewer, smaller batches), each by ``method``
     (default: the run's, ``throughput.method_for``); the realistic-work figure on the
-    standard worker."""
+    standard worker, in as many rounds."""
     method = method or method_for(quick)
-    io_method = method_for(quick, io=True)
+    io_method = method_for(quick, io=True, rounds=method.rounds)
     started = time.monotonic()
     loadavg_start = [round(x, 2) for x in os.getloadavg()]
     sampler = ConnectionSampler(env[DATABASE_URL_VAR], b.tag)

@@ -227,7 +227,14 @@ def run_only(
     queue = env["BENCH_QUEUE"]
     try:
         bench.durable.migrate()
-        raw = scale.run(b, env, log_dir, progress, args.quick, method_for(args.quick, args.n))
+        raw = scale.run(
+            b,
+            env,
+            log_dir,
+            progress,
+            args.quick,
+            method_for(args.quick, args.n, rounds=args.rounds),
+        )
     finally:
         cleanup(b, queue, bench.app)
         bench.durable.store.dispose()

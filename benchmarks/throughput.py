@@ -53,10 +53,13 @@ IO_FULL = Method(400, 40, 3)
 IO_QUICK = Method(40, 10, 2)
 
 
-def method_for(quick: bool, n: int | None = None, io: bool = False) -> Method:
-    """The method of a run (``--quick``, ``--n``); ``io``: the realistic-work one."""
+def method_for(
+    quick: bool, n: int | None = None, io: bool = False, rounds: int | None = None
+) -> Method:
+    """The method of a run (``--quick``, ``--n``, ``--rounds``); ``io``: the realistic-work
+    one, whose N ``--n`` does not change (its items take ~20 ms)."""
     base = (IO_QUICK if quick else IO_FULL) if io else (QUICK if quick else FULL)
-    return base if not n or io else Method(n, base.warmup, base.rounds)
+    return Method(n if n and not io else base.n, base.warmup, rounds if rounds else base.rounds)
 
 
 @dataclass(frozen=True)

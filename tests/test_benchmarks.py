@@ -213,3 +213,24 @@ def test_scale_plot_writes_a_png(tmp_path: Path) -> None:
     path = tmp_path / "scale.png"
     assert scale_report.plot(_scale_raw(), path) == f"wrote {path}"
     assert path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_rounds_and_n_set_every_phase_and_refuse_what_counts_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks.cli import parse_args, scale_for
+    from benchmarks.throughput import FULL, IO_FULL, method_for
+
+    args = parse_args(["--rounds", "12", "--n", "500"])
+    assert scale_for(args.quick, args.n, args.fill, args.rounds).n == 500
+    assert method_for(False, args.n, rounds=args.rounds) == type(FULL)(500, FULL.warmup, 12)
+    # Realistic work keeps its own N (its items take ~20 ms) and takes the rounds.
+    assert method_for(False, args.n, io=True, rounds=args.rounds) == type(IO_FULL)(
+        IO_FULL.n, IO_FULL.warmup, 12
+    )
+    assert method_for(False) == FULL
+    for argument, value in (("--rounds", "0"), ("--n", "-5"), ("--rounds", "many")):
+        with pytest.raises(SystemExit):
+            parse_args([argument, value])
+        error = capsys.readouterr().err
+        assert f"argument {argument}: must be a whole number of at least 1, not '{value}'" in error
