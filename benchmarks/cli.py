@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(env)
     # Imported after the environment is set: the app reads it at import.
     from benchmarks import app as bench
-    from benchmarks import fanout, longlived, measure, operations, scale_report, throughput
+    from benchmarks import fanout, longlived, measure, operations, scale_report, throughput, windows
     from benchmarks import scale as scaling
     from benchmarks.db import Monitor
     from benchmarks.report import (
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fanout_only:
         try:
             bench.durable.migrate()
-            idle = measure.commit_window(b, lambda: None, idle_seconds=scale.idle_seconds)
+            idle = windows.idle_window(b, scale.idle_seconds)
             fanout.run(
                 b,
                 start_worker,

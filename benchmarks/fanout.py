@@ -21,10 +21,10 @@ from benchmarks.measure import (
     _cpu_per_item,
     _epoch,
     _remember,
-    commit_window,
     summary_ms,
     wait_finished,
 )
+from benchmarks.windows import commit_window
 from benchmarks.workers import WorkerProcess, wait_until
 
 # The kill comparison's workers: a short lease and sweep so that a lost item is noticed

@@ -234,3 +234,40 @@ def test_rounds_and_n_set_every_phase_and_refuse_what_counts_nothing(
             parse_args([argument, value])
         error = capsys.readouterr().err
         assert f"argument {argument}: must be a whole number of at least 1, not '{value}'" in error
+
+
+def test_an_idle_window_that_another_database_wrote_in_is_measured_again() -> None:
+    """Commits are counted over the whole cluster: writes to another database during the
+    idle window would pass for the workers' idle rate (a CI run once got -11.5 commits per
+    10-step workflow that way), so such a window is taken again."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    import psycopg
+
+    from benchmarks.db import Monitor, libpq_url
+    from benchmarks.windows import idle_window
+
+    tag = "celery_durable_bench_idle_test"
+    monitor = Monitor(f"{bench_database_url()}?application_name={tag}", "unused_", "unused")
+    writing = threading.Event()
+
+    def write_elsewhere() -> None:  # the suite's test database, not the benchmark's
+        with psycopg.connect(libpq_url(PG_URL), autocommit=True) as conn:
+            writing.set()
+            until = time.monotonic() + 0.8
+            while time.monotonic() < until:
+                conn.execute("SELECT txid_current()")  # a transaction id, committed
+                time.sleep(0.005)
+
+    writer = threading.Thread(target=write_elsewhere)
+    writer.start()
+    try:
+        assert writing.wait(10)
+        window = idle_window(SimpleNamespace(monitor=monitor, tag=tag), 1.0)  # type: ignore[arg-type]
+    finally:
+        writer.join()
+        monitor.close()
+    assert window.clean, window.as_dict()
+    assert window.commits < 10, window.as_dict()
