@@ -16,7 +16,7 @@ import redis
 from sqlalchemy.engine import make_url
 
 from benchmarks.housekeeping import cleanup, fill, other_celery_workers, profiled
-from benchmarks.throughput import method_for
+from benchmarks.throughput import Method, method_for
 from benchmarks.workers import WorkerProcess, worker_command
 
 T = TypeVar("T")
@@ -53,7 +53,8 @@ class Scale:
     generations: int
 
 
-def scale_for(quick: bool, n: int | None, fill: int | None, rounds: int | None = None) -> Scale:
+def scale_for(quick: bool, method: Method, fill: int | None) -> Scale:
+    """How much a run does; its throughput batches by ``method`` (``method_for``)."""
     if quick:
         base = Scale(
             100, 10, 10, 1000, 1, 20, 5.0, 20_000, 3, 5, 1, 5, 5, 5, 3, 20, 15.0, 5_000, 300
@@ -81,7 +82,6 @@ def scale_for(quick: bool, n: int | None, fill: int | None, rounds: int | None =
             10_000,
         )
     # Throughput batches: the suite's one method (benchmarks.throughput), every phase.
-    method = method_for(quick, n, rounds=rounds)
     return Scale(
         **{
             **asdict(base),
@@ -169,7 +169,8 @@ class Progress:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    scale = scale_for(args.quick, args.n, args.fill, args.rounds)
+    method = method_for(args.quick, args.n, rounds=args.rounds)
+    scale = scale_for(args.quick, method, args.fill)
     progress = Progress()
     wall_start = time.time()
     run_id = uuid.uuid4().hex[:8]
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             bench.durable.migrate()
             durable = start_worker("durable")
             with profiled(durable, args.py_spy):
-                throughput.run_only(b, method_for(args.quick, args.n, rounds=args.rounds), progress)
+                throughput.run_only(b, method, progress)
         finally:
             teardown()
         return 0
@@ -291,7 +292,6 @@ def main(argv: list[str] | None = None) -> int:
         workers.remove(plain)
         # -- throughput: plain against durable, the suite's one method (as the scale rows) --
         durable = start_worker("durable")
-        method = method_for(args.quick, args.n, rounds=args.rounds)
         with profiled(durable, args.py_spy):
             r["throughput"] = step(
                 "throughput (empty tables)",
@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": wall_start,
         "quick": args.quick,
         "n": scale.n,
-        "throughput_method": asdict(method_for(args.quick, args.n, rounds=args.rounds)),
+        "throughput_method": asdict(method),
         "scale": asdict(scale),
         "machine": machine,
         "settings": {

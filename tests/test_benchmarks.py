@@ -219,13 +219,14 @@ def test_rounds_and_n_set_every_phase_and_refuse_what_counts_nothing(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from benchmarks.cli import parse_args, scale_for
-    from benchmarks.throughput import FULL, IO_FULL, method_for
+    from benchmarks.throughput import FULL, IO_FULL, Method, method_for
 
     args = parse_args(["--rounds", "12", "--n", "500"])
-    assert scale_for(args.quick, args.n, args.fill, args.rounds).n == 500
-    assert method_for(False, args.n, rounds=args.rounds) == type(FULL)(500, FULL.warmup, 12)
+    method = method_for(args.quick, args.n, rounds=args.rounds)
+    assert method == Method(500, FULL.warmup, 12)
+    assert scale_for(args.quick, method, args.fill).n == 500
     # Realistic work keeps its own N (its items take ~20 ms) and takes the rounds.
-    assert method_for(False, args.n, io=True, rounds=args.rounds) == type(IO_FULL)(
+    assert method_for(False, args.n, io=True, rounds=args.rounds) == Method(
         IO_FULL.n, IO_FULL.warmup, 12
     )
     assert method_for(False) == FULL
