@@ -8,9 +8,14 @@ for the sweeper. A worker of ``-c N`` prefork children therefore holds at most N
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
+
+import sqlalchemy as sa
 
 from celery_durable import WorkflowStatus
 from tests.conftest import QUEUE
@@ -73,15 +78,18 @@ def heartbeat_phase(app, rds, key: str, runs: int) -> None:  # type: ignore[no-u
         assert handle.get(timeout=60) == [10, 20, 30, 40, 50]
 
 
-def peak_connections(worker, application_name: str, app, rds, key: str, held: int) -> Counter[int]:  # type: ignore[no-untyped-def]
+def peak_connections(  # type: ignore[no-untyped-def]
+    worker, application_name: str, app, rds, key: str, held: int, outsiders: list[str]
+) -> Counter[int]:
     """Run the load, then hold runs for heartbeats; the most connections each worker
-    process held meanwhile (sampled every 50 ms)."""
+    process held meanwhile (sampled every 50 ms). Processes outside the worker that held
+    one of its sessions are described in ``outsiders``."""
     peak: Counter[int] = Counter()
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.is_set():
-            counts = connections_by_pid(application_name, process_tree(worker.proc.pid))
+            counts = connections_by_pid(application_name, worker.proc.pid, outsiders)
             for pid, count in counts.items():
                 peak[pid] = max(peak[pid], count)
             stop.wait(0.05)
@@ -106,9 +114,15 @@ def test_a_prefork_worker_holds_one_connection_per_process(basic_app, start_work
     wait_until(
         lambda: len(process_tree(worker.proc.pid)) >= concurrency + 1, 30, message="children"
     )
-    peak = peak_connections(worker, application_name, basic_app, rds, key, held=concurrency)
+    outsiders: list[str] = []
+    peak = peak_connections(
+        worker, application_name, basic_app, rds, key, held=concurrency, outsiders=outsiders
+    )
     main, children = worker.proc.pid, [p for p in peak if p not in (0, worker.proc.pid)]
-    report = f"peak connections by pid (main {main}, 0 = not a worker process): {dict(peak)}"
+    report = (
+        f"peak connections by pid (main {main}, 0 = not a worker process): {dict(peak)}; "
+        f"held outside the worker by: {sorted(set(outsiders))}"
+    )
     print(report)
     assert peak[0] == 0, report
     assert peak[main] <= PER_MAIN_PROCESS, report
@@ -131,10 +145,74 @@ def test_a_threads_worker_holds_one_connection_per_thread_and_one_more(basic_app
     )
     try:
         worker.wait_ready()
-        peak = peak_connections(worker, application_name, basic_app, rds, key, held=2)
+        outsiders: list[str] = []
+        peak = peak_connections(worker, application_name, basic_app, rds, key, 2, outsiders)
     finally:
         worker.kill()
-    report = f"peak connections by pid (0 = not the worker): {dict(peak)}"
+    report = (
+        f"peak connections by pid (0 = not the worker): {dict(peak)}; "
+        f"held outside the worker by: {sorted(set(outsiders))}"
+    )
     print(report)
     assert peak[0] == 0, report
     assert peak[worker.proc.pid] <= concurrency * PER_POOL_PROCESS + PER_MAIN_PROCESS, report
+
+
+def test_the_count_finds_who_holds_a_session_and_skips_one_already_closed():
+    application_name = unique("cdcount")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    engine = sa.create_engine(named_url(application_name))
+    try:
+        with engine.connect():
+            outsiders: list[str] = []
+            assert connections_by_pid(application_name, other.pid, outsiders) == Counter(
+                {other.pid: 0, 0: 1}
+            )
+            assert [line.split()[0] for line in outsiders] == [str(os.getpid())], outsiders
+            assert connections_by_pid(application_name, os.getpid())[os.getpid()] == 1
+        engine.dispose()
+        # The server may list the session a moment longer; its socket is closed here.
+        assert connections_by_pid(application_name, os.getpid())[os.getpid()] == 0
+        assert connections_by_pid(application_name, other.pid)[0] == 0
+    finally:
+        other.kill()
+        other.wait()
+
+
+# Holds sockets whose local port is the given one, connected elsewhere: Linux lets another
+# connection reuse a local port, so a port alone doesn't name a session's socket.
+SAME_PORT_ELSEWHERE = """
+import socket, sys, time
+listener = socket.create_server(("127.0.0.1", 0))
+held = []
+for k in range(2, 32):
+    client = socket.socket()
+    client.bind((f"127.0.0.{k}", int(sys.argv[1])))
+    client.connect(listener.getsockname())
+    held += [client, listener.accept()[0]]
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_count_tells_a_session_from_other_sockets_on_its_port():
+    application_name = unique("cdcount")
+    engine = sa.create_engine(named_url(application_name))
+    try:
+        with engine.connect() as conn:
+            port = conn.execute(sa.text("SELECT inet_client_port()")).scalar_one()
+            other = subprocess.Popen(
+                [sys.executable, "-c", SAME_PORT_ELSEWHERE, str(port)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                assert other.stdout is not None and other.stdout.readline() == "ready\n"
+                outsiders: list[str] = []
+                counts = connections_by_pid(application_name, os.getpid(), outsiders)
+                assert counts[os.getpid()] == 1 and counts[0] == 0, (counts, outsiders)
+            finally:
+                other.kill()
+                other.wait()
+    finally:
+        engine.dispose()

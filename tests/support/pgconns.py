@@ -1,8 +1,9 @@
 """Count the Postgres connections each process of a worker holds.
 
-``pg_stat_activity`` shows the client's TCP port, not its pid: the port is mapped to the
-process whose file descriptors hold that socket (``/proc/net/tcp*`` gives the socket's
-inode, ``/proc/<pid>/fd`` the inodes a process holds). Connections are picked by
+``pg_stat_activity`` shows the client's TCP port, not its pid: the client's port and the
+server's name the socket, which is mapped to the process whose file descriptors hold it
+(``/proc/net/tcp*`` gives the socket's inode, ``/proc/<pid>/fd`` the inodes a process
+holds). Connections are picked by
 ``application_name``, so give the worker under test a name of its own
 (``?application_name=...`` in its database URL) and other sessions on the server don't count.
 """
@@ -48,8 +49,15 @@ def _socket_inodes(pid: int) -> set[str]:
     return inodes
 
 
-def _inode_by_local_port() -> dict[int, str]:
-    ports: dict[int, str] = {}
+_ESTABLISHED = "01"
+
+
+def _established_inode_by_ports() -> dict[tuple[int, int], str]:
+    """The inode of each established TCP socket, by its local and remote port. Linux lets
+    connections to different peers share a local port, so the pair is what names a
+    session's socket. A socket its process has closed is no longer established (and has
+    no inode), though the server may still list the session for a moment."""
+    sockets: dict[tuple[int, int], str] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
@@ -57,35 +65,71 @@ def _inode_by_local_port() -> dict[int, str]:
             continue
         for line in lines:
             fields = line.split()
-            port = int(fields[1].rsplit(":", 1)[1], 16)
-            ports[port] = fields[9]
-    return ports
+            if fields[3] == _ESTABLISHED and fields[9] != "0":
+                local, remote = (int(f.rsplit(":", 1)[1], 16) for f in fields[1:3])
+                sockets[(local, remote)] = fields[9]
+    return sockets
 
 
-def client_ports(application_name: str, url: str = PG_URL) -> list[int]:
-    """The client ports of the server's sessions named ``application_name``."""
+def _holders(inode: str) -> list[int]:
+    """Every process on the machine that holds the socket ``inode``."""
+    pids = (int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit())
+    return [pid for pid in pids if inode in _socket_inodes(pid)]
+
+
+def _describe(pid: int) -> str:
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        command = "(gone)"
+    return f"{pid} {command[:160].strip()}"
+
+
+def client_ports(application_name: str, url: str = PG_URL) -> list[tuple[int, int]]:
+    """The client and server ports of the server's sessions named ``application_name``."""
     engine = sa.create_engine(url, connect_args={"application_name": "celery_durable-counter"})
     try:
         with engine.connect() as conn:
             rows = conn.execute(
                 sa.text(
-                    "SELECT client_port FROM pg_stat_activity "
+                    "SELECT client_port, inet_server_port() FROM pg_stat_activity "
                     "WHERE application_name = :name AND client_port IS NOT NULL"
                 ),
                 {"name": application_name},
             ).all()
     finally:
         engine.dispose()
-    return [int(r[0]) for r in rows]
+    return [(int(r[0]), int(r[1])) for r in rows]
 
 
-def connections_by_pid(application_name: str, pids: list[int]) -> Counter[int]:
-    """How many of the sessions named ``application_name`` each of ``pids`` holds; sessions
-    held by none of them are counted under pid 0."""
-    ports = client_ports(application_name)
-    inode_of = _inode_by_local_port()
+def connections_by_pid(
+    application_name: str, root: int, outsiders: list[str] | None = None
+) -> Counter[int]:
+    """How many of the sessions named ``application_name`` each process of ``root``'s tree
+    holds. A session held by no process of the tree counts under pid 0, and its holders
+    are described in ``outsiders``; one whose socket was closed while it was looked up (the
+    server lists a session until its backend has seen the close) doesn't count."""
+    pids = process_tree(root)
+    sessions = client_ports(application_name)
+    inode_of = _established_inode_by_ports()
     owner = {inode: pid for pid in pids for inode in _socket_inodes(pid)}
     counts: Counter[int] = Counter({pid: 0 for pid in pids})
-    for port in ports:
-        counts[owner.get(inode_of.get(port, ""), 0)] += 1
+    for ports in sessions:
+        inode = inode_of.get(ports)
+        if inode is None:
+            continue
+        if inode in owner:
+            counts[owner[inode]] += 1
+            continue
+        # Not in the tree as it was: a child forked since, a socket closed since, or a
+        # process that isn't the worker's.
+        holders = _holders(inode)
+        tree = process_tree(root)
+        in_tree = [pid for pid in holders if pid in tree]
+        if in_tree:
+            counts[in_tree[-1]] += 1
+        elif holders:
+            counts[0] += 1
+            if outsiders is not None:
+                outsiders.extend(_describe(pid) for pid in holders)
     return counts
