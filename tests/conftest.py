@@ -64,9 +64,26 @@ def pytest_report_header() -> str:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Tests of the worker app touch the broker: `-m broker` selects them for the second
     # broker's pass of the README's test command.
+    # A serial test counts the whole cluster's commits or changes a setting of the shared
+    # broker: in a parallel run (pytest -n) it is skipped, for a run of its own.
+    parallel = bool(os.environ.get("PYTEST_XDIST_WORKER"))
     for item in items:
         if "basic_app" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.broker)
+        if parallel and item.get_closest_marker("serial"):
+            item.add_marker(pytest.mark.skip(reason="serial: run it on its own (-m serial)"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    # A parallel run sends each report to the controller as UTF-8; tests that check lone
+    # surrogates (which UTF-8 can't encode) log them in tracebacks, on purpose.
+    report.sections = [
+        (title, text.encode("utf-8", "backslashreplace").decode())
+        for title, text in report.sections
+    ]
+    return report
 
 
 @pytest.fixture(scope="session")
@@ -143,7 +160,9 @@ class StartWorker:
             app,
             env or {},
             queues=queues or (OTHER_QUEUE if app == "tests.apps.other" else QUEUE),
-            name=name or unique("w"),
+            # Node names are unique: a worker's pidbox queue is exclusive on RabbitMQ, and
+            # a parallel run's other session starts workers too.
+            name=unique(f"{name or 'w'}-"),
             concurrency=concurrency,
         )
         self.started.append(worker)

@@ -87,6 +87,7 @@ def _positive(value: object) -> bool:
     )
 
 
+@pytest.mark.serial  # it counts the whole cluster's commits
 @pytest.mark.timeout(560)
 def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
@@ -237,6 +238,7 @@ def test_rounds_and_n_set_every_phase_and_refuse_what_counts_nothing(
         assert f"argument {argument}: must be a whole number of at least 1, not '{value}'" in error
 
 
+@pytest.mark.serial  # it counts the whole cluster's commits
 def test_an_idle_window_that_another_database_wrote_in_is_measured_again() -> None:
     """Commits are counted over the whole cluster: writes to another database during the
     idle window would pass for the workers' idle rate (a CI run once got -11.5 commits per

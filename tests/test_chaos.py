@@ -26,6 +26,7 @@ MUST_BE_ZERO = ("lost", "stuck", "wrong", "rerun_after_commit", "worker_self_exi
 
 
 @pytest.mark.broker
+@pytest.mark.serial  # six timed faults on its own workers: run with nothing else
 @pytest.mark.timeout(200)
 def test_quick_chaos_loses_nothing(tmp_path: Path) -> None:
     out = tmp_path / "chaos.json"

@@ -19,8 +19,8 @@ import sqlalchemy as sa
 
 from celery_durable import WorkflowStatus
 from tests.conftest import QUEUE
-from tests.support.pgconns import connections_by_pid, process_tree
-from tests.support.services import PG_URL, unique
+from tests.support.pgconns import connections_by_pid, named_url, process_tree
+from tests.support.services import unique
 from tests.support.waiting import wait_until
 from tests.support.workers import Worker
 
@@ -28,11 +28,6 @@ from tests.support.workers import Worker
 # process's sweeper; LISTEN connections only in processes that wait on handles.
 PER_POOL_PROCESS = 1
 PER_MAIN_PROCESS = 1
-
-
-def named_url(application_name: str) -> str:
-    separator = "&" if "?" in PG_URL else "?"
-    return f"{PG_URL}{separator}application_name={application_name}"
 
 
 def mixed_load(app, key: str, seconds: float) -> list:  # type: ignore[no-untyped-def]

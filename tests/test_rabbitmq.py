@@ -39,6 +39,7 @@ def short_consumer_timeout() -> Iterator[int]:
         rabbit_env("channel_tick_interval", 60_000)
 
 
+@pytest.mark.serial  # consumer_timeout is the node's: any channel opened meanwhile gets it
 def test_a_step_longer_than_consumer_timeout_neither_runs_twice_nor_is_lost(
     basic_app, start_worker, key, rds, short_consumer_timeout
 ):

@@ -10,10 +10,12 @@ import os
 import signal
 
 import pytest
+import sqlalchemy as sa
 
 from celery_durable import WorkflowFailed, WorkflowStatus
 from celery_durable.store import NewRun
-from tests.support.services import effects
+from tests.support.pgconns import backends_held_by, named_url
+from tests.support.services import PG_URL, effects, unique
 from tests.support.waiting import wait_until
 
 
@@ -155,23 +157,26 @@ def test_workflows_survive_the_database_dropping_every_connection(
 ):
     """A Postgres restart or an idle-connection killer: the held hot-path connection,
     the pool, the sweeper and the LISTEN waiter all reconnect."""
-    import sqlalchemy as sa
-
-    from tests.support.services import PG_URL
-
+    # The worker's sessions and this process's are dropped, not other test sessions'.
+    application_name = unique("cdkilled")
     rds.set(f"block:{key}:s2", "1")
-    start_worker("reconnects")
+    start_worker("reconnects", env={"CELERY_DURABLE_DATABASE_URL": named_url(application_name)})
     handle = basic_app.five_steps.delay(key)
     wait_until(lambda: rds.get(f"started:{key}:s2"), 30, message="step 2 to start")
+    own = backends_held_by(os.getpid(), "celery_durable")
+    assert own  # the test's own store, which started the run
     engine = sa.create_engine(PG_URL, connect_args={"application_name": "the-killer"})
     with engine.connect() as conn:
-        killed = conn.execute(
+        killed, killed_own = conn.execute(
             sa.text(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE application_name = 'celery_durable' AND pid <> pg_backend_pid()"
-            )
-        ).scalar()
+                "SELECT count(pg_terminate_backend(pid)) FILTER (WHERE application_name = :name),"
+                " count(pg_terminate_backend(pid)) FILTER (WHERE pid = ANY(:own)) "
+                "FROM pg_stat_activity"
+            ),
+            {"name": application_name, "own": own},
+        ).one()
     engine.dispose()
+    assert killed_own == len(own)
     assert killed >= 2  # at least the worker child's held connection and the sweeper's
     rds.delete(f"block:{key}:s2")
     assert handle.get(timeout=60) == [10, 20, 30, 40, 50]

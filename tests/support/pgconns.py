@@ -19,6 +19,12 @@ import sqlalchemy as sa
 from .services import PG_URL
 
 
+def named_url(application_name: str, url: str = PG_URL) -> str:
+    """``url`` with the sessions it opens named ``application_name``."""
+    separator = "&" if "?" in url else "?"
+    return f"{url}{separator}application_name={application_name}"
+
+
 def process_tree(pid: int) -> list[int]:
     """``pid`` and all its descendants (Linux ``/proc``)."""
     found, todo = [], [pid]
@@ -100,6 +106,26 @@ def client_ports(application_name: str, url: str = PG_URL) -> list[tuple[int, in
     finally:
         engine.dispose()
     return [(int(r[0]), int(r[1])) for r in rows]
+
+
+def backends_held_by(pid: int, application_name: str, url: str = PG_URL) -> list[int]:
+    """The backend pids of the sessions named ``application_name`` whose client socket
+    process ``pid`` holds: a process's own sessions, among others' of the same name."""
+    engine = sa.create_engine(url, connect_args={"application_name": "celery_durable-counter"})
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT pid, client_port, inet_server_port() FROM pg_stat_activity "
+                    "WHERE application_name = :name AND client_port IS NOT NULL"
+                ),
+                {"name": application_name},
+            ).all()
+    finally:
+        engine.dispose()
+    inode_of = _established_inode_by_ports()
+    held = _socket_inodes(pid)
+    return [int(r[0]) for r in rows if inode_of.get((int(r[1]), int(r[2]))) in held]
 
 
 def connections_by_pid(
