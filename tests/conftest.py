@@ -62,14 +62,14 @@ def pytest_report_header() -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Tests of the worker app touch the broker: `-m broker` selects them for the second
-    # broker's pass of the README's test command.
-    # A serial test counts the whole cluster's commits or changes a setting of the shared
-    # broker: in a parallel run (pytest -n) it is skipped, for a run of its own.
     parallel = bool(os.environ.get("PYTEST_XDIST_WORKER"))
     for item in items:
+        # Tests of the worker app touch the broker: `-m broker` selects them for the second
+        # broker's pass of the README's test command.
         if "basic_app" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.broker)
+        # A serial test counts the whole cluster's commits or changes a setting of the
+        # shared broker: in a parallel run (pytest -n) it is skipped, for a run of its own.
         if parallel and item.get_closest_marker("serial"):
             item.add_marker(pytest.mark.skip(reason="serial: run it on its own (-m serial)"))
 

@@ -3,9 +3,9 @@
 ``pg_stat_activity`` shows the client's TCP port, not its pid: the client's port and the
 server's name the socket, which is mapped to the process whose file descriptors hold it
 (``/proc/net/tcp*`` gives the socket's inode, ``/proc/<pid>/fd`` the inodes a process
-holds). Connections are picked by
-``application_name``, so give the worker under test a name of its own
-(``?application_name=...`` in its database URL) and other sessions on the server don't count.
+holds). Connections are picked by ``application_name``, so give the worker under test a
+name of its own (``?application_name=...`` in its database URL, :func:`named_url`) and
+other sessions on the server don't count.
 """
 
 from __future__ import annotations
@@ -95,26 +95,9 @@ def _describe(pid: int) -> str:
     return f"{pid} {command[:160].strip()}"
 
 
-def client_ports(application_name: str, url: str = PG_URL) -> list[tuple[int, int]]:
-    """The client and server ports of the server's sessions named ``application_name``."""
-    engine = sa.create_engine(url, connect_args={"application_name": "celery_durable-counter"})
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                sa.text(
-                    "SELECT client_port, inet_server_port() FROM pg_stat_activity "
-                    "WHERE application_name = :name AND client_port IS NOT NULL"
-                ),
-                {"name": application_name},
-            ).all()
-    finally:
-        engine.dispose()
-    return [(int(r[0]), int(r[1])) for r in rows]
-
-
-def backends_held_by(pid: int, application_name: str, url: str = PG_URL) -> list[int]:
-    """The backend pids of the sessions named ``application_name`` whose client socket
-    process ``pid`` holds: a process's own sessions, among others' of the same name."""
+def _sessions(application_name: str, url: str) -> list[tuple[int, tuple[int, int]]]:
+    """The backend pid and the (client, server) ports of each of the server's sessions
+    named ``application_name``."""
     engine = sa.create_engine(url, connect_args={"application_name": "celery_durable-counter"})
     try:
         with engine.connect() as conn:
@@ -127,10 +110,22 @@ def backends_held_by(pid: int, application_name: str, url: str = PG_URL) -> list
             ).all()
     finally:
         engine.dispose()
+    return [(int(r[0]), (int(r[1]), int(r[2]))) for r in rows]
+
+
+def client_ports(application_name: str, url: str = PG_URL) -> list[tuple[int, int]]:
+    """The client and server ports of the server's sessions named ``application_name``."""
+    return [ports for _, ports in _sessions(application_name, url)]
+
+
+def backends_held_by(pid: int, application_name: str, url: str = PG_URL) -> list[int]:
+    """The backend pids of the sessions named ``application_name`` whose client socket
+    process ``pid`` holds: a process's own sessions, among others' of the same name."""
+    sessions = _sessions(application_name, url)
     sockets = _tcp_sockets()
     held = _socket_inodes(pid)
     return [
-        int(r[0]) for r in rows if held.intersection(_live(sockets.get((int(r[1]), int(r[2])), [])))
+        backend for backend, ports in sessions if held.intersection(_live(sockets.get(ports, [])))
     ]
 
 
