@@ -4,22 +4,28 @@ Precedence, highest first: keyword arguments, environment, Celery configuration,
 
 Example::
 
-    app.conf.durable_lock_timeout = 60          # or CELERY_DURABLE_LOCK_TIMEOUT=60
+    app.conf.durable_lock_timeout = "1m"        # or CELERY_DURABLE_LOCK_TIMEOUT=60
     durable = Durable(app, database_url="postgresql+psycopg://postgres@127.0.0.1/shop")
     durable.config.lock_timeout                 # 60.0
+    durable.config.validate()                   # refuses what was given out of range
+
+Every duration setting takes the same forms (validate.duration_seconds). A number out of
+range is clamped with a warning, so a worker still starts; validate() judges the value as it
+was given and refuses it. A new setting is one Setting row and one DurableConfig field.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import ConfigurationError, InvalidArgument
-from .validate import parse_duration
+from .errors import ConfigurationError
+from .validate import DURATION_FORMS, duration_seconds, show
 
 logger = logging.getLogger("celery_durable.config")
 
@@ -33,7 +39,8 @@ class Setting:
     default: Any
     minimum: float | None = None
     help: str = ""
-    # Seconds, also written "30d", "12h", "90m" or as a timedelta.
+    # Seconds, given in any form validate.duration_seconds reads (30, "30s", "5m", "30d",
+    # a timedelta); kind is float.
     duration: bool = False
 
 
@@ -44,17 +51,18 @@ SETTINGS: tuple[Setting, ...] = (
         "sqlite:///celery_durable.sqlite3",
         help="SQLAlchemy URL of the store (Postgres via psycopg 3, or SQLite)",
     ),
-    Setting("lock_timeout", float, 30.0, 1.0, "seconds a worker's lease on a run lasts"),
-    Setting("poll_interval", float, 1.0, 0.05, "seconds between two sweeps"),
+    Setting("lock_timeout", float, 30.0, 1.0, "how long a worker's lease lasts", duration=True),
+    Setting("poll_interval", float, 1.0, 0.05, "time between two sweeps", duration=True),
     Setting("max_attempts", int, 3, 1, "default attempts of a workflow"),
-    Setting("retry_backoff", float, 5.0, 0.0, "default first workflow retry delay, seconds"),
-    Setting("max_retry_backoff", float, 3600.0, 0.0, "cap of the exponential retry delay"),
+    Setting("retry_backoff", float, 5.0, 0.0, "first workflow retry delay", duration=True),
+    Setting("max_retry_backoff", float, 3600.0, 0.0, "cap of the retry delay", duration=True),
     Setting(
         "dispatch_grace",
         float,
         60.0,
         1.0,
-        "seconds a published run may wait in the queue before the sweeper publishes it again",
+        "how long a published run may wait in the queue before the sweeper publishes it again",
+        duration=True,
     ),
     Setting("table_prefix", str, "durable_", help="prefix of the tables"),
     Setting("namespace", str, "default", help="runs of other namespaces are invisible"),
@@ -88,8 +96,9 @@ SETTINGS: tuple[Setting, ...] = (
         float,
         1.0,
         0.0,
-        "seconds a deferred step's record may wait for the next write before the worker "
+        "how long a deferred step's record may wait for the next write before the worker "
         "writes it on its own (checked at every step)",
+        duration=True,
     ),
     Setting(
         "pgbouncer",
@@ -110,8 +119,8 @@ SETTINGS: tuple[Setting, ...] = (
         float,
         0.0,
         0.0,
-        "finished runs older than this are deleted by the sweeper, in small batches "
-        "(seconds, or 30d, 12h...); 0 keeps them forever",
+        "finished runs older than this are deleted by the sweeper, in small batches; "
+        "0 keeps them forever",
         duration=True,
     ),
     Setting(
@@ -122,6 +131,23 @@ SETTINGS: tuple[Setting, ...] = (
     ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Given:
+    """A setting as one source gave it, kept so validate() judges it rather than the value
+    from_sources clamped it to."""
+
+    raw: Any
+    value: Any  # parsed, not clamped
+    used: Any  # what the config holds
+    origin: str  # "Durable(x=...)", "CELERY_DURABLE_X" or "app.conf.durable_x"
+
+    def where(self) -> str:
+        """The source with the value it held: ``app.conf.durable_poll_interval=0``."""
+        if self.origin.startswith("Durable("):
+            return f"{self.origin.removesuffix('...)')}{show(self.raw)})"
+        return f"{self.origin}={show(self.raw)}"
 
 
 @dataclasses.dataclass
@@ -147,6 +173,10 @@ class DurableConfig:
     listen_url: str = ""
     retention: float = 0.0
     log_json: bool = False
+    # What each source gave, by setting name (from_sources fills it).
+    given: dict[str, Given] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def from_sources(
@@ -155,11 +185,13 @@ class DurableConfig:
         app_conf: Mapping[str, Any] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> DurableConfig:
-        """Merge the sources; out-of-range numbers are clamped with a warning."""
+        """Merge the sources; out-of-range numbers are clamped with a warning (validate()
+        refuses them)."""
         overrides = cls.check_keywords(overrides or {})
         environ = os.environ if environ is None else environ
         app_conf = app_conf or {}
         values: dict[str, Any] = {}
+        given: dict[str, Given] = {}
         for setting in SETTINGS:
             env_name = f"CELERY_DURABLE_{setting.name.upper()}"
             conf_name = f"durable_{setting.name}"
@@ -172,12 +204,28 @@ class DurableConfig:
             else:
                 values[setting.name] = setting.default
                 continue
-            values[setting.name] = _clamp(setting, _coerce(setting, raw, origin), origin)
+            value = _coerce(setting, raw, origin)
+            used = values[setting.name] = _clamp(setting, value)
+            given[setting.name] = Given(raw, value, used, origin)
+            if used != value:
+                logger.warning(
+                    "%s is below the minimum of durable_%s, %s; using %s "
+                    "(durable.config.validate() refuses it)",
+                    given[setting.name].where(),
+                    setting.name,
+                    _allowed(setting),
+                    _number(used),
+                    extra={"setting": f"durable_{setting.name}"},
+                )
         if not values["signal_queue"]:
             # Apps of two namespaces on one broker must not take each other's signals.
             values["signal_queue"] = default_signal_queue(values["namespace"])
         config = cls(**values)
-        config.validate()
+        config.given.update(given)
+        # Clamped values are what runs, so they are what can stop it from starting.
+        problems = config._problems(as_given=False)
+        if problems:
+            raise ConfigurationError("; ".join(problems))
         return config
 
     @staticmethod
@@ -199,39 +247,68 @@ class DurableConfig:
         return dict(overrides)
 
     def validate(self) -> DurableConfig:
-        """Raise :class:`ConfigurationError` naming the first setting out of range."""
+        """Raise :class:`ConfigurationError` naming every setting out of range, as it was
+        given (not as from_sources clamped it), with its source and the allowed range."""
+        problems = self._problems(as_given=True)
+        if problems:
+            raise ConfigurationError("; ".join(problems))
+        return self
+
+    def _problems(self, *, as_given: bool) -> list[str]:
+        """What is wrong, one sentence each. ``as_given``: judge what the sources gave
+        where from_sources clamped it; otherwise judge what the config holds."""
+        values = {s.name: self._judged(s.name, as_given) for s in SETTINGS}
+        problems: list[str] = []
+        wrong: set[str] = set()
         for setting in SETTINGS:
-            value = getattr(self, setting.name)
-            if not isinstance(value, setting.kind) or (
-                isinstance(value, bool) and setting.kind is not bool
-            ):
-                if not (
-                    setting.kind is float and isinstance(value, int) and not isinstance(value, bool)
-                ):
-                    raise ConfigurationError(
-                        f"durable_{setting.name} must be a {setting.kind.__name__}, got {value!r}"
-                    )
-            if setting.minimum is not None and value < setting.minimum:
-                raise ConfigurationError(
-                    f"durable_{setting.name}={value!r} is below its minimum {setting.minimum}"
+            value = values[setting.name]
+            problem = _type_problem(setting, value)
+            if problem is not None:
+                problems.append(f"durable_{setting.name} {problem}")
+            elif setting.minimum is not None and value < setting.minimum:
+                problems.append(
+                    f"{self._shown(setting.name, as_given)} is out of range: it must be at "
+                    f"least {_allowed(setting)}"
                 )
+            else:
+                continue
+            wrong.add(setting.name)
         if not _IDENTIFIER.match(self.table_prefix + "x"):
-            raise ConfigurationError(
+            problems.append(
                 f"durable_table_prefix={self.table_prefix!r} must be letters, digits and "
                 "underscores, start with a letter or underscore, at most 30 characters"
             )
         if not self.namespace or len(self.namespace) > 200:
-            raise ConfigurationError(
-                f"durable_namespace={self.namespace!r} must be 1 to 200 characters"
-            )
+            problems.append(f"durable_namespace={self.namespace!r} must be 1 to 200 characters")
         if not self.database_url:
-            raise ConfigurationError("durable_database_url is empty")
-        if self.lock_timeout <= self.poll_interval:
-            raise ConfigurationError(
-                f"durable_lock_timeout={self.lock_timeout} must exceed "
-                f"durable_poll_interval={self.poll_interval}"
+            problems.append("durable_database_url is empty")
+        if not wrong & {"lock_timeout", "poll_interval"} and (
+            values["lock_timeout"] <= values["poll_interval"]
+        ):
+            problems.append(
+                f"{self._shown('lock_timeout', as_given)} must exceed "
+                f"{self._shown('poll_interval', as_given)}"
             )
-        return self
+        return problems
+
+    def _source(self, name: str) -> Given | None:
+        given = self.given.get(name)
+        # Set in code after the merge: what is there now is what counts.
+        return given if given is not None and given.used == getattr(self, name) else None
+
+    def _judged(self, name: str, as_given: bool) -> Any:
+        given = self._source(name)
+        return given.value if given is not None and as_given else getattr(self, name)
+
+    def _shown(self, name: str, as_given: bool) -> str:
+        """``durable_x=<value given> (<source>=<as written>[, clamped to <used>])``."""
+        given = self._source(name)
+        if given is None:
+            return f"durable_{name}={_number(getattr(self, name))}"
+        clamped = ""
+        if not as_given and given.used != given.value:
+            clamped = f", clamped to {_number(given.used)}"
+        return f"durable_{name}={_number(given.value)} ({given.where()}{clamped})"
 
 
 def default_signal_queue(namespace: str) -> str:
@@ -248,42 +325,71 @@ _BOOLS = {
 def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
     if setting.kind is str:
         return str(raw)
+    try:
+        return _parse(setting, raw)
+    except ValueError as exc:
+        where = Given(raw, raw, raw, origin).where()
+        what, *hint = exc.args
+        raise ConfigurationError(
+            f"{where} is not {what} for durable_{setting.name}{''.join(hint)}"
+        ) from None
+
+
+def _parse(setting: Setting, raw: Any) -> Any:
+    """``raw`` as the setting's kind; ValueError(what it is not, [how to write it])."""
     if setting.kind is bool:
         if isinstance(raw, bool):
             return raw
         if isinstance(raw, str) and raw.strip().lower() in _BOOLS:
             return _BOOLS[raw.strip().lower()]
-        raise ConfigurationError(
-            f"{origin}={raw!r} is not a valid bool for durable_{setting.name} "
-            "(use true/false, 1/0, yes/no or on/off)"
-        )
-    if setting.duration and not isinstance(raw, bool):
-        try:
-            return parse_duration(raw, origin)
-        except InvalidArgument:
-            raise ConfigurationError(
-                f"{origin}={raw!r} is not a valid duration for durable_{setting.name} "
-                "(seconds, or a number and a unit: 90m, 12h, 30d)"
-            ) from None
+        raise ValueError("a valid bool", " (use true/false, 1/0, yes/no or on/off)")
+    if setting.duration:
+        seconds = duration_seconds(raw)
+        if seconds is None:
+            raise ValueError("a valid duration", f": write {DURATION_FORMS}")
+        return seconds
+    if setting.kind is int:
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            return raw
+        if isinstance(raw, float) and raw.is_integer():
+            return int(raw)
+        if isinstance(raw, str) and raw.strip().lstrip("+-").isdigit():
+            return int(raw.strip())
+        raise ValueError("a whole number")
+    if isinstance(raw, bool):  # float(True) is 1.0: a slip, not a number
+        raise ValueError(f"a valid {setting.kind.__name__}")
     try:
-        if isinstance(raw, bool):
-            raise ValueError(raw)
         return setting.kind(raw)
     except (TypeError, ValueError):
-        raise ConfigurationError(
-            f"{origin}={raw!r} is not a valid {setting.kind.__name__} for durable_{setting.name}"
-        ) from None
+        raise ValueError(f"a valid {setting.kind.__name__}") from None
 
 
-def _clamp(setting: Setting, value: Any, origin: str) -> Any:
+def _clamp(setting: Setting, value: Any) -> Any:
     if setting.minimum is not None and value < setting.minimum:
-        clamped = setting.kind(setting.minimum)
-        logger.warning(
-            "%s=%r is below the safe minimum; using %r",
-            origin,
-            value,
-            clamped,
-            extra={"setting": f"durable_{setting.name}"},
-        )
-        return clamped
+        return setting.kind(setting.minimum)
     return value
+
+
+def _type_problem(setting: Setting, value: Any) -> str | None:
+    """Why ``value`` (set in code) is not of the setting's kind; ints pass as floats."""
+    kind_ok = isinstance(value, setting.kind) and (
+        setting.kind is bool or not isinstance(value, bool)
+    )
+    if setting.kind is float and isinstance(value, int) and not isinstance(value, bool):
+        kind_ok = True
+    if not kind_ok:
+        return f"must be a {setting.kind.__name__}, got {value!r}"
+    if setting.kind is float and not math.isfinite(value):
+        return f"must be a finite number, got {value!r}"
+    return None
+
+
+def _allowed(setting: Setting) -> str:
+    return f"{_number(setting.minimum)}{' s' if setting.duration else ''}"
+
+
+def _number(value: Any) -> str:
+    """``1`` for 1.0 (what a user types), ``0.05``; anything else as repr."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return show(value)

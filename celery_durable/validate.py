@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from typing import Any
 
 from .errors import InvalidArgument
@@ -139,32 +140,44 @@ def check_queue(value: Any, argument: str = "queue") -> str | None:
     return checked
 
 
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+# A sign, a decimal number and an optional unit: no "inf" or "nan", which float() takes.
+_DURATION = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)\s*(ms|s|m|h|d|w)?")
+DURATION_FORMS = (
+    "a number of seconds, a timedelta, or a number and a unit: 250ms, 30s, 5m, 2h, 30d, 1w"
+)
 
 
-def parse_duration(value: Any, argument: str) -> float:
-    """Seconds from ``"90s"``, ``"15m"``, ``"2h"``, ``"30d"``, ``"1w"``, a number of
-    seconds, or a ``timedelta``; InvalidArgument naming ``argument`` otherwise.
+def duration_seconds(value: Any) -> float | None:
+    """Seconds in ``value`` (a number, a ``timedelta``, ``"30s"``, ``"1.5m"``...), negative
+    ones included, or None when it is none of these forms or not finite.
 
-    Example: ``parse_duration("2h", "--since")`` is 7200.0.
+    The one parser of every duration: settings, ``gc(older_than)``, ``--since``.
     """
     seconds: float | None = None
     if isinstance(value, dt.timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
-    elif isinstance(value, str) and value.strip():
-        text = value.strip().lower()
-        number, unit = (text[:-1], text[-1]) if text[-1] in _UNITS else (text, "s")
-        try:
-            seconds = float(number) * _UNITS[unit]
-        except ValueError:
-            seconds = None
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        raise InvalidArgument(
-            f"{argument}={show(value)} is not a duration: write a number and a unit, "
-            "s, m, h, d or w (90s, 15m, 2h, 30d, 1w)"
-        )
+    elif isinstance(value, str):
+        match = _DURATION.fullmatch(value.strip().lower())
+        if match is not None:
+            seconds = float(match[1]) * _UNITS[match[2] or "s"]
+    if seconds is None or not math.isfinite(seconds):
+        return None
+    return seconds
+
+
+def parse_duration(value: Any, argument: str) -> float:
+    """Seconds from ``"90s"``, ``"15m"``, ``"2h"``, ``"30d"``, ``"1w"``, ``"250ms"``, a
+    number of seconds, or a ``timedelta``; InvalidArgument naming ``argument`` otherwise
+    (negative durations too).
+
+    Example: ``parse_duration("2h", "--since")`` is 7200.0.
+    """
+    seconds = duration_seconds(value)
+    if seconds is None or seconds < 0:
+        raise InvalidArgument(f"{argument}={show(value)} is not a duration: write {DURATION_FORMS}")
     return seconds
 
 

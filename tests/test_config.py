@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import logging
 
 import pytest
 from celery import Celery
 
 from celery_durable import ConfigurationError, Durable
-from celery_durable.config import DurableConfig
+from celery_durable.config import SETTINGS, DurableConfig
+
+DURATIONS = [s.name for s in SETTINGS if s.duration]
 
 
 def test_defaults():
@@ -69,6 +73,112 @@ def test_validate_fails_fast_on_a_config_built_in_code():
         DurableConfig(lock_timeout=2, poll_interval=5).validate()
 
 
+def test_validate_judges_the_values_given_not_the_clamped_ones(monkeypatch, caplog):
+    """Bug: poll_interval=0 and max_attempts=0 were clamped with a warning, then validate()
+    passed, judging the clamped 0.05 and 1, although the README says it fails fast."""
+    for name in ("POLL_INTERVAL", "MAX_ATTEMPTS", "LOCK_TIMEOUT"):
+        monkeypatch.delenv(f"CELERY_DURABLE_{name}", raising=False)
+    app = Celery("conf-clamped", broker="memory://")
+    app.conf.durable_poll_interval = 0
+    app.conf.durable_max_attempts = 0
+    durable = Durable(app, database_url="sqlite:///:memory:")
+    with caplog.at_level(logging.WARNING, logger="celery_durable.config"):
+        config = durable.config  # built as the README says: clamped, with a warning
+    assert (config.poll_interval, config.max_attempts) == (0.05, 1)
+    assert "app.conf.durable_poll_interval=0" in caplog.text
+    with pytest.raises(ConfigurationError) as refused:
+        config.validate()
+    message = str(refused.value)
+    # Every value out of range, as given, with where it came from and what is allowed.
+    assert "durable_poll_interval=0 (app.conf.durable_poll_interval=0)" in message
+    assert "at least 0.05 s" in message
+    assert "durable_max_attempts=0 (app.conf.durable_max_attempts=0)" in message
+    assert "at least 1" in message
+    assert "durable_poll_interval=0.05" not in message  # never the clamped values
+    assert "durable_max_attempts=1" not in message
+    # A value set in code after the merge is what validate() judges.
+    config.poll_interval, config.max_attempts = 0.5, 2
+    assert config.validate() is config
+
+
+def test_a_lock_timeout_out_of_range_is_named_as_given(caplog):
+    """Bug: lock_timeout=-5 was clamped to 1.0, then refused as "durable_lock_timeout=1.0
+    must exceed durable_poll_interval=1.0", a value nobody gave."""
+    with pytest.raises(ConfigurationError) as refused:
+        DurableConfig.from_sources({"lock_timeout": -5}, {}, {})
+    message = str(refused.value)
+    assert "durable_lock_timeout=-5 (Durable(lock_timeout=-5), clamped to 1)" in message
+    assert "must exceed durable_poll_interval=1" in message
+    assert "1.0 must exceed" not in message
+    # In range once clamped, so it is built (with a warning); validate() still refuses it.
+    with caplog.at_level(logging.WARNING, logger="celery_durable.config"):
+        config = DurableConfig.from_sources(
+            {"poll_interval": 0.5}, {}, {"CELERY_DURABLE_LOCK_TIMEOUT": "-5s"}
+        )
+    assert config.lock_timeout == 1.0 and "CELERY_DURABLE_LOCK_TIMEOUT='-5s'" in caplog.text
+    given = r"durable_lock_timeout=-5 \(CELERY_DURABLE_LOCK_TIMEOUT='-5s'\)"
+    with pytest.raises(ConfigurationError, match=given + " is out of range: .* at least 1 s"):
+        config.validate()
+
+
+def test_every_duration_setting_takes_the_same_forms():
+    """Bug: durable_lock_timeout="30s" was refused while durable_retention took "30d"."""
+    assert {"lock_timeout", "poll_interval", "dispatch_grace", "retention"} <= set(DURATIONS)
+    assert {"retry_backoff", "max_retry_backoff", "deferred_max_age"} <= set(DURATIONS)
+    forms = [
+        (120, 120.0),
+        (120.0, 120.0),
+        ("120", 120.0),
+        (" 120s ", 120.0),
+        ("2m", 120.0),
+        ("1.5s", 1.5),
+        ("250ms", 0.25),
+        ("2h", 7200.0),
+        ("30d", 30 * 86400.0),
+        ("1w", 7 * 86400.0),
+        (dt.timedelta(minutes=2), 120.0),
+    ]
+    for name in DURATIONS:
+        minimum = next(s.minimum for s in SETTINGS if s.name == name) or 0.0
+        for given, seconds in forms:
+            # lock_timeout must stay over poll_interval, so both move together.
+            other = {"poll_interval": 0.05} if name == "lock_timeout" else {}
+            other = {"lock_timeout": 10**7} if name == "poll_interval" else other
+            sources = [({name: given, **other}, {}, {}), (other, {f"durable_{name}": given}, {})]
+            if isinstance(given, str):
+                sources.append((other, {}, {f"CELERY_DURABLE_{name.upper()}": given}))
+            for keywords, app_conf, environ in sources:
+                config = DurableConfig.from_sources(keywords, app_conf, environ)
+                assert config.given[name].value == seconds, (name, given, config.given[name])
+                assert getattr(config, name) == max(seconds, minimum)
+
+
+@pytest.mark.parametrize("given", ["soon", "30x", "s", "5 minutes", float("nan"), "inf", True, []])
+def test_a_value_that_is_not_a_duration_names_the_setting_and_the_forms(given):
+    for name in DURATIONS:
+        with pytest.raises(ConfigurationError) as refused:
+            DurableConfig.from_sources({}, {f"durable_{name}": given}, {})
+        message = str(refused.value)
+        assert f"app.conf.durable_{name}=" in message and f"durable_{name}" in message
+        assert "30s" in message and "timedelta" in message
+
+
+def test_counts_refuse_fractions_instead_of_truncating_them():
+    with pytest.raises(ConfigurationError, match=r"durable_max_attempts=2.5.*whole number"):
+        DurableConfig.from_sources({}, {"durable_max_attempts": 2.5}, {})
+    assert DurableConfig.from_sources({}, {"durable_max_attempts": 4.0}, {}).max_attempts == 4
+
+
+def test_every_setting_is_a_field_with_its_default():
+    # signal_queue's empty default means "derive it from the namespace" (from_sources).
+    fields = {f.name: f.default for f in dataclasses.fields(DurableConfig) if f.init}
+    settings = {s.name: s.default for s in SETTINGS}
+    assert fields.pop("signal_queue") == "celery_durable.signals"
+    assert settings.pop("signal_queue") == ""
+    assert fields == settings
+    assert all(s.kind is float for s in SETTINGS if s.duration)
+
+
 def test_durable_reads_app_conf_on_first_use(monkeypatch):
     monkeypatch.delenv("CELERY_DURABLE_NAMESPACE", raising=False)
     app = Celery("conf-test", broker="memory://")
@@ -91,7 +201,11 @@ def test_keywords_are_checked_against_the_merged_sources(monkeypatch):
     monkeypatch.setenv("CELERY_DURABLE_LOCK_TIMEOUT", "90")
     from_env = Durable(Celery("conf-env", broker="memory://"), poll_interval=40)
     assert from_env.config.lock_timeout == 90.0
-    with pytest.raises(ConfigurationError, match="durable_lock_timeout=90.0 must exceed"):
+    both = (
+        r"durable_lock_timeout=90 \(CELERY_DURABLE_LOCK_TIMEOUT='90'\) must exceed "
+        r"durable_poll_interval=95 \(Durable\(poll_interval=95\)\)"
+    )
+    with pytest.raises(ConfigurationError, match=both):
         _ = Durable(Celery("conf-bad", broker="memory://"), poll_interval=95).config
     with pytest.raises(ConfigurationError, match="poll_interval"):
         Durable(Celery("conf-type", broker="memory://"), poll_interval="soon")
