@@ -110,6 +110,9 @@ class WorkflowContext:
     deferred_since: float = 0.0
     deferred_max_steps: int = 100
     deferred_max_age: float = 1.0
+    # When this delivery's hard time limit runs out (monotonic), if it has one: billiard's
+    # SIGTERM after it is a failed attempt, not a shutdown (shutdown.interruption).
+    hard_deadline: float | None = None
 
     def defer(self, record: StepRecord) -> None:
         if not self.deferred:

@@ -11,7 +11,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import faults, rollback, serialization, taskevents, tracing
+from . import faults, rollback, serialization, shutdown, taskevents, tracing
 from .context import LeaseClock, WorkflowContext, activate, deactivate
 from .logs import run_fields
 from .settle import settle_stop_or_error, settle_success
@@ -38,9 +38,16 @@ def request_header(request: Any, name: str) -> Any:
     return headers.get(name, getattr(request, name, None))
 
 
-def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> Any:
-    """Claim the run named by the Celery task id, replay its body, settle the outcome."""
+def execute(
+    durable: Durable,
+    definition: WorkflowDefinition,
+    request: Any,
+    time_limit: float | None = None,
+) -> Any:
+    """Claim the run named by the Celery task id, replay its body, settle the outcome;
+    ``time_limit``: the task's hard time limit (the message's own wins)."""
     store, config = durable.store, durable.config
+    hard_deadline = shutdown.hard_deadline(request, time_limit, time.monotonic())
     run_id: str = request.id
     owner = durable.leases.owner
     try:
@@ -71,6 +78,7 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
         lease=LeaseClock(config.lock_timeout),
         deferred_max_steps=config.deferred_max_steps,
         deferred_max_age=config.deferred_max_age,
+        hard_deadline=hard_deadline,
     )
     faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
     logger.info(

@@ -27,7 +27,7 @@ from celery import Celery, Task
 from celery.exceptions import TaskRevokedError
 from kombu.utils.encoding import safe_repr
 
-from . import faults, serialization, taskevents, tracing
+from . import faults, serialization, shutdown, taskevents, tracing
 from .apps import durable_for
 from .compose import derived_id
 from .errors import DuplicateRegistration, NotSerialisable, PermanentError
@@ -197,6 +197,7 @@ def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int)
     Returns the step's value; an item that failed for good raises its exception (Celery's
     FAILURE), one that did not run or waits out a backoff raises DeliveryEnded."""
     store = durable.store
+    deadline = shutdown.hard_deadline(task.request, task.time_limit, time.monotonic())
     fields = {**run_fields(run_id, step_index=idx), "item": item, "step": task.name}
     redelivered = bool((task.request.delivery_info or {}).get("redelivered"))
     opened = None if task.request.is_eager or redelivered else store.open_item(run_id, idx, item)
@@ -206,14 +207,16 @@ def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int)
         durable.leases.track_open_item(opened)
         try:
             value = _run_claimed(durable, task, opened, opened.claim, fields)
-        except BaseException:
+        except BaseException as exc:
             opened.abandon()  # a no-op once the outcome is written
+            if opened.owner is not None:  # the heartbeat traded the transaction for a lease
+                _give_back_if_stopped(durable, task, (*opened.key, opened.owner), exc, deadline)
             raise
         finally:
             durable.leases.untrack_open_item(opened)
         return _finished(durable, task, value, fields)
     if verdict == CLAIM:
-        return _claim_and_run(durable, task, run_id, idx, item, fields)
+        return _claim_and_run(durable, task, run_id, idx, item, fields, deadline)
     raise _not_claimed(durable, task, fields)
 
 
@@ -261,7 +264,13 @@ def _finished(durable: Durable, task: Task, value: Any, fields: dict[str, Any]) 
 
 
 def _claim_and_run(
-    durable: Durable, task: Task, run_id: str, idx: int, item: int, fields: dict[str, Any]
+    durable: Durable,
+    task: Task,
+    run_id: str,
+    idx: int,
+    item: int,
+    fields: dict[str, Any],
+    deadline: float | None,
 ) -> Any:
     store, config = durable.store, durable.config
     owner = durable.leases.item_token()
@@ -286,12 +295,33 @@ def _claim_and_run(
         value = _run_claimed(durable, task, _Claimed(store, held), claim, fields)
         return _finished(durable, task, value, fields)
     except BaseException as exc:
-        if not isinstance(exc, Exception) and _worker_shutting_down():
-            # Cold shutdown: give the item back at once; not a failed attempt.
-            store.release_items([held])
+        _give_back_if_stopped(durable, task, held, exc, deadline)
         raise
     finally:
         durable.leases.untrack_item(held)
+
+
+def _give_back_if_stopped(
+    durable: Durable,
+    task: Task,
+    held: tuple[str, int, int, str],
+    exc: BaseException,
+    deadline: float | None,
+) -> None:
+    """The item's process is being stopped: give the item back, due at once; not a failed
+    attempt."""
+    stopped_by = shutdown.interruption(exc, deadline)
+    if stopped_by is not None and durable.store.release_items([held]):
+        run_id, idx, item, _ = held
+        logger.warning(
+            "item %d of step %d (%s) of run %s interrupted by %s; lease given back",
+            item,
+            idx,
+            task.name,
+            run_id,
+            stopped_by,
+            extra={**run_fields(run_id, step_index=idx), "item": item, "step": task.name},
+        )
 
 
 class _Claimed:
@@ -311,12 +341,6 @@ class _Claimed:
     def count_attempt(self, error: str) -> bool:
         run_id, idx, item, owner = self.held
         return self.store.count_item_attempt(run_id, idx, item, owner, error)
-
-
-def _worker_shutting_down() -> bool:
-    from celery.worker import state
-
-    return bool(state.should_stop or state.should_terminate)
 
 
 def _run_claimed(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import Retry
 
-from . import faults, serialization, taskevents
+from . import faults, serialization, shutdown, taskevents
 from .context import WorkflowContext
 from .errors import (
     ContinuedAsNew,
@@ -208,12 +208,6 @@ def _ended_the_attempt(ctx: WorkflowContext, exc: BaseException) -> bool:
     return False
 
 
-def _worker_shutting_down() -> bool:
-    from celery.worker import state
-
-    return bool(state.should_stop or state.should_terminate)
-
-
 def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: BaseException) -> Any:
     store, config = durable.store, durable.config
     # Which step's failure ended the attempt, kept with the error: a resume runs that step
@@ -224,13 +218,19 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
     # KeyboardInterrupt, SystemExit, ...; not a child's WorkflowCancelled (a recorded
     # outcome re-raised in this body: the run fails).
     interrupted = not isinstance(exc, Exception) and not getattr(exc, "final", False)
-    if interrupted and _worker_shutting_down():
-        # Cold shutdown: give the lease back at once; not a failed attempt.
+    stopped_by = shutdown.interruption(exc, ctx.hard_deadline)
+    if stopped_by is not None:
+        # Give the lease back at once; not a failed attempt. After a revoke the sweeper's
+        # cancel finds the run PENDING and cancels it.
         if store.release_run(ctx.workflow_id, ctx.fence):
             logger.warning(
-                "workflow %s run %s interrupted by the worker's shutdown; lease given back",
+                "workflow %s run %s interrupted by %s; lease given back, attempt %d of %d "
+                "not counted",
                 ctx.workflow_name,
                 ctx.workflow_id,
+                stopped_by,
+                claim.attempts,
+                claim.max_attempts,
                 extra=fields,
             )
         raise exc

@@ -269,7 +269,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
             return self.definition.fn(*args, **kwargs)
         with tracing.delivery(self.definition.name, request):
             try:
-                return execute(self.durable, self.definition, request)
+                return execute(self.durable, self.definition, request, self.time_limit)
             except ClaimUnavailable as unavailable:
                 if request.is_eager:
                     raise unavailable.__cause__ or unavailable from None

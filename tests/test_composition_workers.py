@@ -6,6 +6,8 @@ module's shared workers.
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from celery_durable import WorkflowCancelled, WorkflowStatus
@@ -40,6 +42,33 @@ def test_sigkilled_gpu_worker_loses_nothing_and_repeats_no_recorded_item(
     assert all(counts[n] == 1 for n in before), counts  # recorded: never ran again
     assert all(count >= 1 for count in counts), counts
     assert any(count == 2 for count in counts), counts  # those cut off ran again
+
+
+def test_cold_shutdown_gives_a_running_item_back_at_once(basic_app, start_worker, key, rds):
+    """Bug: an item that had run a beat (its open transaction traded for a lease) was left
+    to that lease's expiry by a cold shutdown, and a claimed item was too: the pool child
+    never saw the worker's shutdown flags."""
+    default, gpu = start_worker.together(
+        {"name": "default"}, {"name": "gpu-cold", "queues": GPU_QUEUE}
+    )
+    rds.set(f"block:{key}:render", "1")
+    handle = basic_app.rendered.delay(key, 1, 0)
+    wait_until(lambda: rds.get(f"started:{key}:render"), 60, message="the item to start")
+    wait_until(lambda: handle.status() is WorkflowStatus.WAITING, 60, message="the map to wait")
+    # Its attempt is visible once the heartbeat has committed the claim (a lease).
+    wait_until(
+        lambda: item_rows(basic_app, handle.id)[0].attempts == 1, 60, message="the item's lease"
+    )
+    default.kill()  # its sweeper would reset the item once the lease lapsed, release or not
+    gpu.proc.send_signal(signal.SIGQUIT)
+    gpu.proc.wait(30)
+    (row,) = item_rows(basic_app, handle.id)
+    assert (row.status, row.attempts) == ("pending", 0), row
+    assert f"of run {handle.id} interrupted by a terminate signal" in gpu.log()
+    rds.delete(f"block:{key}:render")
+    start_worker.together({"name": "default-after"}, {"name": "gpu-after", "queues": GPU_QUEUE})
+    assert handle.get(timeout=120) == ["page-0"]
+    assert effects(rds, key, "render0") == 2
 
 
 def test_a_workflow_waiting_on_a_map_holds_no_worker_slot(basic_app, start_worker, key, rds):

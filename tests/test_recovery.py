@@ -137,6 +137,9 @@ def test_timers_fire_from_another_worker_after_a_sigkill(basic_app, start_worker
 
 
 def test_cold_shutdown_gives_the_lease_back_at_once(basic_app, start_worker, key, rds):
+    """Bug: the pool child read the worker's shutdown flags, which only the main process
+    sets, so the SIGTERM a cold shutdown sends its children was settled as a failed
+    attempt (PENDING all the same, through the retry)."""
     rds.set(f"block:{key}:s3", "1")
     worker = start_worker("cold")
     handle = basic_app.five_steps.delay(key)
@@ -146,10 +149,47 @@ def test_cold_shutdown_gives_the_lease_back_at_once(basic_app, start_worker, key
     record = handle.record()
     assert record.owner is None
     assert record.status == "PENDING"  # released, not left to a lease timeout
+    assert (record.attempts, record.recoveries) == (0, 0)  # the attempt was given back
+    assert f"run {handle.id} interrupted by a terminate signal" in worker.log()
+    assert f"run {handle.id} failed" not in worker.log()
     rds.delete(f"block:{key}:s3")
     start_worker("after-cold")
     assert handle.get(timeout=60) == [10, 20, 30, 40, 50]
     assert effects(rds, key, "s2") == 1 and effects(rds, key, "s3") == 2
+    assert handle.record().attempts == 1
+
+
+def test_cold_shutdown_does_not_use_up_the_only_attempt(basic_app, start_worker, key, rds):
+    """Bug: with max_attempts=1 a cold shutdown failed the run for good with
+    ``SystemExit: -241`` (billiard's exit on the SIGTERM sent to the pool child)."""
+    rds.set(f"block:{key}:s2", "1")
+    worker = start_worker("cold-one")
+    handle = basic_app.one_attempt.delay(key)
+    wait_until(lambda: rds.get(f"started:{key}:s2"), 30, message="step 2 to start")
+    worker.proc.send_signal(signal.SIGQUIT)
+    worker.proc.wait(30)
+    record = handle.record()
+    assert (record.status, record.attempts, record.error) == ("PENDING", 0, None), record
+    rds.delete(f"block:{key}:s2")
+    start_worker("after-cold-one")
+    assert handle.get(timeout=60) == [10, 20, 30]
+    assert (handle.record().attempts, handle.record().recoveries) == (1, 0)
+    assert effects(rds, key, "s1") == 1 and effects(rds, key, "s2") == 2
+
+
+def test_a_hard_time_limit_still_uses_up_the_attempt(basic_app, start_worker, key, rds):
+    """billiard ends an overrunning child with the SIGTERM a cold shutdown sends: that one
+    is the run's failure, or a run that always overruns would be handed back forever."""
+    rds.set(f"block:{key}:s1", "1")  # outlasts the 4 s limit
+    worker = start_worker("overrun")
+    handle = basic_app.overruns.delay(key)
+    try:
+        with pytest.raises(WorkflowFailed):
+            handle.get(timeout=90)
+    finally:
+        rds.delete(f"block:{key}:s1")
+    assert "Hard time limit (4" in worker.log()
+    assert f"run {handle.id} interrupted" not in worker.log()
 
 
 def test_workflows_survive_the_database_dropping_every_connection(

@@ -63,3 +63,21 @@ def test_flowers_revoke_button_cancels_the_run(basic_app, shared_worker, flower,
     assert handle.id in answer["message"]
     wait_until(lambda: cancelled(handle), 30, message="Flower's revoke to cancel the run")
     assert handle.record().cancel_reason == "revoked (celery control revoke)"
+
+
+def test_revoke_with_terminate_cancels_without_calling_it_a_failure(
+    basic_app, shared_worker, key, rds
+):
+    """Bug: the SIGTERM that ``revoke(terminate=True)`` sends the pool child was settled as
+    a failed attempt ("failed on attempt 1 of 3, retrying") before the cancel caught up."""
+    rds.set(f"block:{key}:s1", "1")
+    handle = basic_app.five_steps.delay(key)
+    wait_until(lambda: rds.get(f"started:{key}:s1"), 30, message="step 1 to start")
+    basic_app.app.control.revoke(handle.id, terminate=True)
+    wait_until(lambda: cancelled(handle), 30, message="the revoke to cancel the run")
+    rds.delete(f"block:{key}:s1")
+    log = shared_worker.log()
+    assert f"run {handle.id} interrupted by a terminate signal" in log
+    assert f"run {handle.id} failed" not in log
+    assert handle.record().cancel_reason == "revoked (celery control revoke)"
+    assert effects(rds, key, "s2") == 0

@@ -289,6 +289,12 @@ def one_attempt(key: str) -> list[int]:
     return [numbered(key, n) for n in range(1, 4)]
 
 
+@durable.workflow(max_attempts=1, time_limit=4)
+def overruns(key: str) -> int:
+    """A hard time limit: billiard SIGTERMs the pool child, as a cold shutdown does."""
+    return numbered(key, 1)
+
+
 # -- composition: parallel steps, routed steps, children ---------------------------------
 
 GPU_QUEUE = os.environ.get("TEST_GPU_QUEUE", "gpu")
