@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from .store import DueRun, StepRecord, Store
 
@@ -110,6 +110,9 @@ class WorkflowContext:
     deferred_since: float = 0.0
     deferred_max_steps: int = 100
     deferred_max_age: float = 1.0
+    # Called with (index, name) as each step this delivery runs (not replays) starts: the
+    # engine reports it to Flower (a resumed run's line names the step it is on).
+    on_step: Callable[[int, str], None] | None = None
 
     def defer(self, record: StepRecord) -> None:
         if not self.deferred:

@@ -1,9 +1,9 @@
 """Flower tells the truth: what a real Flower shows (its HTTP API) of workflows run by a real
 worker started with -E. One task per run (the workflow id); a run that suspends (signal,
-timer, items, child) is WAITING, never SUCCESS; a duplicate delivery that did not run is not
-a success; a run that failed for good is FAILURE with its exception; an item task is
-SUCCESS, RETRY or FAILURE as its step was; every state carries the run's line in its
-result."""
+timer, items, child) is WAITING, never SUCCESS; a resumed run's line names the step it runs;
+a duplicate delivery that did not run is not a success; a run that failed for good is
+FAILURE with its exception; an item task is SUCCESS, RETRY or FAILURE as its step was; every
+state carries the run's line in its result."""
 
 from __future__ import annotations
 
@@ -53,6 +53,15 @@ def flower(basic_app: Any, events_worker: Worker) -> Iterator[Flower]:
     process.stop()
 
 
+@pytest.fixture
+def unblocked(key: str, rds: Any) -> Iterator[None]:
+    """Release the test's held steps however it ends: a failed test must not leave a step
+    holding one of the module worker's processes through the next tests."""
+    yield
+    for flag in rds.scan_iter(f"block:{key}*"):
+        rds.delete(flag)
+
+
 def task_info(flower: Flower, task_id: str) -> dict[str, Any] | None:
     try:
         info: dict[str, Any] = flower.api("GET", f"/api/task/info/{task_id}")
@@ -81,7 +90,7 @@ def shown(flower: Flower, task_id: str, state: str, *texts: str) -> dict[str, An
 
 
 def test_a_suspended_run_is_waiting_then_resumed_then_a_success(
-    basic_app, events_worker, flower, key, rds
+    basic_app, events_worker, flower, key, rds, unblocked
 ):
     handle = basic_app.signalled_steps.delay(key)
     line = f"workflow={handle.id} attempt=1"
@@ -92,13 +101,32 @@ def test_a_suspended_run_is_waiting_then_resumed_then_a_success(
 
     rds.set(f"block:{key}:s2", "1")
     handle.signal("go", "payload")
-    resumed = shown(flower, handle.id, "RESUMED", "resumed after waiting", f"{line} step=1")
-    assert resumed["result"].endswith("(celery_durable.signal:go)]")
+    # The line names the step the run is on (step 2, blocked), not the wait it left.
+    after = "resumed after waiting at step 1 (celery_durable.signal:go)"
+    shown(flower, handle.id, "RESUMED", after, f"{line} step=2 ({basic_app.numbered.name})]")
     rds.delete(f"block:{key}:s2")
 
     done = shown(flower, handle.id, "SUCCESS", "[10, 'payload', 20]", f"{line} steps=3")
     assert handle.get(timeout=10) == [10, "payload", 20]
     assert done["exception"] is None
+
+
+def test_a_resumed_run_names_each_step_it_runs_not_the_timer_it_left(
+    basic_app, events_worker, flower, key, rds, unblocked
+):
+    rds.set(f"block:{key}:s3", "1")
+    rds.set(f"block:{key}:s4", "1")
+    handle = basic_app.sleep_between_steps.delay(key)
+    line = f"workflow={handle.id} attempt=1"
+    step = basic_app.numbered.name
+    after = "resumed after waiting at step 2 (celery_durable.sleep)"
+    wait_until(lambda: rds.get(f"started:{key}:s3"), 30, message="step 3 to start")
+    shown(flower, handle.id, "RESUMED", after, f"{line} step=3 ({step})]")
+    rds.delete(f"block:{key}:s3")
+    wait_until(lambda: rds.get(f"started:{key}:s4"), 30, message="step 4 to start")
+    shown(flower, handle.id, "RESUMED", after, f"{line} step=4 ({step})]")
+    rds.delete(f"block:{key}:s4")
+    shown(flower, handle.id, "SUCCESS", "[10, 20, 30, 40]", f"{line} steps=5")
 
 
 def test_a_duplicate_delivery_that_did_not_run_is_not_a_success(
