@@ -16,7 +16,7 @@ import pytest
 
 from celery_durable import WorkflowStatus
 from celery_durable.fanout import item_task_id
-from celery_durable.signals import WAKE_TASK
+from celery_durable.signals import WAKE_TASK, wake_outcome
 from tests.conftest import GPU_QUEUE
 from tests.support.flower import Flower
 from tests.support.services import effects, unique
@@ -172,6 +172,17 @@ def test_a_wake_up_of_a_run_not_waiting_says_so(
     )
     rds.delete(f"block:{key}:s1")
     assert handle.get(timeout=30) == [10, "early", 20]
+    # What a late or stray wake-up says (in-process: the same function, the same store).
+    durable = basic_app.durable
+    finished = wake_outcome(durable, handle.id, "go")
+    assert finished == f"nothing to wake: run {handle.id} is SUCCEEDED"
+    assert wake_outcome(durable, f"{key}-none", "go") == f"nothing to wake: no run {key}-none"
+    other = basic_app.collector.delay(f"{key}-w", 1)  # waits for signal "item"
+    wait_until(lambda: other.status() is WorkflowStatus.WAITING, 30, message="the wait")
+    assert wake_outcome(durable, other.id, "go").startswith(
+        f'nothing to wake: run {other.id} is WAITING for "item", not waiting for signal "go"'
+    )
+    other.cancel("test over")
 
 
 def test_a_duplicate_delivery_that_did_not_run_is_not_a_success(
