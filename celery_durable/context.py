@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from .store import DueRun, StepRecord, Store
 
@@ -113,6 +113,9 @@ class WorkflowContext:
     # When this delivery's hard time limit runs out (monotonic), if it has one: billiard's
     # SIGTERM after it is a failed attempt, not a shutdown (shutdown.interruption).
     hard_deadline: float | None = None
+    # Called with (index, name) as each step this delivery runs (not replays) starts: the
+    # engine reports it to Flower (a resumed run's line names the step it is on).
+    on_step: Callable[[int, str], None] | None = None
 
     def defer(self, record: StepRecord) -> None:
         if not self.deferred:

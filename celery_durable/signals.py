@@ -22,7 +22,7 @@ from . import serialization, tracing, validate
 from .apps import durable_for, durables_of
 from .errors import PendingSignalsFull, WorkflowAlreadyCompleted, WorkflowNotFound
 from .logs import run_fields
-from .store import Outcome, is_unreachable
+from .store import FINISHED_STATUSES, Outcome, is_unreachable
 from .suspend import check_signal_name
 
 if TYPE_CHECKING:
@@ -283,10 +283,10 @@ def register_tasks(app: Celery) -> None:
             raise task.retry(countdown=delay, exc=exc) from exc
 
     @app.task(name=WAKE_TASK, shared=False, lazy=False, acks_late=True, ignore_result=True)
-    def wake_task(namespace: str, workflow_id: str, name: str) -> bool:
+    def wake_task(namespace: str, workflow_id: str, name: str) -> str:
         # If this fails (store down), the signal is stored: the sweeper wakes the run.
         with tracing.linked(wake_task.request):
-            return wake(durable_for(app, namespace), workflow_id, name)
+            return wake_outcome(durable_for(app, namespace), workflow_id, name)
 
 
 def _durable_or_none(app: Celery, namespace: str) -> Durable | None:
@@ -370,6 +370,27 @@ def wake(durable: Durable, workflow_id: str, name: str) -> bool:
         extra={**run_fields(run.id, run.name), "signal": name},
     )
     return True
+
+
+def wake_outcome(durable: Durable, workflow_id: str, name: str) -> str:
+    """Wake the run if it waits for ``name``; say what happened. It is the wake-up task's
+    result, which Flower and the worker's log show: a bare False said nothing. (Names in
+    double quotes: Celery shows a str result quoted, escaping single quotes.)"""
+    if wake(durable, workflow_id, name):
+        return f'woke run {workflow_id}: it waited for signal "{name}"'
+    # Nothing woken (the common case of a signal sent before its wait): one read says why.
+    run = durable.store.get_run(workflow_id)
+    if run is None:
+        return f"nothing to wake: no run {workflow_id}"
+    if run.status in FINISHED_STATUSES:
+        return f"nothing to wake: run {workflow_id} is {run.status}"
+    waits = ""
+    if run.status == "WAITING":  # a timer, items or a child when it names no signal
+        waits = " for other steps" if run.wait_signal is None else f' for "{run.wait_signal}"'
+    return (
+        f"nothing to wake: run {workflow_id} is {run.status}{waits}, not waiting for signal "
+        f'"{name}"; the signal stays pending until the run waits for it'
+    )
 
 
 class SignalQueue(bootsteps.Step):  # type: ignore[misc]

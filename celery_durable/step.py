@@ -174,6 +174,10 @@ class Step(Generic[P, R]):
         kwargs: dict[str, Any],
     ) -> R:
         """Run the step (retrying in-process) and record its outcome, in its own span."""
+        # A deferred step sends no event: it is meant to be short, and the event's
+        # publish would cost the round trip deferring saves.
+        if ctx.on_step is not None and self.commit == "each":
+            ctx.on_step(index, self.name)
         with tracing.step(self.name, index, ctx.workflow_id):
             attempt = 0
             started = time.monotonic()  # the step's duration includes its in-process retries

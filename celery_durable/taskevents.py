@@ -12,7 +12,8 @@ state       event              sent when
 =========== ================== =========================================================
 WAITING     ``task-waiting``   the run suspended (signal, timer, items, a child); also
                                restated by a duplicate delivery that found it waiting
-RESUMED     ``task-resumed``   a delivery picked the run up again after a wait
+RESUMED     ``task-resumed``   a delivery picked the run up again after a wait; again
+                               as each step it runs starts (the line names that step)
 CANCELLED   ``task-cancelled`` the run was cancelled while a delivery held it (an item:
                                its run was cancelled before it ran)
 SCHEDULED   ``task-scheduled`` a delivery came before the run was due (countdown,
@@ -169,15 +170,24 @@ def ended(app: Celery, task_id: str, event: str | None, text: str, **fields: Any
 
 def resumed(app: Celery, ctx: WorkflowContext) -> None:
     """A delivery claimed a run whose history ends in a wait: show it running again
-    (STARTED ranks below WAITING, so Celery's own event can't)."""
+    (STARTED ranks below WAITING, so Celery's own event can't), its line naming the step
+    it is on: the one after its history now, then each step it starts (``ctx.on_step``)."""
     if _delivery(app, ctx.workflow_id) is None:
         return
     # A wait (signal, timer) or a fan-out (items, a child) the run was suspended on.
     waits = [step for step in ctx.history.values() if step.status in ("waiting", "started")]
-    if waits:
-        wait = min(waits, key=lambda step: step.idx)
-        line = ctx_line(ctx, wait.idx, wait.name)
-        emit(app, ctx.workflow_id, RESUMED, result=f"resumed after waiting {line}")
+    if not waits:
+        return
+    wait = min(waits, key=lambda step: step.idx)
+    after = f"resumed after waiting at step {wait.idx} ({wait.name})"
+
+    def running(step: int, name: str | None) -> None:
+        emit(app, ctx.workflow_id, RESUMED, result=f"{after} {ctx_line(ctx, step, name)}")
+
+    # Replay comes first: the step to run next is the one after the recorded ones; its
+    # name is known once the body calls it.
+    running(max(ctx.history) + 1, None)
+    ctx.on_step = running
 
 
 def finished(app: Celery, ctx: WorkflowContext, value: Any) -> Any:

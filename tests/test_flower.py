@@ -1,9 +1,9 @@
 """Flower tells the truth: what a real Flower shows (its HTTP API) of workflows run by a real
 worker started with -E. One task per run (the workflow id); a run that suspends (signal,
-timer, items, child) is WAITING, never SUCCESS; a duplicate delivery that did not run is not
-a success; a run that failed for good is FAILURE with its exception; an item task is
-SUCCESS, RETRY or FAILURE as its step was; every state carries the run's line in its
-result."""
+timer, items, child) is WAITING, never SUCCESS; a resumed run's line names the step it runs;
+a duplicate delivery that did not run is not a success; a run that failed for good is
+FAILURE with its exception; an item task is SUCCESS, RETRY or FAILURE as its step was; every
+state carries the run's line in its result; a signal's wake-up says what it woke."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 
 from celery_durable import WorkflowStatus
 from celery_durable.fanout import item_task_id
+from celery_durable.signals import WAKE_TASK, wake_outcome
 from tests.conftest import GPU_QUEUE
 from tests.support.flower import Flower
 from tests.support.services import effects, unique
@@ -53,6 +54,15 @@ def flower(basic_app: Any, events_worker: Worker) -> Iterator[Flower]:
     process.stop()
 
 
+@pytest.fixture
+def unblocked(key: str, rds: Any) -> Iterator[None]:
+    """Release the test's held steps however it ends: a failed test must not leave a step
+    holding one of the module worker's processes through the next tests."""
+    yield
+    for flag in rds.scan_iter(f"block:{key}*"):
+        rds.delete(flag)
+
+
 def task_info(flower: Flower, task_id: str) -> dict[str, Any] | None:
     try:
         info: dict[str, Any] = flower.api("GET", f"/api/task/info/{task_id}")
@@ -80,8 +90,32 @@ def shown(flower: Flower, task_id: str, state: str, *texts: str) -> dict[str, An
     )
 
 
+def wake_shown(flower: Flower, run_id: str, *texts: str) -> dict[str, Any]:
+    """Wait until Flower shows a wake-up task of run ``run_id`` as a SUCCESS with each of
+    ``texts`` in its result."""
+
+    def matches() -> dict[str, Any] | None:
+        tasks = flower.api("GET", f"/api/tasks?taskname={WAKE_TASK}")
+        for info in tasks.values():
+            result = str(info.get("result"))
+            if (
+                run_id in str(info.get("args"))
+                and info["state"] == "SUCCESS"
+                and all(t in result for t in texts)
+            ):
+                return dict(info)
+        return None
+
+    def shows() -> str:
+        tasks = flower.api("GET", f"/api/tasks?taskname={WAKE_TASK}")
+        mine = [(t["state"], t.get("result")) for t in tasks.values() if run_id in str(t["args"])]
+        return f"Flower to show a wake-up of {run_id} with {texts}; it shows {mine}"
+
+    return wait_until(matches, 30, 0.1, shows)
+
+
 def test_a_suspended_run_is_waiting_then_resumed_then_a_success(
-    basic_app, events_worker, flower, key, rds
+    basic_app, events_worker, flower, key, rds, unblocked
 ):
     handle = basic_app.signalled_steps.delay(key)
     line = f"workflow={handle.id} attempt=1"
@@ -92,13 +126,63 @@ def test_a_suspended_run_is_waiting_then_resumed_then_a_success(
 
     rds.set(f"block:{key}:s2", "1")
     handle.signal("go", "payload")
-    resumed = shown(flower, handle.id, "RESUMED", "resumed after waiting", f"{line} step=1")
-    assert resumed["result"].endswith("(celery_durable.signal:go)]")
+    # The line names the step the run is on (step 2, blocked), not the wait it left.
+    after = "resumed after waiting at step 1 (celery_durable.signal:go)"
+    shown(flower, handle.id, "RESUMED", after, f"{line} step=2 ({basic_app.numbered.name})]")
     rds.delete(f"block:{key}:s2")
+    # The signal's wake-up task says what it woke.
+    woke = wake_shown(flower, handle.id, f'woke run {handle.id}: it waited for signal "go"')
+    assert woke["name"] == WAKE_TASK
 
     done = shown(flower, handle.id, "SUCCESS", "[10, 'payload', 20]", f"{line} steps=3")
     assert handle.get(timeout=10) == [10, "payload", 20]
     assert done["exception"] is None
+
+
+def test_a_resumed_run_names_each_step_it_runs_not_the_timer_it_left(
+    basic_app, events_worker, flower, key, rds, unblocked
+):
+    rds.set(f"block:{key}:s3", "1")
+    rds.set(f"block:{key}:s4", "1")
+    handle = basic_app.sleep_between_steps.delay(key)
+    line = f"workflow={handle.id} attempt=1"
+    step = basic_app.numbered.name
+    after = "resumed after waiting at step 2 (celery_durable.sleep)"
+    wait_until(lambda: rds.get(f"started:{key}:s3"), 30, message="step 3 to start")
+    shown(flower, handle.id, "RESUMED", after, f"{line} step=3 ({step})]")
+    rds.delete(f"block:{key}:s3")
+    wait_until(lambda: rds.get(f"started:{key}:s4"), 30, message="step 4 to start")
+    shown(flower, handle.id, "RESUMED", after, f"{line} step=4 ({step})]")
+    rds.delete(f"block:{key}:s4")
+    shown(flower, handle.id, "SUCCESS", "[10, 20, 30, 40]", f"{line} steps=5")
+
+
+def test_a_wake_up_of_a_run_not_waiting_says_so(
+    basic_app, events_worker, flower, key, rds, unblocked
+):
+    rds.set(f"block:{key}:s1", "1")
+    handle = basic_app.signalled_steps.delay(key)
+    wait_until(lambda: rds.get(f"started:{key}:s1"), 30, message="step 1 to start")
+    handle.signal("go", "early")  # stored; the run takes it when it reaches its wait
+    wake_shown(
+        flower,
+        handle.id,
+        f'nothing to wake: run {handle.id} is RUNNING, not waiting for signal "go"',
+        "the signal stays pending until the run waits for it",
+    )
+    rds.delete(f"block:{key}:s1")
+    assert handle.get(timeout=30) == [10, "early", 20]
+    # What a late or stray wake-up says (in-process: the same function, the same store).
+    durable = basic_app.durable
+    finished = wake_outcome(durable, handle.id, "go")
+    assert finished == f"nothing to wake: run {handle.id} is SUCCEEDED"
+    assert wake_outcome(durable, f"{key}-none", "go") == f"nothing to wake: no run {key}-none"
+    other = basic_app.collector.delay(f"{key}-w", 1)  # waits for signal "item"
+    wait_until(lambda: other.status() is WorkflowStatus.WAITING, 30, message="the wait")
+    assert wake_outcome(durable, other.id, "go").startswith(
+        f'nothing to wake: run {other.id} is WAITING for "item", not waiting for signal "go"'
+    )
+    other.cancel("test over")
 
 
 def test_a_duplicate_delivery_that_did_not_run_is_not_a_success(

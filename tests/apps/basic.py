@@ -283,6 +283,14 @@ def signalled_steps(key: str) -> list:
     return [first, payload, numbered(key, 2)]
 
 
+@durable.workflow
+def sleep_between_steps(key: str) -> list[int]:
+    """Steps 0 and 1, a timer at step 2, then steps 3 and 4 (s3, s4) after it."""
+    before = [numbered(key, 1), numbered(key, 2)]
+    cd.sleep(0.2)
+    return before + [numbered(key, 3), numbered(key, 4)]
+
+
 @durable.workflow(max_attempts=1)
 def one_attempt(key: str) -> list[int]:
     """One attempt only: lost workers must not use it up."""
