@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import click
 
@@ -68,11 +67,7 @@ def durable() -> None:
 @click.pass_context
 def migrate(ctx: click.Context, sql: bool, revision: str) -> None:
     for instance in _durables(ctx):
-        output: Any = instance.migrate(revision=revision, sql=sql)
-        if sql:
-            click.echo(output)
-        else:
-            click.echo(f"celery_durable tables ({instance.config.table_prefix}*) at {revision}")
+        click.echo(str(instance.migrate(revision=revision, sql=sql)))
 
 
 @durable.command(help="Publish again every run that is due (what workers do on their own).")

@@ -19,7 +19,7 @@ import inspect
 import logging
 import os
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from celery import Celery, Task
 from celery import signals as celery_signals
@@ -36,6 +36,9 @@ from .step import DEFAULT_MAX_BACKOFF, Step
 from .store import Collected, RunStats, Store
 from .worker import DurableSweeper, Sweeper
 from .workflow import WorkflowDefinition, WorkflowTask
+
+if TYPE_CHECKING:
+    from .store.migrations import Migrated
 
 logger = logging.getLogger("celery_durable")
 
@@ -408,8 +411,10 @@ class Durable:
 
     # -- schema -------------------------------------------------------------------------------
 
-    def migrate(self, revision: str = "head", sql: bool = False) -> str | None:
-        """Bring the tables up to ``revision``; with ``sql=True`` return the DDL instead."""
+    def migrate(self, revision: str = "head", sql: bool = False) -> str | Migrated:
+        """Bring the tables up to ``revision`` and return what was done (``str()`` of it
+        says: created, upgraded from A to B, or already there); with ``sql=True`` return
+        the DDL instead."""
         from .store.migrations import upgrade
 
         return upgrade(self.store, revision=revision, sql=sql)

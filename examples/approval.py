@@ -14,16 +14,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from celery import Celery
+from scratch import data_dir
 
 import celery_durable as cd
 from celery_durable import Durable, WorkflowCancelled
 
-DATA = Path(os.environ.setdefault("APPROVAL_DIR", tempfile.mkdtemp(prefix="celery-durable-")))
+DATA = data_dir("APPROVAL_DIR", driver=__name__ == "__main__")
 BROKER = DATA / "broker"
 BROKER.mkdir(parents=True, exist_ok=True)
 

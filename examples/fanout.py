@@ -15,15 +15,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from celery import Celery
+from scratch import data_dir
 
 import celery_durable as cd
 from celery_durable import Durable
 
-DATA = Path(os.environ.setdefault("FANOUT_DIR", tempfile.mkdtemp(prefix="celery-durable-")))
+DATA = data_dir("FANOUT_DIR", driver=__name__ == "__main__")
 BROKER = DATA / "broker"
 BROKER.mkdir(parents=True, exist_ok=True)
 

@@ -5,7 +5,9 @@ deploy and not in the next.
 refuses amounts over 2000. Run the worker with it, start some orders, then restart the
 worker without it (the fix) and resume what failed::
 
+    celery -A examples.orders durable migrate
     ORDERS_BUG=1 celery -A examples.orders worker
+    python -c "from examples.orders import checkout; [checkout.delay(n) for n in range(1, 9)]"
     celery -A examples.orders durable list --status failed
     celery -A examples.orders durable resume --workflow examples.orders.checkout
 

@@ -15,15 +15,15 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from celery import Celery
+from scratch import data_dir
 
 from celery_durable import Durable
 
-DATA = Path(os.environ.setdefault("QUICKSTART_DIR", tempfile.mkdtemp(prefix="celery-durable-")))
+DATA = data_dir("QUICKSTART_DIR", driver=__name__ == "__main__")
 BROKER = DATA / "broker"
 BROKER.mkdir(parents=True, exist_ok=True)
 EFFECTS = DATA / "effects.log"
@@ -95,7 +95,8 @@ def start_worker(name: str) -> subprocess.Popen[bytes]:
         ],
         cwd=Path(__file__).parent,
         start_new_session=True,
-        env={**os.environ, "QUICKSTART_DIR": str(DATA)},
+        # The worker's temp files (billiard's) go in DATA too: the SIGKILL leaves them behind.
+        env={**os.environ, "QUICKSTART_DIR": str(DATA), "TMPDIR": str(DATA)},
     )
 
 

@@ -3,25 +3,37 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
+from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
+from celery_durable.store import migrations
 from celery_durable.store.store import StepRecord
+from tests.support.services import PG_URL, drop_tables, unique
 from tests.support.waiting import wait_until
 from tests.support.workers import ROOT
 
 
-def celery(*args: str) -> subprocess.CompletedProcess[str]:
+def celery(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "celery", "-A", "tests.apps.basic", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, **(env or {})},
     )
+
+
+def newest_revision() -> str:
+    """The head, from the revisions' file names (0001_initial.py ...: one line of them)."""
+    return max(path.name[:4] for path in Path(migrations.HERE, "versions").glob("[0-9]*.py"))
 
 
 def test_migrate_sql_prints_the_ddl(basic_app):
@@ -35,10 +47,35 @@ def test_migrate_sql_prints_the_ddl(basic_app):
 def test_migrate_upgrades_and_sweep_runs(basic_app):
     done = celery("durable", "migrate")
     assert done.returncode == 0, done.stderr
-    assert "at head" in done.stdout
+    head = newest_revision()
+    assert f"already at {head} (head), nothing to do" in done.stdout
     swept = celery("durable", "sweep")
     assert swept.returncode == 0, swept.stderr
     assert "published" in swept.stdout
+
+
+@pytest.mark.parametrize("database", ["postgresql", "sqlite"])
+def test_migrate_says_whether_it_created_upgraded_or_found_nothing_to_do(
+    database: str, tmp_path: Path
+) -> None:
+    prefix = unique("m")[:9] + "_"
+    url = PG_URL if database == "postgresql" else f"sqlite:///{tmp_path}/store.sqlite3"
+    env = {"CELERY_DURABLE_DATABASE_URL": url, "CELERY_DURABLE_TABLE_PREFIX": prefix}
+    tables = f"celery_durable tables ({prefix}*)"
+    head = newest_revision()
+    try:
+        created = celery("durable", "migrate", "--revision", "0003", env=env)
+        assert created.returncode == 0, created.stderr
+        assert created.stdout == f"{tables} created at revision 0003\n"
+        upgraded = celery("durable", "migrate", env=env)
+        assert upgraded.returncode == 0, upgraded.stderr
+        assert upgraded.stdout == f"{tables} upgraded from 0003 to {head} (head)\n"
+        again = celery("durable", "migrate", env=env)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout == f"{tables} already at {head} (head), nothing to do\n"
+    finally:
+        if database == "postgresql":
+            drop_tables(PG_URL, prefix)
 
 
 def test_show_signal_and_cancel_a_run(basic_app, shared_worker, key):

@@ -72,8 +72,13 @@ def run_online() -> None:
                 version_table=version_table,
                 transaction_per_migration=True,
             )
+            migrations = context.get_context()
+            # What upgrade() reports (created, upgraded or nothing to do).
+            config.attributes["revision_before"] = migrations.get_current_revision()
+            config.attributes["revision_head"] = context.script.get_current_head()
             with context.begin_transaction():
                 context.run_migrations()
+            config.attributes["revision_after"] = migrations.get_current_revision()
     finally:
         engine.dispose()
 
