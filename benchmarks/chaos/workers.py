@@ -1,6 +1,6 @@
 """Chaos worker subprocesses, and the broker/database housekeeping of a chaos run.
 
-Each worker is ``celery -A benchmarks.chaos_app worker -P prefork -c 2`` in a process group
+Each worker is ``celery -A benchmarks.chaos.app worker -P prefork -c 2`` in a process group
 of its own, so a kill or a pause hits the main process and its pool children at once. A
 worker that exits without the suite having killed or stopped it is a *self-exit*.
 
@@ -28,8 +28,8 @@ from typing import IO, Any
 import psycopg
 import redis
 
-ROOT = Path(__file__).resolve().parents[1]
-APP_MODULE = "benchmarks.chaos_app"
+ROOT = Path(__file__).resolve().parents[2]
+APP_MODULE = "benchmarks.chaos.app"
 PRIORITY_SEP = "\x06\x16"  # kombu's Redis priority-queue key separator
 PRIORITY_STEPS = (3, 6, 9)
 # Log lines worth counting in a report; the first three mean a pool child died on its own.
@@ -222,7 +222,7 @@ def pool_child_exits(paths: Iterable[Path]) -> list[str]:
 
 
 def redis_keys_of(queues: Iterable[str]) -> list[str]:
-    """Every Redis key kombu keeps for these queues (chaos_app puts unacked per queue)."""
+    """Every Redis key kombu keeps for these queues (the chaos app puts unacked per queue)."""
     keys = []
     for queue in queues:
         keys += [queue, *(f"{queue}{PRIORITY_SEP}{p}" for p in PRIORITY_STEPS)]
