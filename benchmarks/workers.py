@@ -6,10 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
+
+from tests.support import waiting
 
 T = TypeVar("T")
 
@@ -46,16 +47,9 @@ def wait_until(
     interval: float = 0.01,
     what: str | Callable[[], str] = "condition",
 ) -> T:
-    """Return the first truthy ``condition()``; raise TimeoutError after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            text = what() if callable(what) else what
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {text}")
-        time.sleep(interval)
+    """Return the first truthy ``condition()``; raise TimeoutError after ``timeout`` s (the
+    tests' helper, with the error a benchmark catches to record a miss and go on)."""
+    return waiting.wait_until(condition, timeout, interval, what, error=TimeoutError)
 
 
 class WorkerProcess:
