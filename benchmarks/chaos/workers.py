@@ -18,7 +18,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -27,6 +26,8 @@ from typing import IO, Any
 
 import psycopg
 import redis
+
+from tests.support.workers import celery_command, worker_arguments
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_MODULE = "benchmarks.chaos.app"
@@ -48,26 +49,7 @@ LOG_PATTERNS = {
 
 
 def worker_command(name: str, queue: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        APP_MODULE,
-        "worker",
-        "-P",
-        "prefork",
-        "-c",
-        "2",
-        "-Q",
-        queue,
-        "-n",
-        f"{name}@%h",
-        "--loglevel=INFO",
-        "--without-gossip",
-        "--without-mingle",
-        "--without-heartbeat",
-    ]
+    return celery_command(APP_MODULE, worker_arguments(name, queues=queue))
 
 
 @dataclass
