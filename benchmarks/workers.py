@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
+
+from tests.support import waiting
+from tests.support.workers import celery_command, worker_arguments
 
 T = TypeVar("T")
 
@@ -20,24 +21,8 @@ APP_MODULE = "benchmarks.app"
 def worker_command(name: str, pool: str = "prefork", concurrency: int = 2) -> list[str]:
     """The one worker command line every compared system runs with; the scale figures vary
     only the pool and its concurrency."""
-    return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        APP_MODULE,
-        "worker",
-        "-P",
-        pool,
-        "-c",
-        str(concurrency),
-        "-n",
-        f"{name}@%h",
-        "--loglevel=WARNING",
-        "--without-gossip",
-        "--without-mingle",
-        "--without-heartbeat",
-    ]
+    arguments = worker_arguments(name, pool=pool, concurrency=concurrency, loglevel="WARNING")
+    return celery_command(APP_MODULE, arguments)
 
 
 def wait_until(
@@ -46,16 +31,9 @@ def wait_until(
     interval: float = 0.01,
     what: str | Callable[[], str] = "condition",
 ) -> T:
-    """Return the first truthy ``condition()``; raise TimeoutError after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            text = what() if callable(what) else what
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {text}")
-        time.sleep(interval)
+    """Return the first truthy ``condition()``; raise TimeoutError after ``timeout`` s (the
+    tests' helper, with the error a benchmark catches to record a miss and go on)."""
+    return waiting.wait_until(condition, timeout, interval, what, error=TimeoutError)
 
 
 class WorkerProcess:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.chaos_plan import make_plan, scale_for, work_indexes
-from benchmarks.chaos_verdict import RunRow, SignalRow, judge
+from benchmarks.chaos.plan import make_plan, scale_for, work_indexes
+from benchmarks.chaos.verdict import RunRow, SignalRow, judge
 from tests.support.services import AMQP_URL, BROKER, PG_URL, REDIS_URL
 from tests.support.workers import ROOT, clean_env
 

@@ -14,8 +14,13 @@ def wait_until(
     timeout: float = 30.0,
     interval: float = 0.05,
     message: str | Callable[[], str] = "condition",
+    *,
+    error: type[Exception] = AssertionError,
 ) -> T:
-    """Return the first truthy value of ``condition()``; fail after ``timeout`` seconds."""
+    """Return the first truthy value of ``condition()``; fail after ``timeout`` seconds.
+
+    A test fails with an ``AssertionError``; the benchmarks, which catch a timeout and go
+    on, pass ``error=TimeoutError``."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -23,5 +28,5 @@ def wait_until(
             return value
         if time.monotonic() > deadline:
             text = message() if callable(message) else message
-            raise AssertionError(f"timed out after {timeout}s waiting for {text}")
+            raise error(f"timed out after {timeout}s waiting for {text}")
         time.sleep(interval)

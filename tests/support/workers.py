@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .waiting import wait_until
@@ -22,6 +22,29 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("CELERY_DURABLE_")}
 
 
+def celery_command(app: str, arguments: Sequence[str]) -> list[str]:
+    """``python -m celery -A app <arguments...>`` with this interpreter."""
+    return [sys.executable, "-m", "celery", "-A", app, *arguments]
+
+
+def worker_arguments(
+    name: str,
+    *,
+    queues: str | None = None,
+    pool: str = "prefork",
+    concurrency: int = 2,
+    loglevel: str = "INFO",
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """``worker`` and its options as every worker here runs (the tests', the benchmarks'
+    and the chaos suite's): node ``name@%h``, no gossip, mingle or heartbeat."""
+    arguments = ["worker", "-P", pool, "-c", str(concurrency)]
+    if queues is not None:
+        arguments += ["-Q", queues]
+    arguments += ["-n", f"{name}@%h", f"--loglevel={loglevel}"]
+    return [*arguments, "--without-gossip", "--without-mingle", "--without-heartbeat", *extra]
+
+
 class CeleryProcess:
     """``python -m celery -A app <command...>`` in its own process group, logging to a file."""
 
@@ -29,7 +52,7 @@ class CeleryProcess:
         self.log_path = Path(tempfile.mkstemp(prefix=f"{label}-", suffix=".log")[1])
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()/kill()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", app, *command],
+            celery_command(app, command),
             cwd=ROOT,
             env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
             stdout=self._log,
@@ -77,22 +100,7 @@ class Worker(CeleryProcess):
         concurrency: int = 2,
         extra: tuple[str, ...] = (),
     ) -> None:
-        command = [
-            "worker",
-            "-P",
-            "prefork",
-            "-c",
-            str(concurrency),
-            "-Q",
-            queues,
-            "-n",
-            f"{name}@%h",
-            "--loglevel=INFO",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            *extra,
-        ]
+        command = worker_arguments(name, queues=queues, concurrency=concurrency, extra=extra)
         super().__init__(app, command, env, f"worker-{name}")
 
     def wait_ready(self, timeout: float = 60.0) -> Worker:

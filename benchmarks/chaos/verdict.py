@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from benchmarks.chaos_plan import Plan, work_indexes
+from benchmarks.chaos.plan import Plan, work_indexes
 
 FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
 

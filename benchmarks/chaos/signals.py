@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.chaos_plan import SIGNAL, WorkflowPlan
+from benchmarks.chaos.plan import SIGNAL, WorkflowPlan
 from celery_durable import WorkflowHandle
 
 if TYPE_CHECKING:
-    from benchmarks.chaos_run import ChaosRun
+    from benchmarks.chaos.run import ChaosRun
 
 RETRY_EVERY = 0.5
 CHECK_AFTER = 8.0

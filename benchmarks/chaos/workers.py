@@ -1,6 +1,6 @@
 """Chaos worker subprocesses, and the broker/database housekeeping of a chaos run.
 
-Each worker is ``celery -A benchmarks.chaos_app worker -P prefork -c 2`` in a process group
+Each worker is ``celery -A benchmarks.chaos.app worker -P prefork -c 2`` in a process group
 of its own, so a kill or a pause hits the main process and its pool children at once. A
 worker that exits without the suite having killed or stopped it is a *self-exit*.
 
@@ -18,7 +18,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -28,8 +27,10 @@ from typing import IO, Any
 import psycopg
 import redis
 
-ROOT = Path(__file__).resolve().parents[1]
-APP_MODULE = "benchmarks.chaos_app"
+from tests.support.workers import celery_command, worker_arguments
+
+ROOT = Path(__file__).resolve().parents[2]
+APP_MODULE = "benchmarks.chaos.app"
 PRIORITY_SEP = "\x06\x16"  # kombu's Redis priority-queue key separator
 PRIORITY_STEPS = (3, 6, 9)
 # Log lines worth counting in a report; the first three mean a pool child died on its own.
@@ -48,26 +49,7 @@ LOG_PATTERNS = {
 
 
 def worker_command(name: str, queue: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        APP_MODULE,
-        "worker",
-        "-P",
-        "prefork",
-        "-c",
-        "2",
-        "-Q",
-        queue,
-        "-n",
-        f"{name}@%h",
-        "--loglevel=INFO",
-        "--without-gossip",
-        "--without-mingle",
-        "--without-heartbeat",
-    ]
+    return celery_command(APP_MODULE, worker_arguments(name, queues=queue))
 
 
 @dataclass
@@ -222,7 +204,7 @@ def pool_child_exits(paths: Iterable[Path]) -> list[str]:
 
 
 def redis_keys_of(queues: Iterable[str]) -> list[str]:
-    """Every Redis key kombu keeps for these queues (chaos_app puts unacked per queue)."""
+    """Every Redis key kombu keeps for these queues (the chaos app puts unacked per queue)."""
     keys = []
     for queue in queues:
         keys += [queue, *(f"{queue}{PRIORITY_SEP}{p}" for p in PRIORITY_STEPS)]

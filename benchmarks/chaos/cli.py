@@ -1,7 +1,7 @@
 """``python -m benchmarks.chaos``: workflows under worker kills, broker and Postgres outages.
 
 For each broker (``--broker redis|rabbitmq|both``) it starts two ``celery worker -P prefork
--c 2`` of ``benchmarks.chaos_app`` behind two TCP proxies of its own (Postgres, broker),
+-c 2`` of ``benchmarks.chaos.app`` behind two TCP proxies of its own (Postgres, broker),
 starts workflows of five work steps (some wait for a signal the driver sends, some sleep
 durably) and, meanwhile, injects faults: SIGKILLs of a whole worker (restarted a second
 later), a broker restart (every connection cut and refused; on Redis, which runs without
@@ -37,8 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+BENCHMARKS = Path(__file__).resolve().parents[1]
+ROOT = BENCHMARKS.parent
 BROKERS = ("redis", "rabbitmq")
 FAILURES = ("lost", "stuck", "wrong", "rerun_after_commit", "worker_self_exits")
 SUMMARY = (
@@ -80,7 +80,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--log-dir",
         type=Path,
-        default=HERE / "results" / "chaos",
+        default=BENCHMARKS / "results" / "chaos",
         help="worker logs go to DIR/<broker>-<run id>/",
     )
     return parser.parse_args(argv)
@@ -99,7 +99,7 @@ def failed(report: dict[str, Any]) -> bool:
 
 def run_broker(args: argparse.Namespace) -> dict[str, Any]:
     """One broker, in this process."""
-    from benchmarks.chaos_run import ChaosRun, Settings
+    from benchmarks.chaos.run import ChaosRun, Settings
 
     settings = Settings(
         quick=args.quick,
@@ -183,7 +183,3 @@ def main(argv: list[str] | None = None) -> int:
         doc = {**doc, "started_at": began, "argv": argv, "pid": os.getpid()}
         args.json.write_text(json.dumps(doc, indent=2, default=str))
     return 1 if any(failed(r) for r in reports) else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

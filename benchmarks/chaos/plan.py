@@ -1,6 +1,6 @@
 """What a chaos run does and when: the workflows, their signals, the faults. Pure, seeded.
 
-The workflow body (``benchmarks.chaos_app.flow``) and the driver's expected value share
+The workflow body (``benchmarks.chaos.app.flow``) and the driver's expected value share
 :func:`mix`; everything else here is decided from the seed before the run starts, so two
 runs with the same seed start the same workflows and inject the same faults at the same
 offsets.

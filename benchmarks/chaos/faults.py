@@ -32,10 +32,10 @@ from typing import Any
 
 import redis
 
-from benchmarks.chaos_plan import FaultPlan
-from benchmarks.chaos_proxy import TcpProxy
-from benchmarks.chaos_verdict import Observer
-from benchmarks.chaos_workers import ChaosWorker, SelfExit, drop_redis_state
+from benchmarks.chaos.plan import FaultPlan
+from benchmarks.chaos.proxy import TcpProxy
+from benchmarks.chaos.verdict import Observer
+from benchmarks.chaos.workers import ChaosWorker, SelfExit, drop_redis_state
 
 RESTART_AFTER_KILL = 1.0
 SELF_PAUSE_WAIT = 5.0

@@ -30,12 +30,12 @@ from typing import Any
 import redis
 from sqlalchemy.engine import make_url
 
-from benchmarks.chaos_faults import Agenda, FaultInjector, FaultTargets, progress
-from benchmarks.chaos_plan import WorkflowPlan, make_plan, scale_for
-from benchmarks.chaos_proxy import TcpProxy
-from benchmarks.chaos_signals import Signals
-from benchmarks.chaos_verdict import Observer, judge
-from benchmarks.chaos_workers import (
+from benchmarks.chaos.faults import Agenda, FaultInjector, FaultTargets, progress
+from benchmarks.chaos.plan import WorkflowPlan, make_plan, scale_for
+from benchmarks.chaos.proxy import TcpProxy
+from benchmarks.chaos.signals import Signals
+from benchmarks.chaos.verdict import Observer, judge
+from benchmarks.chaos.workers import (
     ChaosWorker,
     count_log_lines,
     delete_queues,
@@ -139,7 +139,7 @@ class ChaosRun:
             "CHAOS_PAUSE_AT_COMMIT": "1" if self.settings.pause_at_commit else "0",
         }
         os.environ.update(env)
-        self.app = importlib.import_module("benchmarks.chaos_app")
+        self.app = importlib.import_module("benchmarks.chaos.app")
         self.app.durable.migrate()
         self.observer = Observer(
             self.direct_pg.render_as_string(hide_password=False), self.prefix, self.namespace

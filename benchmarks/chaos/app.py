@@ -20,7 +20,7 @@ the suite's re-run-after-commit violations.
 Example::
 
     CHAOS_BROKER_URL=redis://127.0.0.1:6379/0 CHAOS_QUEUE=chaos.q ... \\
-        celery -A benchmarks.chaos_app worker -P prefork -c 2 -Q chaos.q
+        celery -A benchmarks.chaos.app worker -P prefork -c 2 -Q chaos.q
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import redis
 from celery import Celery
 
 import celery_durable as cd
-from benchmarks.chaos_plan import (
+from benchmarks.chaos.plan import (
     SIGNAL,
     SLEEP_BEFORE,
     SLEEP_SECONDS,
