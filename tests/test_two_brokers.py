@@ -25,11 +25,18 @@ RUNS = 4  # per app: each timer is a sweeper's to take (one in two, when both co
 
 
 @pytest.fixture
-def theirs(basic_app) -> Iterator[Twin]:  # type: ignore[no-untyped-def]
+def their_queue(basic_app) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """The other app's queue; deleted from its broker (with the namespace's signal queue
+    there) after the test's workers are killed: a test lists it before start_worker."""
     queue = unique("q-twin-")
-    with twin_app(THEIR_URL, queue, [basic_app.sleeper]) as twin:
-        yield twin
+    yield queue
     delete_queues(THEIR_URL, [queue, basic_app.durable.config.signal_queue])
+
+
+@pytest.fixture
+def theirs(basic_app, their_queue) -> Iterator[Twin]:  # type: ignore[no-untyped-def]
+    with twin_app(THEIR_URL, their_queue, [basic_app.sleeper]) as twin:
+        yield twin
 
 
 def dispatched_again(log: str) -> set[str]:
@@ -37,14 +44,13 @@ def dispatched_again(log: str) -> set[str]:
     return set(re.findall(r"dispatched workflow \S+ run (\S+) again", log))
 
 
-def test_each_broker_sweeps_only_its_own_runs(basic_app, start_worker, theirs, key):
+def test_each_broker_sweeps_only_its_own_runs(basic_app, their_queue, start_worker, theirs, key):
     """Bug: a Redis worker's sweeper took the timer of a run of the RabbitMQ app (same
     database, namespace and workflow names) and published it to a Redis queue nobody
     reads: a 2 s cd.sleep took 3 min 4 s."""
     ours_worker = start_worker("ours", env=GRACE)
     # A run of ours, so that our broker is live on the namespace when theirs starts.
     basic_app.sleeper.delay(f"{key}-first", 0.0).get(timeout=DEADLINE)
-    their_queue = theirs.app.conf.task_default_queue
     their_worker = start_worker(
         "theirs", env={**GRACE, **twin_worker_env(THEIR_URL, their_queue)}, queues=their_queue
     )
