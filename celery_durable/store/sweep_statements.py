@@ -20,11 +20,13 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    union,
     update,
 )
 
+from .operation_statements import settled, status_literal
 from .records import DueRun
-from .schema import ACTIVE_STATUSES, FINISHED_STATUSES, Tables
+from .schema import FINISHED_STATUSES, Tables
 from .sql import Builder, columns_of
 
 
@@ -142,22 +144,21 @@ class SweepStatements(Builder):
             exists(signalled),
         )
         # The other brokers whose runs are in the namespace: active ones, or finished ones
-        # created within p_window seconds (read once, as a worker starts).
+        # created within p_window seconds (read once, as a worker starts). Each branch is a
+        # range of a partial index (due_by: a stable value), the due runs' or the settled
+        # runs' by status.
+        other = and_(
+            self.ns, runs.c.dispatcher.isnot(None), runs.c.dispatcher != (dispatcher or "")
+        )
+        recent = runs.c.created_at >= due_by - bindparam("p_window", type_=Float)
+        finished = runs.c.status.in_([status_literal(s) for s in FINISHED_STATUSES])
+        seen = union(
+            select(runs.c.dispatcher).where(other, runs.c.due_at.isnot(None)),
+            select(runs.c.dispatcher).where(
+                other, settled(runs), runs.c.status == status_literal("WAITING")
+            ),
+            select(runs.c.dispatcher).where(other, settled(runs), finished, recent),
+        ).subquery()
         self.other_dispatchers = (
-            select(runs.c.dispatcher)
-            .where(
-                self.ns,
-                runs.c.dispatcher.isnot(None),
-                runs.c.dispatcher != (dispatcher or ""),
-                or_(
-                    runs.c.status.in_(ACTIVE_STATUSES),
-                    and_(
-                        runs.c.status.in_(FINISHED_STATUSES),
-                        runs.c.created_at >= now - bindparam("p_window", type_=Float),
-                    ),
-                ),
-            )
-            .group_by(runs.c.dispatcher)
-            .order_by(runs.c.dispatcher)
-            .limit(bindparam("p_limit"))
+            select(seen.c.dispatcher).order_by(seen.c.dispatcher).limit(bindparam("p_limit"))
         )
