@@ -119,3 +119,13 @@ def test_runs_written_before_0007_are_any_sweepers(database, tmp_path):
         store.dispose()
         if database == "postgresql":
             drop_tables(PG_URL, prefix)
+
+
+def test_a_run_whose_first_publish_failed_is_any_sweepers(brokers):
+    redis, amqp = brokers
+    assert amqp.insert_run(run("unpublished")) and amqp.insert_run(run("claimed", grace=60))
+    assert amqp.claim_run("claimed", "w1", lease=0.0) is not None
+    for run_id in ("unpublished", "claimed"):
+        amqp.disown_run(run_id)  # what a producer does when its publish fails
+    assert swept(redis) == {"unpublished"}
+    assert swept(amqp) == {"claimed"}  # a worker's claim is never disowned

@@ -233,6 +233,13 @@ class RunStatements(Builder):
             .returning(runs.c.status)
         )
 
+        # A run whose first publish failed: any broker's sweeper may publish it.
+        self.disown_run = (
+            update(runs)
+            .where(self.run_is, runs.c.status == "PENDING", runs.c.started_at.is_(None))
+            .values(dispatcher=None)
+        )
+
         self.get_run = select(*columns_of(runs, RunRecord)).where(self.run_is)
         self.get_status = select(runs.c.status).where(self.run_is)
         self.now_value = select(now)

@@ -53,6 +53,12 @@ class SweepOps:
             rows = conn.execute(self.sql.sweep.sweep_due_runs, values).all()
         return [DueRun(*r) for r in rows]
 
+    def disown_run(self, run_id: str) -> None:
+        """The run's first publish failed: hand it to every sweeper of the namespace,
+        whatever their broker (until a worker claims it, as ``dispatcher`` says)."""
+        with self.db.write() as conn:
+            conn.execute(self.sql.runs.disown_run, params(run_id=run_id))
+
     def wake_run(self, run_id: str, signal_name: str, grace: float) -> DueRun | None:
         """A run waiting for ``signal_name`` becomes PENDING; the caller publishes it."""
         with self.db.write() as conn:
