@@ -7,10 +7,12 @@ Example::
 
     durables_of(app)                 # [<Durable namespace='default'>]
     durable_for(app, "default")      # the one that serves a namespace
+    broker_identity(app)             # 'redis://127.0.0.1:6379/0': whose runs it dispatches
 """
 
 from __future__ import annotations
 
+import hashlib
 import weakref
 from typing import TYPE_CHECKING
 
@@ -18,6 +20,9 @@ from celery import Celery
 
 if TYPE_CHECKING:
     from .extension import Durable
+
+# The runs table's dispatcher column is a String(255).
+DISPATCHER_MAX = 255
 
 _BOUND: weakref.WeakKeyDictionary[Celery, list[Durable]] = weakref.WeakKeyDictionary()
 
@@ -37,3 +42,23 @@ def durable_for(app: Celery, namespace: str) -> Durable:
         if durable.config.namespace == namespace:
             return durable
     raise LookupError(f"no Durable with namespace {namespace!r} is bound to the app {app.main!r}")
+
+
+def broker_identity(app: Celery) -> str:
+    """The broker ``app`` publishes to, as its runs record it: the URL kombu normalises
+    (default port and virtual host filled in, the first of a failover list), without the
+    password, so that every process of one deployment gives the same one and a password
+    change keeps it. It names the broker in logs too; one over 255 characters ends in a
+    digest of the rest."""
+    try:
+        uri = app.connection_for_write().as_uri()
+    except Exception:  # noqa: BLE001 - a transport this process can't import (producer-only)
+        from kombu.utils.url import maybe_sanitize_url
+
+        uri = str(maybe_sanitize_url(str(app.conf.broker_url or "amqp://")))
+    # kombu masks the password as "**"; a URL that had none reads better without it.
+    uri = uri.replace(":**@", "@").replace("://@", "://")
+    if len(uri) > DISPATCHER_MAX:
+        digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
+        uri = f"{uri[: DISPATCHER_MAX - 17]}#{digest}"
+    return uri

@@ -95,8 +95,16 @@ class Durable:
                 config.namespace,
                 pgbouncer=config.pgbouncer,
                 listen_url=config.listen_url,
+                dispatcher=self.dispatcher,
             )
         return self._store
+
+    @property
+    def dispatcher(self) -> str:
+        """The broker this app publishes to (its URL without the password): recorded on
+        the runs it starts and its workers claim, so that its sweepers dispatch only
+        those, not the runs of an app on another broker sharing the namespace."""
+        return apps.broker_identity(self.app)
 
     # -- registration ------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from .consumers import QueueWatch
 from .fanout import REVOKED, cancel, publish_woken, revoke_item
 from .leases import FailureLog, backoff
 from .logs import run_fields
-from .store import FINISHED_STATUSES, DueItem, DueRun
+from .store import FINISHED_STATUSES, TAKEOVER, DueItem, DueRun
 from .store.outage import describe, is_unreachable, summary
 
 if TYPE_CHECKING:
@@ -36,6 +36,9 @@ logger = logging.getLogger("celery_durable.worker")
 
 # Seconds between two warnings about the same queue that no worker consumes.
 IDLE_QUEUE_WARN_EVERY = 60.0
+# A broker is live on a namespace while runs of it are active, or finished runs of it
+# started within this many seconds.
+OTHER_BROKER_WINDOW = 3600.0
 
 
 def worker_lost_error(max_recoveries: int, what: str = "workflow") -> str:
@@ -100,6 +103,12 @@ class Sweeper:
                 self.failures.failed(exc, backoff(interval, self.failures.count + 1, 30 * interval))
             self._stop.wait(self.delay(interval))
 
+    @property
+    def takeover(self) -> float:
+        """Seconds past due after which this sweeper dispatches a run of another broker
+        too: no sweeper of that broker is left (it moved, or its workers are gone)."""
+        return max(TAKEOVER, 10 * self.durable.config.dispatch_grace)
+
     def delay(self, interval: float) -> float:
         """The wait before the next sweep: ``interval``, doubled per failure, up to 30x."""
         return backoff(interval, self.failures.count, 30 * interval)
@@ -112,7 +121,12 @@ class Sweeper:
         published = 0
         while True:
             due = durable.store.sweep_due_runs(
-                config.sweep_batch, config.dispatch_grace, lost_error, names, config.max_recoveries
+                config.sweep_batch,
+                config.dispatch_grace,
+                lost_error,
+                names,
+                config.max_recoveries,
+                self.takeover,
             )
             for run in due:
                 if run.status in FINISHED_STATUSES:
@@ -121,7 +135,7 @@ class Sweeper:
                     published += self._publish(run, "dispatched workflow %s run %s again")
             if len(due) < config.sweep_batch:
                 break
-        for run in durable.store.wake_signalled_runs(config.dispatch_grace, names):
+        for run in durable.store.wake_signalled_runs(config.dispatch_grace, names, self.takeover):
             # A signal whose wake-up message was lost: the run still waits for it.
             published += self._publish(run, "woke workflow %s run %s for a stored signal")
         published += self.sweep_items(names)
@@ -137,7 +151,9 @@ class Sweeper:
         published = 0
         steps = sorted(durable.steps)
         while steps:
-            due = store.sweep_due_items(config.sweep_batch, grace, steps, config.max_recoveries)
+            due = store.sweep_due_items(
+                config.sweep_batch, grace, steps, config.max_recoveries, self.takeover
+            )
             idle = self.idle_queues(due)
             batches: dict[tuple[str, str | None, str, int], list[int]] = {}
             for item in due:
@@ -161,7 +177,10 @@ class Sweeper:
                 break
         if steps:
             lost_error = worker_lost_error(config.max_recoveries, "step")
-            for lost in store.lost_items(config.sweep_batch, steps, config.max_recoveries):
+            lost_now = store.lost_items(
+                config.sweep_batch, steps, config.max_recoveries, self.takeover
+            )
+            for lost in lost_now:
                 written = store.settle_item(
                     lost.run_id, lost.idx, lost.item, lost.owner, "error", None, lost_error, grace
                 )
@@ -296,6 +315,36 @@ class Sweeper:
             )
 
 
+def warn_other_brokers(durable: Durable) -> list[str]:
+    """Warn, naming both, when runs of another broker are live on this worker's namespace
+    (another app shares the database and namespace): this worker's sweeper won't dispatch
+    them. Returns the other brokers; a failed look is logged and skipped."""
+    namespace = durable.config.namespace
+    try:
+        others = durable.store.other_dispatchers(OTHER_BROKER_WINDOW)
+    except Exception:
+        logger.warning(
+            "celery_durable: looking for other brokers on namespace %r failed",
+            namespace,
+            exc_info=True,
+        )
+        return []
+    if others:
+        logger.warning(
+            "celery_durable: runs of namespace %r are also dispatched through another broker "
+            "(%s; runs of it are active or started within the last hour) than this worker's "
+            "(%s). Each broker's sweepers dispatch only their own runs; a run no sweeper of "
+            "its broker took for %.0fs past due is taken by any. Give each broker's app a "
+            "namespace of its own (durable_namespace), unless this deployment is moving "
+            "from one broker to the other",
+            namespace,
+            ", ".join(others),
+            durable.store.dispatcher,
+            durable.sweeper.takeover,
+        )
+    return others
+
+
 class DurableSweeper(bootsteps.StartStopStep):  # type: ignore[misc]
     """A worker bootstep: runs the sweeper of every Durable bound to the worker's app.
 
@@ -327,6 +376,8 @@ class DurableSweeper(bootsteps.StartStopStep):  # type: ignore[misc]
                     summary(exc),
                     durable.config.namespace,
                 )
+            else:
+                warn_other_brokers(durable)
             durable.sweeper.start()
             self.sweepers.append(durable.sweeper)
             logger.info(

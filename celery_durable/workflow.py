@@ -249,6 +249,21 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 run_id,
                 extra=run_fields(run_id, self.definition.name, 0),
             )
+            self._disown(run_id)
+
+    def _disown(self, run_id: str) -> None:
+        """No broker has the run: any sweeper of the namespace may publish it, not only
+        those of this app's broker (one that this process can't reach, or one spelled
+        otherwise than the workers' URL). Only on this failure path: no hot-path cost."""
+        try:
+            self.durable.store.disown_run(run_id)
+        except Exception:  # noqa: BLE001 - it stays its broker's: swept once that is back
+            logger.warning(
+                "run %s stays its broker's to dispatch (handing it to any sweeper failed)",
+                run_id,
+                exc_info=True,
+                extra=run_fields(run_id, self.definition.name, 0),
+            )
 
     def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
         """Celery's in-process execution, for a run that exists (eager mode goes through

@@ -40,6 +40,7 @@ from .records import (
     StepWrite,
 )
 from .schema import ACTIVE_STATUSES, FINISHED_STATUSES, SETTLED_STATUSES, Tables, build_tables
+from .sql import TAKEOVER
 from .store import Store
 
 __all__ = [
@@ -82,6 +83,7 @@ __all__ = [
     "StepWrite",
     "Store",
     "Tables",
+    "TAKEOVER",
     "build_tables",
     "is_unreachable",
 ]

@@ -37,7 +37,7 @@ from .records import (
     StepRecord,
     StepWrite,
 )
-from .sql import hold_run, params, step_params
+from .sql import TAKEOVER, hold_run, params, step_params
 from .statements import Statements
 
 # Items per INSERT round (an executemany) and per publishing loop of the caller.
@@ -312,17 +312,34 @@ class ItemOps:
     # -- the sweeper ----------------------------------------------------------------------
 
     def sweep_due_items(
-        self, limit: int, grace: float, names: Sequence[str], max_recoveries: int = 10
+        self,
+        limit: int,
+        grace: float,
+        names: Sequence[str],
+        max_recoveries: int = 10,
+        takeover: float = TAKEOVER,
     ) -> list[DueItem]:
         """Take the due items of the steps ``names`` for the sweeper to publish again: a
-        lost publish, an expired lease (a recovery) or a retry whose backoff is over."""
-        values = params(limit=limit, grace=grace, names=list(names), max_recoveries=max_recoveries)
+        lost publish, an expired lease (a recovery) or a retry whose backoff is over. Only
+        items of runs of this store's broker, unless overdue by ``takeover`` seconds (as
+        ``sweep_due_runs``)."""
+        values = params(
+            limit=limit,
+            grace=grace,
+            names=list(names),
+            max_recoveries=max_recoveries,
+            takeover=takeover,
+        )
         with self.db.write() as conn:
             return [DueItem(*r) for r in conn.execute(self.sql.items.sweep_due_items, values)]
 
-    def lost_items(self, limit: int, names: Sequence[str], max_recoveries: int) -> list[LostItem]:
+    def lost_items(
+        self, limit: int, names: Sequence[str], max_recoveries: int, takeover: float = TAKEOVER
+    ) -> list[LostItem]:
         """Running items whose worker was lost ``max_recoveries`` times (poison items)."""
-        values = params(limit=limit, names=list(names), max_recoveries=max_recoveries)
+        values = params(
+            limit=limit, names=list(names), max_recoveries=max_recoveries, takeover=takeover
+        )
         with self.db.read() as conn:
             return [LostItem(*r) for r in conn.execute(self.sql.items.lost_items, values)]
 

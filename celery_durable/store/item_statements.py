@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
+    Float,
     and_,
     bindparam,
     case,
@@ -42,8 +43,10 @@ RUN_OVER = "the run was cancelled or had finished before this item ran"
 class ItemStatements(Builder):
     """Dispatch, claim, record, retry, sweep and read the items of fan-out steps."""
 
-    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
-        super().__init__(tables, dialect, namespace)
+    def __init__(
+        self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
+    ) -> None:
+        super().__init__(tables, dialect, namespace, dispatcher)
         runs, steps, items, now = tables.runs, tables.steps, tables.items, self.now
         self.due_run_columns = columns_of(runs, DueRun)
         in_ns = items.c.namespace == namespace
@@ -227,7 +230,9 @@ class ItemStatements(Builder):
         )
         self.settle_item_wake = wake.where(runs.c.id == bindparam("p_run_id"))
         # The sweeper's backstop for a wake-up that never happened.
-        self.wake_item_waiters = wake.where(runs.c.name.in_(bindparam("p_names", expanding=True)))
+        self.wake_item_waiters = wake.where(
+            runs.c.name.in_(bindparam("p_names", expanding=True)), self.here(runs.c.dispatcher)
+        )
         # A retry waits in the database (due_at), not in an ETA message; dispatches=0 keeps
         # any earlier message of the item from claiming it before the sweeper publishes it.
         self.retry_item = (
@@ -264,7 +269,21 @@ class ItemStatements(Builder):
 
         # -- the sweeper ----------------------------------------------------------------------
         exhausted = and_(lost, items.c.recoveries + 1 >= bindparam("p_max_recoveries"))
-        is_due = and_(in_ns, registered, items.c.due_at.isnot(None), items.c.due_at <= now)
+        # An item is its run's broker's to publish (or anyone's, once overdue by
+        # p_takeover: see dispatched_here).
+        run_here = exists().where(
+            runs.c.namespace == namespace,
+            runs.c.id == items.c.run_id,
+            self.here(runs.c.dispatcher),
+        )
+        item_here = (
+            true()
+            if dispatcher is None
+            else or_(run_here, items.c.due_at <= now - bindparam("p_takeover", type_=Float))
+        )
+        is_due = and_(
+            in_ns, registered, items.c.due_at.isnot(None), items.c.due_at <= now, item_here
+        )
         due = (
             select(items.c.run_id, items.c.idx, items.c.item)
             .where(is_due, ~exhausted, free)

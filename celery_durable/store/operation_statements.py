@@ -63,8 +63,10 @@ def settled(table: Any) -> Any:
 class OperationStatements(Builder):
     """List and count runs."""
 
-    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
-        super().__init__(tables, dialect, namespace)
+    def __init__(
+        self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
+    ) -> None:
+        super().__init__(tables, dialect, namespace, dispatcher)
         runs, now = tables.runs, self.now
         self.summary_columns = columns_of(runs, RunSummary)
         due = runs.c.due_at.isnot(None)
@@ -279,6 +281,10 @@ class OperationStatements(Builder):
             "updated_at": now,
             "forked_from": runs.c.id,
             "forked_from_step": bindparam("p_from_step", type_=Integer),
+            # Started by this app: its broker's sweepers dispatch it.
+            "dispatcher": (
+                runs.c.dispatcher if self.dispatcher is None else literal(self.dispatcher, String)
+            ),
         }
         self.fork_run = (
             self.insert(runs)

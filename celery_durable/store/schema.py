@@ -118,6 +118,9 @@ def build_tables(prefix: str) -> Tables:
         Column("generation", Integer, nullable=False, server_default=text("0")),
         Column("continued_from", String(255)),
         Column("continued_as", String(255)),
+        # The broker whose sweepers dispatch the run (migration 0007): the app's that
+        # started it, then each claimer's. NULL (runs written before): any sweeper's.
+        Column("dispatcher", String(255)),
     )
     # Only active runs carry due_at, so sweeps stay fast with millions of finished runs.
     Index(

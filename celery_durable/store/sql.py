@@ -26,11 +26,16 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    true,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
 from .records import Outcome, StepRecord
 from .schema import Tables
+
+# Seconds past due after which a run of another broker is any sweeper's to dispatch
+# (``Builder.dispatched_here``; the sweeper passes max(this, 10 dispatch graces)).
+TAKEOVER = 600.0
 
 
 def params(**values: Any) -> dict[str, Any]:
@@ -99,12 +104,19 @@ def columns_of(table: Any, record: type, **computed: Any) -> tuple[Any, ...]:
 
 
 class Builder:
-    """What every area's statements share: the dialect, the clock and the fencing guard."""
+    """What every area's statements share: the dialect, the clock and the fencing guard.
 
-    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
+    ``dispatcher``: the broker of the store's app (``apps.broker_identity``), written on
+    the runs it starts and claims; its sweeps take only those (``dispatched_here``). None
+    (a store without an app): nothing written, every run taken."""
+
+    def __init__(
+        self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
+    ) -> None:
         self.tables = tables
         self.is_postgres = dialect == "postgresql"
         self.namespace = namespace
+        self.dispatcher = dispatcher
         runs = tables.runs
         if self.is_postgres:
             self.now: Any = literal_column(
@@ -120,6 +132,24 @@ class Builder:
         )
         self.live = and_(self.fenced, runs.c.cancel_requested == false())
         self.run_attempt = select(runs.c.attempts).where(self.run_is).scalar_subquery()
+
+    def here(self, dispatcher: Any) -> Any:
+        """A run whose ``dispatcher`` column says this store's sweeper dispatches it: its
+        own broker's, or one written before migration 0007 (NULL)."""
+        if self.dispatcher is None:
+            return true()
+        return or_(dispatcher.is_(None), dispatcher == self.dispatcher)
+
+    def dispatched_here(self, due_at: Any, due_by: Any) -> Any:
+        """What the sweeper may take, of rows due at ``due_at``: a run of its broker
+        (``here``), or one that no sweeper of its own broker took for ``p_takeover``
+        seconds past due (that broker's workers are gone: a deployment that moved broker
+        must not strand its runs)."""
+        if self.dispatcher is None:
+            return true()
+        runs = self.tables.runs
+        overdue = due_at <= due_by - bindparam("p_takeover", type_=Float)
+        return or_(self.here(runs.c.dispatcher), overdue)
 
     def step_row(self) -> dict[str, Any]:
         """The values of a step row written from ``step_params`` (record_step's)."""

@@ -26,7 +26,6 @@ from sqlalchemy import (
     false,
     func,
     literal,
-    literal_column,
     or_,
     select,
     true,
@@ -37,17 +36,20 @@ from .carry_statements import CarryStatements
 from .item_statements import ItemStatements
 from .open_items import OpenItemStatements
 from .operation_statements import OperationStatements
-from .records import DueRun, RunRecord, StepRecord
+from .records import RunRecord, StepRecord
 from .schema import ACTIVE_STATUSES, Tables
 from .sql import Builder, columns_of
 from .state_statements import StateStatements
+from .sweep_statements import SweepStatements
 
 
 class RunStatements(Builder):
     """Start, claim, settle, retry, release and read a run."""
 
-    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
-        super().__init__(tables, dialect, namespace)
+    def __init__(
+        self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
+    ) -> None:
+        super().__init__(tables, dialect, namespace, dispatcher)
         runs, steps, now = tables.runs, tables.steps, self.now
         start_delay = bindparam("p_start_delay", type_=Float)
         new_run = {
@@ -67,6 +69,7 @@ class RunStatements(Builder):
             "cancel_requested": False,
             "created_at": now,
             "updated_at": now,
+            "dispatcher": dispatcher,
         }
         self.insert_run = (
             self.insert(runs).values(new_run).on_conflict_do_nothing().returning(runs.c.id)
@@ -108,6 +111,9 @@ class RunStatements(Builder):
         # microseconds, or the old token + 1 if that is larger.
         micros = cast(now * 1_000_000, BigInteger)
         next_fence = (func.greatest if self.is_postgres else func.max)(runs.c.fence + 1, micros)
+        # The claimer's broker delivered the run: its sweepers dispatch it from now on
+        # (a producer that spelled the broker's URL otherwise hands it over here).
+        claimed_through = {} if dispatcher is None else {"dispatcher": dispatcher}
         claim = (
             update(runs)
             .where(self.run_is, claimable)
@@ -121,6 +127,7 @@ class RunStatements(Builder):
                 ready_at=None,
                 started_at=func.coalesce(runs.c.started_at, now),
                 updated_at=now,
+                **claimed_through,
             )
         )
         returning = [
@@ -226,6 +233,13 @@ class RunStatements(Builder):
             .returning(runs.c.status)
         )
 
+        # A run whose first publish failed: any broker's sweeper may publish it.
+        self.disown_run = (
+            update(runs)
+            .where(self.run_is, runs.c.status == "PENDING", runs.c.started_at.is_(None))
+            .values(dispatcher=None)
+        )
+
         self.get_run = select(*columns_of(runs, RunRecord)).where(self.run_is)
         self.get_status = select(runs.c.status).where(self.run_is)
         self.now_value = select(now)
@@ -262,111 +276,6 @@ class StepStatements(Builder):
             .where(of_run, steps.c.status == "ok")
             .order_by(steps.c.idx.desc())
             .limit(1)
-        )
-
-
-class SweepStatements(Builder):
-    """What the sweeper takes: expired leases, lost publishes, due backoffs and timers."""
-
-    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
-        super().__init__(tables, dialect, namespace)
-        runs, signals, now = tables.runs, tables.signals, self.now
-        self.due_columns = columns_of(runs, DueRun)
-        # A sweeper takes only the workflows its app registered: two apps on one database
-        # and namespace never dispatch each other's runs.
-        registered = runs.c.name.in_(bindparam("p_names", expanding=True))
-        # The transaction's start time, not clock_timestamp(): a stable value is an index
-        # condition, so a sweep reads only the due entries of ix_runs_due, not every
-        # waiting run's (100,000 timers over a day cost one short index range).
-        due_by = (
-            literal_column("CAST(EXTRACT(EPOCH FROM now()) AS DOUBLE PRECISION)")
-            if self.is_postgres
-            else now
-        )
-        due = (
-            select(runs.c.id)
-            .where(self.ns, registered, runs.c.due_at.isnot(None), runs.c.due_at <= due_by)
-            .order_by(runs.c.due_at)
-            .limit(bindparam("p_limit"))
-        )
-        # An expired lease: the worker was lost. Not the run's fault, so the attempt is
-        # given back; the recoveries budget (durable_max_recoveries) stops a poison run.
-        lost = runs.c.status == "RUNNING"
-        exhausted = and_(lost, runs.c.recoveries + 1 >= bindparam("p_max_recoveries"))
-        # A cancelled saga is published (it rolls back), not ended here.
-        cancelled = and_(runs.c.cancel_requested == true(), runs.c.compensable == false())
-        finished = or_(cancelled, exhausted)
-        backoff = case(
-            (runs.c.dispatches >= 6, 64), else_=literal_column("1").op("<<")(runs.c.dispatches)
-        )
-        if self.is_postgres:
-            # A materialised CTE locks exactly the rows it returns; an IN (subquery) may be
-            # rescanned and lock rows that the UPDATE then leaves alone.
-            due_runs = due.with_for_update(skip_locked=True).cte("due_runs")
-            due_runs = due_runs.prefix_with("MATERIALIZED")
-            picked = runs.c.id == due_runs.c.id
-        else:
-            picked = runs.c.id.in_(due.scalar_subquery())
-        self.sweep_due_runs = (
-            update(runs)
-            .where(self.ns, picked)
-            .values(
-                status=case((cancelled, "CANCELLED"), (exhausted, "FAILED"), else_="PENDING"),
-                error=case(
-                    (cancelled, runs.c.error),
-                    (exhausted, bindparam("p_lost_error")),
-                    else_=runs.c.error,
-                ),
-                finished_at=case((finished, now), else_=None),
-                owner=None,
-                wait_signal=None,
-                wait_items=False,
-                attempts=runs.c.attempts - case((and_(lost, ~finished), 1), else_=0),
-                recoveries=runs.c.recoveries + case((lost, 1), else_=0),
-                due_at=case((finished, None), else_=now + bindparam("p_grace") * backoff),
-                dispatches=runs.c.dispatches + 1,
-                updated_at=now,
-            )
-            .returning(*self.due_columns)
-        )
-        # Callers add which runs; the status check keeps a wake-up idempotent.
-        wake = (
-            update(runs)
-            .where(self.ns, runs.c.status == "WAITING")
-            .values(
-                status="PENDING",
-                wait_signal=None,
-                ready_at=None,
-                due_at=now + bindparam("p_grace"),
-                dispatches=0,
-                updated_at=now,
-            )
-            .returning(*self.due_columns)
-        )
-        self.wake_run = wake.where(
-            runs.c.id == bindparam("p_run_id"), runs.c.wait_signal == bindparam("p_signal")
-        )
-        # Only a wake-up lost for a dispatch grace: the signal's own wake-up message comes
-        # first, so the resumed run links back to the signal's sender (tracing).
-        signalled = select(signals.c.run_id).where(
-            signals.c.namespace == namespace,
-            signals.c.consumed_at.is_(None),
-            signals.c.run_id == runs.c.id,
-            signals.c.name == runs.c.wait_signal,
-            signals.c.created_at <= now - bindparam("p_grace"),
-        )
-        # Driven from the few pending signals (their partial index), not from every
-        # waiting run: 100,000 runs waiting on timers must not cost the sweeper a scan.
-        pending_for = select(signals.c.run_id).where(
-            signals.c.namespace == namespace,
-            signals.c.consumed_at.is_(None),
-            signals.c.created_at <= now - bindparam("p_grace"),
-        )
-        self.wake_signalled_runs = wake.where(
-            registered,
-            runs.c.wait_signal.isnot(None),
-            runs.c.id.in_(pending_for),
-            exists(signalled),
         )
 
 
@@ -430,16 +339,18 @@ class SignalStatements(Builder):
 
 
 class Statements:
-    """All statements of one store (tables, dialect, namespace)."""
+    """All statements of one store (tables, dialect, namespace, the app's broker)."""
 
-    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
-        self.runs = RunStatements(tables, dialect, namespace)
+    def __init__(
+        self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
+    ) -> None:
+        self.runs = RunStatements(tables, dialect, namespace, dispatcher)
         self.steps = StepStatements(tables, dialect, namespace)
         self.carry = CarryStatements(tables, dialect, namespace, self.runs)
-        self.sweep = SweepStatements(tables, dialect, namespace)
+        self.sweep = SweepStatements(tables, dialect, namespace, dispatcher)
         self.signals = SignalStatements(tables, dialect, namespace)
         self.state = StateStatements(tables, dialect, namespace)
-        self.items = ItemStatements(tables, dialect, namespace)
+        self.items = ItemStatements(tables, dialect, namespace, dispatcher)
         self.open_items = OpenItemStatements(tables, dialect, namespace)
-        self.ops = OperationStatements(tables, dialect, namespace)
+        self.ops = OperationStatements(tables, dialect, namespace, dispatcher)
         self.notify = self.runs.notify

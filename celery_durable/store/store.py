@@ -57,6 +57,8 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, StoreOperations, LongLivedOp
     and steps are here.
     ``pgbouncer`` and ``listen_url``: the ``durable_pgbouncer`` and ``durable_listen_url``
     settings (the URL goes through PgBouncer; where LISTEN connects instead).
+    ``dispatcher``: the app's broker (``apps.broker_identity``), recorded on the runs it
+    starts and claims, whose sweeps take only that broker's runs; None: every run.
     """
 
     def __init__(
@@ -67,6 +69,7 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, StoreOperations, LongLivedOp
         *,
         pgbouncer: bool = False,
         listen_url: str = "",
+        dispatcher: str | None = None,
     ) -> None:
         self.url = parse_url(url)
         self.dialect = self.url.get_backend_name()
@@ -77,7 +80,8 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, StoreOperations, LongLivedOp
         self.db = Connections(
             self.url, pgbouncer=pgbouncer, listen_url=parse_listen_url(listen_url)
         )
-        self.sql = Statements(self.tables, self.dialect, namespace)
+        self.dispatcher = dispatcher
+        self.sql = Statements(self.tables, self.dialect, namespace, dispatcher)
         self.long_sql = LongLivedStatements(self.tables, self.dialect, namespace)
 
     @property

@@ -1,5 +1,5 @@
 """The Store's operations for the sweeper: take due runs, wake signalled ones. Mixed into
-:class:`~celery_durable.store.store.Store`; the SQL is in ``statements.SweepStatements``.
+:class:`~celery_durable.store.store.Store`; the SQL is in ``sweep_statements``.
 
 Example::
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from .connections import Connections
 from .records import DueRun
-from .sql import params
+from .sql import TAKEOVER, params
 from .statements import Statements
 
 
@@ -30,9 +30,12 @@ class SweepOps:
         lost_error: str,
         names: Sequence[str],
         max_recoveries: int = 10,
+        takeover: float = TAKEOVER,
     ) -> list[DueRun]:
         """Take the due runs of the workflows ``names`` for the sweeper to publish again;
-        several sweepers never share one.
+        several sweepers never share one. Only the runs of this store's broker (its
+        ``dispatcher``), those written before it was recorded, and those overdue by
+        ``takeover`` seconds (no sweeper of their own broker is left to take them).
 
         An expired lease gives its attempt back and counts a recovery; a run at
         ``max_recoveries`` becomes FAILED with ``lost_error`` here (the poison guard). Such
@@ -44,10 +47,17 @@ class SweepOps:
             lost_error=lost_error,
             names=list(names),
             max_recoveries=max_recoveries,
+            takeover=takeover,
         )
         with self.db.write() as conn:
             rows = conn.execute(self.sql.sweep.sweep_due_runs, values).all()
         return [DueRun(*r) for r in rows]
+
+    def disown_run(self, run_id: str) -> None:
+        """The run's first publish failed: hand it to every sweeper of the namespace,
+        whatever their broker (until a worker claims it, as ``dispatcher`` says)."""
+        with self.db.write() as conn:
+            conn.execute(self.sql.runs.disown_run, params(run_id=run_id))
 
     def wake_run(self, run_id: str, signal_name: str, grace: float) -> DueRun | None:
         """A run waiting for ``signal_name`` becomes PENDING; the caller publishes it."""
@@ -57,11 +67,24 @@ class SweepOps:
             ).first()
         return None if row is None else DueRun(*row)
 
-    def wake_signalled_runs(self, grace: float, names: Sequence[str]) -> list[DueRun]:
+    def wake_signalled_runs(
+        self, grace: float, names: Sequence[str], takeover: float = TAKEOVER
+    ) -> list[DueRun]:
         """Wake every waiting run of the workflows ``names`` that has a matching
-        unconsumed signal stored at least ``grace`` seconds ago (a lost wake-up)."""
+        unconsumed signal stored at least ``grace`` seconds ago (a lost wake-up); a run of
+        another broker only once the signal is ``takeover`` seconds older than that."""
+        values = params(grace=grace, names=list(names), takeover=takeover)
         with self.db.write() as conn:
-            rows = conn.execute(
-                self.sql.sweep.wake_signalled_runs, params(grace=grace, names=list(names))
-            ).all()
+            rows = conn.execute(self.sql.sweep.wake_signalled_runs, values).all()
         return [DueRun(*r) for r in rows]
+
+    def other_dispatchers(self, window: float, limit: int = 5) -> list[str]:
+        """The other brokers whose runs are in this namespace: active ones, or finished
+        ones started within ``window`` seconds. Empty for a store without a broker."""
+        if self.sql.sweep.dispatcher is None:
+            return []
+        with self.db.read() as conn:
+            rows = conn.execute(
+                self.sql.sweep.other_dispatchers, params(window=window, limit=limit)
+            ).all()
+        return [str(row[0]) for row in rows]
