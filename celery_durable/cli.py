@@ -379,24 +379,26 @@ def gc(ctx: click.Context, older_than: str, status: str | None, dry_run: bool) -
     )
 
 
-@durable.command(name="signal", help="Send a signal (payload as JSON) to a run.")
+@durable.command(name="signal", help="Send a signal (payload as JSON, default null) to a run.")
 @click.argument("workflow_id")
 @click.argument("name")
-@click.argument("payload", default="null")
-@click.option("--idempotency-key", default=None)
+@click.argument("payload", required=False)
+@click.option("--idempotency-key", "key", default=None)
 @click.pass_context
 def signal_command(
-    ctx: click.Context, workflow_id: str, name: str, payload: str, idempotency_key: str | None
+    ctx: click.Context, workflow_id: str, name: str, payload: str | None, key: str | None
 ) -> None:
     instance = _only_durable(ctx)
     try:
-        value = json.loads(payload)
+        value = None if payload is None else json.loads(payload)
     except ValueError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="PAYLOAD") from None
     _check_id(workflow_id)
     with _one_line_errors(instance, f"signal {name!r} to", workflow_id):
-        stored = instance.get_handle(workflow_id).signal(name, value, idempotency_key)
-    click.echo("stored" if stored else "duplicate idempotency key: nothing stored")
+        stored = instance.get_handle(workflow_id).signal(name, value, key)
+    # A timeout returns None too, unless the body passed wait_for_signal(default=...).
+    sent = " with the payload null (no PAYLOAD given)" if payload is None else ""
+    click.echo(f"stored{sent}" if stored else "duplicate idempotency key: nothing stored")
 
 
 @durable.command(help="Cancel a run.")

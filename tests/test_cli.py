@@ -96,3 +96,13 @@ def test_show_says_how_step_and_workflow_retries_multiply(basic_app, shared_work
     line = next(x for x in shown.stdout.splitlines() if "step 0:" in x)
     started = r"started 20\d\d-\d\d-\d\dT[\d:.]+Z"
     assert re.search(r" error  \d+\.\d\ds  attempt 3  " + started, line), line
+
+
+def test_signal_without_a_payload_says_it_sends_null(basic_app, shared_worker, key):
+    handle = basic_app.approval_or_timeout.delay(key, 3600)
+    wait_until(lambda: handle.status().value == "WAITING", 30, message="the run to wait")
+    sent = celery("durable", "signal", handle.id, "approval")
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.strip() == "stored with the payload null (no PAYLOAD given)"
+    # The body told the signal from a timeout (its default= is "timed out").
+    assert handle.get(timeout=30) == [None, 2]
