@@ -266,7 +266,13 @@ class WorkflowTask(Task):  # type: ignore[misc]
     def run_workflow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         request = self.request
         if request.called_directly:
-            return self.definition.fn(*args, **kwargs)
+            # Run here, the body would run its steps for real outside any run: nothing
+            # recorded, nothing retried, until a body-only call (set_state...) refuses.
+            raise TypeError(
+                f"workflow {self.definition.name} was called directly, which would run its "
+                "body outside a run; start a run with .delay() or .apply_async() (with "
+                "task_always_eager it runs in-process); .apply() runs only a run that exists"
+            )
         with tracing.delivery(self.definition.name, request):
             try:
                 return execute(self.durable, self.definition, request)

@@ -288,6 +288,16 @@ def test_steps_outside_a_workflow_are_plain_calls(basic_app, key, rds):
     assert basic_app.durable.store.load_steps(key) == {}
 
 
+def test_calling_a_workflow_directly_raises_before_anything_runs(basic_app, key, rds):
+    """Bug: the body ran outside any run, its steps for real, until set_state failed."""
+    for call in (basic_app.five_steps, basic_app.five_steps.run):
+        with pytest.raises(TypeError, match=r"five_steps.*\.delay\(\).*\.apply\(\)") as raised:
+            call(key)
+        assert "called directly" in str(raised.value)
+    assert effects(rds, key, "s1") == 0  # not even its first step ran
+    assert basic_app.durable.store.get_status(key) is None
+
+
 def test_get_is_woken_by_notify_not_by_polling(basic_app, shared_worker, key, rds, monkeypatch):
     from celery_durable.store.listener import Listener
 
