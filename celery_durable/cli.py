@@ -40,9 +40,9 @@ from .errors import (
     WorkflowNotResumable,
 )
 from .extension import Durable
-from .operations import RunDetails, cursor_of, describe_run, resume_run
+from .operations import RunDetails, cursor_of, describe_run, fork_run, resume_run
 from .redact import redactor_of
-from .store import FINISHED_STATUSES, ItemRow
+from .store import FINISHED_STATUSES, ItemRow, StepRecord
 from .store.outage import is_unreachable, retry_while_unreachable, unavailable
 
 
@@ -354,11 +354,16 @@ def fork(ctx: click.Context, workflow_id: str, from_step: int, new_id: str | Non
     _check_id(workflow_id)
     with _one_line_errors(instance, "fork", workflow_id):
         try:
-            forked = instance.get_handle(workflow_id).fork(from_step, new_id)
+            forked = fork_run(instance, workflow_id, from_step, new_id)
         except WorkflowAlreadyExists as exc:
             raise DurableError(f"a run with id {exc.workflow_id!r} already exists") from None
-    kept = f"kept steps 0 to {from_step - 1}" if from_step else "kept no step"
-    click.echo(f"{forked.id}: forked from {workflow_id} at step {from_step} ({kept}), PENDING")
+        steps = instance.store.load_steps(workflow_id).values()
+    for line in console.fork_lines(workflow_id, from_step, forked, sorted(steps, key=_idx)):
+        click.echo(line)
+
+
+def _idx(step: StepRecord) -> int:
+    return step.idx
 
 
 @durable.command(help="Delete finished runs, with their steps, signals and state.")

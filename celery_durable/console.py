@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .operations import RunDetails
-from .store import FINISHED_STATUSES, ItemRow, RunRecord, RunStats, RunSummary, StepRecord
+from .store import FINISHED_STATUSES, Forked, ItemRow, RunRecord, RunStats, RunSummary, StepRecord
+from .suspend import SIGNAL_STEP_PREFIX
 
 ERROR_WIDTH = 70
 STATUS_COLUMNS = ("PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED")
@@ -325,6 +326,31 @@ def fork_line(run: RunRecord) -> str | None:
     if run.compensation is not None:
         lines.append(f"{run.status.lower()}, {run.compensation} (rolled back)")
     return "\n".join(lines) or None
+
+
+def fork_lines(
+    origin: str, from_step: int, forked: Forked, steps: Sequence[StepRecord]
+) -> list[str]:
+    """What ``durable fork`` did: the kept steps, the unconsumed signals it took, and each
+    signal that a step it runs again had consumed (which stays consumed on the origin)."""
+    assert forked.run is not None  # a refused fork raised
+    new = forked.run.id
+    kept = f"kept steps 0 to {from_step - 1}" if from_step else "kept no step"
+    line = f"{new}: forked from {origin} at step {from_step} ({kept}), PENDING"
+    if forked.signals:
+        names = ", ".join(repr(name) for name in dict.fromkeys(forked.signals))
+        count = len(forked.signals)
+        line += f"; took {count} unconsumed signal{'s' * (count > 1)} ({names}) with it"
+    lines = [line]
+    for step in steps:
+        name = step.name.removeprefix(SIGNAL_STEP_PREFIX)
+        took = step.status == "ok" and step.output is not None  # not a timeout (no output)
+        if step.idx >= from_step and name != step.name and took:
+            lines.append(
+                f"step {step.idx} consumed signal {name!r} on {origin}, and waits for it "
+                f"again in the fork: resend it with durable signal {new} {name} PAYLOAD"
+            )
+    return lines
 
 
 def wait_line(run: RunRecord) -> str | None:

@@ -423,6 +423,12 @@ def fixable(key: str) -> list[int]:
     return [numbered(key, 1), buggy(key, 2), numbered(key, 3)]
 
 
+@durable.workflow(max_attempts=1)
+def fails_before_its_wait(key: str) -> list:
+    """Fails at step 1 while ``bug:<key>`` is set, before its wait takes the approval."""
+    return [numbered(key, 1), buggy(key, 2), cd.wait_for_signal("approval")]
+
+
 @durable.step
 def versioned(key: str, n: int) -> str:
     """Which version of the code ran this step: ``version:<key>`` in Redis (default 1)."""
