@@ -42,7 +42,7 @@ from .errors import (
 from .extension import Durable
 from .operations import RunDetails, cursor_of, describe_run, fork_run, resume_run
 from .redact import redactor_of
-from .store import FINISHED_STATUSES, ItemRow, StepRecord
+from .store import FINISHED_STATUSES, ItemRow
 from .store.outage import is_unreachable, retry_while_unreachable, unavailable
 
 
@@ -176,6 +176,7 @@ def show(
     attempt = max(run.attempts, 1 if run.started_at is not None else 0)
     click.echo(f"{run.id}  {run.name}  {run.status}  attempt {attempt}/{run.max_attempts}")
     click.echo(console.times_line(run))
+    _echo_if(console.cancel_line(run))
     _echo_if(console.fork_line(run))
     _echo_if(console.wait_line(run))
     if run.parent_id:
@@ -357,13 +358,10 @@ def fork(ctx: click.Context, workflow_id: str, from_step: int, new_id: str | Non
             forked = fork_run(instance, workflow_id, from_step, new_id)
         except WorkflowAlreadyExists as exc:
             raise DurableError(f"a run with id {exc.workflow_id!r} already exists") from None
-        steps = instance.store.load_steps(workflow_id).values()
-    for line in console.fork_lines(workflow_id, from_step, forked, sorted(steps, key=_idx)):
+        steps = instance.store.load_steps(workflow_id)
+    in_order = [steps[idx] for idx in sorted(steps)]
+    for line in console.fork_lines(workflow_id, from_step, forked, in_order):
         click.echo(line)
-
-
-def _idx(step: StepRecord) -> int:
-    return step.idx
 
 
 @durable.command(help="Delete finished runs, with their steps, signals and state.")
@@ -415,7 +413,8 @@ def cancel(ctx: click.Context, workflow_id: str, reason: str | None) -> None:
     _check_id(workflow_id)
     with _one_line_errors(instance, "cancel", workflow_id):
         status = instance.get_handle(workflow_id).cancel(reason)
-    click.echo(f"{workflow_id}: {status}")
+    pending = "" if status.finished else f", cancel requested: {console.cancel_pending(status)}"
+    click.echo(f"{workflow_id}: {status}{pending}")
 
 
 @durable.command(help="Serve Prometheus metrics, read from the store (the metrics extra).")

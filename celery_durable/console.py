@@ -97,8 +97,23 @@ def attempts_of(run: Any) -> str:
     return f"{attempt}/{run.max_attempts}"
 
 
+def cancel_pending(status: str) -> str:
+    """What a cancel requested of a run still RUNNING (or PENDING: a saga) waits for."""
+    return "it stops at its next step" if status == "RUNNING" else "a worker rolls it back"
+
+
+def cancel_line(run: RunRecord | RunSummary) -> str | None:
+    """``cancel requested (reason): it stops at its next step`` while the run goes on."""
+    if not run.cancel_requested or run.status in FINISHED_STATUSES:
+        return None
+    reason = f" ({run.cancel_reason})" if run.cancel_reason else ""
+    return f"cancel requested{reason}: {cancel_pending(run.status)}"
+
+
 def detail(run: RunSummary) -> str:
     """What a person wants to know next: the error, the cancel reason, what it waits for."""
+    if run.cancel_requested and run.status not in FINISHED_STATUSES:
+        return f"cancel requested: {run.cancel_reason}" if run.cancel_reason else "cancel requested"
     if run.status == "FAILED":
         return error_summary(run.error)
     if run.status == "CANCELLED":
@@ -148,6 +163,7 @@ def run_json(run: RunSummary, cursor: str) -> dict[str, Any]:
         "finished_at": iso(run.finished_at),
         "duration": took(run),
         "wait_signal": run.wait_signal,
+        "cancel_requested": run.cancel_requested,
         "cancel_reason": run.cancel_reason,
         "forked_from": run.forked_from,
         "error": None if error is None else {k: error.get(k) for k in ("type", "message")},
@@ -264,6 +280,7 @@ def details_json(details: RunDetails) -> dict[str, Any]:
         "started_at": iso(run.started_at),
         "finished_at": iso(run.finished_at),
         "duration": took(run),
+        "cancel_requested": run.cancel_requested,
         "cancel_reason": run.cancel_reason,
         "forked_from": (
             None

@@ -305,6 +305,7 @@ class RunSummary:
     error: str | None
     cancel_reason: str | None
     forked_from: str | None
+    cancel_requested: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
