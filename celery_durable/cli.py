@@ -39,7 +39,7 @@ from .errors import (
     WorkflowNotResumable,
 )
 from .extension import Durable
-from .operations import RunDetails, cursor_of, describe_run, resume_run
+from .operations import RunDetails, cursor_of, describe_run, fork_run, resume_run
 from .redact import redactor_of
 from .store import FINISHED_STATUSES, ItemRow
 from .store.outage import is_unreachable, retry_while_unreachable, unavailable
@@ -171,6 +171,7 @@ def show(
     attempt = max(run.attempts, 1 if run.started_at is not None else 0)
     click.echo(f"{run.id}  {run.name}  {run.status}  attempt {attempt}/{run.max_attempts}")
     click.echo(console.times_line(run))
+    _echo_if(console.cancel_line(run))
     _echo_if(console.fork_line(run))
     _echo_if(console.wait_line(run))
     if run.parent_id:
@@ -349,11 +350,13 @@ def fork(ctx: click.Context, workflow_id: str, from_step: int, new_id: str | Non
     _check_id(workflow_id)
     with _one_line_errors(instance, "fork", workflow_id):
         try:
-            forked = instance.get_handle(workflow_id).fork(from_step, new_id)
+            forked = fork_run(instance, workflow_id, from_step, new_id)
         except WorkflowAlreadyExists as exc:
             raise DurableError(f"a run with id {exc.workflow_id!r} already exists") from None
-    kept = f"kept steps 0 to {from_step - 1}" if from_step else "kept no step"
-    click.echo(f"{forked.id}: forked from {workflow_id} at step {from_step} ({kept}), PENDING")
+        steps = instance.store.load_steps(workflow_id)
+    in_order = [steps[idx] for idx in sorted(steps)]
+    for line in console.fork_lines(workflow_id, from_step, forked, in_order):
+        click.echo(line)
 
 
 @durable.command(help="Delete finished runs, with their steps, signals and state.")
@@ -374,24 +377,26 @@ def gc(ctx: click.Context, older_than: str, status: str | None, dry_run: bool) -
     )
 
 
-@durable.command(name="signal", help="Send a signal (payload as JSON) to a run.")
+@durable.command(name="signal", help="Send a signal (payload as JSON, default null) to a run.")
 @click.argument("workflow_id")
 @click.argument("name")
-@click.argument("payload", default="null")
-@click.option("--idempotency-key", default=None)
+@click.argument("payload", required=False)
+@click.option("--idempotency-key", "key", default=None)
 @click.pass_context
 def signal_command(
-    ctx: click.Context, workflow_id: str, name: str, payload: str, idempotency_key: str | None
+    ctx: click.Context, workflow_id: str, name: str, payload: str | None, key: str | None
 ) -> None:
     instance = _only_durable(ctx)
     try:
-        value = json.loads(payload)
+        value = None if payload is None else json.loads(payload)
     except ValueError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="PAYLOAD") from None
     _check_id(workflow_id)
     with _one_line_errors(instance, f"signal {name!r} to", workflow_id):
-        stored = instance.get_handle(workflow_id).signal(name, value, idempotency_key)
-    click.echo("stored" if stored else "duplicate idempotency key: nothing stored")
+        stored = instance.get_handle(workflow_id).signal(name, value, key)
+    # A timeout returns None too, unless the body passed wait_for_signal(default=...).
+    sent = " with the payload null (no PAYLOAD given)" if payload is None else ""
+    click.echo(f"stored{sent}" if stored else "duplicate idempotency key: nothing stored")
 
 
 @durable.command(help="Cancel a run.")
@@ -403,7 +408,8 @@ def cancel(ctx: click.Context, workflow_id: str, reason: str | None) -> None:
     _check_id(workflow_id)
     with _one_line_errors(instance, "cancel", workflow_id):
         status = instance.get_handle(workflow_id).cancel(reason)
-    click.echo(f"{workflow_id}: {status}")
+    pending = "" if status.finished else f", cancel requested: {console.cancel_pending(status)}"
+    click.echo(f"{workflow_id}: {status}{pending}")
 
 
 @durable.command(help="Serve Prometheus metrics, read from the store (the metrics extra).")

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .operations import RunDetails
-from .store import FINISHED_STATUSES, ItemRow, RunRecord, RunStats, RunSummary, StepRecord
+from .store import FINISHED_STATUSES, Forked, ItemRow, RunRecord, RunStats, RunSummary, StepRecord
+from .suspend import SIGNAL_STEP_PREFIX
 
 ERROR_WIDTH = 70
 STATUS_COLUMNS = ("PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED")
@@ -96,8 +97,23 @@ def attempts_of(run: Any) -> str:
     return f"{attempt}/{run.max_attempts}"
 
 
+def cancel_pending(status: str) -> str:
+    """What a cancel requested of a run still RUNNING (or PENDING: a saga) waits for."""
+    return "it stops at its next step" if status == "RUNNING" else "a worker rolls it back"
+
+
+def cancel_line(run: RunRecord | RunSummary) -> str | None:
+    """``cancel requested (reason): it stops at its next step`` while the run goes on."""
+    if not run.cancel_requested or run.status in FINISHED_STATUSES:
+        return None
+    reason = f" ({run.cancel_reason})" if run.cancel_reason else ""
+    return f"cancel requested{reason}: {cancel_pending(run.status)}"
+
+
 def detail(run: RunSummary) -> str:
     """What a person wants to know next: the error, the cancel reason, what it waits for."""
+    if run.cancel_requested and run.status not in FINISHED_STATUSES:
+        return f"cancel requested: {run.cancel_reason}" if run.cancel_reason else "cancel requested"
     if run.status == "FAILED":
         return error_summary(run.error)
     if run.status == "CANCELLED":
@@ -147,6 +163,7 @@ def run_json(run: RunSummary, cursor: str) -> dict[str, Any]:
         "finished_at": iso(run.finished_at),
         "duration": took(run),
         "wait_signal": run.wait_signal,
+        "cancel_requested": run.cancel_requested,
         "cancel_reason": run.cancel_reason,
         "forked_from": run.forked_from,
         "error": None if error is None else {k: error.get(k) for k in ("type", "message")},
@@ -263,6 +280,7 @@ def details_json(details: RunDetails) -> dict[str, Any]:
         "started_at": iso(run.started_at),
         "finished_at": iso(run.finished_at),
         "duration": took(run),
+        "cancel_requested": run.cancel_requested,
         "cancel_reason": run.cancel_reason,
         "forked_from": (
             None
@@ -325,6 +343,31 @@ def fork_line(run: RunRecord) -> str | None:
     if run.compensation is not None:
         lines.append(f"{run.status.lower()}, {run.compensation} (rolled back)")
     return "\n".join(lines) or None
+
+
+def fork_lines(
+    origin: str, from_step: int, forked: Forked, steps: Sequence[StepRecord]
+) -> list[str]:
+    """What ``durable fork`` did: the kept steps, the unconsumed signals it took, and each
+    signal that a step it runs again had consumed (which stays consumed on the origin)."""
+    assert forked.run is not None  # a refused fork raised
+    new = forked.run.id
+    kept = f"kept steps 0 to {from_step - 1}" if from_step else "kept no step"
+    line = f"{new}: forked from {origin} at step {from_step} ({kept}), PENDING"
+    if forked.signals:
+        names = ", ".join(repr(name) for name in dict.fromkeys(forked.signals))
+        count = len(forked.signals)
+        line += f"; took {count} unconsumed signal{'s' * (count > 1)} ({names}) with it"
+    lines = [line]
+    for step in steps:
+        name = step.name.removeprefix(SIGNAL_STEP_PREFIX)
+        took = step.status == "ok" and step.output is not None  # not a timeout (no output)
+        if step.idx >= from_step and name != step.name and took:
+            lines.append(
+                f"step {step.idx} consumed signal {name!r} on {origin}, and waits for it "
+                f"again in the fork: resend it with durable signal {new} {name} PAYLOAD"
+            )
+    return lines
 
 
 def wait_line(run: RunRecord) -> str | None:

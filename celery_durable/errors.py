@@ -12,6 +12,10 @@ Example::
 
 from __future__ import annotations
 
+from typing import Any
+
+from kombu.exceptions import OperationalError
+
 
 class DurableError(Exception):
     """Base class of celery_durable's own errors."""
@@ -56,6 +60,28 @@ class WorkflowAlreadyExists(DurableError):
             'pass if_exists="return" to get its handle instead'
         )
         self.workflow_id = workflow_id
+
+
+class RunNotPublished(DurableError, OperationalError):
+    """``.delay()`` stored the run (PENDING) but could not publish its message (the broker
+    is down, its client library missing...). The run exists: a worker's sweeper publishes
+    it after ``durable_dispatch_grace``. Starting it again would make a second run; retry
+    with ``workflow_id=exc.workflow_id, if_exists="return"``, or wait on ``exc.handle``.
+    An ``OperationalError``, which Celery's ``.delay()`` raises for a broker that is down;
+    the publish's error is chained as ``__cause__``."""
+
+    def __init__(
+        self, workflow: str, workflow_id: str, grace: float, handle: Any, cause: BaseException
+    ) -> None:
+        super().__init__(
+            f"workflow {workflow} run {workflow_id!r} is stored (PENDING), but publishing "
+            f"its message failed ({type(cause).__name__}: {cause}); the sweeper will publish "
+            f"it (a worker's, after durable_dispatch_grace={grace:g}s). Don't start it "
+            f'again: retry with workflow_id={workflow_id!r}, if_exists="return" to get its '
+            "handle"
+        )
+        self.workflow_id = workflow_id
+        self.handle = handle
 
 
 class WorkflowAlreadyCompleted(DurableError):

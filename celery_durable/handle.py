@@ -232,15 +232,18 @@ class WorkflowHandle:
     def fork(self, from_step: int, workflow_id: str | None = None) -> WorkflowHandle:
         """Start a new run of this workflow, with the same arguments, that keeps this run's
         steps before ``from_step`` (0-based, as ``durable show`` numbers them) and runs the
-        rest on today's code; it records this run as its origin (``forked_from``).
+        rest on today's code; it records this run as its origin (``forked_from``). It
+        takes a copy of this run's unconsumed signals (this run keeps its own); a signal a
+        step from ``from_step`` on consumed is not sent again: resend it to the fork.
 
         ``workflow_id`` names the new run (default: a new id). Raises InvalidArgument when
         ``from_step`` is beyond this run's finished steps, WorkflowAlreadyExists for a
         taken id. Example: ``handle.fork(from_step=2).get(timeout=30)``.
         """
         with self._outage_named("forking workflow run"):
-            run = fork_run(self.durable, self.id, from_step, workflow_id)
-        return WorkflowHandle(self.durable, run.id, run.name)
+            forked = fork_run(self.durable, self.id, from_step, workflow_id)
+        assert forked.run is not None  # a refused fork raised
+        return WorkflowHandle(self.durable, forked.run.id, forked.run.name)
 
     def _wait_finished(self, timeout: float | None, interval: float) -> RunRecord:
         """Read the run until it finished; an unreachable database (a restart) is retried

@@ -34,7 +34,7 @@ from .store import (
     ALL_STATUSES,
     FINISHED_STATUSES,
     Collected,
-    DueRun,
+    Forked,
     PendingSignal,
     Resumed,
     RunFilter,
@@ -260,9 +260,10 @@ def resume_runs(
 
 def fork_run(
     durable: Durable, run_id: str, from_step: int, workflow_id: str | None = None
-) -> DueRun:
-    """A new run keeping ``run_id``'s steps before ``from_step``; see
-    :meth:`WorkflowHandle.fork`. Returns the new run, published."""
+) -> Forked:
+    """A new run keeping ``run_id``'s steps before ``from_step`` and its unconsumed
+    signals; see :meth:`WorkflowHandle.fork`. Returns the fork (``run``, published, and
+    ``signals``, the names of those it took)."""
     validate.check_workflow_id(run_id)
     if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 0:
         raise InvalidArgument(f"from_step={from_step!r} must be a step index (an int >= 0)")
@@ -287,15 +288,17 @@ def fork_run(
     run = forked.run
     fields = run_fields(run.id, run.name, 0, from_step)
     logger.info(
-        "workflow %s run %s forked from run %s at step %d (steps before it kept)",
+        "workflow %s run %s forked from run %s at step %d (steps before it kept, %d "
+        "unconsumed signal(s) taken)",
         run.name,
         run.id,
         run_id,
         from_step,
+        len(forked.signals),
         extra=fields,
     )
     publish(durable, run.id, run.name, run.args, run.queue, fields)
-    return run
+    return forked
 
 
 def gc(

@@ -11,7 +11,7 @@ Example::
     @durable.workflow
     def reminder(user_id: int) -> None:
         cd.sleep(24 * 3600)         # a durable timer; no worker is held for a day
-        if cd.wait_for_signal("snooze", timeout=3600) is None:
+        if cd.wait_for_signal("snooze", timeout=3600, default="expired") == "expired":
             send_reminder(user_id)
 """
 
@@ -53,10 +53,11 @@ def wait_step(
     timeout: float | None = None,
     wake_at: float | None = None,
     signal: str | None = None,
+    default: Any = None,
 ) -> Any:
     """The one suspension routine behind sleep, sleep_until and wait_for_signal.
 
-    Returns the signal's payload, or None once the deadline has passed.
+    Returns the signal's payload, or ``default`` once the deadline has passed.
     """
     ctx.check_stopping()
     write_caught_failure(ctx)
@@ -67,7 +68,7 @@ def wait_step(
     if recorded is not None:
         check_replay(ctx, index, recorded, step_name, step_input)
         if recorded.status == "ok":
-            return serialization.loads(recorded.output or "null")
+            return wait_outcome(recorded.output, default)
         deadline = serialization.loads(recorded.output or "{}").get("deadline")
     elif timeout is not None:
         with store_guard(ctx):
@@ -97,9 +98,12 @@ def wait_step(
         with store_guard(ctx):
             due = deadline is not None and store.now() >= deadline
         if due:
+            # A signal wait that timed out records no output (NULL), which no payload (JSON
+            # text, "null" included) is: replay tells a timeout from a signal without one.
             # Duration 0 unless it waited (record_step measures that on conflict).
-            record(ctx, StepRecord(index, step_name, "ok", step_input, "null", None, 0.0))
-            return None
+            output = None if signal is not None else "null"
+            timed_out = StepRecord(index, step_name, "ok", step_input, output, None, 0.0)
+            return wait_outcome(record(ctx, timed_out).output, default)
         waiting = StepRecord(
             index,
             step_name,
@@ -118,6 +122,12 @@ def wait_step(
             stop_writing(ctx)
         faults.reach(faults.AFTER_SUSPEND, **ctx.log_fields(index))
         raise ctx.stop(Suspended(describe_wait(signal, deadline)))
+
+
+def wait_outcome(output: str | None, default: Any) -> Any:
+    """What a finished wait returns: the payload it recorded, or ``default`` for a timeout
+    (no output). A timeout recorded by an earlier version stored "null": None."""
+    return default if output is None else serialization.loads(output)
 
 
 def describe_wait(signal: str | None, deadline: float | None) -> str:
@@ -152,8 +162,14 @@ def sleep_until(when: dt.datetime) -> None:
     wait_step(ctx, SLEEP_STEP, "[]", wake_at=when.timestamp())
 
 
-def wait_for_signal(name: str, timeout: float | None = None) -> Any:
-    """Wait for the next signal ``name``; return its payload, or None after ``timeout`` s.
+def wait_for_signal(name: str, timeout: float | None = None, *, default: Any = None) -> Any:
+    """Wait for the next signal ``name``; return its payload, or ``default`` (None unless
+    given) after ``timeout`` s.
+
+    A signal sent without a payload has the payload None, so a body that must tell it from
+    a timeout passes a ``default`` no payload is, e.g. ``default=TIMED_OUT`` for a module
+    constant ``TIMED_OUT = object()`` (it is returned, never stored). Replay returns the
+    same: the step records whether it timed out.
 
     The run is suspended while it waits (status WAITING, no worker held). Signals of one
     name are consumed in the order sent, each by exactly one call.
@@ -162,7 +178,8 @@ def wait_for_signal(name: str, timeout: float | None = None) -> Any:
     check_signal_name(name)
     if timeout is not None and (timeout != timeout or timeout < 0):
         raise ValueError(f"wait_for_signal(timeout) must be None or >= 0, got {timeout!r}")
-    return wait_step(ctx, SIGNAL_STEP_PREFIX + name, "[]", timeout=timeout, signal=name)
+    step_name = SIGNAL_STEP_PREFIX + name
+    return wait_step(ctx, step_name, "[]", timeout=timeout, signal=name, default=default)
 
 
 def check_signal_name(name: str) -> None:

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 
 from . import serialization, taskevents, tracing, validate
 from .compose import ChildHandle, start_child
-from .errors import WorkflowAlreadyExists
+from .errors import RunNotPublished, WorkflowAlreadyExists
 from .execution import TRANSACTIONAL_HEADER, ClaimUnavailable, execute, request_header
 from .handle import WorkflowHandle
 from .logs import log_started, run_fields
@@ -132,7 +132,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
         if run.start_delay is not None:
             return handle  # the sweeper publishes it when due: no long ETA message
         if connection is None:
-            self._publish_started(args, kwargs, run_id, options)
+            self._publish_started(args, kwargs, run_id, options, handle)
         else:
             options.setdefault("headers", {})[TRANSACTIONAL_HEADER] = True
             _publish_after_commit(
@@ -237,11 +237,22 @@ class WorkflowTask(Task):  # type: ignore[misc]
         return str(name) if name else None
 
     def _publish_started(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], run_id: str, options: dict[str, Any]
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        run_id: str,
+        options: dict[str, Any],
+        caller: WorkflowHandle | None = None,
     ) -> None:
+        """Publish a stored run. A failure is logged, or, for the ``caller`` of
+        ``.delay()`` (eager mode aside: it runs the body here), raised as RunNotPublished,
+        so that a retry doesn't start a second run."""
         try:
             super().apply_async(args, kwargs, task_id=run_id, **options)
-        except Exception:
+        except Exception as exc:
+            if caller is not None and not self.app.conf.task_always_eager:
+                grace = self.durable.config.dispatch_grace
+                raise RunNotPublished(self.definition.name, run_id, grace, caller, exc) from exc
             # The run is stored: the sweeper publishes it after durable_dispatch_grace.
             logger.exception(
                 "publishing workflow %s run %s failed; the sweeper will dispatch it",
@@ -281,7 +292,13 @@ class WorkflowTask(Task):  # type: ignore[misc]
     def run_workflow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         request = self.request
         if request.called_directly:
-            return self.definition.fn(*args, **kwargs)
+            # Run here, the body would run its steps for real outside any run: nothing
+            # recorded, nothing retried, until a body-only call (set_state...) refuses.
+            raise TypeError(
+                f"workflow {self.definition.name} was called directly, which would run its "
+                "body outside a run; start a run with .delay() or .apply_async() (with "
+                "task_always_eager it runs in-process); .apply() runs only a run that exists"
+            )
         with tracing.delivery(self.definition.name, request):
             try:
                 return execute(self.durable, self.definition, request, self.time_limit)

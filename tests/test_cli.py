@@ -133,3 +133,40 @@ def test_show_says_how_step_and_workflow_retries_multiply(basic_app, shared_work
     line = next(x for x in shown.stdout.splitlines() if "step 0:" in x)
     started = r"started 20\d\d-\d\d-\d\dT[\d:.]+Z"
     assert re.search(r" error  \d+\.\d\ds  attempt 3  " + started, line), line
+
+
+def test_signal_without_a_payload_says_it_sends_null(basic_app, shared_worker, key):
+    handle = basic_app.approval_or_timeout.delay(key, 3600)
+    wait_until(lambda: handle.status().value == "WAITING", 30, message="the run to wait")
+    sent = celery("durable", "signal", handle.id, "approval")
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.strip() == "stored with the payload null (no PAYLOAD given)"
+    # The body told the signal from a timeout (its default= is "timed out").
+    assert handle.get(timeout=30) == [None, 2]
+
+
+def test_a_cancel_of_a_running_run_is_shown_until_it_stops(basic_app, shared_worker, key, rds):
+    """Bug: cancel printed only RUNNING, and show, list and JSON said nothing of it."""
+    rds.set(f"block:{key}:s1", "1")
+    handle = basic_app.five_steps.delay(key)
+    wait_until(lambda: rds.get(f"started:{key}:s1"), 30, message="step 0 to start")
+    cancelled = celery("durable", "cancel", handle.id, "--reason", "no longer needed")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout.strip() == (
+        f"{handle.id}: RUNNING, cancel requested: it stops at its next step"
+    )
+    shown = celery("durable", "show", handle.id).stdout.splitlines()
+    assert "RUNNING  attempt 1/3" in shown[0]
+    assert "cancel requested (no longer needed): it stops at its next step" in shown
+    assert json.loads(celery("durable", "show", handle.id, "--json").stdout)["cancel_requested"]
+    listed = celery("durable", "list", "--workflow", handle.name, "--limit", "1000")
+    line = next(x for x in listed.stdout.splitlines() if x.startswith(handle.id))
+    assert "RUNNING" in line and line.endswith("cancel requested: no longer needed")
+    lines = celery("durable", "list", "--workflow", handle.name, "--json").stdout.splitlines()
+    (mine,) = [json.loads(x) for x in lines if json.loads(x)["id"] == handle.id]
+    assert mine["status"] == "RUNNING" and mine["cancel_requested"] is True
+    assert handle.status().value == "RUNNING" and handle.record().cancel_requested
+    rds.delete(f"block:{key}:s1")
+    wait_until(lambda: handle.status().value == "CANCELLED", 30, message="the cancellation")
+    after = celery("durable", "show", handle.id).stdout
+    assert "cancel requested" not in after  # it happened: the status says so

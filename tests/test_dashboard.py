@@ -256,3 +256,16 @@ def test_the_asgi_app_serves_the_same_pages(durable, flows):
     assert sent[0]["status"] == 200
     body = b"".join(m.get("body", b"") for m in sent[1:]).decode()
     assert "Workflows" in body
+
+
+def test_a_requested_cancel_of_a_running_run_shows_on_both_pages(durable, flows):
+    """Bug: the runs table and the run page said RUNNING and nothing of the cancel."""
+    durable.store.insert_run(NewRun("busy-1", flows.login.name, "[[],{}]", None, 1, 0.0, 60.0))
+    assert durable.store.claim_run("busy-1", "elsewhere", lease=60) is not None  # RUNNING
+    assert durable.get_handle("busy-1").cancel("wrong order").value == "RUNNING"
+    client = client_of(durable)
+    html = client.get("/").get_data(as_text=True)
+    listed = re.search(r'<tr data-run="busy-1">.*?</tr>', html, re.S)
+    assert listed is not None and "cancel requested: wrong order" in listed.group(0)
+    page = client.get("/run/busy-1").get_data(as_text=True)
+    assert "cancel requested (wrong order): it stops at its next step" in page

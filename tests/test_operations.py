@@ -11,6 +11,7 @@ import json
 import logging
 
 import pytest
+import sqlalchemy as sa
 
 from celery_durable import WorkflowNotResumable, WorkflowStatus
 from tests.support.services import effects
@@ -359,3 +360,52 @@ def test_retention_deletes_old_finished_runs_from_the_sweeper(basic_app, start_w
     assert rows_of(store, alive.id) == {"runs": 1, "steps": 2, "signals": 0, "state": 0}
     alive.signal("item", "kept")
     assert alive.get(timeout=30) == ["kept"]
+
+
+def test_a_fork_takes_the_unconsumed_signals_with_it(basic_app, shared_worker, key, rds):
+    """Bug: the approval stayed on the failed run, and the fork waited for it again."""
+    rds.set(f"block:{key}:s1", "1")
+    rds.set(f"bug:{key}", "1")
+    origin = basic_app.fails_before_its_wait.delay(key)
+    wait_until(lambda: rds.get(f"started:{key}:s1"), 30, message="step 0 to start")
+    assert origin.signal("approval", {"by": "alice"}, idempotency_key="approve-1")
+    rds.delete(f"block:{key}:s1")
+    wait_until(lambda: origin.status().value == "FAILED", 30, message="the run to fail")
+    rds.delete(f"bug:{key}")  # the fix is deployed
+    done = celery("durable", "fork", origin.id, "--from-step", "1")
+    assert done.returncode == 0, done.stderr
+    fork_id = done.stdout.split(":")[0]
+    fork = basic_app.durable.get_handle(fork_id)
+    assert fork.get(timeout=30) == [10, 20, {"by": "alice"}]
+    assert done.stdout.strip() == (
+        f"{fork_id}: forked from {origin.id} at step 1 (kept steps 0 to 0), PENDING; "
+        "took 1 unconsumed signal ('approval') with it"
+    )
+    # The origin keeps its own (a resume of it would take it); the fork's copy has the key.
+    assert [
+        (s["name"], s["idempotency_key"]) for s in show_json(origin.id)["pending_signals"]
+    ] == [("approval", "approve-1")]
+    signals = basic_app.durable.store.tables.signals
+    with basic_app.durable.store.engine.connect() as conn:
+        copied = conn.execute(
+            sa.select(signals.c.idempotency_key, signals.c.consumed_at).where(
+                signals.c.run_id == fork_id
+            )
+        ).one()
+    assert copied.idempotency_key == "approve-1" and copied.consumed_at is not None
+
+
+def test_a_fork_says_which_consumed_signals_to_resend(basic_app, shared_worker, key):
+    origin = basic_app.collector.delay(key, 2)
+    wait_until(lambda: origin.status().value == "WAITING", 30, message="the run to wait")
+    origin.signal("item", 1)
+    wait_until(lambda: len(origin.steps()) == 3, 30, message="the run to wait for the 2nd")
+    done = celery("durable", "fork", origin.id, "--from-step", "1")
+    assert done.returncode == 0, done.stderr
+    fork_id = done.stdout.split(":")[0]
+    assert done.stdout.splitlines()[1] == (
+        f"step 1 consumed signal 'item' on {origin.id}, and waits for it again in the fork: "
+        f"resend it with durable signal {fork_id} item PAYLOAD"
+    )
+    for handle in (origin, basic_app.durable.get_handle(fork_id)):
+        handle.cancel("test over")

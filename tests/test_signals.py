@@ -49,6 +49,22 @@ def test_wait_times_out_with_none(basic_app, shared_worker, key):
         handle.signal("approval", {"by": "late"})
 
 
+def test_a_signal_without_a_payload_is_not_a_timeout(basic_app, shared_worker, key):
+    handle = basic_app.approval_or_timeout.delay(key, 3600)
+    wait_until(lambda: waiting(handle), 30, message="the run to wait")
+    assert handle.signal("approval")  # no payload: None
+    # The first attempt fails after the wait; the second replays it from its record.
+    assert handle.get(timeout=30) == [None, 2]
+    assert handle.steps()[0].output == "null"  # the payload, as sent
+
+
+def test_a_timeout_returns_the_default_on_replay_too(basic_app, shared_worker, key):
+    handle = basic_app.approval_or_timeout.delay(key, 0.3)
+    assert handle.get(timeout=30) == ["timed out", 2]
+    step = handle.steps()[0]
+    assert step.status == "ok" and step.output is None  # no payload: a timeout
+
+
 def test_repeated_idempotency_key_is_a_no_op(basic_app, shared_worker, key):
     handle = basic_app.collector.delay(key, 2)
     assert handle.signal("item", 1, idempotency_key="once")

@@ -253,6 +253,23 @@ def test_fork_copies_the_steps_before_the_fork_and_links_its_origin(store):
     assert everything.run is not None and sorted(store.load_steps("fork-3")) == [0, 1, 2]
 
 
+def test_fork_takes_a_copy_of_the_unconsumed_signals_in_order(store):
+    store.insert_run(new_run("origin"))
+    claim = store.claim_run("origin", "w", lease=30)
+    for name, key in (("a", "k-a"), ("b", "k-b"), ("a", None), ("c", "k-c")):
+        store.insert_signal("origin", name, f'"{name}"', key, 100)
+    wait = StepRecord(0, "w", "ok", "[]", None, None)
+    taken = store.consume_signal("origin", claim.fence, "a", wait)
+    assert taken.payload == '"a"'  # the first "a" is consumed: not carried
+    store.reject_signal("origin", "late", '"x"', None, "refused")  # kept, never pending
+    store.settle_run("origin", claim.fence, "FAILED", error='{"type":"x.Bug","message":"bug"}')
+    forked = store.fork_run("origin", "fork", 1, grace=60)
+    assert forked.run is not None and forked.signals == ("b", "a", "c")
+    carried = [(s.name, s.idempotency_key) for s in store.pending_signals("fork")]
+    assert carried == [("b", "k-b"), ("a", None), ("c", "k-c")]
+    assert len(store.pending_signals("origin")) == 3  # the origin keeps its own
+
+
 def test_fork_refuses_a_step_beyond_the_finished_ones_and_a_taken_id(store):
     ok = [StepRecord(i, "s", "ok", "[]", "1", None, 0.1) for i in range(2)]
     failed_at(store, "origin", '{"type":"x.Bug","message":"bug","step":2}', [*ok, failure(2)])

@@ -288,6 +288,16 @@ def test_steps_outside_a_workflow_are_plain_calls(basic_app, key, rds):
     assert basic_app.durable.store.load_steps(key) == {}
 
 
+def test_calling_a_workflow_directly_raises_before_anything_runs(basic_app, key, rds):
+    """Bug: the body ran outside any run, its steps for real, until set_state failed."""
+    for call in (basic_app.five_steps, basic_app.five_steps.run):
+        with pytest.raises(TypeError, match=r"five_steps.*\.delay\(\).*\.apply\(\)") as raised:
+            call(key)
+        assert "called directly" in str(raised.value)
+    assert effects(rds, key, "s1") == 0  # not even its first step ran
+    assert basic_app.durable.store.get_status(key) is None
+
+
 def test_get_is_woken_by_notify_not_by_polling(basic_app, shared_worker, key, rds, monkeypatch):
     from celery_durable.store.listener import Listener
 
@@ -303,8 +313,13 @@ def test_get_is_woken_by_notify_not_by_polling(basic_app, shared_worker, key, rd
     assert handle.get(timeout=30, interval=120) == [10, 20, 30, 40, 50]
 
 
-def test_publish_failure_after_insert_loses_nothing(basic_app, shared_worker, key, caplog):
-    """The producer's broker is down: the run is stored, and a worker's sweeper sends it."""
+def test_publish_failure_after_insert_names_the_stored_run(basic_app, shared_worker, key):
+    """The producer's broker is down: the run is stored, the error says so (bug: a caller
+    that retried after the error started a duplicate), and a worker's sweeper sends it."""
+    from kombu.exceptions import OperationalError
+
+    from celery_durable import RunNotPublished
+
     producer_app = Celery("producer", broker=UNREACHABLE_BROKER_URL)
     producer_app.conf.update(
         task_publish_retry=False,
@@ -320,11 +335,20 @@ def test_publish_failure_after_insert_loses_nothing(basic_app, shared_worker, ke
     def probe(k: str) -> dict:
         return {}
 
-    handle = probe.apply_async(args=(key,), workflow_id=f"nopub-{key}")
-    assert "the sweeper will dispatch it" in caplog.text
-    assert handle.id == f"nopub-{key}"
-    result = basic_app.durable.get_handle(handle.id).get(timeout=60)
-    assert result["id"] == f"nopub-{key}"
+    run_id = f"nopub-{key}"
+    with pytest.raises(RunNotPublished) as raised:
+        probe.apply_async(args=(key,), workflow_id=run_id)
+    error = raised.value
+    assert isinstance(error, OperationalError)  # what Celery raises for a broker that is down
+    assert error.workflow_id == run_id and error.handle.id == run_id
+    text = str(error)
+    assert f"run {run_id!r} is stored (PENDING)" in text
+    assert "the sweeper will publish it" in text and "if_exists" in text
+    # The retry the message suggests returns the stored run instead of a second one.
+    again = probe.apply_async(args=(key,), workflow_id=run_id, if_exists="return")
+    assert again.id == run_id
+    result = basic_app.durable.get_handle(run_id).get(timeout=60)
+    assert result["id"] == run_id
     producer.store.dispose()
 
 

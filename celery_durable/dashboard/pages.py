@@ -181,6 +181,7 @@ def run_page(
         "children": children,
         "forked_from": None if run.forked_from is None else (run.forked_from, run.forked_from_step),
         "cancel_reason": run.cancel_reason,
+        "cancel_requested": console.cancel_line(run),
         "waiting": console.waiting_of(run),
         "wait_items": run.wait_items,
         "args": shown(run.args, redact),

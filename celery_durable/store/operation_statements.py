@@ -255,7 +255,8 @@ class OperationStatements(Builder):
         return terms
 
     def _fork(self) -> None:
-        runs, steps, now = self.tables.runs, self.tables.steps, self.now
+        runs, steps, signals = self.tables.runs, self.tables.steps, self.tables.signals
+        now = self.now
         # FOR SHARE: the origin can't be resumed, collected or changed while it is copied.
         origin = select(runs.c.status, runs.c.error).where(self.run_is)
         self.fork_run_lock = origin.with_for_update(read=True) if self.is_postgres else origin
@@ -301,6 +302,23 @@ class OperationStatements(Builder):
             select(*(new_id if name == "run_id" else steps.c[name] for name in copied)).where(
                 of_origin, steps.c.idx < bindparam("p_from_step", type_=Integer)
             ),
+        )
+        # The origin's unconsumed signals go with the fork, in the order sent and with their
+        # idempotency keys (a resend to the fork is then a no-op); the origin keeps its own.
+        carried = ["namespace", "run_id", "name", "payload", "idempotency_key", "created_at"]
+        self.fork_run_copy_signals = (
+            insert(signals)
+            .from_select(
+                carried,
+                select(*(new_id if name == "run_id" else signals.c[name] for name in carried))
+                .where(
+                    signals.c.namespace == self.namespace,
+                    signals.c.run_id == bindparam("p_run_id"),
+                    signals.c.consumed_at.is_(None),
+                )
+                .order_by(signals.c.id),
+            )
+            .returning(signals.c.name)
         )
 
     def _gc(self) -> None:

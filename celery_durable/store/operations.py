@@ -164,9 +164,9 @@ class StoreOperations:
 
     def fork_run(self, run_id: str, new_id: str, from_step: int, grace: float) -> Forked:
         """A new PENDING run ``new_id`` of the same workflow and arguments that keeps the
-        steps of ``run_id`` before ``from_step`` (copied) and links to its origin; the
-        caller publishes it. Refused (``run`` None) when ``from_step`` is beyond the
-        origin's finished steps, or ``new_id`` is taken."""
+        steps of ``run_id`` before ``from_step`` and its unconsumed signals (both copied)
+        and links to its origin; the caller publishes it. Refused (``run`` None) when
+        ``from_step`` is beyond the origin's finished steps, or ``new_id`` is taken."""
         values = params(run_id=run_id, new_id=new_id, from_step=from_step, grace=grace)
         sql = self.sql.ops
         with self.db.transaction() as conn:
@@ -187,7 +187,8 @@ class StoreOperations:
             if row is None:
                 return Forked(str(origin.status), finished, taken=True)
             conn.execute(sql.fork_run_copy_steps, values)
-        return Forked(str(origin.status), finished, DueRun(*row))
+            signals = tuple(conn.execute(sql.fork_run_copy_signals, values).scalars())
+        return Forked(str(origin.status), finished, DueRun(*row), signals=signals)
 
     def gc_runs(self, status: str, cutoff: float, batch: int) -> Collected:
         """Delete up to ``batch`` runs of the finished ``status`` that finished before

@@ -305,6 +305,7 @@ class RunSummary:
     error: str | None
     cancel_reason: str | None
     forked_from: str | None
+    cancel_requested: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -391,13 +392,15 @@ class Forked:
     ``status``: the origin's status (None: no such run); ``finished``: how many of its
     steps, from the first, are finished and may be kept (the largest ``from_step``);
     ``run``: the new run to publish, None when refused (``from_step`` beyond
-    ``finished``, or ``taken``: the new id exists).
+    ``finished``, or ``taken``: the new id exists); ``signals``: the names of the
+    unconsumed signals copied to the new run.
     """
 
     status: str | None
     finished: int = 0
     run: DueRun | None = None
     taken: bool = False
+    signals: tuple[str, ...] = ()
 
 
 # -- operations (gc) --------------------------------------------------------------------------

@@ -224,6 +224,17 @@ def booking(key: str, timeout: float) -> dict:
     return {"status": "confirmed", "receipt": numbered(key, 2)}
 
 
+@durable.workflow(max_attempts=2, retry_backoff=0.05)
+def approval_or_timeout(key: str, timeout: float) -> list:
+    """Tells a signal without a payload from a timeout; the first attempt fails after the
+    wait, so the second replays it: both must see the same outcome."""
+    decision = cd.wait_for_signal("approval", timeout=timeout, default="timed out")
+    attempt = effect(key, "after_wait")
+    if attempt == 1:
+        raise RuntimeError(f"fail once after the wait {key}")
+    return [decision, attempt]
+
+
 @durable.workflow
 def collector(key: str, count: int) -> list:
     numbered(key, 1)
@@ -424,6 +435,12 @@ def buggy(key: str, n: int) -> int:
 @durable.workflow(max_attempts=2, retry_backoff=0.05)
 def fixable(key: str) -> list[int]:
     return [numbered(key, 1), buggy(key, 2), numbered(key, 3)]
+
+
+@durable.workflow(max_attempts=1)
+def fails_before_its_wait(key: str) -> list:
+    """Fails at step 1 while ``bug:<key>`` is set, before its wait takes the approval."""
+    return [numbered(key, 1), buggy(key, 2), cd.wait_for_signal("approval")]
 
 
 @durable.step
