@@ -250,17 +250,17 @@ class WorkflowTask(Task):  # type: ignore[misc]
         try:
             super().apply_async(args, kwargs, task_id=run_id, **options)
         except Exception as exc:
+            # The run is stored: the sweeper publishes it after durable_dispatch_grace.
+            self._disown(run_id)
             if caller is not None and not self.app.conf.task_always_eager:
                 grace = self.durable.config.dispatch_grace
                 raise RunNotPublished(self.definition.name, run_id, grace, caller, exc) from exc
-            # The run is stored: the sweeper publishes it after durable_dispatch_grace.
             logger.exception(
                 "publishing workflow %s run %s failed; the sweeper will dispatch it",
                 self.definition.name,
                 run_id,
                 extra=run_fields(run_id, self.definition.name, 0),
             )
-            self._disown(run_id)
 
     def _disown(self, run_id: str) -> None:
         """No broker has the run: any sweeper of the namespace may publish it, not only
