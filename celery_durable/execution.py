@@ -11,9 +11,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import faults, rollback, serialization, taskevents, tracing
+from . import faults, rollback, serialization, taskevents, tracing, validate
 from .context import LeaseClock, WorkflowContext, activate, deactivate
-from .logs import run_fields
+from .logs import log_malformed, run_fields
 from .settle import settle_stop_or_error, settle_success
 from .store import Claim, RunRecord, Store, is_unreachable
 
@@ -42,6 +42,14 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
     """Claim the run named by the Celery task id, replay its body, settle the outcome."""
     store, config = durable.store, durable.config
     run_id: str = request.id
+    problem = validate.id_problem(run_id)
+    if problem is not None:
+        # Not a run anyone could have started (they are checked at start): the store
+        # can't even be asked about it.
+        fields = run_fields(repr(run_id)[:255], definition.name)
+        text = f"its task id (the workflow id) is invalid: {problem}"
+        log_malformed(logger, f"{definition.name} workflow", run_id, text, extra=fields)
+        raise taskevents.ended(durable.app, run_id, None, f"malformed message: {text}")
     owner = durable.leases.owner
     try:
         claim = store.claim_run(run_id, owner, config.lock_timeout, config.max_recoveries)
