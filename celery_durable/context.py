@@ -110,6 +110,9 @@ class WorkflowContext:
     deferred_since: float = 0.0
     deferred_max_steps: int = 100
     deferred_max_age: float = 1.0
+    # durable_max_payload_bytes: a new step input or output, state value, child's or
+    # item's arguments or result larger than this (as JSON) is refused; None: no limit.
+    max_payload_bytes: int | None = None
 
     def defer(self, record: StepRecord) -> None:
         if not self.deferred:

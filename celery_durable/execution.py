@@ -79,6 +79,7 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
         lease=LeaseClock(config.lock_timeout),
         deferred_max_steps=config.deferred_max_steps,
         deferred_max_age=config.deferred_max_age,
+        max_payload_bytes=config.max_payload_bytes,
     )
     faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
     logger.info(
@@ -117,7 +118,9 @@ def execute(durable: Durable, definition: WorkflowDefinition, request: Any) -> A
         if ctx.stopping is not None:
             # The body swallowed the stop (a bare except around a step): it still wins.
             raise ctx.stopping
-        encoded = serialization.encode_value(f"workflow {ctx.workflow_name}", value)
+        encoded = serialization.encode_value(
+            f"workflow {ctx.workflow_name}", value, config.max_payload_bytes
+        )
     except BaseException as raised:  # noqa: BLE001 - every exception is settled
         # Why the body was told to stop wins over what its finally blocks raised after.
         return settle_stop_or_error(durable, ctx, claim, ctx.stopping or raised)

@@ -374,7 +374,9 @@ def _run_claimed(
         while True:
             try:
                 value = step.fn(*args, **kwargs)
-                output = serialization.encode_value(f"step {step.name}", value)
+                output = serialization.encode_value(
+                    f"step {step.name}", value, durable.config.max_payload_bytes
+                )
                 status = "ok"
                 break
             except Exception as exc:  # noqa: BLE001 - every failure is recorded or retried

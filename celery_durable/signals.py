@@ -37,8 +37,9 @@ NOT_FOUND_RETRIES = 4
 WAKE_TASK = "celery_durable.wake"
 
 
-def _encode_payload(name: str, payload: Any) -> str:
-    return serialization.encode_json(f"the payload of signal {name!r}", payload)
+def _encode_payload(durable: Durable, name: str, payload: Any) -> str:
+    limit = durable.config.max_payload_bytes
+    return serialization.encode_json(f"the payload of signal {name!r}", payload, limit)
 
 
 def _check_signal(workflow_id: str, name: str, idempotency_key: str | None) -> None:
@@ -86,7 +87,7 @@ def send_signal(
     Returns False when ``idempotency_key`` was seen before for this run (a no-op).
     """
     _check_signal(workflow_id, name, idempotency_key)
-    encoded = _encode_payload(name, payload)
+    encoded = _encode_payload(durable, name, payload)
     if not store_signal(durable, workflow_id, name, encoded, idempotency_key):
         return False
     try:
@@ -132,7 +133,7 @@ def send_signal_via_broker(
     message id.
     """
     _check_signal(workflow_id, name, idempotency_key)
-    encoded = _encode_payload(name, payload)
+    encoded = _encode_payload(durable, name, payload)
     message_id = str(uuid.uuid4())
     key = idempotency_key or f"message:{message_id}"
     if store_first and _store_signal_here(durable, workflow_id, name, encoded, key):
@@ -249,6 +250,16 @@ def register_tasks(app: Celery) -> None:
             problem = problem or f"no Durable serves the namespace {namespace!r} here"
             message = (namespace, workflow_id, name, payload_json)
             _drop_malformed(app, task.request.id, *message, problem)
+            return False
+        limit = durable.config.max_payload_bytes
+        size = serialization.payload_size(payload_json, limit)
+        if size is not None:
+            # Never kept, not even as a refused signal: it is stored nowhere.
+            problem = (
+                f"the payload is {size} bytes of JSON, over the limit of {limit} bytes "
+                f"({serialization.MAX_PAYLOAD_SETTING})"
+            )
+            _drop_malformed(app, task.request.id, None, workflow_id, name, None, problem)
             return False
         fields = {**run_fields(workflow_id), "signal": name}
         try:
