@@ -152,7 +152,9 @@ def _compensate_one(ctx: WorkflowContext, original: StepRecord) -> Compensation:
         ctx.in_step = True
         try:
             value = function(*args, result=result, **kwargs)
-            output = serialization.encode_value(f"compensation {name}", value)
+            output = serialization.encode_value(
+                f"compensation {name}", value, ctx.max_payload_bytes
+            )
         except Exception as exc:
             if attempt < attempts and policy is not None and policy.retryable(exc):
                 delay = policy.delay_after(attempt)

@@ -62,7 +62,9 @@ def start_step(step: Step[Any, R], args: tuple[Any, ...], kwargs: dict[str, Any]
         f"{step.name}.start()", f"call {step.name}(...) to run it here, or from a workflow"
     )
     index = ctx.take_index()
-    encoded = serialization.encode_arguments(f"step {step.name}", step.fn, args, kwargs)
+    encoded = serialization.encode_arguments(
+        f"step {step.name}", step.fn, args, kwargs, ctx.max_payload_bytes
+    )
     # "task": a started step and a routed step called directly are the same record, so
     # code may switch between the two without breaking replay.
     step_input = f'{{"fanout":"task","items":1,"input":{encoded}}}'
@@ -98,7 +100,7 @@ def map(  # noqa: A001 - cd.map is the public name, like the builtin it mirrors
     index = ctx.take_index()
     owner = f"step {step.name}"
     inputs = [
-        serialization.encode_arguments(owner, step.fn, args, {})
+        serialization.encode_arguments(owner, step.fn, args, {}, ctx.max_payload_bytes)
         for args in zip(*iterables, strict=False)
     ]
     digest = hashlib.sha256()

@@ -75,6 +75,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("max_pending_signals", int, 100, 1, "unconsumed signals a run may hold"),
     Setting(
+        "max_payload_bytes",
+        int,
+        16 * 1024 * 1024,
+        1024,
+        "largest argument list, result, signal payload or state value, in bytes of JSON; "
+        "anything larger is refused before it is stored",
+    ),
+    Setting(
         "max_recoveries",
         int,
         10,
@@ -165,6 +173,7 @@ class DurableConfig:
     namespace: str = "default"
     signal_queue: str = "celery_durable.signals"
     max_pending_signals: int = 100
+    max_payload_bytes: int = 16 * 1024 * 1024
     max_recoveries: int = 10
     sweep_batch: int = 500
     deferred_max_steps: int = 100

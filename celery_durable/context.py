@@ -116,6 +116,9 @@ class WorkflowContext:
     # Called with (index, name) as each step this delivery runs (not replays) starts: the
     # engine reports it to Flower (a resumed run's line names the step it is on).
     on_step: Callable[[int, str], None] | None = None
+    # durable_max_payload_bytes: a new step input or output, state value, child's or
+    # item's arguments or result larger than this (as JSON) is refused; None: no limit.
+    max_payload_bytes: int | None = None
 
     def defer(self, record: StepRecord) -> None:
         if not self.deferred:

@@ -36,7 +36,11 @@ def continue_as_new(*args: Any, **kwargs: Any) -> NoReturn:
     ctx = require_context("continue_as_new")
     ctx.check_stopping()
     encoded = serialization.encode_arguments(
-        f"continue_as_new() of workflow {ctx.workflow_name}", None, args, kwargs
+        f"continue_as_new() of workflow {ctx.workflow_name}",
+        None,
+        args,
+        kwargs,
+        ctx.max_payload_bytes,
     )
     write_caught_failure(ctx)
     raise ctx.stop(ContinuedAsNew(encoded))

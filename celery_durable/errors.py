@@ -117,6 +117,12 @@ class NotSerialisable(PermanentError, TypeError):
     """An argument, step output or result JSON can't hold; retrying would not help."""
 
 
+class PayloadTooLarge(NotSerialisable, ValueError):
+    """An argument, result, signal payload or state value is larger, as JSON, than
+    ``durable_max_payload_bytes``; the message names it, its size and the setting.
+    Refused before anything is written; a permanent error, like NotSerialisable."""
+
+
 class WorkflowFailed(DurableError):
     """The workflow ended FAILED; carries the stored error's type, message and traceback."""
 

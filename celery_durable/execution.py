@@ -11,9 +11,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import faults, rollback, serialization, shutdown, taskevents, tracing
+from . import faults, rollback, serialization, shutdown, taskevents, tracing, validate
 from .context import LeaseClock, WorkflowContext, activate, deactivate
-from .logs import run_fields
+from .logs import log_malformed, run_fields
 from .settle import settle_stop_or_error, settle_success
 from .store import Claim, RunRecord, Store, is_unreachable
 
@@ -49,6 +49,14 @@ def execute(
     store, config = durable.store, durable.config
     hard_deadline = shutdown.hard_deadline(request, time_limit, time.monotonic())
     run_id: str = request.id
+    problem = validate.id_problem(run_id)
+    if problem is not None:
+        # Not a run anyone could have started (they are checked at start): the store
+        # can't even be asked about it.
+        fields = run_fields(repr(run_id)[:255], definition.name)
+        text = f"its task id (the workflow id) is invalid: {problem}"
+        log_malformed(logger, f"{definition.name} workflow", run_id, text, extra=fields)
+        raise taskevents.ended(durable.app, run_id, None, f"malformed message: {text}")
     owner = durable.leases.owner
     try:
         claim = store.claim_run(run_id, owner, config.lock_timeout, config.max_recoveries)
@@ -79,6 +87,7 @@ def execute(
         deferred_max_steps=config.deferred_max_steps,
         deferred_max_age=config.deferred_max_age,
         hard_deadline=hard_deadline,
+        max_payload_bytes=config.max_payload_bytes,
     )
     faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
     logger.info(
@@ -117,7 +126,9 @@ def execute(
         if ctx.stopping is not None:
             # The body swallowed the stop (a bare except around a step): it still wins.
             raise ctx.stopping
-        encoded = serialization.encode_value(f"workflow {ctx.workflow_name}", value)
+        encoded = serialization.encode_value(
+            f"workflow {ctx.workflow_name}", value, config.max_payload_bytes
+        )
     except BaseException as raised:  # noqa: BLE001 - every exception is settled
         # Why the body was told to stop wins over what its finally blocks raised after.
         return settle_stop_or_error(durable, ctx, claim, ctx.stopping or raised)

@@ -27,11 +27,11 @@ from celery import Celery, Task
 from celery.exceptions import TaskRevokedError
 from kombu.utils.encoding import safe_repr
 
-from . import faults, serialization, shutdown, taskevents, tracing
+from . import faults, serialization, shutdown, taskevents, tracing, validate
 from .apps import durable_for
 from .compose import derived_id
 from .errors import DuplicateRegistration, NotSerialisable, PermanentError
-from .logs import run_fields
+from .logs import log_malformed, run_fields
 from .store import CLAIM, RUN, Cancellation, DueRun, ItemClaim, ItemWrite, OpenItem, Outcome
 
 if TYPE_CHECKING:
@@ -180,15 +180,46 @@ def register_item_task(app: Celery, step: Step[Any, Any]) -> None:
             "name (pass name= to the step)"
         )
 
-    def run_item(task: ItemTask, namespace: str, run_id: str, idx: int, item: int) -> Any:
+    def run_item(task: ItemTask, *args: Any, **kwargs: Any) -> Any:
+        durable = _item_target(app, task, args, kwargs)
+        if durable is None:
+            return None
+        _, run_id, idx, item = args
         with tracing.item(task.name, task.request, run_id, idx, item):
-            return execute_item(durable_for(app, namespace), task, run_id, idx, item)
+            return execute_item(durable, task, run_id, idx, item)
 
     run_item.__name__ = getattr(step.fn, "__name__", "run_item")
     run_item.__qualname__ = getattr(step.fn, "__qualname__", "run_item")
     run_item.__module__ = step.fn.__module__
     run_item.__doc__ = step.fn.__doc__
     app.task(name=step.name, base=ItemTask, bind=True, shared=False, lazy=False)(run_item)
+
+
+_MAX_INDEX = 2**31 - 1  # the step and item columns are Postgres integers
+
+
+def _item_target(app: Celery, task: Task, args: Any, kwargs: Any) -> Durable | None:
+    """The Durable an item message is for; None (refused by name, logged once) when its
+    arguments don't fit, can't be a run id and indexes, or name an unknown namespace."""
+    expected = "(namespace, run id, step index, item number)"
+    problem = validate.arguments_problem(args, kwargs, expected, range(4, 5))
+    if problem is None:
+        namespace, run_id, idx, item = args
+        id_problem = validate.id_problem(run_id)
+        if id_problem is not None:
+            problem = f"the run id is invalid: {id_problem}"
+        elif any(type(n) is not int or not 0 <= n <= _MAX_INDEX for n in (idx, item)):
+            problem = f"the step index {idx!r} and item {item!r} must be integers 0 to {_MAX_INDEX}"
+        elif not isinstance(namespace, str):
+            problem = f"the namespace is {type(namespace).__name__}, not a string"
+        else:
+            try:
+                return durable_for(app, namespace)
+            except LookupError:
+                problem = f"no Durable serves the namespace {namespace!r} here"
+    fields = run_fields(repr(args[1])[:255] if len(args) > 1 else None)
+    log_malformed(logger, f"{task.name} item", task.request.id, problem, extra=fields)
+    return None
 
 
 def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int) -> Any:
@@ -367,7 +398,9 @@ def _run_claimed(
         while True:
             try:
                 value = step.fn(*args, **kwargs)
-                output = serialization.encode_value(f"step {step.name}", value)
+                output = serialization.encode_value(
+                    f"step {step.name}", value, durable.config.max_payload_bytes
+                )
                 status = "ok"
                 break
             except Exception as exc:  # noqa: BLE001 - every failure is recorded or retried

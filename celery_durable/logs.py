@@ -64,6 +64,27 @@ def log_started(workflow: str, run_id: str, delay: float | None, parent: str | N
     )
 
 
+def log_malformed(
+    logger: logging.Logger,
+    kind: str,
+    message_id: Any,
+    problem: str,
+    outcome: str = "acknowledged and dropped",
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """The one line a message off the broker gets when no worker could serve it (wrong
+    arguments, an unknown namespace, ids the store can't hold): a named refusal, logged
+    once, instead of an exception (a traceback, a FAILURE) for each delivery."""
+    logger.error(
+        "malformed %s message %r: %s; %s",
+        kind,
+        message_id,
+        problem,
+        outcome,
+        extra=extra if extra is not None else run_fields(None),
+    )
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per record: time, level, logger, message, the ``extra`` fields
     (the lifecycle fields always present) and the exception, if any."""

@@ -21,7 +21,7 @@ from celery import Celery, bootsteps
 from . import serialization, tracing, validate
 from .apps import durable_for, durables_of
 from .errors import PendingSignalsFull, WorkflowAlreadyCompleted, WorkflowNotFound
-from .logs import run_fields
+from .logs import log_malformed, run_fields
 from .store import FINISHED_STATUSES, Outcome, is_unreachable
 from .suspend import check_signal_name
 
@@ -37,8 +37,9 @@ NOT_FOUND_RETRIES = 4
 WAKE_TASK = "celery_durable.wake"
 
 
-def _encode_payload(name: str, payload: Any) -> str:
-    return serialization.encode_json(f"the payload of signal {name!r}", payload)
+def _encode_payload(durable: Durable, name: str, payload: Any) -> str:
+    limit = durable.config.max_payload_bytes
+    return serialization.encode_json(f"the payload of signal {name!r}", payload, limit)
 
 
 def _check_signal(workflow_id: str, name: str, idempotency_key: str | None) -> None:
@@ -86,7 +87,7 @@ def send_signal(
     Returns False when ``idempotency_key`` was seen before for this run (a no-op).
     """
     _check_signal(workflow_id, name, idempotency_key)
-    encoded = _encode_payload(name, payload)
+    encoded = _encode_payload(durable, name, payload)
     if not store_signal(durable, workflow_id, name, encoded, idempotency_key):
         return False
     try:
@@ -132,7 +133,7 @@ def send_signal_via_broker(
     message id.
     """
     _check_signal(workflow_id, name, idempotency_key)
-    encoded = _encode_payload(name, payload)
+    encoded = _encode_payload(durable, name, payload)
     message_id = str(uuid.uuid4())
     key = idempotency_key or f"message:{message_id}"
     if store_first and _store_signal_here(durable, workflow_id, name, encoded, key):
@@ -231,20 +232,34 @@ def register_tasks(app: Celery) -> None:
         max_retries=None,  # the database may be down for a while: the signal waits
         typing=False,  # a malformed message is logged and kept, not a TypeError
     )
-    def receive_signal(
-        task: Any,
-        namespace: Any,
-        workflow_id: Any,
-        name: Any,
-        payload_json: Any,
-        idempotency_key: Any = None,
-        not_found_tries: int = 0,
-    ) -> bool:
+    def receive_signal(task: Any, *args: Any, **kwargs: Any) -> bool:
+        # Any arguments: a message that doesn't fit is refused by name, not a TypeError.
+        shape = validate.arguments_problem(
+            args, kwargs, _SIGNAL_ARGUMENTS, range(4, 6), frozenset({"not_found_tries"})
+        )
+        not_found_tries = kwargs.get("not_found_tries", 0)
+        if shape is None and (type(not_found_tries) is not int or not_found_tries < 0):
+            shape = f"its not_found_tries={validate.show(not_found_tries)} is not a count"
+        if shape is not None:
+            _drop_malformed(app, task.request.id, None, None, None, None, shape)
+            return False
+        namespace, workflow_id, name, payload_json, idempotency_key = (*args, None)[:5]
         problem = malformed_signal(namespace, workflow_id, name, payload_json, idempotency_key)
         durable = None if problem else _durable_or_none(app, namespace)
         if durable is None:
             problem = problem or f"no Durable serves the namespace {namespace!r} here"
-            _drop_malformed(app, namespace, workflow_id, name, payload_json, problem)
+            message = (namespace, workflow_id, name, payload_json)
+            _drop_malformed(app, task.request.id, *message, problem)
+            return False
+        limit = durable.config.max_payload_bytes
+        size = serialization.payload_size(payload_json, limit)
+        if size is not None:
+            # Never kept, not even as a refused signal: it is stored nowhere.
+            problem = (
+                f"the payload is {size} bytes of JSON, over the limit of {limit} bytes "
+                f"({serialization.MAX_PAYLOAD_SETTING})"
+            )
+            _drop_malformed(app, task.request.id, None, workflow_id, name, None, problem)
             return False
         fields = {**run_fields(workflow_id), "signal": name}
         try:
@@ -282,11 +297,39 @@ def register_tasks(app: Celery) -> None:
             )
             raise task.retry(countdown=delay, exc=exc) from exc
 
-    @app.task(name=WAKE_TASK, shared=False, lazy=False, acks_late=True, ignore_result=True)
-    def wake_task(namespace: str, workflow_id: str, name: str) -> str:
+    @app.task(
+        name=WAKE_TASK, shared=False, lazy=False, acks_late=True, ignore_result=True, typing=False
+    )
+    def wake_task(*args: Any, **kwargs: Any) -> str:
+        durable = _wake_target(app, wake_task.request.id, args, kwargs)
+        if durable is None:
+            return "refused: a malformed wake-up message (logged)"
         # If this fails (store down), the signal is stored: the sweeper wakes the run.
         with tracing.linked(wake_task.request):
-            return wake_outcome(durable_for(app, namespace), workflow_id, name)
+            return wake_outcome(durable, args[1], args[2])
+
+
+_SIGNAL_ARGUMENTS = "(namespace, workflow id, signal name, payload JSON[, idempotency key])"
+
+
+def _wake_target(app: Celery, message_id: Any, args: Any, kwargs: Any) -> Durable | None:
+    """The Durable a wake-up message is for; None (refused by name, logged once) when its
+    arguments don't fit, can't be ids, or name a namespace no Durable here serves."""
+    problem = validate.arguments_problem(
+        args, kwargs, "(namespace, workflow id, signal name)", range(3, 4)
+    )
+    labels = (("namespace", 200), ("workflow id", 255), ("signal name", 200))
+    for (label, limit), value in zip(labels, args if problem is None else (), strict=False):
+        text = _text_problem(value, limit)
+        if text is not None:
+            problem = f"the {label} {text}"
+            break
+    durable = None if problem else _durable_or_none(app, args[0])
+    if durable is None:
+        problem = problem or f"no Durable serves the namespace {args[0]!r} here"
+        workflow_id = repr(args[1])[:255] if len(args) > 1 else None
+        log_malformed(logger, "wake", message_id, problem, extra=run_fields(workflow_id))
+    return durable
 
 
 def _durable_or_none(app: Celery, namespace: str) -> Durable | None:
@@ -326,7 +369,13 @@ def _refuse(
 
 
 def _drop_malformed(
-    app: Celery, namespace: Any, workflow_id: Any, name: Any, payload: Any, problem: str
+    app: Celery,
+    message_id: Any,
+    namespace: Any,
+    workflow_id: Any,
+    name: Any,
+    payload: Any,
+    problem: str,
 ) -> None:
     """Log a malformed signal message once; keep it, with the reason, when its run and
     name can be stored at all, and never as data a workflow could consume."""
@@ -347,13 +396,9 @@ def _drop_malformed(
             kept = True
         except Exception:  # noqa: BLE001 - it is logged below either way
             logger.exception("keeping a malformed signal failed")
-    logger.error(
-        "malformed signal message %s: %s; %s",
-        fields["signal"],
-        problem,
-        "kept in the signals table with the reason" if kept else "dropped",
-        extra=fields,
-    )
+    outcome = "kept in the signals table with the reason" if kept else "acknowledged and dropped"
+    what = problem if name is None else f"(signal {fields['signal']}) {problem}"
+    log_malformed(logger, "signal", message_id, what, outcome, fields)
 
 
 def wake(durable: Durable, workflow_id: str, name: str) -> bool:

@@ -34,7 +34,9 @@ def set_state(value: Any, key: str = DEFAULT_KEY) -> None:
     validate.check_text(key, "set_state(key)", max_chars=255, allow_empty=False)
     # NotSerialisable is permanent: retrying the workflow would fail the same way.
     encoded = serialization.encode_json(
-        f"set_state({key!r}) in workflow run {ctx.workflow_id!r}: the value", value
+        f"set_state({key!r}) in workflow run {ctx.workflow_id!r}: the value",
+        value,
+        ctx.max_payload_bytes,
     )
     write_caught_failure(ctx)
     with store_guard(ctx):

@@ -150,7 +150,9 @@ class Step(Generic[P, R]):
         if ctx.deferred_due():
             flush_deferred(ctx)
         index = ctx.take_index()
-        step_input = serialization.encode_arguments(f"step {self.name}", self.fn, args, kwargs)
+        step_input = serialization.encode_arguments(
+            f"step {self.name}", self.fn, args, kwargs, ctx.max_payload_bytes
+        )
         recorded = ctx.history.get(index)
         if recorded is None:
             confirm_lease(ctx)
@@ -206,7 +208,9 @@ class Step(Generic[P, R]):
                     ctx.in_step = False
                 took = time.monotonic() - started
                 try:
-                    output = serialization.encode_value(f"step {self.name}", value)
+                    output = serialization.encode_value(
+                        f"step {self.name}", value, ctx.max_payload_bytes
+                    )
                 except NotSerialisable as exc:
                     raise self._failed(ctx, index, step_input, exc, started) from None
                 done = StepRecord(

@@ -115,6 +115,25 @@ def check_workflow_id(value: Any, argument: str = "workflow_id") -> str:
     return str(value)
 
 
+def id_problem(value: Any) -> str | None:
+    """Why ``value`` can't be a workflow id (the rules of ``check_workflow_id``), or None:
+    for ids that come off the broker, where raising is no answer."""
+    return _broken_rule(value, None, MAX_ID_BYTES, allow_empty=False)
+
+
+def arguments_problem(
+    args: Any, kwargs: Any, expected: str, counts: range, keywords: frozenset[str] = frozenset()
+) -> str | None:
+    """Why a message's ``args``/``kwargs`` don't fit its task (``expected`` names the
+    arguments, ``counts`` how many positional ones), or None."""
+    unknown = sorted(map(repr, set(kwargs or {}) - keywords))
+    if isinstance(args, list | tuple) and len(args) in counts and not unknown:
+        return None
+    given = f"{len(args)} argument(s)" if isinstance(args, list | tuple) else show(args)
+    extra = f" and the keyword(s) {', '.join(unknown)}" if unknown else ""
+    return f"it carries {given}{extra}, not {expected}"
+
+
 def check_idempotency_key(value: Any, argument: str = "idempotency_key") -> str | None:
     """None, or a str of at most 255 characters without NUL or lone surrogates."""
     checked: str | None = check_text(value, argument, max_chars=MAX_KEY_CHARS, allow_none=True)

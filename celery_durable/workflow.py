@@ -195,10 +195,10 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 definition.signature.bind(*args, **kwargs)
             except TypeError as exc:
                 raise TypeError(f"workflow {definition.name}: {exc}") from None
-        encoded = serialization.encode_arguments(
-            f"workflow {definition.name}", definition.fn, args, kwargs
-        )
         config = durable.config
+        encoded = serialization.encode_arguments(
+            f"workflow {definition.name}", definition.fn, args, kwargs, config.max_payload_bytes
+        )
         validate.check_queue(
             options.get("queue") or definition.queue, f"workflow {definition.name}: queue"
         )

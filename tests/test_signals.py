@@ -14,6 +14,7 @@ from celery_durable import (
     WorkflowNotFound,
     WorkflowStatus,
 )
+from tests.support.refusals import assert_refused_once
 from tests.support.services import effects
 from tests.support.waiting import wait_until
 
@@ -173,6 +174,39 @@ def test_malformed_signal_messages_are_logged_and_never_become_data(basic_app, s
     handle.signal("approval", {"by": "dave"})  # a good one still goes through
     assert handle.get(timeout=30)["status"] == "confirmed"
     assert handle.query() == {"stage": "approved", "by": "dave"}
+
+
+def test_signal_and_wake_messages_no_worker_can_serve_are_refused_once(
+    basic_app, shared_worker, key
+):
+    """Bug (issue 20): a celery_durable.signal message with the wrong number of arguments
+    raised TypeError, a celery_durable.wake for a namespace no app has LookupError, and a
+    wake naming an id with NUL psycopg.DataError: each a raw traceback in the worker."""
+    from celery_durable.signals import SIGNAL_TASK, WAKE_TASK
+
+    durable = basic_app.durable
+    ns, queue = durable.config.namespace, durable.config.signal_queue
+    handle = basic_app.booking.delay(key, 60)
+    wait_until(lambda: waiting(handle), 30, message="the run to wait")
+    approval = (ns, handle.id, "approval", '{"by":"x"}')
+    bad = {
+        f"few-{key}": (SIGNAL_TASK, (ns, handle.id), {}),
+        f"many-{key}": (SIGNAL_TASK, (*approval, None, 0, 1), {}),
+        f"kwarg-{key}": (SIGNAL_TASK, approval, {"colour": "red"}),
+        f"tries-{key}": (SIGNAL_TASK, (ns, f"ghost-{key}", "a", "1"), {"not_found_tries": "x"}),
+        f"ghost-ns-{key}": (WAKE_TASK, (f"no-such-{key}", handle.id, "approval"), {}),
+        f"wake-few-{key}": (WAKE_TASK, (ns, handle.id), {}),
+        f"wake-nul-{key}": (WAKE_TASK, (ns, handle.id + "\x00", "approval"), {}),
+    }
+    since = len(shared_worker.log())
+    for task_id, (task, args, kwargs) in bad.items():
+        basic_app.app.send_task(task, args=args, kwargs=kwargs, queue=queue, task_id=task_id)
+    tail = assert_refused_once(shared_worker, since, dict.fromkeys(bad, queue))
+    assert "no Durable serves the namespace" in tail and "NUL" in tail
+    assert _signal_rows(basic_app, handle.id) == []  # nothing stored
+    assert waiting(handle)  # nothing woke it
+    handle.signal("approval", {"by": "erin"})  # a good one still goes through
+    assert handle.get(timeout=30)["status"] == "confirmed"
 
 
 def test_broker_only_signal_errors_are_logged_and_kept(basic_app, shared_worker, key):

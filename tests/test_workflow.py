@@ -17,6 +17,7 @@ from celery_durable import (
     WorkflowNotFound,
     WorkflowStatus,
 )
+from tests.support.refusals import assert_refused_once
 from tests.support.services import PG_URL, UNREACHABLE_BROKER_URL, effects
 from tests.support.waiting import wait_until
 
@@ -438,3 +439,30 @@ def test_a_run_keeps_the_queue_celery_routed_it_to(basic_app, shared_worker, key
     handle = basic_app.context_probe.apply_async(args=(key,), workflow_id=f"routed-{key}")
     assert handle.record().queue == basic_app.app.conf.task_default_queue
     handle.get(timeout=30)
+
+
+def test_workflow_and_item_messages_no_worker_can_serve_are_refused_once(
+    basic_app, shared_worker, key
+):
+    """Bug (issue 20): a workflow message whose task id holds NUL reached Postgres
+    (psycopg.DataError, a raw traceback); so did an item message naming such a run, and
+    one for a namespace no app has (LookupError) or with the wrong arguments (TypeError)."""
+    ns = basic_app.durable.config.namespace
+    queue = basic_app.app.conf.task_default_queue
+    workflow, step = basic_app.five_steps.name, basic_app.numbered.name
+    bad = {
+        f"nul-{key}\x00": (workflow, (key,)),
+        f"{key}-item-nul": (step, (ns, f"run-{key}\x00", 0, 0)),
+        f"{key}-item-ns": (step, (f"no-such-{key}", f"run-{key}", 0, 0)),
+        f"{key}-item-few": (step, (ns, f"run-{key}")),
+        f"{key}-item-idx": (step, (ns, f"run-{key}", "0", 2**40)),
+    }
+    since = len(shared_worker.log())
+    for task_id, (task, args) in bad.items():
+        basic_app.app.send_task(task, args=args, queue=queue, task_id=task_id)
+    tail = assert_refused_once(shared_worker, since, dict.fromkeys(bad, queue))
+    assert "NUL" in tail and "no Durable serves the namespace" in tail
+    runs = basic_app.durable.store.tables.runs
+    with basic_app.durable.store.engine.connect() as conn:
+        count = sa.select(sa.func.count()).select_from(runs).where(runs.c.id.contains(key))
+        assert conn.execute(count).scalar_one() == 0  # nothing stored
