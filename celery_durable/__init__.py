@@ -1,10 +1,14 @@
 """celery_durable: durable, step-persistent workflows on Celery and Postgres."""
 
-from .compensation import Compensation, compensate
-from .compose import ChildHandle, StepFuture, gather, map
-from .context import WorkflowContext
-from .continuation import continue_as_new
-from .errors import (
+from celery_durable.body.compensation import Compensation, compensate
+from celery_durable.body.context import WorkflowContext
+from celery_durable.body.continue_as_new import continue_as_new
+from celery_durable.body.fanout import ChildHandle, StepFuture, gather, map
+from celery_durable.body.patching import deprecate_patch, patched
+from celery_durable.body.state import set_state
+from celery_durable.body.suspend import sleep, sleep_until, wait_for_signal
+from celery_durable.durable import Durable
+from celery_durable.errors import (
     ConfigurationError,
     DatabaseUnavailable,
     DuplicateRegistration,
@@ -25,12 +29,8 @@ from .errors import (
     WorkflowNotFound,
     WorkflowNotResumable,
 )
-from .extension import Durable
-from .handle import WorkflowHandle, WorkflowStatus
-from .patching import deprecate_patch, patched
-from .state import set_state
-from .suspend import sleep, sleep_until, wait_for_signal
-from .workflow import WorkflowTask
+from celery_durable.runs.handle import WorkflowHandle, WorkflowStatus
+from celery_durable.runs.task import WorkflowTask
 
 __all__ = [
     "ChildHandle",

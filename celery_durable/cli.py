@@ -26,11 +26,12 @@ from contextlib import contextmanager
 
 import click
 
-from . import console, validate
-from .apps import durables_of
-from .consumers import consumed_queues
-from .dashboard.command import dashboard_command
-from .errors import (
+from celery_durable.core import validate
+from celery_durable.core.redact import redactor_of
+from celery_durable.durable import Durable
+from celery_durable.engine.apps import durables_of
+from celery_durable.engine.queues import consumed_queues
+from celery_durable.errors import (
     DatabaseUnavailable,
     DurableError,
     WorkflowAlreadyCompleted,
@@ -38,11 +39,11 @@ from .errors import (
     WorkflowNotFound,
     WorkflowNotResumable,
 )
-from .extension import Durable
-from .operations import RunDetails, cursor_of, describe_run, fork_run, resume_run
-from .redact import redactor_of
-from .store import FINISHED_STATUSES, ItemRow
-from .store.outage import is_unreachable, retry_while_unreachable, unavailable
+from celery_durable.ops import console
+from celery_durable.ops.dashboard.command import dashboard_command
+from celery_durable.runs.admin import RunDetails, cursor_of, describe_run, fork_run, resume_run
+from celery_durable.store import FINISHED_STATUSES, ItemRow
+from celery_durable.store.db.outage import is_unreachable, retry_while_unreachable, unavailable
 
 
 def _durables(ctx: click.Context) -> list[Durable]:
@@ -426,7 +427,7 @@ def cancel(ctx: click.Context, workflow_id: str, reason: str | None) -> None:
 def metrics(ctx: click.Context, port: int, address: str, interval: float) -> None:
     instances = _durables(ctx)
     try:
-        from .metrics import serve_forever
+        from celery_durable.ops.metrics import serve_forever
     except ImportError as exc:
         raise click.ClickException(
             f"durable metrics needs prometheus_client ({exc}): "

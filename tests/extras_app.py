@@ -44,8 +44,8 @@ def features() -> str:
     worker needed: the store is all they read)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from celery_durable import tracing
-    from celery_durable.metrics import DurableCollector
+    from celery_durable.core import tracing
+    from celery_durable.ops.metrics import DurableCollector
 
     durable.migrate()
     page = durable.dashboard_app().test_client().get("/")

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from celery_durable.config import default_signal_queue
+from celery_durable.core.config import default_signal_queue
 from tests.support.services import (
     AMQP_URL,
     PG_URL,

@@ -10,7 +10,7 @@ import pytest
 from celery import Celery
 
 from celery_durable import ConfigurationError, Durable
-from celery_durable.config import SETTINGS, DurableConfig
+from celery_durable.core.config import SETTINGS, DurableConfig
 
 DURATIONS = [s.name for s in SETTINGS if s.duration]
 
@@ -212,7 +212,7 @@ def test_keywords_are_checked_against_the_merged_sources(monkeypatch):
 
 
 def test_database_urls_that_cannot_work_name_the_fix(monkeypatch):
-    from celery_durable.store import connections
+    from celery_durable.store.db import connections
 
     app = Celery("urls", broker="memory://")
     with pytest.raises(ConfigurationError, match=r"use a postgresql\+psycopg:// URL"):

@@ -17,9 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 import celery_durable as cd
-from celery_durable import Durable, console
+from celery_durable import Durable
 from celery_durable.cli import durable as durable_group
-from celery_durable.redact import redactor_of
+from celery_durable.core.redact import redactor_of
+from celery_durable.ops import console
 from celery_durable.store.records import NewRun
 
 pytest.importorskip("flask")

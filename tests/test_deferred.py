@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from celery_durable import faults
+from celery_durable.core import faults
 from tests.support.services import effects
 from tests.test_faults import arm, fired
 

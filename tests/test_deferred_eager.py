@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import celery_durable as cd
-from celery_durable.config import DurableConfig
+from celery_durable.core.config import DurableConfig
 from celery_durable.errors import ConfigurationError
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from celery_durable import WorkflowCancelled, WorkflowStatus, faults
+from celery_durable import WorkflowCancelled, WorkflowStatus
+from celery_durable.core import faults
 from tests.support.services import effects
 from tests.support.waiting import wait_until
 

@@ -12,8 +12,8 @@ import pytest
 
 import celery_durable as cd
 from celery_durable import ConfigurationError, WorkflowStatus
-from celery_durable.config import DurableConfig
-from celery_durable.logs import FIELDS, JsonFormatter
+from celery_durable.core.config import DurableConfig
+from celery_durable.core.logs import FIELDS, JsonFormatter
 from tests.support.waiting import wait_until
 
 

@@ -25,7 +25,7 @@ FOUR_STEPS = "tests.apps.basic.four_steps"
 
 def since_now(basic_app) -> str:  # type: ignore[no-untyped-def]
     """``--since`` for runs started from now on (the database clock stamps them)."""
-    from celery_durable.console import iso
+    from celery_durable.ops.console import iso
 
     return str(iso(basic_app.durable.store.now() - 0.001))
 

@@ -14,7 +14,7 @@ from celery import Celery
 
 import celery_durable as cd
 from celery_durable import Durable, PayloadTooLarge, WorkflowFailed
-from celery_durable.config import DurableConfig
+from celery_durable.core.config import DurableConfig
 from tests.support.refusals import assert_refused_once
 from tests.support.services import PG_URL, unique
 
@@ -178,8 +178,8 @@ def test_a_raw_signal_message_over_the_workers_limit_is_refused_once(basic_app, 
     """Through the broker: a worker with a 4 KB limit (and a namespace of its own, so no
     other worker takes its signal queue) refuses an oversized payload by name, and keeps
     nothing: before, it stored it (here as a refused signal of a run it can't find)."""
-    from celery_durable.config import default_signal_queue
-    from celery_durable.signals import SIGNAL_TASK
+    from celery_durable.core.config import default_signal_queue
+    from celery_durable.engine.signals import SIGNAL_TASK
 
     namespace = unique("ns-limit-")
     env = {"CELERY_DURABLE_MAX_PAYLOAD_BYTES": str(LIMIT), "CELERY_DURABLE_NAMESPACE": namespace}

@@ -15,9 +15,9 @@ import pytest
 from celery import Celery
 
 from celery_durable import ConfigurationError, Durable, WorkflowStatus
-from celery_durable.config import DurableConfig
+from celery_durable.core.config import DurableConfig
 from celery_durable.store import NewRun, StepRecord, Store
-from celery_durable.store.listener import Listener
+from celery_durable.store.db.listener import Listener
 from celery_durable.store.migrations import current, upgrade
 from tests.conftest import QUEUE
 from tests.support.pgbouncer import PgBouncer, pgbouncer_fixture  # noqa: F401 - `pgbouncer`

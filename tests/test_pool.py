@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from psycopg import pq
 
 from celery_durable.store import NewRun, StepRecord, Store
+from celery_durable.store.db.pool import ProcessPool
 from celery_durable.store.migrations import upgrade
-from celery_durable.store.pool import ProcessPool
 from tests.support.pgconns import client_ports, named_url
 from tests.support.services import PG_URL, drop_tables, unique
 from tests.support.waiting import wait_until
@@ -206,7 +206,7 @@ def test_a_connection_the_server_dropped_is_replaced_before_use(store, app_name)
 
 def test_a_statement_waits_for_the_connection_the_heartbeat_borrowed(store, app_name):
     """The other way round: the workflow thread needs the connection the heartbeat holds."""
-    from celery_durable.store.pool import borrowing
+    from celery_durable.store.db.pool import borrowing
 
     store.insert_run(new_run("b1"))
     pool = store.db.pool

@@ -13,11 +13,11 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from celery_durable import console
-from celery_durable.dashboard.pages import step_when
+from celery_durable.ops import console
+from celery_durable.ops.dashboard.pages import step_when
 from celery_durable.store import Outcome, StepRecord, Store
-from celery_durable.store.dashboard_reads import CurrentStep, current_steps
 from celery_durable.store.migrations import current, upgrade
+from celery_durable.store.reads import CurrentStep, current_steps
 from tests.support.services import PG_URL, drop_tables, unique
 from tests.support.waiting import wait_until
 from tests.test_store import new_run

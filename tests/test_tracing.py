@@ -116,7 +116,8 @@ import sys
 sys.modules["opentelemetry"] = None  # as if it were not installed
 from celery import Celery
 import celery_durable as cd
-from celery_durable import Durable, tracing
+from celery_durable import Durable
+from celery_durable.core import tracing
 assert tracing.ENABLED is False
 app = Celery("plain", broker="memory://")
 app.conf.task_always_eager = True

@@ -11,8 +11,9 @@ import sqlalchemy as sa
 from celery import Celery
 
 import celery_durable as cd
-from celery_durable import Durable, InvalidArgument, NotSerialisable, WorkflowFailed, validate
-from celery_durable.serialization import decode_error, encode_arguments, encode_error
+from celery_durable import Durable, InvalidArgument, NotSerialisable, WorkflowFailed
+from celery_durable.core import validate
+from celery_durable.core.serialization import decode_error, encode_arguments, encode_error
 from tests.support.services import PG_URL, UNREACHABLE_BROKER_URL, unique
 
 # 100 characters but 400 bytes: passes a 255-character check, not AMQP's 255-byte
@@ -267,7 +268,7 @@ def test_durations_and_moments_of_the_operations_commands():
 
 
 def test_statuses_and_cursors_of_list_runs_are_checked():
-    from celery_durable.operations import cursor_of, parse_cursor, parse_statuses
+    from celery_durable.runs.admin import cursor_of, parse_cursor, parse_statuses
     from celery_durable.store import RunSummary
 
     assert parse_statuses("failed, Waiting,failed") == ("FAILED", "WAITING")

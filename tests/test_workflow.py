@@ -300,7 +300,7 @@ def test_calling_a_workflow_directly_raises_before_anything_runs(basic_app, key,
 
 
 def test_get_is_woken_by_notify_not_by_polling(basic_app, shared_worker, key, rds, monkeypatch):
-    from celery_durable.store.listener import Listener
+    from celery_durable.store.db.listener import Listener
 
     # The polling fallback now sleeps longer than the timeout: only NOTIFY can wake get().
     monkeypatch.setattr(Listener, "first_poll", 120.0)
@@ -357,7 +357,7 @@ def test_generated_workflow_ids_are_time_ordered_uuids():
     import time
     import uuid
 
-    from celery_durable.workflow import time_ordered_id
+    from celery_durable.runs.task import time_ordered_id
 
     first = time_ordered_id()
     wait_until(lambda: time.time_ns() // 1_000_000 > int(first[:13].replace("-", ""), 16), 5)
@@ -383,9 +383,9 @@ def test_transactional_start_committed_during_the_visibility_wait_is_claimed(bas
     exactly there; the hook commits the caller's transaction at that moment."""
     from types import SimpleNamespace
 
-    from celery_durable import faults
+    from celery_durable.core import faults
+    from celery_durable.runs.task import TRANSACTIONAL_HEADER, execute
     from celery_durable.store import NewRun
-    from celery_durable.workflow import TRANSACTIONAL_HEADER, execute
 
     durable = basic_app.durable
     engine = sa.create_engine(PG_URL)

@@ -44,7 +44,8 @@ from benchmarks.chaos.plan import (
     mix,
     step_seconds,
 )
-from celery_durable import Durable, WorkflowContext, faults
+from celery_durable import Durable, WorkflowContext
+from celery_durable.core import faults
 
 BROKER_URL = os.environ.get("CHAOS_BROKER_URL", "redis://127.0.0.1:6379/0")
 QUEUE = os.environ.get("CHAOS_QUEUE", "celery_durable.chaos")

@@ -5,11 +5,10 @@ Example::
     from celery_durable.store import Store, StepRecord, Outcome
 """
 
-from .item_ops import DISPATCH_BATCH
-from .open_items import CLAIM, RUN, SKIP, OpenItem
-from .operation_statements import ALL_STATUSES
-from .outage import is_unreachable
-from .records import (
+from celery_durable.store.db.outage import is_unreachable
+from celery_durable.store.items import DISPATCH_BATCH
+from celery_durable.store.items_first import CLAIM, RUN, SKIP, OpenItem
+from celery_durable.store.records import (
     Cancellation,
     Claim,
     Collected,
@@ -39,9 +38,16 @@ from .records import (
     StepRecord,
     StepWrite,
 )
-from .schema import ACTIVE_STATUSES, FINISHED_STATUSES, SETTLED_STATUSES, Tables, build_tables
-from .sql import TAKEOVER
-from .store import Store
+from celery_durable.store.schema import (
+    ACTIVE_STATUSES,
+    FINISHED_STATUSES,
+    SETTLED_STATUSES,
+    Tables,
+    build_tables,
+)
+from celery_durable.store.sql.admin import ALL_STATUSES
+from celery_durable.store.sql.build import TAKEOVER
+from celery_durable.store.store import Store
 
 __all__ = [
     "ACTIVE_STATUSES",

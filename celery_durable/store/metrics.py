@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from .metric_statements import LATENCY_BUCKETS, STEP_BUCKETS, MetricStatements
+from celery_durable.store.sql.metrics import LATENCY_BUCKETS, STEP_BUCKETS, MetricStatements
 
 if TYPE_CHECKING:
-    from .store import Store
+    from celery_durable.store.store import Store
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,16 +23,14 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
-from ..errors import ConfigurationError
-from .carry_statements import carried_params
-from .connections import Connections, parse_listen_url, parse_url
-from .item_ops import ItemOps
-from .lease_ops import LeaseOps
-from .listener import Listener
-from .longlived_ops import LongLivedOps
-from .longlived_statements import LongLivedStatements
-from .operations import StoreOperations
-from .records import (
+from celery_durable.errors import ConfigurationError
+from celery_durable.store.admin import StoreOperations
+from celery_durable.store.db.connections import Connections, parse_listen_url, parse_url
+from celery_durable.store.db.listener import Listener
+from celery_durable.store.items import ItemOps
+from celery_durable.store.leases import LeaseOps
+from celery_durable.store.long_lived import LongLivedOps
+from celery_durable.store.records import (
     Cancellation,
     Claim,
     DueRun,
@@ -42,11 +40,13 @@ from .records import (
     StepRecord,
     StepWrite,
 )
-from .schema import FINISHED_STATUSES, Tables, build_tables
-from .signal_ops import SignalOps
-from .sql import params, step_params, write_carried
-from .statements import Statements
-from .sweep_ops import SweepOps
+from celery_durable.store.schema import FINISHED_STATUSES, Tables, build_tables
+from celery_durable.store.signals import SignalOps
+from celery_durable.store.sql.build import params, step_params, write_carried
+from celery_durable.store.sql.carry import carried_params
+from celery_durable.store.sql.long_lived import LongLivedStatements
+from celery_durable.store.sql.statements import Statements
+from celery_durable.store.sweep import SweepOps
 
 
 class Store(ItemOps, SignalOps, SweepOps, LeaseOps, StoreOperations, LongLivedOps):

@@ -16,7 +16,8 @@ from celery import Celery
 from celery.signals import task_postrun
 
 import celery_durable as cd
-from celery_durable import Durable, PermanentError, faults
+from celery_durable import Durable, PermanentError
+from celery_durable.core import faults
 
 app = Celery("basic", broker=os.environ.get("TEST_BROKER_URL", "redis://127.0.0.1:6379/0"))
 if os.environ.get("TEST_QUEUE_TYPE") == "quorum":

@@ -17,7 +17,7 @@ from alembic import command
 from alembic.config import Config
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from celery_durable.store.store import Store
 
 HERE = os.path.dirname(__file__)
 

@@ -1,0 +1,193 @@
+"""Sagas: steps with a compensation, undone in reverse order when the run rolls back.
+
+``@durable.step(compensate=refund)`` names what undoes a step: ``refund(*args,
+result=<the step's recorded output>, **kwargs)``. A rollback (the run failing for good, a
+cancel, or ``cd.compensate()`` in the body) runs the compensations of the finished steps,
+latest first, each recorded as a step of its own at the next index: a crash during the
+rollback resumes it where it stopped, and replay never runs one twice.
+
+Example::
+
+    @durable.step(compensate=refund)
+    def charge(order_id: int, amount: int) -> str: ...
+
+    @durable.workflow
+    def checkout(order_id: int) -> dict:
+        receipt = charge(order_id, 100)
+        if not ship(order_id):
+            cd.compensate()                    # refund(order_id, 100, result=receipt)
+            return {"status": "rolled back"}
+        return {"receipt": receipt}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any
+
+from celery_durable.body.context import WorkflowContext
+from celery_durable.body.step import COMPENSATED, Step, check_replay, write_caught_failure
+from celery_durable.body.suspend import require_context
+from celery_durable.core import faults, serialization
+from celery_durable.errors import LeaseLost, StoreUnavailable
+from celery_durable.store import StepRecord
+
+logger = logging.getLogger("celery_durable.step")
+
+ROLLBACK_STEP = "celery_durable.rollback"
+COMPENSATE_STEP_PREFIX = "celery_durable.compensate:"
+
+
+@dataclasses.dataclass(frozen=True)
+class Compensation:
+    """One compensation that ran: the step it undid (name, index), "ok" or "error"."""
+
+    step: str
+    index: int
+    status: str
+    error: str | None = None
+
+    @classmethod
+    def of(cls, record: StepRecord) -> Compensation | None:
+        """The compensation a recorded step is, or None for any other step."""
+        if not record.name.startswith(COMPENSATE_STEP_PREFIX):
+            return None
+        message = None
+        if record.error:
+            error = serialization.decode_error(record.error)
+            message = f"{error.get('type', '')}: {error.get('message', '')}"
+        return cls(
+            record.name.removeprefix(COMPENSATE_STEP_PREFIX),
+            int(serialization.loads(record.input)["of"]),
+            record.status,
+            message,
+        )
+
+
+def compensate() -> list[Compensation]:
+    """Run now, latest first, the compensations of the steps this run finished that were
+    not compensated yet; returns what ran. The body goes on afterwards (return or raise
+    what it likes); a later failure of the run does not compensate these steps again."""
+    ctx = require_context("compensate")
+    ctx.check_stopping()
+    write_caught_failure(ctx)
+    return run_compensations(ctx)
+
+
+def pending_compensations(ctx: WorkflowContext) -> list[StepRecord]:
+    """The finished steps before the body's position that have a compensation not run
+    yet, latest first (the order a rollback undoes them)."""
+    before = ctx.next_index
+    done = set()
+    for idx, recorded in ctx.history.items():
+        ran = Compensation.of(recorded) if idx < before else None
+        if ran is not None:
+            done.add(ran.index)
+    return [
+        recorded
+        for idx, recorded in sorted(ctx.history.items(), reverse=True)
+        if idx < before
+        and recorded.status == "ok"
+        and recorded.name in COMPENSATED
+        and idx not in done
+    ]
+
+
+def run_compensations(ctx: WorkflowContext) -> list[Compensation]:
+    """Compensate what ``pending_compensations`` lists, each a recorded step."""
+    ran = []
+    for original in pending_compensations(ctx):
+        ran.append(_compensate_one(ctx, original))
+    return ran
+
+
+def write_fenced(ctx: WorkflowContext, step: StepRecord) -> None:
+    """Record a rollback's step under the fence (a requested cancel does not stop it),
+    after the deferred steps' records the run still holds."""
+    for carried in ctx.take_deferred():
+        _write_fenced(ctx, carried)
+    _write_fenced(ctx, step)
+
+
+def _write_fenced(ctx: WorkflowContext, step: StepRecord) -> None:
+    # Raised as such even when the body already stopped (a cancel): the rollback's caller
+    # tells a lost lease from an outage, whatever stopped the body.
+    stop: BaseException
+    try:
+        written = ctx.store.record_fenced_step(ctx.workflow_id, ctx.fence, step)
+    except Exception as exc:
+        stop = StoreUnavailable(f"run {ctx.workflow_id!r}: the store failed: {exc!r}")
+        ctx.stop(stop)
+        raise stop from exc
+    if not written:
+        stop = LeaseLost(f"run {ctx.workflow_id!r} is no longer owned by this worker")
+        ctx.stop(stop)
+        raise stop
+    ctx.history[step.idx] = step
+    faults.reach(faults.AFTER_RECORD_STEP, **ctx.log_fields(step.idx))
+
+
+def _compensate_one(ctx: WorkflowContext, original: StepRecord) -> Compensation:
+    step = COMPENSATED[original.name]
+    name = COMPENSATE_STEP_PREFIX + original.name
+    step_input = serialization.dumps({"of": original.idx})
+    index = ctx.take_index()
+    recorded = ctx.history.get(index)
+    if recorded is not None:
+        check_replay(ctx, index, recorded, name, step_input)
+        if recorded.status in ("ok", "error"):
+            done = Compensation.of(recorded)
+            assert done is not None
+            return done
+    args, kwargs = serialization.loads(original.input)
+    result = serialization.loads(original.output or "null")
+    undo: Any = step.compensate
+    policy = undo if isinstance(undo, Step) else None
+    function = undo.fn if isinstance(undo, Step) else undo
+    attempts = policy.max_attempts if policy else 1
+    started = time.monotonic()
+    for attempt in range(1, attempts + 1):
+        ctx.in_step = True
+        try:
+            value = function(*args, result=result, **kwargs)
+            output = serialization.encode_value(
+                f"compensation {name}", value, ctx.max_payload_bytes
+            )
+        except Exception as exc:
+            if attempt < attempts and policy is not None and policy.retryable(exc):
+                delay = policy.delay_after(attempt)
+                logger.warning(
+                    "compensation of step %d (%s) failed (attempt %d of %d), retrying in %.2fs: %r",
+                    original.idx,
+                    original.name,
+                    attempt,
+                    attempts,
+                    delay,
+                    exc,
+                    extra=ctx.log_fields(index),
+                )
+                time.sleep(delay)
+                continue
+            logger.error(
+                "compensation of step %d (%s) failed for good: %r",
+                original.idx,
+                original.name,
+                exc,
+                extra=ctx.log_fields(index),
+            )
+            error = serialization.encode_error(exc)
+            took = time.monotonic() - started
+            failed = StepRecord(index, name, "error", step_input, None, error, took, began=started)
+            write_fenced(ctx, failed)
+            done = Compensation.of(failed)
+            assert done is not None
+            return done
+        finally:
+            ctx.in_step = False
+        took = time.monotonic() - started
+        done_ok = StepRecord(index, name, "ok", step_input, output, None, took, began=started)
+        write_fenced(ctx, done_ok)
+        return Compensation(original.name, original.idx, "ok")
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,202 @@
+"""The workflow run the current code executes under, kept in a context variable.
+
+Example::
+
+    from celery_durable import WorkflowContext
+
+    def audit(message: str) -> None:
+        ctx = WorkflowContext.current()
+        prefix = f"[{ctx.workflow_id}] " if ctx else ""
+        print(prefix + message)
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from celery_durable.store import DueRun, StepRecord, Store
+
+# The name prefix of the markers ``patched()`` records (see ``celery_durable.patching``).
+PATCH_STEP_PREFIX = "celery_durable.patch:"
+
+_current: contextvars.ContextVar[WorkflowContext | None] = contextvars.ContextVar(
+    "celery_durable_workflow", default=None
+)
+
+
+class Dispatcher(Protocol):
+    """What the engine lends a body to start work elsewhere: publishing Celery messages.
+
+    The body API can't import the engine (layers point one way), so the engine passes
+    this in the context; :class:`celery_durable.fanout.Dispatch` implements it.
+    """
+
+    @property
+    def dispatch_grace(self) -> float:
+        """Seconds a published item may wait in its queue before it is published again."""
+        ...
+
+    def publish_items(
+        self, step_name: str, queue: str | None, run_id: str, idx: int, items: Iterable[int]
+    ) -> None:
+        """Publish the item tasks ``items`` of fan-out step ``idx``; log, never raise."""
+        ...
+
+    def publish_run(self, run: DueRun) -> None:
+        """Publish a stored run's task message (a child, a woken parent)."""
+        ...
+
+
+@dataclasses.dataclass
+class LeaseClock:
+    """When this process last knew the run's lease was extended (monotonic seconds).
+
+    The heartbeat renews every third of the lease; a process that was paused (SIGSTOP, a
+    long GC, a frozen VM) wakes up with a stale clock and must confirm the lease before it
+    runs another step's side effects, since a new owner may have run that step already.
+    """
+
+    lease: float
+    renewed_at: float = dataclasses.field(default_factory=time.monotonic)
+
+    def renewed(self) -> None:
+        self.renewed_at = time.monotonic()
+
+    def doubtful(self) -> bool:
+        return time.monotonic() - self.renewed_at > self.lease / 2
+
+
+@dataclasses.dataclass
+class WorkflowContext:
+    """One execution of a workflow body: its run, lease and replay position."""
+
+    store: Store
+    workflow_id: str
+    workflow_name: str
+    attempt: int
+    fence: int
+    history: dict[int, StepRecord]
+    lease: LeaseClock = dataclasses.field(default_factory=lambda: LeaseClock(float("inf")))
+    next_index: int = 0
+    in_step: bool = False
+    # Set once the body must stop (suspended, lease lost, cancelled): steps and waits in
+    # the user's finally/with blocks re-raise it instead of running.
+    stopping: BaseException | None = None
+    # The last step failure the body raised. Its record is written lazily: with the next
+    # write if the body caught it, or with the retry or settle it caused, in one transaction.
+    failed_step: FailedStep | None = None
+    # Where remote steps of this run go when theirs names no queue (the run's own queue).
+    queue: str | None = None
+    # A child run's parent and the parent's step index that started it.
+    parent_id: str | None = None
+    parent_idx: int | None = None
+    dispatcher: Dispatcher | None = None
+    # Fan-out steps dispatched by this execution (not replayed): waiting on them tries to
+    # suspend before reading their items, which have most likely not settled yet.
+    fresh: set[int] = dataclasses.field(default_factory=set)
+    # The run has finished a step with a compensation (stored on the run: a cancel of it
+    # while idle then rolls it back).
+    compensable: bool = False
+    # Records of deferred steps (commit="deferred") not written yet: they ride on the next
+    # write, or go on their own once there are ``deferred_max_steps`` of them or the
+    # oldest is ``deferred_max_age`` seconds old. A crash loses them: those steps run again.
+    deferred: list[StepRecord] = dataclasses.field(default_factory=list)
+    deferred_since: float = 0.0
+    deferred_max_steps: int = 100
+    deferred_max_age: float = 1.0
+    # When this delivery's hard time limit runs out (monotonic), if it has one: billiard's
+    # SIGTERM after it is a failed attempt, not a shutdown (shutdown.interruption).
+    hard_deadline: float | None = None
+    # Called with (index, name) as each step this delivery runs (not replays) starts: the
+    # engine reports it to Flower (a resumed run's line names the step it is on).
+    on_step: Callable[[int, str], None] | None = None
+    # durable_max_payload_bytes: a new step input or output, state value, child's or
+    # item's arguments or result larger than this (as JSON) is refused; None: no limit.
+    max_payload_bytes: int | None = None
+
+    def defer(self, record: StepRecord) -> None:
+        if not self.deferred:
+            self.deferred_since = time.monotonic()
+        self.deferred.append(record)
+        self.history[record.idx] = record
+
+    def deferred_due(self) -> bool:
+        """The buffer reached a bound: write it now, without waiting for the next write."""
+        return bool(self.deferred) and (
+            len(self.deferred) >= self.deferred_max_steps
+            or time.monotonic() - self.deferred_since >= self.deferred_max_age
+        )
+
+    def take_deferred(self) -> list[StepRecord]:
+        """The buffered records, for the write that carries them (the buffer empties)."""
+        taken, self.deferred = self.deferred, []
+        return taken
+
+    @classmethod
+    def current(cls) -> WorkflowContext | None:
+        """The context of the running workflow, or None outside a workflow."""
+        return _current.get()
+
+    @classmethod
+    def is_active(cls) -> bool:
+        """True when called from inside a workflow body (or a step it runs)."""
+        return _current.get() is not None
+
+    @property
+    def replaying(self) -> bool:
+        """True while the body is re-executing steps that history already holds."""
+        return self.next_index in self.history
+
+    def stop(self, exc: BaseException) -> BaseException:
+        """Remember why the body stops; returns ``exc`` for ``raise ctx.stop(...)``."""
+        if self.stopping is None:
+            self.stopping = exc
+        return self.stopping
+
+    def check_stopping(self) -> None:
+        if self.stopping is not None:
+            raise self.stopping
+
+    def take_index(self) -> int:
+        # A patch marker the code no longer asks for (its patched()/deprecate_patch() call
+        # was removed) is passed over, as Temporal does.
+        while _is_patch_marker(self.history.get(self.next_index)):
+            self.next_index += 1
+        index = self.next_index
+        self.next_index += 1
+        return index
+
+    def log_fields(self, step_index: int | None = None) -> dict[str, Any]:
+        return {
+            "workflow_id": self.workflow_id,
+            "workflow": self.workflow_name,
+            "attempt": self.attempt,
+            "step_index": self.next_index if step_index is None else step_index,
+        }
+
+
+def _is_patch_marker(record: StepRecord | None) -> bool:
+    return record is not None and record.name.startswith(PATCH_STEP_PREFIX)
+
+
+@dataclasses.dataclass
+class FailedStep:
+    """A step failure the body raised, and whether its record is written yet."""
+
+    record: StepRecord
+    exc: BaseException
+    written: bool = False
+
+
+def activate(ctx: WorkflowContext) -> contextvars.Token[WorkflowContext | None]:
+    return _current.set(ctx)
+
+
+def deactivate(token: contextvars.Token[WorkflowContext | None]) -> None:
+    _current.reset(token)

@@ -1,0 +1,224 @@
+"""Composition inside a workflow body: starting parallel steps, steps on other queues and
+children (waiting for them is ``fanin``).
+
+A fan-out takes one step index. Its step row is recorded "started" together with its
+items (one per parallel call, or the child run) in one transaction; the items then run as
+ordinary Celery tasks, each recording its own outcome. Item task ids and child workflow
+ids are derived from the run id and the step index, so a replay or re-dispatch is the
+same task; replay never dispatches a recorded fan-out again.
+
+Example::
+
+    import celery_durable as cd
+
+    @durable.workflow
+    def report(doc_id: str) -> dict:
+        images = cd.map(render, range(10))                       # one task per item, in order
+        a, b = cd.gather(fetch.start("a"), fetch.start("b"))     # futures, gathered
+        child = ship.start_child(doc_id)                         # a child workflow
+        return {"images": images, "a": a, "b": b, "shipped": child.result()}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from celery_durable.body.context import WorkflowContext
+from celery_durable.body.fanin import (
+    ChildHandle,
+    StepFuture,
+    body_context,
+    collect,
+    gather,
+    wait_for,
+)
+from celery_durable.body.step import check_replay, record, stop_writing, store_guard
+from celery_durable.core import faults, serialization
+from celery_durable.core.logs import log_started
+from celery_durable.errors import NonDeterminismError, WorkflowAlreadyExists
+from celery_durable.store import DISPATCH_BATCH, FanOut, NewRun, Outcome, StepRecord
+
+if TYPE_CHECKING:
+    from celery_durable.body.step import Step
+
+R = TypeVar("R")
+
+__all__ = ["ChildHandle", "StepFuture", "gather", "map", "start_child", "start_step"]
+
+CHILD_STEP_PREFIX = "celery_durable.child:"
+# AMQP's correlation_id (Celery's task id) is a shortstr: at most 255 bytes.
+MAX_ID_BYTES = 255
+
+
+def derived_id(text: str) -> str:
+    """``text`` as a task or workflow id, or a uuid5 of it when longer than 255 bytes."""
+    if len(text.encode("utf-8")) <= MAX_ID_BYTES:
+        return text
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, text))
+
+
+# -- starting -------------------------------------------------------------------------------
+
+
+def start_step(step: Step[Any, R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> StepFuture[R]:
+    """``step.start(...)``: run the step as a Celery task on its queue (or the run's)."""
+    ctx = body_context(
+        f"{step.name}.start()", f"call {step.name}(...) to run it here, or from a workflow"
+    )
+    index = ctx.take_index()
+    encoded = serialization.encode_arguments(
+        f"step {step.name}", step.fn, args, kwargs, ctx.max_payload_bytes
+    )
+    # "task": a started step and a routed step called directly are the same record, so
+    # code may switch between the two without breaking replay.
+    step_input = f'{{"fanout":"task","items":1,"input":{encoded}}}'
+    recorded = ctx.history.get(index)
+    if recorded is not None:
+        check_replay(ctx, index, recorded, step.name, step_input)
+    else:
+        dispatch(
+            ctx, StepRecord(index, step.name, "started", step_input, None, None), step, [encoded]
+        )
+    return StepFuture(index, step.name)
+
+
+def map(  # noqa: A001 - cd.map is the public name, like the builtin it mirrors
+    step: Step[Any, R], *iterables: Iterable[Any], return_exceptions: bool = False
+) -> list[Any]:
+    """Like the builtin ``map(step, *iterables)``, with one Celery task per item: the
+    results in input order.
+
+    It waits for every item to settle, then raises the failure of the lowest-numbered
+    failed item as StepFailed (original type, message and traceback); with
+    ``return_exceptions=True`` the exceptions are returned in place instead.
+    """
+    from celery_durable.body.step import Step
+
+    if not isinstance(step, Step):
+        raise TypeError(f"cd.map() needs a durable step, got {step!r}")
+    ctx = body_context(
+        "cd.map()", f"use the builtin map({step.name}.fn, ...) to run the items here"
+    )
+    if not iterables:
+        raise TypeError("cd.map() needs at least one iterable")
+    index = ctx.take_index()
+    owner = f"step {step.name}"
+    inputs = [
+        serialization.encode_arguments(owner, step.fn, args, {}, ctx.max_payload_bytes)
+        for args in zip(*iterables, strict=False)
+    ]
+    digest = hashlib.sha256()
+    for text in inputs:
+        digest.update(text.encode("utf-8") + b"\n")
+    step_input = f'{{"fanout":"map","items":{len(inputs)},"digest":"{digest.hexdigest()}"}}'
+    recorded = ctx.history.get(index)
+    if recorded is not None:
+        check_map_replay(ctx, index, recorded, step.name, step_input)
+    elif not inputs:
+        record(ctx, StepRecord(index, step.name, "ok", step_input, "[]", None))
+        return []
+    else:
+        dispatch(ctx, StepRecord(index, step.name, "started", step_input, None, None), step, inputs)
+    count = len(inputs)
+    del inputs  # bounded memory: only the results are kept
+    resolved = wait_for(ctx, [index])[index]
+    future: StepFuture[Any] = StepFuture(index, step.name)
+    return collect(ctx, [(future, resolved, count)], return_exceptions)
+
+
+def check_map_replay(
+    ctx: WorkflowContext, index: int, recorded: StepRecord, name: str, step_input: str
+) -> None:
+    """check_replay, saying so when only the number of items changed."""
+    if recorded.name == name and recorded.input != step_input:
+        before = serialization.loads(recorded.input) if recorded.input.startswith("{") else {}
+        now = serialization.loads(step_input)
+        if isinstance(before, dict) and before.get("items") != now["items"]:
+            raise NonDeterminismError(
+                f"workflow {ctx.workflow_name} run {ctx.workflow_id!r}: step {index} "
+                f"(cd.map of {name}) had {before.get('items')} items in the recorded "
+                f"history, {now['items']} now"
+            )
+    check_replay(ctx, index, recorded, name, step_input)
+
+
+def dispatch(
+    ctx: WorkflowContext, step: StepRecord, runs: Step[Any, Any], inputs: list[str]
+) -> None:
+    """Record the fan-out with its items in one transaction, then publish them in batches."""
+    dispatcher = ctx.dispatcher
+    assert dispatcher is not None, "a workflow body always runs with a dispatcher"
+    queue = runs.queue or ctx.queue
+    fan = FanOut(runs.name, queue, inputs, dispatcher.dispatch_grace)
+    if not write_fanout(ctx, step, fan):
+        return
+    for start in range(0, len(inputs), DISPATCH_BATCH):
+        items = range(start, min(start + DISPATCH_BATCH, len(inputs)))
+        # A crash between batches leaves the rest pending: the sweeper publishes them
+        # after durable_dispatch_grace; replay never dispatches a recorded fan-out again.
+        dispatcher.publish_items(runs.name, queue, ctx.workflow_id, step.idx, items)
+        faults.reach(
+            faults.AFTER_DISPATCH, **ctx.log_fields(step.idx), batch=start // DISPATCH_BATCH
+        )
+
+
+def write_fanout(ctx: WorkflowContext, step: StepRecord, fan: FanOut) -> bool:
+    """Write the fan-out; True when this call wrote it (so its items are to publish)."""
+    with store_guard(ctx):
+        written = ctx.store.dispatch_fanout(
+            ctx.workflow_id, ctx.fence, step, fan, ctx.take_deferred()
+        )
+    if written.outcome is Outcome.RECORDED:
+        ctx.history[step.idx] = step
+        ctx.fresh.add(step.idx)
+        return True
+    if written.outcome is Outcome.DUPLICATE:
+        assert fan.child is not None
+        raise WorkflowAlreadyExists(fan.child.id)
+    if written.outcome is Outcome.EXISTS and written.stored is not None:
+        # An earlier write committed (e.g. interrupted after the server's commit): its
+        # unpublished items are the sweeper's, after the dispatch grace.
+        check_replay(ctx, step.idx, written.stored, step.name, step.input)
+        ctx.history[step.idx] = written.stored
+        return False
+    stop_writing(ctx)
+
+
+def start_child(
+    workflow_name: str,
+    encoded_args: str,
+    new_run: Callable[[str], NewRun],
+    publish: Callable[[str], None],
+    workflow_id: str | None,
+    detached: bool,
+) -> ChildHandle[Any]:
+    """``workflow.start_child(...)``: insert the child run with the parent's step record
+    and item in one transaction, then publish it. The engine passes ``new_run`` (the
+    child's row, given its id) and ``publish`` (its Celery message, given its id)."""
+    ctx = body_context(
+        f"{workflow_name}.start_child()", f"start a top-level run with {workflow_name}.delay()"
+    )
+    index = ctx.take_index()
+    child_id = workflow_id or derived_id(f"{ctx.workflow_id}:{index}")
+    name = CHILD_STEP_PREFIX + workflow_name
+    step_input = f'{{"fanout":"child","id":{serialization.dumps(child_id)},"input":{encoded_args}}}'
+    recorded = ctx.history.get(index)
+    if recorded is not None:
+        check_replay(ctx, index, recorded, name, step_input)
+        return ChildHandle(index, child_id, workflow_name)
+    dispatcher = ctx.dispatcher
+    assert dispatcher is not None
+    run = new_run(child_id)
+    fan = FanOut(name, None, [encoded_args], dispatcher.dispatch_grace, run, detached)
+    step = StepRecord(index, name, "started", step_input, None, None)
+    written = write_fanout(ctx, step, fan)
+    if written:
+        log_started(workflow_name, child_id, run.start_delay, parent=ctx.workflow_id)
+    if written and run.start_delay is None:
+        # A lost publish is the sweeper's, like any run's (durable_dispatch_grace).
+        publish(child_id)
+        faults.reach(faults.AFTER_DISPATCH, **ctx.log_fields(index), batch=0)
+    return ChildHandle(index, child_id, workflow_name)

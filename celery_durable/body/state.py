@@ -1,0 +1,96 @@
+"""Queries: values a workflow publishes with ``set_state``, read without running it.
+
+Example::
+
+    @durable.workflow
+    def booking(booking_id: str) -> dict:
+        cd.set_state({"stage": "reserved"})
+        ...
+
+    handle.query()               # {"stage": "reserved"}
+    handle.query("progress")     # UnknownQuery until the workflow sets that key
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from celery.exceptions import TimeoutError as CeleryTimeoutError
+
+from celery_durable.body.step import stop_writing, store_guard, write_caught_failure
+from celery_durable.body.suspend import require_context
+from celery_durable.core import serialization, validate
+from celery_durable.errors import UnknownQuery, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
+from celery_durable.store import Store
+
+DEFAULT_KEY = "state"
+
+
+def set_state(value: Any, key: str = DEFAULT_KEY) -> None:
+    """Record ``value`` under ``key`` for ``handle.query(key)``; the latest value wins."""
+    ctx = require_context("set_state")
+    ctx.check_stopping()
+    validate.check_text(key, "set_state(key)", max_chars=255, allow_empty=False)
+    # NotSerialisable is permanent: retrying the workflow would fail the same way.
+    encoded = serialization.encode_json(
+        f"set_state({key!r}) in workflow run {ctx.workflow_id!r}: the value",
+        value,
+        ctx.max_payload_bytes,
+    )
+    write_caught_failure(ctx)
+    with store_guard(ctx):
+        stored = ctx.store.set_state(ctx.workflow_id, ctx.fence, key, encoded, ctx.take_deferred())
+    if not stored:
+        stop_writing(ctx)
+
+
+def query(store: Store, workflow_id: str, key: str = DEFAULT_KEY) -> Any:
+    """The latest value set under ``key``; for "state" before any set_state, the output
+    of the last finished step (None if there is none)."""
+    value = store.get_state(workflow_id, key)
+    if value is not None:
+        return serialization.loads(value)
+    if store.get_status(workflow_id) is None:
+        raise WorkflowNotFound(workflow_id)
+    if key == DEFAULT_KEY:
+        output = store.last_step_output(workflow_id)
+        return None if output is None else serialization.loads(output)
+    raise UnknownQuery(f"workflow run {workflow_id!r} has no query value {key!r}")
+
+
+def wait_for_state(store: Store, workflow_id: str, key: str, wait: float) -> Any:
+    """``query(key)`` once the run has set ``key``: woken by LISTEN/NOTIFY on Postgres
+    (set_state notifies), polling on SQLite. ``celery.exceptions.TimeoutError`` after
+    ``wait`` seconds; WorkflowFailed or WorkflowCancelled if the run ended without it."""
+    validate.check_text(key, "query(key)", max_chars=255, allow_empty=False)
+    deadline = time.monotonic() + wait
+    with store.listener() as listener:
+        while True:
+            run = store.get_run(workflow_id)  # before the value: a set, then an end
+            value = store.get_state(workflow_id, key)
+            if value is not None:
+                return serialization.loads(value)
+            if run is None:
+                raise WorkflowNotFound(workflow_id)
+            if run.status == "CANCELLED":
+                raise WorkflowCancelled(workflow_id, run.cancel_reason)
+            if run.status in ("FAILED", "SUCCEEDED"):
+                if run.status == "SUCCEEDED":
+                    raise UnknownQuery(
+                        f"workflow run {workflow_id!r} succeeded without setting {key!r}"
+                    )
+                error = serialization.decode_error(run.error) if run.error else {}
+                raise WorkflowFailed(
+                    workflow_id,
+                    error.get("type", "unknown"),
+                    error.get("message", ""),
+                    error.get("traceback", ""),
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise CeleryTimeoutError(
+                    f"workflow run {workflow_id!r} did not set {key!r} within {wait}s "
+                    f"(status {run.status}); it goes on running"
+                )
+            listener.wait_for(workflow_id, min(0.5, remaining))

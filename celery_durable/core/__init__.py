@@ -1,0 +1,4 @@
+"""Core: what every layer may use, and which imports nothing of celery_durable but
+``errors``: settings (``config``), JSON encoding (``serialization``), checks of what callers
+hand over (``validate``), redaction, fault-injection points, log fields and tracing spans.
+"""

@@ -1,0 +1,445 @@
+"""Durable: binds celery_durable to a Celery app; holds the config and the registries.
+
+Example::
+
+    app = Celery("shop", broker="redis://127.0.0.1:6379/0")
+    durable = Durable(app, database_url="postgresql+psycopg://postgres@127.0.0.1/shop")
+
+    @durable.step
+    def reserve(order_id: int) -> dict: ...
+
+    @durable.workflow
+    def checkout(order_id: int) -> dict:
+        return reserve(order_id)
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from celery import Celery, Task
+from celery import signals as celery_signals
+
+from celery_durable.body.step import DEFAULT_MAX_BACKOFF, Step
+from celery_durable.core import logs, serialization, tracing, validate
+from celery_durable.core.config import DurableConfig
+from celery_durable.engine import apps
+from celery_durable.engine.items import Dispatch, register_item_task
+from celery_durable.engine.leases import LeaseKeeper
+from celery_durable.engine.signals import SignalQueue, register_tasks, send_signal_via_broker
+from celery_durable.engine.sweeper import DurableSweeper, Sweeper
+from celery_durable.errors import ConfigurationError, DuplicateRegistration, WorkflowNotFound
+from celery_durable.runs import admin as operations
+from celery_durable.runs.admin import BulkResume, RunPage
+from celery_durable.runs.handle import WorkflowHandle
+from celery_durable.runs.task import WorkflowDefinition, WorkflowTask
+from celery_durable.store import Collected, RunStats, Store
+
+if TYPE_CHECKING:
+    from celery_durable.store.migrations import Migrated
+
+logger = logging.getLogger("celery_durable")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Durable:
+    """celery_durable for one Celery app and one namespace.
+
+    Settings come from keyword arguments (``database_url=...``, ``lock_timeout=...``; see
+    :mod:`celery_durable.config`), ``CELERY_DURABLE_*`` env vars and ``app.conf.durable_*``.
+    They are read on first use, so ``app.conf`` may be filled after this call.
+    """
+
+    def __init__(self, app: Celery, **settings: Any) -> None:
+        self.app = app
+        self._settings = settings
+        # Unknown names and wrong types fail here, at import; ranges that depend on the
+        # other sources (env, app.conf) are checked once they are merged, on first use.
+        DurableConfig.check_keywords(settings)
+        self._config: DurableConfig | None = None
+        self._store: Store | None = None
+        self.workflows: dict[str, WorkflowDefinition] = {}
+        self.steps: dict[str, Step[Any, Any]] = {}
+        self.leases = LeaseKeeper(self)
+        self.sweeper = Sweeper(self)
+        self.dispatch = Dispatch(self)
+        app.steps["worker"].add(DurableSweeper)
+        app.steps["worker"].add(SignalQueue)
+        register_tasks(app)
+        celery_signals.worker_process_shutdown.connect(self._on_process_exit, weak=False)
+        apps.bind(app, self)
+
+    def __repr__(self) -> str:
+        return f"<Durable app={self.app.main!r} settings={sorted(self._settings)}>"
+
+    # -- configuration ---------------------------------------------------------------------
+
+    @property
+    def config(self) -> DurableConfig:
+        if self._config is None:
+            self._config = DurableConfig.from_sources(self._settings, self.app.conf)
+            if self._config.log_json:
+                logs.install_json()
+        return self._config
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            config = self.config
+            self._store = Store(
+                config.database_url,
+                config.table_prefix,
+                config.namespace,
+                pgbouncer=config.pgbouncer,
+                listen_url=config.listen_url,
+                dispatcher=self.dispatcher,
+            )
+        return self._store
+
+    @property
+    def dispatcher(self) -> str:
+        """The broker this app publishes to (its URL without the password): recorded on
+        the runs it starts and its workers claim, so that its sweepers dispatch only
+        those, not the runs of an app on another broker sharing the namespace."""
+        return apps.broker_identity(self.app)
+
+    # -- registration ------------------------------------------------------------------------
+
+    @overload
+    def workflow(self, fn: F) -> Any: ...
+
+    @overload
+    def workflow(
+        self,
+        fn: None = None,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        retry_backoff: float | None = None,
+        **task_options: Any,
+    ) -> Callable[[F], Any]: ...
+
+    def workflow(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        retry_backoff: float | None = None,
+        **task_options: Any,
+    ) -> Any:
+        """Register ``fn`` as a workflow: a Celery task named as Celery names tasks."""
+        if fn is None:
+            return lambda f: self.workflow(
+                f,
+                name=name,
+                queue=queue,
+                max_attempts=max_attempts,
+                retry_backoff=retry_backoff,
+                **task_options,
+            )
+        if max_attempts is not None and max_attempts < 1:
+            raise ConfigurationError(f"workflow {fn.__qualname__}: max_attempts must be >= 1")
+        if retry_backoff is not None and retry_backoff < 0:
+            raise ConfigurationError(f"workflow {fn.__qualname__}: retry_backoff must be >= 0")
+        task_name = name or self.app.gen_task_name(fn.__name__, fn.__module__)
+        _refuse_coroutine(fn, f"workflow {task_name}")
+        self._check_unique_workflow(task_name, fn)
+        try:
+            signature: inspect.Signature | None = inspect.signature(fn)
+        except (TypeError, ValueError):
+            signature = None
+        definition = WorkflowDefinition(
+            fn, task_name, queue, max_attempts, retry_backoff, signature
+        )
+        self.workflows[task_name] = definition
+
+        def run(task: WorkflowTask, *args: Any, **kwargs: Any) -> Any:
+            return task.run_workflow(args, kwargs)
+
+        run.__name__ = fn.__name__
+        run.__qualname__ = fn.__qualname__
+        run.__module__ = fn.__module__
+        run.__doc__ = fn.__doc__
+        options: dict[str, Any] = {"queue": queue} if queue else {}
+        options.update(task_options)
+        return self.app.task(
+            name=task_name,
+            base=WorkflowTask,
+            bind=True,
+            shared=False,
+            durable=self,
+            definition=definition,
+            **options,
+        )(run)
+
+    def _check_unique_workflow(self, task_name: str, fn: Callable[..., Any]) -> None:
+        if task_name in self.workflows:
+            earlier = self.workflows[task_name].fn
+            raise DuplicateRegistration(
+                f"workflow name {task_name!r} is already registered (by "
+                f"{earlier.__module__}.{earlier.__qualname__}); pass name= to tell them apart"
+            )
+        for other in apps.durables_of(self.app):
+            if other is not self and task_name in other.workflows:
+                raise DuplicateRegistration(
+                    f"workflow name {task_name!r} is already registered on this app"
+                )
+        existing = self.app._tasks.get(task_name)  # noqa: SLF001 - .tasks would finalize the app
+        if existing is not None and not isinstance(existing, WorkflowTask):
+            raise DuplicateRegistration(
+                f"a Celery task named {task_name!r} already exists; a workflow can't reuse its name"
+            )
+
+    @overload
+    def step(self, fn: F) -> Step[Any, Any]: ...
+
+    @overload
+    def step(
+        self,
+        fn: None = None,
+        *,
+        name: str | None = None,
+        max_attempts: int = 1,
+        backoff: float = 0.0,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        retry_on: tuple[type[BaseException], ...] = (Exception,),
+        dont_retry_on: tuple[type[BaseException], ...] = (),
+        queue: str | None = None,
+        compensate: Callable[..., Any] | None = None,
+        commit: str = "each",
+    ) -> Callable[[F], Step[Any, Any]]: ...
+
+    def step(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        max_attempts: int = 1,
+        backoff: float = 0.0,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        retry_on: tuple[type[BaseException], ...] = (Exception,),
+        dont_retry_on: tuple[type[BaseException], ...] = (),
+        queue: str | None = None,
+        compensate: Callable[..., Any] | None = None,
+        commit: str = "each",
+    ) -> Any:
+        """Register ``fn`` as a step: inside a workflow its result is recorded and replayed.
+
+        The step is also a Celery task of its own name, which runs it when started with
+        ``step.start()`` or ``cd.map()``. With ``queue`` it is a routed step: called in a
+        workflow body it always runs as that task, on that queue. ``commit="deferred"``:
+        its record rides on the run's next write instead of a commit of its own (a crash
+        before that write runs it again). ``compensate``: what undoes it when the run fails
+        for good or is cancelled (``compensate(*args, result=<its output>, **kwargs)``; a
+        step runs under its own ``max_attempts``).
+        """
+        if fn is None:
+            return lambda f: self.step(
+                f,
+                name=name,
+                max_attempts=max_attempts,
+                backoff=backoff,
+                max_backoff=max_backoff,
+                retry_on=retry_on,
+                dont_retry_on=dont_retry_on,
+                queue=queue,
+                compensate=compensate,
+                commit=commit,
+            )
+        step_name = name or f"{fn.__module__}.{fn.__qualname__}"
+        if step_name in self.steps:
+            raise DuplicateRegistration(
+                f"step name {step_name!r} is already registered; pass name= to tell them apart"
+            )
+        _refuse_coroutine(fn, f"step {step_name}")
+        step = Step(
+            fn,
+            name=step_name,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            retry_on=tuple(retry_on),
+            dont_retry_on=tuple(dont_retry_on),
+            queue=queue,
+            compensate=compensate,
+            commit=commit,
+        )
+        register_item_task(self.app, step)
+        self.steps[step_name] = step
+        return step
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def get_handle(self, workflow_id: str) -> WorkflowHandle:
+        """A handle for an existing run; WorkflowNotFound if there is none."""
+        validate.check_workflow_id(workflow_id)
+        run = self.store.get_run(workflow_id)
+        if run is None:
+            raise WorkflowNotFound(workflow_id)
+        return WorkflowHandle(self, workflow_id, run.name)
+
+    def publish(self, run_id: str, name: str, args: str, queue: str | None) -> None:
+        """Publish a stored run's task message (the sweeper's re-dispatch)."""
+        call_args, call_kwargs = serialization.loads(args)
+        options: dict[str, Any] = {"queue": queue} if queue else {}
+        tracing.add_link_headers(options)  # a wake-up's sender, linked by the resumed run
+        task = self.app.tasks.get(name)
+        if isinstance(task, WorkflowTask):
+            # Celery's own apply_async: routing from the task class, eager mode honoured.
+            Task.apply_async(task, call_args, call_kwargs, task_id=run_id, **options)
+        else:  # a workflow this process doesn't import: publish by name
+            self.app.send_task(name, call_args, call_kwargs, task_id=run_id, **options)
+
+    def send_signal(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Any = None,
+        idempotency_key: str | None = None,
+        *,
+        store_first: bool | None = None,
+    ) -> str:
+        """Signal a run from a producer that may have only the broker; returns the message id.
+
+        When this process has a database configured (``store_first`` defaults to that),
+        the signal is stored here first and the broker carries only its wake-up, so a
+        worker crash can't hold it back; if the store is unreachable it travels through
+        the broker for a worker to store. Nothing is raised for a finished, full or
+        unknown run: the signal is logged and kept with the reason.
+        See :meth:`WorkflowHandle.signal` for the path that raises instead.
+        """
+        if store_first is None:
+            store_first = self.database_configured
+        return send_signal_via_broker(
+            self, workflow_id, name, payload, idempotency_key, store_first=store_first
+        )
+
+    @property
+    def database_configured(self) -> bool:
+        """Whether a database URL was given (keyword, env var or app.conf), rather than the
+        embedded default: a broker-only producer must not store signals in a local file."""
+        return bool(
+            self._settings.get("database_url")
+            or os.environ.get("CELERY_DURABLE_DATABASE_URL")
+            or self.app.conf.get("durable_database_url")
+        )
+
+    # -- operations ---------------------------------------------------------------------------
+
+    def list_runs(
+        self,
+        status: str | Iterable[str] | None = None,
+        workflow: str | None = None,
+        since: Any = None,
+        until: Any = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> RunPage:
+        """A page of runs, newest first; ``page.cursor`` (None on the last page) goes in
+        ``after=`` for the next one. The cursor is a keyset position: runs started
+        meanwhile never shift a page.
+
+        ``status``: ``"failed"``, ``"failed,waiting"`` or a list; ``workflow``: its name;
+        ``since``/``until``: when the run was created, as ``"2h"`` (ago), a ``timedelta``
+        (ago), a ``datetime``, an ISO 8601 string or epoch seconds.
+
+        Example: ``durable.list_runs("failed", "shop.checkout", since="2h").runs``
+        """
+        return operations.list_runs(
+            self,
+            limit=limit,
+            status=status,
+            workflow=workflow,
+            since=since,
+            until=until,
+            after=after,
+        )
+
+    def stats(self) -> RunStats:
+        """Counts by workflow and status, the oldest pending and waiting runs and the due
+        backlog (runs the sweeper should already have dispatched).
+
+        Example: ``{(c.workflow, c.status): c.runs for c in durable.stats().counts}``
+        """
+        return operations.stats(self)
+
+    def resume_runs(
+        self,
+        workflow: str,
+        status: str | Iterable[str] = "failed",
+        since: Any = None,
+        until: Any = None,
+        dry_run: bool = False,
+    ) -> BulkResume:
+        """Resume, after a fix is deployed, every FAILED (or CANCELLED) run of ``workflow``
+        that ``list_runs`` gives for these filters; each as ``handle.resume()`` does. A run
+        that changed status meanwhile is skipped, so running it twice resumes nothing more.
+
+        Example: ``durable.resume_runs("shop.checkout", since="2h").resumed``
+        """
+        return operations.resume_runs(
+            self, workflow=workflow, status=status, since=since, until=until, dry_run=dry_run
+        )
+
+    def gc(
+        self,
+        older_than: Any,
+        status: str | Iterable[str] | None = None,
+        dry_run: bool = False,
+    ) -> Collected:
+        """Delete finished runs that finished more than ``older_than`` ago (``"30d"``,
+        seconds or a timedelta), with their steps, signals and state, in batches of short
+        transactions. ``status``: some of succeeded, failed, cancelled (default all); a
+        pending, running or waiting run is never deleted. ``dry_run``: count only.
+
+        Example: ``durable.gc("30d", dry_run=True).runs`` -> ``{"SUCCEEDED": 1200}``
+        """
+        return operations.gc(self, older_than, status, dry_run)
+
+    def dashboard_app(self, *, asgi: bool = False, **options: Any) -> Any:
+        """The dashboard as a WSGI app (ASGI with ``asgi=True``), to mount in a web app;
+        needs the ``dashboard`` extra. ``options``: ``basic_auth``, ``read_only``,
+        ``url_prefix``, ``secret_key``.
+
+        Example: ``DispatcherMiddleware(site, {"/durable": durable.dashboard_app()})``
+        """
+        from celery_durable.ops.dashboard import dashboard_app
+
+        return dashboard_app(self, asgi=asgi, **options)
+
+    def sweep_once(self) -> int:
+        """Run one sweep now (what every worker's sweeper does each poll interval)."""
+        return self.sweeper.sweep_once()
+
+    # -- schema -------------------------------------------------------------------------------
+
+    def migrate(self, revision: str = "head", sql: bool = False) -> str | Migrated:
+        """Bring the tables up to ``revision`` and return what was done (``str()`` of it
+        says: created, upgraded from A to B, or already there); with ``sql=True`` return
+        the DDL instead."""
+        from celery_durable.store.migrations import upgrade
+
+        return upgrade(self.store, revision=revision, sql=sql)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def _on_process_exit(self, **_: Any) -> None:
+        if self._store is not None:
+            self.leases.release_all()
+
+
+def _refuse_coroutine(fn: Callable[..., Any], what: str) -> None:
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        raise TypeError(
+            f"{what}: async def functions are not supported; celery_durable runs workflows "
+            "and steps in Celery's worker processes, so write a plain def (call "
+            "asyncio.run(...) inside a step if it must await)"
+        )

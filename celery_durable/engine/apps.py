@@ -1,0 +1,64 @@
+"""Which :class:`~celery_durable.Durable` instances are bound to which Celery app.
+
+Worker bootsteps and the signal tasks are registered once per app and serve every Durable
+bound to it; they look the instances up here.
+
+Example::
+
+    durables_of(app)                 # [<Durable namespace='default'>]
+    durable_for(app, "default")      # the one that serves a namespace
+    broker_identity(app)             # 'redis://127.0.0.1:6379/0': whose runs it dispatches
+"""
+
+from __future__ import annotations
+
+import hashlib
+import weakref
+from typing import TYPE_CHECKING
+
+from celery import Celery
+
+if TYPE_CHECKING:
+    from celery_durable.durable import Durable
+
+# The runs table's dispatcher column is a String(255).
+DISPATCHER_MAX = 255
+
+_BOUND: weakref.WeakKeyDictionary[Celery, list[Durable]] = weakref.WeakKeyDictionary()
+
+
+def bind(app: Celery, durable: Durable) -> None:
+    _BOUND.setdefault(app, []).append(durable)
+
+
+def durables_of(app: Celery) -> list[Durable]:
+    """The Durable instances bound to ``app``, in the order they were created."""
+    return list(_BOUND.get(app, []))
+
+
+def durable_for(app: Celery, namespace: str) -> Durable:
+    """The Durable of ``app`` that serves ``namespace``; LookupError naming it if none."""
+    for durable in durables_of(app):
+        if durable.config.namespace == namespace:
+            return durable
+    raise LookupError(f"no Durable with namespace {namespace!r} is bound to the app {app.main!r}")
+
+
+def broker_identity(app: Celery) -> str:
+    """The broker ``app`` publishes to, as its runs record it: the URL kombu normalises
+    (default port and virtual host filled in, the first of a failover list), without the
+    password, so that every process of one deployment gives the same one and a password
+    change keeps it. It names the broker in logs too; one over 255 characters ends in a
+    digest of the rest."""
+    try:
+        uri = app.connection_for_write().as_uri()
+    except Exception:  # noqa: BLE001 - a transport this process can't import (producer-only)
+        from kombu.utils.url import maybe_sanitize_url
+
+        uri = str(maybe_sanitize_url(str(app.conf.broker_url or "amqp://")))
+    # kombu masks the password as "**"; a URL that had none reads better without it.
+    uri = uri.replace(":**@", "@").replace("://@", "://")
+    if len(uri) > DISPATCHER_MAX:
+        digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
+        uri = f"{uri[: DISPATCHER_MAX - 17]}#{digest}"
+    return uri

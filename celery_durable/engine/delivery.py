@@ -1,0 +1,183 @@
+"""Running a delivered workflow task: claim the run, replay its body, settle the outcome.
+
+Example::
+
+    execute(durable, definition, task.request)     # inside WorkflowTask.run_workflow
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from celery_durable.body.context import LeaseClock, WorkflowContext, activate, deactivate
+from celery_durable.core import faults, serialization, tracing, validate
+from celery_durable.core.logs import log_malformed, run_fields
+from celery_durable.engine import policy as shutdown
+from celery_durable.engine import rollback, taskevents
+from celery_durable.engine.settle import settle_stop_or_error, settle_success
+from celery_durable.store import Claim, RunRecord, Store, is_unreachable
+
+if TYPE_CHECKING:
+    from celery_durable.durable import Durable
+    from celery_durable.runs.task import WorkflowDefinition
+
+logger = logging.getLogger("celery_durable.workflow")
+
+TRANSACTIONAL_HEADER = "durable_transactional"
+# How long a worker waits for a transactional start's row to become visible: the message
+# is published from the commit hook, a moment before the COMMIT reaches the server.
+_TRANSACTIONAL_VISIBILITY_WAIT = 2.0
+
+
+class ClaimUnavailable(Exception):  # noqa: N818 - internal signal, not an error of the run
+    """Internal: the claim could not reach the database; the delivery is retried later."""
+
+
+def request_header(request: Any, name: str) -> Any:
+    headers = getattr(request, "headers", None) or {}
+    return headers.get(name, getattr(request, name, None))
+
+
+def execute(
+    durable: Durable,
+    definition: WorkflowDefinition,
+    request: Any,
+    time_limit: float | None = None,
+) -> Any:
+    """Claim the run named by the Celery task id, replay its body, settle the outcome;
+    ``time_limit``: the task's hard time limit (the message's own wins)."""
+    store, config = durable.store, durable.config
+    hard_deadline = shutdown.hard_deadline(request, time_limit, time.monotonic())
+    run_id: str = request.id
+    problem = validate.id_problem(run_id)
+    if problem is not None:
+        # Not a run anyone could have started (they are checked at start): the store
+        # can't even be asked about it.
+        fields = run_fields(repr(run_id)[:255], definition.name)
+        text = f"its task id (the workflow id) is invalid: {problem}"
+        log_malformed(logger, f"{definition.name} workflow", run_id, text, extra=fields)
+        raise taskevents.ended(durable.app, run_id, None, f"malformed message: {text}")
+    owner = durable.leases.owner
+    try:
+        claim = store.claim_run(run_id, owner, config.lock_timeout, config.max_recoveries)
+        if claim is None and request_header(request, TRANSACTIONAL_HEADER):
+            claim = _claim_when_visible(
+                store, run_id, owner, config.lock_timeout, config.max_recoveries
+            )
+    except Exception as exc:
+        if is_unreachable(exc):
+            raise ClaimUnavailable(str(exc)) from exc
+        raise
+    if claim is None:
+        run = _log_unclaimed(durable, definition, run_id)
+        raise taskevents.unclaimed(durable.app, run_id, run)
+    history = store.load_steps(run_id) if claim.has_steps else {}
+    ctx = WorkflowContext(
+        store=store,
+        workflow_id=run_id,
+        workflow_name=definition.name,
+        attempt=claim.attempts,
+        fence=claim.fence,
+        history=history,
+        queue=claim.queue,
+        parent_id=claim.parent_id,
+        parent_idx=claim.parent_idx,
+        dispatcher=durable.dispatch,
+        lease=LeaseClock(config.lock_timeout),
+        deferred_max_steps=config.deferred_max_steps,
+        deferred_max_age=config.deferred_max_age,
+        hard_deadline=hard_deadline,
+        max_payload_bytes=config.max_payload_bytes,
+    )
+    faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
+    logger.info(
+        "workflow %s run %s claimed: attempt %d of %d, %d recorded step(s) to replay",
+        definition.name,
+        run_id,
+        claim.attempts,
+        claim.max_attempts,
+        len(history),
+        extra=ctx.log_fields(0),
+    )
+    tracing.claimed(claim.attempts, len(history))
+    taskevents.resumed(durable.app, ctx)
+    args, kwargs = serialization.loads(claim.args)
+    durable.leases.track(run_id, ctx.lease)
+    ctx.compensable = claim.compensable
+    if rollback.resumable(ctx, claim):  # a saga cancelled while idle, or died rolling back
+        try:
+            status = rollback.resume(durable, ctx)
+        finally:
+            durable.leases.untrack(run_id)
+        # Never a SUCCESS in Flower: the delivery ended a rollback.
+        line = taskevents.ctx_line(ctx)
+        if status == "CANCELLED":
+            raise taskevents.ended(durable.app, run_id, taskevents.CANCELLED, f"rolled back {line}")
+        if status == "FAILED":
+            taskevents.emit(durable.app, run_id, taskevents.FAILING, result=f"rolled back {line}")
+            raise taskevents.RunFailed(f"failed, rolled back {line}")
+        raise taskevents.ended(durable.app, run_id, None, "lease lost during the rollback")
+    token = activate(ctx)
+    try:
+        try:
+            value = definition.fn(*args, **kwargs)
+        finally:
+            deactivate(token)
+        if ctx.stopping is not None:
+            # The body swallowed the stop (a bare except around a step): it still wins.
+            raise ctx.stopping
+        encoded = serialization.encode_value(
+            f"workflow {ctx.workflow_name}", value, config.max_payload_bytes
+        )
+    except BaseException as raised:  # noqa: BLE001 - every exception is settled
+        # Why the body was told to stop wins over what its finally blocks raised after.
+        return settle_stop_or_error(durable, ctx, claim, ctx.stopping or raised)
+    else:
+        # Outside the try: a failed settle leaves the run to its lease, never to a retry.
+        settle_success(durable, ctx, encoded)
+        return taskevents.finished(durable.app, ctx, value)
+    finally:
+        durable.leases.untrack(run_id)
+
+
+def _claim_when_visible(
+    store: Store, run_id: str, owner: str, lease: float, max_recoveries: int
+) -> Claim | None:
+    """A transactional start's message can arrive a moment before its COMMIT: look again
+    briefly. The row's visibility is read before each claim, so a COMMIT that lands
+    between the two can't end the wait with the run unclaimed."""
+    deadline = time.monotonic() + _TRANSACTIONAL_VISIBILITY_WAIT
+    while True:
+        faults.reach(faults.AFTER_CLAIM_MISSED, workflow_id=run_id)
+        visible = store.get_status(run_id) is not None
+        claim = store.claim_run(run_id, owner, lease, max_recoveries)
+        if claim is not None or visible or time.monotonic() > deadline:
+            return claim
+        time.sleep(0.02)
+
+
+def _log_unclaimed(
+    durable: Durable, definition: WorkflowDefinition, run_id: str
+) -> RunRecord | None:
+    run = durable.store.get_run(run_id)
+    fields = run_fields(run_id, definition.name, run.attempts if run else None)
+    if run is None:
+        logger.warning(
+            "workflow %s: no run %r in namespace %r; message dropped",
+            definition.name,
+            run_id,
+            durable.config.namespace,
+            extra=fields,
+        )
+    else:
+        logger.info(
+            "workflow %s run %s not claimed (status %s, lease held or not ready); "
+            "delivery acknowledged",
+            definition.name,
+            run_id,
+            run.status,
+            extra=fields,
+        )
+    return run

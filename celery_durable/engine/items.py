@@ -1,0 +1,479 @@
+"""Item tasks: each step's own Celery task, which runs the items of fan-outs (``cd.map``,
+``step.start``, routed steps) outside the workflow body; their publishing; cancellation.
+
+Every step is registered as a Celery task under its own name (Flower shows items under
+it), with ``acks_late`` and ``reject_on_worker_lost``. A message carries only (namespace,
+run id, step index, item); its task id is derived from them, so a re-dispatch is the same
+task. The task claims the item (a token and a lease, renewed by the process's heartbeat),
+runs the step under the step's own retry policy, and records the outcome once: the first
+writer wins, and the transaction that records the last awaited item wakes the parent.
+
+Example::
+
+    @durable.step(queue="gpu", max_attempts=3)
+    def render(page: int) -> str: ...          # the Celery task "myapp.render"
+
+    images = cd.map(render, range(100))        # 100 messages on "gpu", results in order
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from celery import Celery, Task
+from celery.exceptions import TaskRevokedError
+from kombu.utils.encoding import safe_repr
+
+from celery_durable.body.fanout import derived_id
+from celery_durable.core import faults, serialization, tracing, validate
+from celery_durable.core.logs import log_malformed, run_fields
+from celery_durable.engine import policy as shutdown
+from celery_durable.engine import taskevents
+from celery_durable.engine.apps import durable_for
+from celery_durable.errors import DuplicateRegistration, NotSerialisable, PermanentError
+from celery_durable.store import (
+    CLAIM,
+    RUN,
+    Cancellation,
+    DueRun,
+    ItemClaim,
+    ItemWrite,
+    OpenItem,
+    Outcome,
+)
+
+if TYPE_CHECKING:
+    from celery_durable.body.step import Step
+    from celery_durable.durable import Durable
+    from celery_durable.store import Store
+
+logger = logging.getLogger("celery_durable.items")
+
+# The reason a revoked item (or run) records.
+REVOKED = "revoked (celery control revoke)"
+
+
+def item_task_id(run_id: str, idx: int, item: int) -> str:
+    """The Celery task id of an item: derived, so every dispatch of it is the same task."""
+    return derived_id(f"{run_id}:{idx}:{item}")
+
+
+class Dispatch:
+    """Publishes item tasks and runs for a body (the context's ``Dispatcher``)."""
+
+    def __init__(self, durable: Durable) -> None:
+        self.durable = durable
+
+    @property
+    def dispatch_grace(self) -> float:
+        return self.durable.config.dispatch_grace
+
+    def publish_items(
+        self, step_name: str, queue: str | None, run_id: str, idx: int, items: Iterable[int]
+    ) -> None:
+        app = self.durable.app
+        namespace = self.durable.config.namespace
+        options: dict[str, Any] = {"queue": queue} if queue else {}
+        tracing.add_start_headers(options)  # each item's span: a child of the dispatcher's
+        task = app.tasks.get(step_name)
+        try:
+            if app.conf.task_always_eager or task is None:
+                for item in items:
+                    self._publish_one(task, step_name, (namespace, run_id, idx, item), options)
+                return
+            # One producer (one connection) for the whole batch.
+            with app.producer_or_acquire() as producer:
+                for item in items:
+                    args = (namespace, run_id, idx, item)
+                    self._publish_one(task, step_name, args, {**options, "producer": producer})
+        except Exception:
+            logger.exception(
+                "publishing items of step %d (%s) of run %s failed; the sweeper publishes "
+                "them after durable_dispatch_grace",
+                idx,
+                step_name,
+                run_id,
+                extra=run_fields(run_id, step_index=idx),
+            )
+
+    def _publish_one(
+        self, task: Task | None, name: str, args: tuple[Any, ...], options: dict[str, Any]
+    ) -> None:
+        task_id = item_task_id(args[1], args[2], args[3])
+        if task is not None:
+            # Through the registered task: task_always_eager runs the item in-process.
+            task.apply_async(args, task_id=task_id, **options)
+        else:  # a step this process doesn't import: publish by name
+            self.durable.app.send_task(name, args, task_id=task_id, **options)
+
+    def publish_run(self, run: DueRun) -> None:
+        self.durable.publish(run.id, run.name, run.args, run.queue)
+
+
+def publish_woken(durable: Durable, woken: DueRun | None, why: str) -> None:
+    """Publish a parent an item (or child) woke; a lost publish is the sweeper's."""
+    if woken is None:
+        return
+    fields = run_fields(woken.id, woken.name)
+    try:
+        durable.publish(woken.id, woken.name, woken.args, woken.queue)
+    except Exception:
+        logger.exception(
+            "publishing workflow run %s (%s) failed; the sweeper dispatches it",
+            woken.id,
+            why,
+            extra=fields,
+        )
+        return
+    logger.info("workflow %s run %s woken: %s", woken.name, woken.id, why, extra=fields)
+
+
+def cancel(durable: Durable, run_id: str, reason: str | None) -> Cancellation:
+    """Cancel a run, its pending items and its (not detached) children; publish the
+    parents their cancelled children woke."""
+    cancelled = durable.store.cancel_run(run_id, reason, durable.config.dispatch_grace)
+    for woken in cancelled.woken:
+        publish_woken(durable, woken, "a child it waited for was cancelled")
+    return cancelled
+
+
+def revoke_item(durable: Durable, task_id: str) -> bool:
+    """``celery control revoke`` of an item's task id (``<run id>:<step>:<item>``): settle
+    the item "revoked" in the store, so that no delivery of it runs again (Celery's own
+    revoked set is in memory, per worker), and publish the parent it woke. False when the
+    id names no unsettled item (a run's id, a settled item, a derived uuid)."""
+    parts = task_id.rsplit(":", 2)
+    numbers = parts[1:]
+    if len(parts) != 3 or not parts[0] or not all(n.isascii() and n.isdecimal() for n in numbers):
+        return False
+    run_id, idx, item = parts[0], int(parts[1]), int(parts[2])
+    error = serialization.encode_error(TaskRevokedError(REVOKED))
+    written = durable.store.revoke_item(run_id, idx, item, error, durable.config.dispatch_grace)
+    if written is None:
+        return False
+    logger.warning(
+        "item %d of step %d of run %s revoked (task %s): recorded as failed with "
+        "TaskRevokedError; no delivery of it runs again",
+        item,
+        idx,
+        run_id,
+        task_id,
+        extra={**run_fields(run_id, step_index=idx), "item": item},
+    )
+    publish_woken(durable, written.woken, f"item {item} of step {idx} was revoked")
+    return True
+
+
+class ItemTask(Task):  # type: ignore[misc]
+    """Base class of every step's Celery task (the items of fan-outs)."""
+
+    acks_late = True
+    reject_on_worker_lost = True
+    ignore_result = True
+    typing = False  # a malformed message is logged, not a TypeError
+    # Reports each delivery to Flower truthfully (RETRY while backing off, FAILURE for an
+    # item that failed for good; see taskevents).
+    Request = "celery_durable.engine.taskevents:WorkflowRequest"
+
+
+def register_item_task(app: Celery, step: Step[Any, Any]) -> None:
+    """Register ``step``'s Celery task under the step's name, once per app: the task
+    finds the Durable by the namespace its message names."""
+    existing = app._tasks.get(step.name)  # noqa: SLF001 - .tasks would finalize the app
+    if existing is not None:
+        if isinstance(existing, ItemTask):
+            return  # another Durable of this app has a step of the same name
+        raise DuplicateRegistration(
+            f"a Celery task named {step.name!r} already exists; the step can't reuse its "
+            "name (pass name= to the step)"
+        )
+
+    def run_item(task: ItemTask, *args: Any, **kwargs: Any) -> Any:
+        durable = _item_target(app, task, args, kwargs)
+        if durable is None:
+            return None
+        _, run_id, idx, item = args
+        with tracing.item(task.name, task.request, run_id, idx, item):
+            return execute_item(durable, task, run_id, idx, item)
+
+    run_item.__name__ = getattr(step.fn, "__name__", "run_item")
+    run_item.__qualname__ = getattr(step.fn, "__qualname__", "run_item")
+    run_item.__module__ = step.fn.__module__
+    run_item.__doc__ = step.fn.__doc__
+    app.task(name=step.name, base=ItemTask, bind=True, shared=False, lazy=False)(run_item)
+
+
+_MAX_INDEX = 2**31 - 1  # the step and item columns are Postgres integers
+
+
+def _item_target(app: Celery, task: Task, args: Any, kwargs: Any) -> Durable | None:
+    """The Durable an item message is for; None (refused by name, logged once) when its
+    arguments don't fit, can't be a run id and indexes, or name an unknown namespace."""
+    expected = "(namespace, run id, step index, item number)"
+    problem = validate.arguments_problem(args, kwargs, expected, range(4, 5))
+    if problem is None:
+        namespace, run_id, idx, item = args
+        id_problem = validate.id_problem(run_id)
+        if id_problem is not None:
+            problem = f"the run id is invalid: {id_problem}"
+        elif any(type(n) is not int or not 0 <= n <= _MAX_INDEX for n in (idx, item)):
+            problem = f"the step index {idx!r} and item {item!r} must be integers 0 to {_MAX_INDEX}"
+        elif not isinstance(namespace, str):
+            problem = f"the namespace is {type(namespace).__name__}, not a string"
+        else:
+            try:
+                return durable_for(app, namespace)
+            except LookupError:
+                problem = f"no Durable serves the namespace {namespace!r} here"
+    fields = run_fields(repr(args[1])[:255] if len(args) > 1 else None)
+    log_malformed(logger, f"{task.name} item", task.request.id, problem, extra=fields)
+    return None
+
+
+def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int) -> Any:
+    """Run the item's step under the step's retry policy and record the outcome: a first
+    delivery in one open transaction (``store.open_item``), anything else after a claim.
+    Returns the step's value; an item that failed for good raises its exception (Celery's
+    FAILURE), one that did not run or waits out a backoff raises DeliveryEnded."""
+    store = durable.store
+    deadline = shutdown.hard_deadline(task.request, task.time_limit, time.monotonic())
+    fields = {**run_fields(run_id, step_index=idx), "item": item, "step": task.name}
+    redelivered = bool((task.request.delivery_info or {}).get("redelivered"))
+    opened = None if task.request.is_eager or redelivered else store.open_item(run_id, idx, item)
+    verdict = CLAIM if opened is None else opened.verdict
+    if opened is not None and opened.claim is not None and verdict == RUN:
+        _claimed(task, opened.claim, fields)
+        durable.leases.track_open_item(opened)
+        try:
+            value = _run_claimed(durable, task, opened, opened.claim, fields)
+        except BaseException as exc:
+            opened.abandon()  # a no-op once the outcome is written
+            if opened.owner is not None:  # the heartbeat traded the transaction for a lease
+                _give_back_if_stopped(durable, task, (*opened.key, opened.owner), exc, deadline)
+            raise
+        finally:
+            durable.leases.untrack_open_item(opened)
+        return _finished(durable, task, value, fields)
+    if verdict == CLAIM:
+        return _claim_and_run(durable, task, run_id, idx, item, fields, deadline)
+    raise _not_claimed(durable, task, fields)
+
+
+def _line(task: Task, fields: dict[str, Any]) -> str:
+    """The item's line for Flower: ``[workflow=R attempt=N step=I (NAME) item=K]``."""
+    return taskevents.run_line(
+        fields["workflow_id"],
+        fields["attempt"] or 0,
+        fields["step_index"],
+        task.name,
+        item=fields["item"],
+    )
+
+
+def _not_claimed(durable: Durable, task: Task, fields: dict[str, Any]) -> BaseException:
+    logger.info(
+        "item %d of step %d (%s) of run %s not claimed (recorded already, running "
+        "elsewhere or waiting out a retry backoff); delivery acknowledged",
+        fields["item"],
+        fields["step_index"],
+        task.name,
+        fields["workflow_id"],
+        extra=fields,
+    )
+    # No event: Flower keeps what the delivery that runs (or ran) the item reported.
+    text = f"item not claimed {_line(task, fields)}"
+    return taskevents.ended(durable.app, task.request.id, None, text)
+
+
+def _claimed(task: Task, claim: ItemClaim, fields: dict[str, Any]) -> None:
+    fields["attempt"] = claim.attempts
+    logger.debug(
+        "item %d of step %d (%s) of run %s claimed: attempt %d",
+        fields["item"],
+        fields["step_index"],
+        task.name,
+        fields["workflow_id"],
+        claim.attempts,
+        extra=fields,
+    )
+
+
+def _finished(durable: Durable, task: Task, value: Any, fields: dict[str, Any]) -> Any:
+    return taskevents.finished_task(durable.app, task.request.id, value, _line(task, fields))
+
+
+def _claim_and_run(
+    durable: Durable,
+    task: Task,
+    run_id: str,
+    idx: int,
+    item: int,
+    fields: dict[str, Any],
+    deadline: float | None,
+) -> Any:
+    store, config = durable.store, durable.config
+    owner = durable.leases.item_token()
+    claim = store.claim_item(run_id, idx, item, owner, config.lock_timeout, config.max_recoveries)
+    if claim is None:
+        raise _not_claimed(durable, task, fields)
+    _claimed(task, claim, fields)
+    if claim.status == "cancelled":
+        logger.info(
+            "item %d of step %d (%s) of run %s not run: the run is cancelled or over",
+            item,
+            idx,
+            task.name,
+            run_id,
+            extra=fields,
+        )
+        text = f"cancelled with its run {_line(task, fields)}"
+        raise taskevents.ended(durable.app, task.request.id, taskevents.CANCELLED, text)
+    held = (run_id, idx, item, owner)
+    durable.leases.track_item(held)
+    try:
+        value = _run_claimed(durable, task, _Claimed(store, held), claim, fields)
+        return _finished(durable, task, value, fields)
+    except BaseException as exc:
+        _give_back_if_stopped(durable, task, held, exc, deadline)
+        raise
+    finally:
+        durable.leases.untrack_item(held)
+
+
+def _give_back_if_stopped(
+    durable: Durable,
+    task: Task,
+    held: tuple[str, int, int, str],
+    exc: BaseException,
+    deadline: float | None,
+) -> None:
+    """The item's process is being stopped: give the item back, due at once; not a failed
+    attempt."""
+    stopped_by = shutdown.interruption(exc, deadline)
+    if stopped_by is not None and durable.store.release_items([held]):
+        run_id, idx, item, _ = held
+        logger.warning(
+            "item %d of step %d (%s) of run %s interrupted by %s; lease given back",
+            item,
+            idx,
+            task.name,
+            run_id,
+            stopped_by,
+            extra={**run_fields(run_id, step_index=idx), "item": item, "step": task.name},
+        )
+
+
+class _Claimed:
+    """Where a claimed item records its outcome: fenced by its claim token."""
+
+    def __init__(self, store: Store, held: tuple[str, int, int, str]) -> None:
+        self.store, self.held = store, held
+
+    def settle(self, status: str, output: str | None, error: str | None, grace: float) -> ItemWrite:
+        run_id, idx, item, owner = self.held
+        return self.store.settle_item(run_id, idx, item, owner, status, output, error, grace)
+
+    def retry(self, delay: float, error: str) -> bool:
+        run_id, idx, item, owner = self.held
+        return self.store.retry_item(run_id, idx, item, owner, delay, error)
+
+    def count_attempt(self, error: str) -> bool:
+        run_id, idx, item, owner = self.held
+        return self.store.count_item_attempt(run_id, idx, item, owner, error)
+
+
+def _run_claimed(
+    durable: Durable,
+    task: Task,
+    writer: _Claimed | OpenItem,
+    claim: ItemClaim,
+    fields: dict[str, Any],
+) -> Any:
+    """Run the claimed item and record its outcome; returns the step's value, raises the
+    step's exception when the item failed for good."""
+    run_id, idx, item = fields["workflow_id"], fields["step_index"], fields["item"]
+    config = durable.config
+    step = durable.steps.get(claim.name)
+    attempt = claim.attempts
+    status, output, error = "error", None, None
+    value: Any = None
+    failure: Exception | None = None
+    if step is None:
+        failure = PermanentError(f"no step {claim.name!r} is registered in this worker")
+        error = serialization.encode_error(failure)
+    else:
+        args, kwargs = serialization.loads(claim.input)
+        while True:
+            try:
+                value = step.fn(*args, **kwargs)
+                output = serialization.encode_value(
+                    f"step {step.name}", value, durable.config.max_payload_bytes
+                )
+                status = "ok"
+                break
+            except Exception as exc:  # noqa: BLE001 - every failure is recorded or retried
+                retry = attempt < step.max_attempts and step.retryable(exc)
+                if not retry or isinstance(exc, NotSerialisable):
+                    error, failure = serialization.encode_error(exc), exc
+                    break
+                delay = step.delay_after(attempt)
+                logger.warning(
+                    "item %d of step %d (%s) of run %s failed (attempt %d of %d), "
+                    "retrying in %.2fs: %r",
+                    item,
+                    idx,
+                    step.name,
+                    run_id,
+                    attempt,
+                    step.max_attempts,
+                    delay,
+                    exc,
+                    extra=fields,
+                )
+                if task.request.is_eager and isinstance(writer, _Claimed):
+                    # Eager mode has no sweeper to publish it again: retry in-process,
+                    # counting the attempt on the item's row as a worker's retry would.
+                    time.sleep(delay)
+                    writer.count_attempt(serialization.encode_error(exc))
+                    attempt += 1
+                    continue
+                # The backoff waits in the database; the sweeper publishes it when due.
+                writer.retry(delay, serialization.encode_error(exc))
+                line = taskevents.run_line(run_id, attempt, idx, step.name, item=item)
+                text = f"retry attempt {attempt + 1} in {delay:.2f}s {line}"
+                raise taskevents.ended(
+                    durable.app, task.request.id, taskevents.RETRIED, text, exception=safe_repr(exc)
+                ) from exc
+    written = writer.settle(status, output, error, config.dispatch_grace)
+    if written.outcome is not Outcome.RECORDED:
+        logger.warning(
+            "item %d of step %d of run %s ran, but its outcome was not recorded: another "
+            "delivery recorded it first (its lease had expired), or it was revoked",
+            item,
+            idx,
+            run_id,
+            extra=fields,
+        )
+        text = (
+            "ran, but another delivery recorded the item first (or its run was cancelled, "
+            "or it was revoked)"
+        )
+        raise taskevents.ended(durable.app, task.request.id, None, text)
+    logger.debug(
+        "item %d of step %d (%s) of run %s recorded %s%s",
+        item,
+        idx,
+        claim.name,
+        run_id,
+        status,
+        "; its run is woken" if written.woken is not None else "",
+        extra=fields,
+    )
+    faults.reach(faults.AFTER_RECORD_ITEM, **fields)
+    publish_woken(durable, written.woken, f"item {item} of step {idx} settled")
+    if failure is not None:
+        raise failure  # recorded: Celery's FAILURE shows it (the parent gets the record)
+    return value

@@ -1,0 +1,240 @@
+"""The lease heartbeat: one thread per process renews the leases of the runs and items
+the process executes, in one statement per beat, and trades the open transaction of an
+item that runs long for a lease (``store.open_items``).
+
+Example::
+
+    durable.leases.track(run_id, ctx.lease)     # while the body runs
+    durable.leases.untrack(run_id)
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+import weakref
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from celery_durable.body.context import LeaseClock
+from celery_durable.store import OpenItem
+from celery_durable.store.db.outage import describe, is_unreachable, summary
+
+if TYPE_CHECKING:
+    from celery_durable.durable import Durable
+
+logger = logging.getLogger("celery_durable.worker")
+
+
+class FailureLog:
+    """Consecutive failures of one background loop, logged once per backoff step.
+
+    The 1st, 2nd, 4th, 8th, ... failure in a row is logged, not every attempt: one line
+    when the database is unreachable (it names the database, without the password), with
+    the traceback for any other error. The first success afterwards logs one line.
+    """
+
+    def __init__(self, durable: Durable, what: str) -> None:
+        self.durable = durable
+        self.what = what
+        self.count = 0
+
+    def failed(self, exc: BaseException, next_try: float) -> None:
+        self.count += 1
+        if self.count & (self.count - 1):
+            return  # not a power of two: this backoff step was logged already
+        where = f"{self.what} failed ({self.count} in a row; next try in {next_try:.1f}s)"
+        if is_unreachable(exc):
+            url = describe(self.durable.store.url)
+            logger.error("%s: the database %s is unreachable: %s", where, url, summary(exc))
+            return
+        try:
+            self.durable.store.raise_if_tables_missing(exc)
+        except Exception as explained:  # noqa: BLE001 - log the clearer message
+            logger.error("%s: %s", where, explained)
+            return
+        logger.error("%s", where, exc_info=exc)
+
+    def succeeded(self) -> None:
+        if self.count:
+            logger.warning("%s works again after %d failure(s)", self.what, self.count)
+        self.count = 0
+
+
+def backoff(base: float, failures: int, cap: float) -> float:
+    """``base`` doubled per failure in a row, at most ``cap``."""
+    return float(min(base * 2 ** min(failures, 30), cap))
+
+
+_KEEPERS: weakref.WeakSet[LeaseKeeper] = weakref.WeakSet()
+
+
+def _reset_keepers_after_fork() -> None:
+    for keeper in list(_KEEPERS):
+        keeper._reset_after_fork()
+
+
+os.register_at_fork(after_in_child=_reset_keepers_after_fork)
+
+
+class LeaseKeeper:
+    """Renews the leases of the runs this process executes, one statement per beat."""
+
+    def __init__(self, durable: Durable) -> None:
+        self.durable = durable
+        self._pid = -1
+        self._owner = ""
+        self._runs: Counter[str] = Counter()
+        self._clocks: dict[str, list[LeaseClock]] = {}
+        # Items this process runs: (run id, step index, item, claim token).
+        self._items: set[tuple[str, int, int, str]] = set()
+        # Items this process runs in an open transaction, and since when (monotonic).
+        self._open: dict[OpenItem, float] = {}
+        self._claims = itertools.count(1)
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._failures = FailureLog(durable, "lease heartbeat")
+        _KEEPERS.add(self)
+
+    @property
+    def owner(self) -> str:
+        """This process's owner id, recorded on the runs it claims."""
+        if self._pid != os.getpid():
+            self._reset_after_fork()
+        return self._owner
+
+    def _reset_after_fork(self) -> None:
+        self._pid = os.getpid()
+        self._owner = f"{socket.gethostname()}:{self._pid}:{uuid.uuid4().hex[:8]}"
+        self._runs = Counter()
+        self._clocks = {}
+        self._items = set()
+        self._open = {}
+        self._claims = itertools.count(1)
+        self._thread = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._failures = FailureLog(self.durable, "lease heartbeat")
+
+    def track(self, run_id: str, clock: LeaseClock | None = None) -> None:
+        """Keep renewing ``run_id``'s lease; each renewal is noted on ``clock``."""
+        self.owner  # noqa: B018 - resets state in a freshly forked child
+        with self._lock:
+            self._runs[run_id] += 1
+            if clock is not None:
+                self._clocks.setdefault(run_id, []).append(clock)
+            self._start_beating()
+
+    def _start_beating(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=self._beat, name="celery_durable-heartbeat", daemon=True
+            )
+            self._thread.start()
+
+    def item_token(self) -> str:
+        """A claim token for an item, unique across processes and claims: its fence."""
+        return f"{self.owner}:{next(self._claims)}"
+
+    def track_item(self, held: tuple[str, int, int, str]) -> None:
+        with self._lock:
+            self._items.add(held)
+            self._start_beating()
+
+    def untrack_item(self, held: tuple[str, int, int, str]) -> None:
+        with self._lock:
+            self._items.discard(held)
+
+    def track_open_item(self, opened: OpenItem) -> None:
+        """An item run in its open transaction: converted to a claim after a beat."""
+        self.owner  # noqa: B018 - resets state in a freshly forked child
+        with self._lock:
+            self._open[opened] = time.monotonic()
+            self._start_beating()
+
+    def untrack_open_item(self, opened: OpenItem) -> None:
+        with self._lock:
+            self._open.pop(opened, None)
+        if opened.owner is not None:
+            self.untrack_item((*opened.key, opened.owner))
+
+    def _convert_long_items(self, period: float) -> None:
+        """Items that ran longer than a beat trade their open transaction for a lease."""
+        with self._lock:
+            due = [o for o, since in self._open.items() if time.monotonic() - since >= period]
+        for opened in due:
+            owner = self.item_token()
+            if opened.convert(owner, self.durable.config.lock_timeout):
+                self.track_item((*opened.key, owner))
+            with self._lock:
+                self._open.pop(opened, None)
+
+    def items(self) -> list[tuple[str, int, int, str]]:
+        with self._lock:
+            return sorted(self._items)
+
+    def untrack(self, run_id: str) -> None:
+        with self._lock:
+            self._runs[run_id] -= 1
+            if self._runs[run_id] <= 0:
+                del self._runs[run_id]
+                self._clocks.pop(run_id, None)
+
+    def running(self) -> list[str]:
+        with self._lock:
+            return sorted(self._runs)
+
+    def _beat(self) -> None:
+        config = self.durable.config
+        period = config.lock_timeout / 3
+        delay = period
+        while not self._stop.wait(delay):
+            delay = period
+            store = self.durable.store
+            try:
+                self._convert_long_items(period)
+                runs, items = self.running(), self.items()
+                if not runs and not items:
+                    continue
+                renewed = store.renew_leases(self._owner, runs, config.lock_timeout)
+                renewed += store.renew_item_leases(items, config.lock_timeout)
+            except Exception as exc:
+                # Retry sooner than a beat (the leases are running out), backing off up to
+                # one beat: never renewing less often than normal, never hammering.
+                delay = backoff(period / 8, self._failures.count + 1, period)
+                self._failures.failed(exc, delay)
+                continue
+            self._failures.succeeded()
+            if renewed < len(runs) + len(items):
+                # Which ones were lost is for each run's next step to find out (it checks).
+                logger.warning(
+                    "renewed %d of %d leases; the others were lost", renewed, len(runs) + len(items)
+                )
+                continue
+            with self._lock:
+                clocks = [clock for run in runs for clock in self._clocks.get(run, ())]
+            for clock in clocks:
+                clock.renewed()
+
+    def release_all(self) -> list[str]:
+        """Give back this process's leases (process exit): others resume at once."""
+        self._stop.set()
+        if self._pid != os.getpid():
+            return []
+        try:
+            released = self.durable.store.release_owner(self._owner, self.running())
+            self.durable.store.release_items(self.items())
+        except Exception:
+            logger.exception("could not give back the leases of %s", self._owner)
+            return []
+        if released:
+            logger.warning(
+                "gave back the leases of %d run(s) on exit: %s", len(released), ", ".join(released)
+            )
+        return released

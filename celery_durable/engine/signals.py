@@ -1,0 +1,457 @@
+"""Signals: stored in the database, their wake-ups carried by a dedicated Celery queue.
+
+Every worker consumes ``durable_signal_queue`` (default ``celery_durable.signals``) on top
+of its ``-Q`` queues; nothing to configure. The body's side is
+:func:`celery_durable.wait_for_signal`.
+
+Example::
+
+    handle.signal("approval", {"by": "alice"}, idempotency_key="approve-b-1")
+    durable.send_signal("wf-id", "approval", {"by": "bob"})   # producers with a broker only
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from celery import Celery, bootsteps
+
+from celery_durable.body.suspend import check_signal_name
+from celery_durable.core import serialization, tracing, validate
+from celery_durable.core.logs import log_malformed, run_fields
+from celery_durable.engine.apps import durable_for, durables_of
+from celery_durable.errors import PendingSignalsFull, WorkflowAlreadyCompleted, WorkflowNotFound
+from celery_durable.store import FINISHED_STATUSES, Outcome, is_unreachable
+
+if TYPE_CHECKING:
+    from celery_durable.durable import Durable
+
+logger = logging.getLogger("celery_durable.signals")
+
+SIGNAL_TASK = "celery_durable.signal"
+_MAX_RETRY_DELAY = 10.0
+# A broker-only signal for a run not (yet) in the store is retried 0.25+0.5+1+2 s later.
+NOT_FOUND_RETRIES = 4
+WAKE_TASK = "celery_durable.wake"
+
+
+def _encode_payload(durable: Durable, name: str, payload: Any) -> str:
+    limit = durable.config.max_payload_bytes
+    return serialization.encode_json(f"the payload of signal {name!r}", payload, limit)
+
+
+def _check_signal(workflow_id: str, name: str, idempotency_key: str | None) -> None:
+    """What a producer passes, checked before anything is stored or published."""
+    validate.check_workflow_id(workflow_id)
+    check_signal_name(name)
+    validate.check_idempotency_key(idempotency_key)
+
+
+def store_signal(
+    durable: Durable,
+    workflow_id: str,
+    name: str,
+    payload_json: str,
+    idempotency_key: str | None,
+) -> bool:
+    """Store a signal; True if stored, False for a repeated idempotency key."""
+    config = durable.config
+    stored = durable.store.insert_signal(
+        workflow_id, name, payload_json, idempotency_key, config.max_pending_signals
+    )
+    if stored.outcome is Outcome.STORED:
+        return True
+    if stored.outcome is Outcome.DUPLICATE:
+        return False
+    if stored.outcome is Outcome.NOT_FOUND:
+        raise WorkflowNotFound(workflow_id)
+    if stored.outcome is Outcome.FULL:
+        raise PendingSignalsFull(
+            f"workflow run {workflow_id!r} already holds {config.max_pending_signals} "
+            f"unconsumed signals (durable_max_pending_signals); signal {name!r} refused"
+        )
+    raise WorkflowAlreadyCompleted(workflow_id, stored.status or "finished")
+
+
+def send_signal(
+    durable: Durable,
+    workflow_id: str,
+    name: str,
+    payload: Any = None,
+    idempotency_key: str | None = None,
+) -> bool:
+    """Store the signal (before returning), then publish its wake-up on the signal queue.
+
+    Returns False when ``idempotency_key`` was seen before for this run (a no-op).
+    """
+    _check_signal(workflow_id, name, idempotency_key)
+    encoded = _encode_payload(durable, name, payload)
+    if not store_signal(durable, workflow_id, name, encoded, idempotency_key):
+        return False
+    try:
+        publish_wake(durable, workflow_id, name)
+    except Exception:
+        # Stored: the sweeper wakes the run if it waits for this signal.
+        logger.exception(
+            "publishing the wake-up of workflow %s failed; the sweeper will wake it",
+            workflow_id,
+            extra=run_fields(workflow_id),
+        )
+    return True
+
+
+def publish_wake(durable: Durable, workflow_id: str, name: str) -> None:
+    _publish(durable, WAKE_TASK, (durable.config.namespace, workflow_id, name))
+
+
+def _publish(durable: Durable, task_name: str, args: tuple[Any, ...], **options: Any) -> None:
+    # Through the registered task rather than send_task: task_always_eager then runs the
+    # whole signal path in-process, which makes eager mode a complete test harness.
+    tracing.add_link_headers(options)  # the run it wakes links back to the sender
+    durable.app.tasks[task_name].apply_async(args, queue=durable.config.signal_queue, **options)
+
+
+def send_signal_via_broker(
+    durable: Durable,
+    workflow_id: str,
+    name: str,
+    payload: Any = None,
+    idempotency_key: str | None = None,
+    *,
+    store_first: bool = True,
+) -> str:
+    """Signal a run from a producer that may have only the broker.
+
+    With ``store_first`` and a configured database, the signal is stored here and now
+    (the broker then carries only the wake-up, which the sweeper replaces if it is lost);
+    when the database can't be reached, or the run isn't visible yet, the signal travels
+    in a message for a worker to store. Without ``idempotency_key`` the message id is
+    used, so a redelivered message is stored once. A signal the store refuses (finished
+    run, too many pending, no such run) is logged and kept with the reason. Returns the
+    message id.
+    """
+    _check_signal(workflow_id, name, idempotency_key)
+    encoded = _encode_payload(durable, name, payload)
+    message_id = str(uuid.uuid4())
+    key = idempotency_key or f"message:{message_id}"
+    if store_first and _store_signal_here(durable, workflow_id, name, encoded, key):
+        return message_id
+    args = (durable.config.namespace, workflow_id, name, encoded, key)
+    _publish(durable, SIGNAL_TASK, args, task_id=message_id)
+    return message_id
+
+
+def _store_signal_here(
+    durable: Durable, workflow_id: str, name: str, encoded: str, key: str
+) -> bool:
+    """Store (or refuse and keep) the signal directly; False: send it through the broker."""
+    fields = {**run_fields(workflow_id), "signal": name}
+    try:
+        stored = store_signal(durable, workflow_id, name, encoded, key)
+    except WorkflowNotFound:
+        return False  # perhaps a transactional start still committing: a worker retries
+    except (WorkflowAlreadyCompleted, PendingSignalsFull) as exc:
+        _refuse(durable, workflow_id, name, encoded, key, exc, fields)
+        return True
+    except Exception as exc:
+        if not is_unreachable(exc):
+            raise
+        logger.warning(
+            "the store is unreachable (%s); signal %r for workflow %s goes through the broker",
+            exc,
+            name,
+            workflow_id,
+            extra=fields,
+        )
+        return False
+    if stored:
+        try:
+            publish_wake(durable, workflow_id, name)
+        except Exception:
+            logger.exception("publishing a wake-up failed; the sweeper wakes the run")
+    return True
+
+
+def malformed_signal(
+    namespace: Any, workflow_id: Any, name: Any, payload_json: Any, idempotency_key: Any
+) -> str | None:
+    """Why a signal message off the broker can't be stored as data, or None if it can."""
+    for label, value, limit in (
+        ("namespace", namespace, 200),
+        ("workflow id", workflow_id, 255),
+        ("signal name", name, 200),
+    ):
+        problem = _text_problem(value, limit)
+        if problem:
+            return f"the {label} {problem}"
+    if idempotency_key is not None:
+        problem = _text_problem(idempotency_key, 255)
+        if problem:
+            return f"the idempotency key {problem}"
+    if not isinstance(payload_json, str):
+        return f"the payload is {type(payload_json).__name__}, not JSON text"
+    try:
+        serialization.loads(payload_json)
+        payload_json.encode("utf-8")
+    except (ValueError, UnicodeEncodeError) as exc:
+        return f"the payload is not valid JSON text ({exc})"
+    return None
+
+
+def _text_problem(value: Any, limit: int) -> str | None:
+    if not isinstance(value, str):
+        return f"is {type(value).__name__}, not a string"
+    if not value:
+        return "is empty"
+    if "\x00" in value:
+        return "contains a NUL character"
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "is not valid Unicode (a lone surrogate)"
+    if len(value) > limit or size > 255:
+        return f"is longer than {limit} characters (or 255 bytes)"
+    return None
+
+
+def register_tasks(app: Celery) -> None:
+    """The two tasks of the signal queue, once per app; they find the Durable by namespace."""
+    if SIGNAL_TASK in app._tasks:  # noqa: SLF001 - .tasks would finalize the app
+        return
+
+    @app.task(
+        name=SIGNAL_TASK,
+        shared=False,
+        lazy=False,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        ignore_result=True,
+        bind=True,
+        max_retries=None,  # the database may be down for a while: the signal waits
+        typing=False,  # a malformed message is logged and kept, not a TypeError
+    )
+    def receive_signal(task: Any, *args: Any, **kwargs: Any) -> bool:
+        # Any arguments: a message that doesn't fit is refused by name, not a TypeError.
+        shape = validate.arguments_problem(
+            args, kwargs, _SIGNAL_ARGUMENTS, range(4, 6), frozenset({"not_found_tries"})
+        )
+        not_found_tries = kwargs.get("not_found_tries", 0)
+        if shape is None and (type(not_found_tries) is not int or not_found_tries < 0):
+            shape = f"its not_found_tries={validate.show(not_found_tries)} is not a count"
+        if shape is not None:
+            _drop_malformed(app, task.request.id, None, None, None, None, shape)
+            return False
+        namespace, workflow_id, name, payload_json, idempotency_key = (*args, None)[:5]
+        problem = malformed_signal(namespace, workflow_id, name, payload_json, idempotency_key)
+        durable = None if problem else _durable_or_none(app, namespace)
+        if durable is None:
+            problem = problem or f"no Durable serves the namespace {namespace!r} here"
+            message = (namespace, workflow_id, name, payload_json)
+            _drop_malformed(app, task.request.id, *message, problem)
+            return False
+        limit = durable.config.max_payload_bytes
+        size = serialization.payload_size(payload_json, limit)
+        if size is not None:
+            # Never kept, not even as a refused signal: it is stored nowhere.
+            problem = (
+                f"the payload is {size} bytes of JSON, over the limit of {limit} bytes "
+                f"({serialization.MAX_PAYLOAD_SETTING})"
+            )
+            _drop_malformed(app, task.request.id, None, workflow_id, name, None, problem)
+            return False
+        fields = {**run_fields(workflow_id), "signal": name}
+        try:
+            try:
+                stored = store_signal(durable, workflow_id, name, payload_json, idempotency_key)
+            except WorkflowNotFound as exc:
+                # The run may not be committed yet (a transactional start): look again.
+                if not_found_tries < NOT_FOUND_RETRIES:
+                    raise task.retry(
+                        countdown=0.25 * 2**not_found_tries,
+                        kwargs={"not_found_tries": not_found_tries + 1},
+                        exc=exc,
+                    ) from exc
+                _refuse(durable, workflow_id, name, payload_json, idempotency_key, exc, fields)
+                return False
+            except (WorkflowAlreadyCompleted, PendingSignalsFull) as exc:
+                _refuse(durable, workflow_id, name, payload_json, idempotency_key, exc, fields)
+                return False
+            if stored:
+                with tracing.linked(task.request):
+                    wake(durable, workflow_id, name)
+            return stored
+        except Exception as exc:
+            if not is_unreachable(exc):
+                raise
+            # Never acknowledged as lost: the message comes back once the store is up.
+            delay = min(0.5 * 2**task.request.retries, _MAX_RETRY_DELAY)
+            logger.warning(
+                "signal %r for workflow %s: the store is unreachable (%s); retrying in %.1fs",
+                name,
+                workflow_id,
+                exc,
+                delay,
+                extra=fields,
+            )
+            raise task.retry(countdown=delay, exc=exc) from exc
+
+    @app.task(
+        name=WAKE_TASK, shared=False, lazy=False, acks_late=True, ignore_result=True, typing=False
+    )
+    def wake_task(*args: Any, **kwargs: Any) -> str:
+        durable = _wake_target(app, wake_task.request.id, args, kwargs)
+        if durable is None:
+            return "refused: a malformed wake-up message (logged)"
+        # If this fails (store down), the signal is stored: the sweeper wakes the run.
+        with tracing.linked(wake_task.request):
+            return wake_outcome(durable, args[1], args[2])
+
+
+_SIGNAL_ARGUMENTS = "(namespace, workflow id, signal name, payload JSON[, idempotency key])"
+
+
+def _wake_target(app: Celery, message_id: Any, args: Any, kwargs: Any) -> Durable | None:
+    """The Durable a wake-up message is for; None (refused by name, logged once) when its
+    arguments don't fit, can't be ids, or name a namespace no Durable here serves."""
+    problem = validate.arguments_problem(
+        args, kwargs, "(namespace, workflow id, signal name)", range(3, 4)
+    )
+    labels = (("namespace", 200), ("workflow id", 255), ("signal name", 200))
+    for (label, limit), value in zip(labels, args if problem is None else (), strict=False):
+        text = _text_problem(value, limit)
+        if text is not None:
+            problem = f"the {label} {text}"
+            break
+    durable = None if problem else _durable_or_none(app, args[0])
+    if durable is None:
+        problem = problem or f"no Durable serves the namespace {args[0]!r} here"
+        workflow_id = repr(args[1])[:255] if len(args) > 1 else None
+        log_malformed(logger, "wake", message_id, problem, extra=run_fields(workflow_id))
+    return durable
+
+
+def _durable_or_none(app: Celery, namespace: str) -> Durable | None:
+    try:
+        return durable_for(app, namespace)
+    except LookupError:
+        return None
+
+
+def _storable(text: Any) -> bool:
+    """Text the database takes as it is (the payload column): a str, UTF-8, no NUL."""
+    if not isinstance(text, str) or "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _refuse(
+    durable: Durable,
+    workflow_id: str,
+    name: str,
+    payload_json: str,
+    idempotency_key: str | None,
+    exc: Exception,
+    fields: dict[str, Any],
+) -> None:
+    """Keep a signal the store refused, with the reason, and log it."""
+    durable.store.reject_signal(
+        workflow_id, name, payload_json, idempotency_key, f"{type(exc).__name__}: {exc}"
+    )
+    logger.error(
+        "signal %r for workflow %s refused and kept: %s", name, workflow_id, exc, extra=fields
+    )
+
+
+def _drop_malformed(
+    app: Celery,
+    message_id: Any,
+    namespace: Any,
+    workflow_id: Any,
+    name: Any,
+    payload: Any,
+    problem: str,
+) -> None:
+    """Log a malformed signal message once; keep it, with the reason, when its run and
+    name can be stored at all, and never as data a workflow could consume."""
+    fields = {**run_fields(repr(workflow_id)[:255]), "signal": repr(name)[:255]}
+    durable = _durable_or_none(app, namespace) if isinstance(namespace, str) else None
+    keepable = (
+        durable is not None
+        and _text_problem(workflow_id, 255) is None
+        and isinstance(payload, str)
+        and _text_problem(payload or "x", 10**9)
+        in (None, f"is longer than {10**9} characters (or 255 bytes)")
+    )
+    kept = False
+    if keepable and durable is not None:
+        label = name if _text_problem(name, 200) is None else repr(name)[:200]
+        try:
+            durable.store.reject_signal(workflow_id, label, payload, None, f"malformed: {problem}")
+            kept = True
+        except Exception:  # noqa: BLE001 - it is logged below either way
+            logger.exception("keeping a malformed signal failed")
+    outcome = "kept in the signals table with the reason" if kept else "acknowledged and dropped"
+    what = problem if name is None else f"(signal {fields['signal']}) {problem}"
+    log_malformed(logger, "signal", message_id, what, outcome, fields)
+
+
+def wake(durable: Durable, workflow_id: str, name: str) -> bool:
+    """If the run waits for ``name``, make it PENDING and publish it."""
+    run = durable.store.wake_run(workflow_id, name, durable.config.dispatch_grace)
+    if run is None:
+        return False
+    durable.publish(run.id, run.name, run.args, run.queue)
+    logger.info(
+        "workflow %s run %s woken by signal %r",
+        run.name,
+        run.id,
+        name,
+        extra={**run_fields(run.id, run.name), "signal": name},
+    )
+    return True
+
+
+def wake_outcome(durable: Durable, workflow_id: str, name: str) -> str:
+    """Wake the run if it waits for ``name``; say what happened. It is the wake-up task's
+    result, which Flower and the worker's log show: a bare False said nothing. (Names in
+    double quotes: Celery shows a str result quoted, escaping single quotes.)"""
+    if wake(durable, workflow_id, name):
+        return f'woke run {workflow_id}: it waited for signal "{name}"'
+    # Nothing woken (the common case of a signal sent before its wait): one read says why.
+    run = durable.store.get_run(workflow_id)
+    if run is None:
+        return f"nothing to wake: no run {workflow_id}"
+    if run.status in FINISHED_STATUSES:
+        return f"nothing to wake: run {workflow_id} is {run.status}"
+    waits = ""
+    if run.status == "WAITING":  # a timer, items or a child when it names no signal
+        waits = " for other steps" if run.wait_signal is None else f' for "{run.wait_signal}"'
+    return (
+        f"nothing to wake: run {workflow_id} is {run.status}{waits}, not waiting for signal "
+        f'"{name}"; the signal stays pending until the run waits for it'
+    )
+
+
+class SignalQueue(bootsteps.Step):  # type: ignore[misc]
+    """A worker bootstep: every worker consumes its app's signal queues on top of ``-Q``.
+
+    The queues are added to the worker's selection before the consumer starts, so they
+    are consumed like any ``-Q`` queue. (Adding them from a consumer bootstep, with
+    ``consumer.add_task_queue``, starts consuming before the event loop has set the
+    message callback: on RabbitMQ a backlog then crashes the worker.)
+    """
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        queues = worker.app.amqp.queues
+        for name in dict.fromkeys(d.config.signal_queue for d in durables_of(worker.app)):
+            if name in queues:
+                queues.select_add(queues[name])
+            else:
+                queues.select_add(name, exchange=name, exchange_type="direct", routing_key=name)
+            logger.info("consuming the signal queue %r", name)

@@ -1,0 +1,395 @@
+"""Worker-side machinery: the sweeper (per worker); the lease heartbeat (per process) is in
+``leases``.
+
+Both are started by Celery itself: the sweeper from a worker bootstep (``celery worker``
+and ``celery.contrib.testing`` workers alike), the heartbeat lazily in whichever process
+claims a run (prefork children included).
+
+Example::
+
+    durable.sweep_once()   # what the sweeper thread does every durable_poll_interval
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from celery import bootsteps
+
+from celery_durable.core import faults, serialization
+from celery_durable.core.logs import run_fields
+from celery_durable.engine import retention
+from celery_durable.engine.apps import durables_of
+from celery_durable.engine.items import REVOKED, cancel, publish_woken, revoke_item
+from celery_durable.engine.leases import FailureLog, backoff
+from celery_durable.engine.queues import QueueWatch
+from celery_durable.store import FINISHED_STATUSES, TAKEOVER, DueItem, DueRun
+from celery_durable.store.db.outage import describe, is_unreachable, summary
+
+if TYPE_CHECKING:
+    from celery_durable.durable import Durable
+
+logger = logging.getLogger("celery_durable.worker")
+
+# Seconds between two warnings about the same queue that no worker consumes.
+IDLE_QUEUE_WARN_EVERY = 60.0
+# A broker is live on a namespace while runs of it are active, or finished runs of it
+# started within this many seconds.
+OTHER_BROKER_WINDOW = 3600.0
+
+
+def worker_lost_error(max_recoveries: int, what: str = "workflow") -> str:
+    """The error a poison run (or item) ends with: its worker was lost ``max_recoveries``
+    times."""
+    return serialization.dumps(
+        {
+            "type": "celery_durable.errors.WorkerLost",
+            "message": (
+                f"the worker running this {what} was lost {max_recoveries} times "
+                f"(durable_max_recoveries={max_recoveries}): each attempt killed its worker "
+                "(out of memory, a crash in native code, SIGKILL?), so it is not run again"
+            ),
+            "traceback": "",
+            "args": None,
+            "step": None,  # no step failed: resume keeps every record
+        }
+    )
+
+
+class Sweeper:
+    """Publishes again the runs that need it: lease expired, publish lost, backoff or timer due."""
+
+    def __init__(self, durable: Durable) -> None:
+        self.durable = durable
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._revoked_seen: set[str] = set()
+        self._warned: dict[str, float] = {}
+        self.failures = FailureLog(durable, "celery_durable sweep")
+        self._next_retention = 0.0
+
+    @functools.cached_property
+    def queues(self) -> QueueWatch:
+        # Made on first use, not in __init__: the config is read from app.conf on first use.
+        return QueueWatch(self.durable.app, max(self.durable.config.dispatch_grace, 5.0))
+
+    def start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._loop, name="celery_durable-sweeper", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        interval = self.durable.config.poll_interval
+        # A failed start-up probe counts as the first attempt: back off before the next.
+        if self.failures.count:
+            self._stop.wait(self.delay(interval))
+        while not self._stop.is_set():
+            try:
+                self.sweep_once()
+                self.failures.succeeded()
+            except Exception as exc:
+                self.failures.failed(exc, backoff(interval, self.failures.count + 1, 30 * interval))
+            self._stop.wait(self.delay(interval))
+
+    @property
+    def takeover(self) -> float:
+        """Seconds past due after which this sweeper dispatches a run of another broker
+        too: no sweeper of that broker is left (it moved, or its workers are gone)."""
+        return max(TAKEOVER, 10 * self.durable.config.dispatch_grace)
+
+    def delay(self, interval: float) -> float:
+        """The wait before the next sweep: ``interval``, doubled per failure, up to 30x."""
+        return backoff(interval, self.failures.count, 30 * interval)
+
+    def sweep_once(self) -> int:
+        """One sweep; returns how many runs were published."""
+        durable, config = self.durable, self.durable.config
+        names = sorted(durable.workflows)
+        lost_error = worker_lost_error(config.max_recoveries)
+        published = 0
+        while True:
+            due = durable.store.sweep_due_runs(
+                config.sweep_batch,
+                config.dispatch_grace,
+                lost_error,
+                names,
+                config.max_recoveries,
+                self.takeover,
+            )
+            for run in due:
+                if run.status in FINISHED_STATUSES:
+                    self._announce_finished(run)
+                else:
+                    published += self._publish(run, "dispatched workflow %s run %s again")
+            if len(due) < config.sweep_batch:
+                break
+        for run in durable.store.wake_signalled_runs(config.dispatch_grace, names, self.takeover):
+            # A signal whose wake-up message was lost: the run still waits for it.
+            published += self._publish(run, "woke workflow %s run %s for a stored signal")
+        published += self.sweep_items(names)
+        self.cancel_revoked()
+        self.retain()
+        return published
+
+    def sweep_items(self, names: list[str]) -> int:
+        """Items: publish again the lost, the orphaned and the due retries; fail poison
+        items; wake runs whose awaited items have all settled but were never woken."""
+        durable, config = self.durable, self.durable.config
+        store, grace = durable.store, config.dispatch_grace
+        published = 0
+        steps = sorted(durable.steps)
+        while steps:
+            due = store.sweep_due_items(
+                config.sweep_batch, grace, steps, config.max_recoveries, self.takeover
+            )
+            idle = self.idle_queues(due)
+            batches: dict[tuple[str, str | None, str, int], list[int]] = {}
+            for item in due:
+                if item.dispatches > 1 and item.queue in idle:
+                    continue  # its message waits in the queue: no copy
+                batches.setdefault((item.name, item.queue, item.run_id, item.idx), []).append(
+                    item.item
+                )
+            for (name, queue, run_id, idx), numbers in batches.items():
+                durable.dispatch.publish_items(name, queue, run_id, idx, numbers)
+                published += len(numbers)
+                logger.info(
+                    "dispatched %d item(s) of step %d (%s) of run %s again",
+                    len(numbers),
+                    idx,
+                    name,
+                    run_id,
+                    extra=run_fields(run_id, step_index=idx),
+                )
+            if len(due) < config.sweep_batch:
+                break
+        if steps:
+            lost_error = worker_lost_error(config.max_recoveries, "step")
+            lost_now = store.lost_items(
+                config.sweep_batch, steps, config.max_recoveries, self.takeover
+            )
+            for lost in lost_now:
+                written = store.settle_item(
+                    lost.run_id, lost.idx, lost.item, lost.owner, "error", None, lost_error, grace
+                )
+                logger.error(
+                    "item %d of step %d of run %s failed: its worker was lost %d times",
+                    lost.item,
+                    lost.idx,
+                    lost.run_id,
+                    config.max_recoveries,
+                    extra=run_fields(lost.run_id, step_index=lost.idx),
+                )
+                publish_woken(durable, written.woken, "a poison item failed")
+        for parent_id, idx, child_id in store.orphaned_children(config.sweep_batch):
+            woken = store.settle_child_item(parent_id, idx, child_id, grace)
+            publish_woken(durable, woken, f"its child {child_id} had finished")
+        for run in store.wake_item_waiters(grace, names):
+            # The transaction that settled its last item did not wake it (a crash?).
+            published += self._publish(run, "woke workflow %s run %s: its items have settled")
+        return published
+
+    def idle_queues(self, due: list[DueItem]) -> set[str]:
+        """The queues of the due items already published that no worker consumes (asked
+        off the hot path: only with such items due, the answer kept a while). Their
+        messages wait there, as any Celery task's would: the sweeper publishes no copy,
+        and names the queue in a warning, at most once a minute."""
+        published = [item for item in due if item.queue and item.dispatches > 1]
+        idle = self.queues.unconsumed({str(item.queue) for item in published})
+        now = time.monotonic()
+        for queue in sorted(idle):
+            if now - self._warned.get(queue, float("-inf")) < IDLE_QUEUE_WARN_EVERY:
+                continue
+            self._warned[queue] = now
+            waiting = [item for item in published if item.queue == queue]
+            runs = sorted({item.run_id for item in waiting})
+            logger.warning(
+                "no worker consumes queue %r: %d item(s) of step %s (run %s%s) were published "
+                "to it and have not started; start a worker for it (celery worker -Q %s). "
+                "Their messages wait in the queue; the sweeper publishes no copies meanwhile "
+                "(no running worker listed the queue in its reply to inspect active_queues)",
+                queue,
+                len(waiting),
+                waiting[0].name,
+                runs[0],
+                f" and {len(runs) - 1} more" if len(runs) > 1 else "",
+                queue,
+                extra={**run_fields(runs[0]), "queue": queue},
+            )
+        return idle
+
+    def retain(self) -> int:
+        """With ``durable_retention`` set, delete a small batch of the finished runs older
+        than it; returns how many. While batches come back full the next sweep goes on,
+        otherwise the next look is a while later (10 poll intervals, at most a minute)."""
+        config = self.durable.config
+        if config.retention <= 0 or time.monotonic() < self._next_retention:
+            return 0
+        collected = retention.collect_retained(self.durable, config.retention)
+        more = any(n >= retention.RETENTION_BATCH for n in collected.runs.values())
+        pause = 0.0 if more else min(60.0, 10 * config.poll_interval)
+        self._next_retention = time.monotonic() + pause
+        return collected.total
+
+    def cancel_revoked(self) -> list[str]:
+        """Cancel the runs, and revoke the items, whose task id this worker was told to
+        revoke.
+
+        ``celery control revoke`` (and Flower's Revoke button) only drops deliveries of the
+        id; a run is published again under the same id (retries, wake-ups, recovery), so
+        a revoke must cancel it in the store, durably.
+        """
+        from celery.worker import state as worker_state
+
+        revoked = set(worker_state.revoked)
+        fresh = sorted(revoked - self._revoked_seen)
+        self._revoked_seen = revoked
+        cancelled = []
+        for run_id in fresh:
+            if revoke_item(self.durable, run_id):
+                cancelled.append(run_id)
+                continue
+            done = cancel(self.durable, run_id, REVOKED)
+            requested, status = done.requested, done.status
+            if requested:
+                cancelled.append(run_id)
+                logger.info(
+                    "workflow run %s revoked: cancellation requested (now %s)",
+                    run_id,
+                    status,
+                    extra=run_fields(run_id),
+                )
+        return cancelled
+
+    def _publish(self, run: DueRun, done: str) -> int:
+        """Publish a run the sweep took; on failure it stays due and a later sweep retries."""
+        fields = run_fields(run.id, run.name)
+        try:
+            self.durable.publish(run.id, run.name, run.args, run.queue)
+        except Exception:
+            logger.exception(
+                "publishing workflow %s run %s failed; a later sweep retries",
+                run.name,
+                run.id,
+                extra=fields,
+            )
+            return 0
+        logger.info(done, run.name, run.id, extra=fields)
+        return 1
+
+    def _announce_finished(self, run: DueRun) -> None:
+        """A run the sweep itself finished (worker lost too often, or cancelled)."""
+        faults.reach(faults.AFTER_SETTLE, workflow_id=run.id, workflow=run.name)
+        self.durable.store.notify_finished(run.id)
+        if run.parent_id is not None and run.parent_idx is not None:
+            # A child: its parent's item takes the outcome (the sweep can't, holding many
+            # runs' locks; if this is lost, orphaned_children catches it).
+            woken = self.durable.store.settle_child_item(
+                run.parent_id, run.parent_idx, run.id, self.durable.config.dispatch_grace
+            )
+            publish_woken(self.durable, woken, f"its child {run.id} had finished")
+        fields = run_fields(run.id, run.name)
+        if run.status == "FAILED":
+            logger.error(
+                "workflow %s run %s failed: its worker was lost %d times (poison run?)",
+                run.name,
+                run.id,
+                self.durable.config.max_recoveries,
+                extra=fields,
+            )
+        else:
+            logger.info(
+                "workflow %s run %s cancelled (its worker was lost)", run.name, run.id, extra=fields
+            )
+
+
+def warn_other_brokers(durable: Durable) -> list[str]:
+    """Warn, naming both, when runs of another broker are live on this worker's namespace
+    (another app shares the database and namespace): this worker's sweeper won't dispatch
+    them. Returns the other brokers; a failed look is logged and skipped."""
+    namespace = durable.config.namespace
+    try:
+        others = durable.store.other_dispatchers(OTHER_BROKER_WINDOW)
+    except Exception:
+        logger.warning(
+            "celery_durable: looking for other brokers on namespace %r failed",
+            namespace,
+            exc_info=True,
+        )
+        return []
+    if others:
+        logger.warning(
+            "celery_durable: runs of namespace %r are also dispatched through another broker "
+            "(%s; runs of it are active or started within the last hour) than this worker's "
+            "(%s). Each broker's sweepers dispatch only their own runs; a run no sweeper of "
+            "its broker took for %.0fs past due is taken by any. Give each broker's app a "
+            "namespace of its own (durable_namespace), unless this deployment is moving "
+            "from one broker to the other",
+            namespace,
+            ", ".join(others),
+            durable.store.dispatcher,
+            durable.sweeper.takeover,
+        )
+    return others
+
+
+class DurableSweeper(bootsteps.StartStopStep):  # type: ignore[misc]
+    """A worker bootstep: runs the sweeper of every Durable bound to the worker's app.
+
+    It runs in every ``celery worker`` (and ``celery.contrib.testing`` worker); nothing
+    else to deploy. Each Durable sweeps its own namespace.
+    """
+
+    label = "celery_durable sweeper"
+    # After the pool: children fork before the sweeper thread exists.
+    requires = ("celery.worker.components:Pool",)
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        self.sweepers: list[Sweeper] = []
+
+    def start(self, worker: Any) -> None:
+        for durable in durables_of(worker.app):
+            # Import the driver and open the engine in the main thread: a child forked
+            # while another thread holds an import lock would hang on that import.
+            try:
+                durable.store.now()
+            except Exception as exc:
+                # One clear line (no traceback): the sweeper's backoff logs what follows.
+                durable.sweeper.failures.count = 1
+                logger.error(
+                    "celery_durable: the database %s is %s: %s; workflows of namespace %r "
+                    "can't start or run until it is back (the sweeper retries with backoff)",
+                    describe(durable.store.url),
+                    "unreachable" if is_unreachable(exc) else "not usable",
+                    summary(exc),
+                    durable.config.namespace,
+                )
+            else:
+                warn_other_brokers(durable)
+            durable.sweeper.start()
+            self.sweepers.append(durable.sweeper)
+            logger.info(
+                "celery_durable sweeper started (namespace %r, every %.2fs)",
+                durable.config.namespace,
+                durable.config.poll_interval,
+            )
+
+    def stop(self, worker: Any) -> None:
+        for sweeper in self.sweepers:
+            sweeper.stop()
+        self.sweepers = []
+
+    shutdown = stop

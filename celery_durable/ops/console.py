@@ -1,0 +1,457 @@
+"""How the CLI prints runs: aligned tables for people, JSON for scripts.
+
+Times are UTC, ISO 8601 (``2026-12-02T10:03:07.120Z``) in JSON and to the second in
+tables; durations are seconds in JSON and ``1.20s``, ``3m04s``, ``2h05m``, ``3d04h`` in
+tables.
+
+Example::
+
+    for line in table(["ID", "STATUS"], [["order-42", "FAILED"]]):
+        print(line)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from celery_durable.body.suspend import SIGNAL_STEP_PREFIX
+from celery_durable.runs.admin import RunDetails
+from celery_durable.store import (
+    FINISHED_STATUSES,
+    Forked,
+    ItemRow,
+    RunRecord,
+    RunStats,
+    RunSummary,
+    StepRecord,
+)
+
+ERROR_WIDTH = 70
+STATUS_COLUMNS = ("PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def iso(timestamp: float | None, precise: bool = True) -> str | None:
+    """Epoch seconds as UTC ISO 8601 (milliseconds when ``precise``)."""
+    if timestamp is None:
+        return None
+    moment = dt.datetime.fromtimestamp(timestamp, dt.timezone.utc)
+    text = moment.isoformat(timespec="milliseconds" if precise else "seconds")
+    return text.replace("+00:00", "Z")
+
+
+def span(seconds: float | None) -> str:
+    """A duration for people: ``0.04s``, ``12.5s``, ``3m04s``, ``2h05m``, ``3d04h``."""
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def error_parts(error: str | None) -> dict[str, Any] | None:
+    """A stored error (JSON) as a dict with type, message and traceback."""
+    if not error:
+        return None
+    try:
+        data = json.loads(error)
+    except ValueError:
+        return {"type": "unknown", "message": error, "traceback": ""}
+    return data if isinstance(data, dict) else {"type": "unknown", "message": str(data)}
+
+
+def error_summary(error: str | None, width: int = ERROR_WIDTH) -> str:
+    """``RuntimeError: bug in charge``: the short type name and the message's first line."""
+    parts = error_parts(error)
+    if parts is None:
+        return ""
+    kind = str(parts.get("type", "unknown")).rpartition(".")[2]
+    message = str(parts.get("message", "")).strip().splitlines()
+    text = f"{kind}: {message[0]}" if message else kind
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: int = 0) -> list[str]:
+    """Aligned columns, two spaces apart; columns from index ``right`` on (if > 0) are
+    right-aligned (numbers). The last column is not padded."""
+    widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
+    lines = []
+    for row in [headers, *rows]:
+        cells = []
+        for i, cell in enumerate(row):
+            last = i == len(row) - 1
+            if right and i >= right:
+                cells.append(str(cell).rjust(widths[i]))
+            else:
+                cells.append(str(cell) if last else str(cell).ljust(widths[i]))
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def attempts_of(run: Any) -> str:
+    """``2/3``: the attempt the run is on or ended on, of its budget. A suspension gives
+    its attempt back, so a run that ran counts at least one."""
+    attempt = max(run.attempts, 1 if run.started_at is not None else 0)
+    return f"{attempt}/{run.max_attempts}"
+
+
+def cancel_pending(status: str) -> str:
+    """What a cancel requested of a run still RUNNING (or PENDING: a saga) waits for."""
+    return "it stops at its next step" if status == "RUNNING" else "a worker rolls it back"
+
+
+def cancel_line(run: RunRecord | RunSummary) -> str | None:
+    """``cancel requested (reason): it stops at its next step`` while the run goes on."""
+    if not run.cancel_requested or run.status in FINISHED_STATUSES:
+        return None
+    reason = f" ({run.cancel_reason})" if run.cancel_reason else ""
+    return f"cancel requested{reason}: {cancel_pending(run.status)}"
+
+
+def detail(run: RunSummary) -> str:
+    """What a person wants to know next: the error, the cancel reason, what it waits for."""
+    if run.cancel_requested and run.status not in FINISHED_STATUSES:
+        return f"cancel requested: {run.cancel_reason}" if run.cancel_reason else "cancel requested"
+    if run.status == "FAILED":
+        return error_summary(run.error)
+    if run.status == "CANCELLED":
+        return f"cancelled: {run.cancel_reason}" if run.cancel_reason else "cancelled"
+    if run.status == "WAITING":
+        return f"waiting for signal {run.wait_signal!r}" if run.wait_signal else "sleeping"
+    if run.recoveries:
+        return f"worker lost {run.recoveries} time(s)"
+    return ""
+
+
+def took(run: Any) -> float | None:
+    if run.status in FINISHED_STATUSES and run.started_at is not None:
+        return float(run.finished_at - run.started_at) if run.finished_at else None
+    return None
+
+
+def run_table(runs: Sequence[RunSummary]) -> list[str]:
+    headers = ["ID", "WORKFLOW", "STATUS", "ATTEMPT", "CREATED", "TOOK", "DETAIL"]
+    rows = [
+        [
+            run.id,
+            run.name,
+            run.status,
+            attempts_of(run),
+            iso(run.created_at, precise=False) or "",
+            span(took(run)) if took(run) is not None else "-",
+            detail(run),
+        ]
+        for run in runs
+    ]
+    return table(headers, rows)
+
+
+def run_json(run: RunSummary, cursor: str) -> dict[str, Any]:
+    """One line of ``durable list --json``; ``cursor`` continues the listing after it."""
+    error = error_parts(run.error)
+    return {
+        "id": run.id,
+        "workflow": run.name,
+        "status": run.status,
+        "attempts": run.attempts,
+        "max_attempts": run.max_attempts,
+        "recoveries": run.recoveries,
+        "created_at": iso(run.created_at),
+        "started_at": iso(run.started_at),
+        "finished_at": iso(run.finished_at),
+        "duration": took(run),
+        "wait_signal": run.wait_signal,
+        "cancel_requested": run.cancel_requested,
+        "cancel_reason": run.cancel_reason,
+        "forked_from": run.forked_from,
+        "error": None if error is None else {k: error.get(k) for k in ("type", "message")},
+        "cursor": cursor,
+    }
+
+
+def stats_lines(stats: RunStats) -> list[str]:
+    """Counts by workflow (a column per status), then the oldest runs and due backlog."""
+    by_workflow: dict[str, dict[str, int]] = {}
+    lost: dict[str, int] = {}
+    for count in stats.counts:
+        by_workflow.setdefault(count.workflow, {})[count.status] = count.runs
+        lost[count.workflow] = lost.get(count.workflow, 0) + (count.recoveries or 0)
+    headers = ["WORKFLOW", *STATUS_COLUMNS, "RECOVERIES"]
+    rows = [
+        [name, *(str(counts.get(s, 0)) for s in STATUS_COLUMNS), str(lost[name])]
+        for name, counts in sorted(by_workflow.items())
+    ]
+    lines = table(headers, rows, right=1) if rows else ["no runs"]
+    lines.append("(RECOVERIES: lost workers of the pending and running runs)")
+    for label, oldest in (("pending", stats.oldest_pending), ("waiting", stats.oldest_waiting)):
+        if oldest is None:
+            lines.append(f"oldest {label}: none")
+            continue
+        what = f", waiting for signal {oldest.wait_signal!r}" if oldest.wait_signal else ""
+        lines.append(
+            f"oldest {label}: {oldest.id} ({oldest.name}), created {iso(oldest.created_at, False)}"
+            f", {span(stats.now - oldest.created_at)} ago{what}"
+        )
+    if stats.due and stats.oldest_due_at is not None:
+        behind = span(stats.now - stats.oldest_due_at)
+        lines.append(
+            f"due backlog: {stats.due} run(s) due for the sweeper, the oldest {behind} ago"
+        )
+    else:
+        lines.append("due backlog: none")
+    return lines
+
+
+def stats_json(stats: RunStats) -> dict[str, Any]:
+    def oldest(run: Any) -> dict[str, Any] | None:
+        if run is None:
+            return None
+        return {
+            "id": run.id,
+            "workflow": run.name,
+            "created_at": iso(run.created_at),
+            "age": stats.now - run.created_at,
+            "wait_signal": run.wait_signal,
+        }
+
+    return {
+        "now": iso(stats.now),
+        "counts": [
+            {"workflow": c.workflow, "status": c.status, "runs": c.runs, "recoveries": c.recoveries}
+            for c in stats.counts
+        ],
+        "recoveries": sum(c.recoveries or 0 for c in stats.counts),
+        "oldest_pending": oldest(stats.oldest_pending),
+        "oldest_waiting": oldest(stats.oldest_waiting),
+        "due": {
+            "runs": stats.due,
+            "oldest_due_at": iso(stats.oldest_due_at),
+            "behind": None if stats.oldest_due_at is None else stats.now - stats.oldest_due_at,
+        },
+    }
+
+
+def decoded(raw: str | None) -> Any:
+    """A stored JSON text as a value; text that is not JSON stays text."""
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def step_json(step: StepRecord) -> dict[str, Any]:
+    error = error_parts(step.error)
+    return {
+        "index": step.idx,
+        "name": step.name,
+        "status": step.status,
+        "duration": step.duration,
+        "started_at": iso(step.started_at),
+        "attempt": step.attempt,
+        "input": decoded(step.input),
+        "output": decoded(step.output),
+        "error": None if error is None else {k: error.get(k) for k in ("type", "message")},
+    }
+
+
+def waiting_of(run: RunRecord) -> dict[str, Any] | None:
+    """What a WAITING run waits for: a signal, its timer, or both (a timeout)."""
+    if run.status != "WAITING":
+        return None
+    return {"signal": run.wait_signal, "until": iso(run.due_at)}
+
+
+def details_json(details: RunDetails) -> dict[str, Any]:
+    """``durable show --json``: one object with the run, steps, waits, signals, state keys."""
+    run = details.run
+    return {
+        "id": run.id,
+        "workflow": run.name,
+        "status": run.status,
+        "attempt": max(run.attempts, 1 if run.started_at is not None else 0),
+        "max_attempts": run.max_attempts,
+        "recoveries": run.recoveries,
+        "queue": run.queue,
+        "created_at": iso(run.created_at),
+        "started_at": iso(run.started_at),
+        "finished_at": iso(run.finished_at),
+        "duration": took(run),
+        "cancel_requested": run.cancel_requested,
+        "cancel_reason": run.cancel_reason,
+        "forked_from": (
+            None
+            if run.forked_from is None
+            else {"id": run.forked_from, "step": run.forked_from_step}
+        ),
+        "compensation": run.compensation,
+        "generation": run.generation,
+        "continued_from": run.continued_from,
+        "continued_as": run.continued_as,
+        "error": error_parts(run.error),
+        "waiting": waiting_of(run),
+        "steps": [step_json(step) for step in details.steps],
+        "pending_signals": [
+            {"name": s.name, "sent_at": iso(s.created_at), "idempotency_key": s.idempotency_key}
+            for s in details.pending_signals
+        ],
+        "state_keys": [{"key": k.key, "updated_at": iso(k.updated_at)} for k in details.state_keys],
+    }
+
+
+def step_times(step: StepRecord) -> str:
+    """``1.20s  attempt 2  started 2026-11-30T06:21:40.512Z``: what is known of when a step
+    ran (rows from before migration 0006 know only their duration)."""
+    parts = [] if step.duration is None else [span(step.duration)]
+    if step.attempt is not None:
+        parts.append(f"attempt {step.attempt}")
+    if step.started_at is not None:
+        parts.append(f"started {iso(step.started_at)}")
+    return "  ".join(parts)
+
+
+def times_line(run: RunRecord) -> str:
+    """``created ..., started ..., finished ... (took 1.20s)``, and lost workers."""
+    parts = [f"created {iso(run.created_at, False)}"]
+    if run.started_at is not None:
+        parts.append(f"started {iso(run.started_at, False)}")
+    if run.finished_at is not None:
+        parts.append(f"finished {iso(run.finished_at, False)}")
+    line = ", ".join(parts)
+    if took(run) is not None:
+        line += f" (took {span(took(run))})"
+    if run.recoveries:
+        line += f"; its worker was lost {run.recoveries} time(s)"
+    return line
+
+
+def fork_line(run: RunRecord) -> str | None:
+    """Where the run comes from (a fork, an earlier generation) and how it rolled back;
+    the compensations that ran are among its steps (``celery_durable.compensate:...``)."""
+    lines = []
+    if run.forked_from is not None:
+        step = run.forked_from_step or 0
+        kept = f"steps 0 to {step - 1} kept" if step else "no step kept"
+        lines.append(f"forked from {run.forked_from} at step {step} ({kept})")
+    if run.continued_from is not None:
+        lines.append(f"generation {run.generation}, continued from {run.continued_from}")
+    if run.continued_as is not None:
+        lines.append(f"an archived generation of {run.continued_as} (continued as new)")
+    if run.compensation is not None:
+        lines.append(f"{run.status.lower()}, {run.compensation} (rolled back)")
+    return "\n".join(lines) or None
+
+
+def fork_lines(
+    origin: str, from_step: int, forked: Forked, steps: Sequence[StepRecord]
+) -> list[str]:
+    """What ``durable fork`` did: the kept steps, the unconsumed signals it took, and each
+    signal that a step it runs again had consumed (which stays consumed on the origin)."""
+    assert forked.run is not None  # a refused fork raised
+    new = forked.run.id
+    kept = f"kept steps 0 to {from_step - 1}" if from_step else "kept no step"
+    line = f"{new}: forked from {origin} at step {from_step} ({kept}), PENDING"
+    if forked.signals:
+        names = ", ".join(repr(name) for name in dict.fromkeys(forked.signals))
+        count = len(forked.signals)
+        line += f"; took {count} unconsumed signal{'s' * (count > 1)} ({names}) with it"
+    lines = [line]
+    for step in steps:
+        name = step.name.removeprefix(SIGNAL_STEP_PREFIX)
+        took = step.status == "ok" and step.output is not None  # not a timeout (no output)
+        if step.idx >= from_step and name != step.name and took:
+            lines.append(
+                f"step {step.idx} consumed signal {name!r} on {origin}, and waits for it "
+                f"again in the fork: resend it with durable signal {new} {name} PAYLOAD"
+            )
+    return lines
+
+
+def wait_line(run: RunRecord) -> str | None:
+    waiting = waiting_of(run)
+    if waiting is None:
+        return None
+    until = f" until {iso(run.due_at, False)}" if run.due_at is not None else ""
+    if run.wait_signal:
+        return f"waiting for signal {run.wait_signal!r}{until}"
+    return f"sleeping{until}"
+
+
+def signals_line(details: RunDetails) -> str | None:
+    names: dict[str, int] = {}
+    for signal in details.pending_signals:
+        names[signal.name] = names.get(signal.name, 0) + 1
+    if not names:
+        return None
+    shown = ", ".join(f"{name!r} x{n}" if n > 1 else repr(name) for name, n in names.items())
+    return f"pending signals: {shown}"
+
+
+def state_line(details: RunDetails) -> str | None:
+    if not details.state_keys:
+        return None
+    return "state keys: " + ", ".join(repr(k.key) for k in details.state_keys)
+
+
+def unstarted_queues(rows: Sequence[ItemRow]) -> set[str]:
+    """The queues holding items that were published and never started."""
+    return {row.queue for row in rows if row.not_started and row.queue}
+
+
+def item_json(row: ItemRow) -> dict[str, Any]:
+    """An item for ``durable show --json``."""
+    return {
+        "step": row.idx,
+        "item": row.item,
+        "status": row.status,
+        "attempts": row.attempts,
+        "queue": row.queue,
+        "not_started": row.not_started,
+        "child": row.child_id,
+        "child_status": row.child_status,
+    }
+
+
+def item_lines(rows: Sequence[ItemRow], max_items: int, idle: set[str]) -> list[str]:
+    """A fan-out's items (counts by state, the queues its unstarted items wait in, then
+    one line each) or its child. ``idle``: queues no running worker consumes."""
+    if not rows:
+        return []
+    if rows[0].child_id is not None:
+        child = rows[0]
+        return [f"    child {child.child_id}: {child.child_status or 'missing'}"]
+    counts: dict[str, int] = {}
+    waiting: dict[str, int] = {}
+    for row in rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
+        if row.not_started:
+            queue = row.queue or "(default)"
+            waiting[queue] = waiting.get(queue, 0) + 1
+    summary = ", ".join(f"{status} {count}" for status, count in sorted(counts.items()))
+    lines = [f"    {len(rows)} item(s): {summary}"]
+    for queue, count in sorted(waiting.items()):
+        line = f"    {count} item(s) published to queue {queue!r}, not started"
+        if queue in idle:
+            line += f"; no worker consumes {queue!r}: start one (celery worker -Q {queue})"
+        lines.append(line)
+    shown = rows if max_items <= 0 else rows[:max_items]
+    for row in shown:
+        if row.not_started:
+            where = f"queue {row.queue!r}" if row.queue else "the default queue"
+            lines.append(f"    item {row.item}: pending, not started (published to {where})")
+        else:
+            lines.append(f"    item {row.item}: {row.status} (attempt {row.attempts})")
+    if len(shown) < len(rows):
+        lines.append(f"    ... {len(rows) - len(shown)} more (--max-items 0 lists all)")
+    return lines

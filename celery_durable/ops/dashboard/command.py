@@ -1,0 +1,70 @@
+"""``celery -A app durable dashboard``: the click command, without the extra's imports.
+
+The CLI registers it with the function that finds the app's Durable; Flask is imported only
+when the command runs, so the CLI works without the ``dashboard`` extra.
+
+Example::
+
+    durable_group.add_command(dashboard_command(find_durable))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from celery_durable.durable import Durable
+
+
+def dashboard_command(find: Callable[[click.Context], Durable]) -> click.Command:
+    """The command, serving the Durable that ``find`` returns for the click context."""
+
+    @click.command(
+        name="dashboard",
+        help="Serve the dashboard in a browser (pip install 'celery-durable[dashboard]').",
+    )
+    @click.option("--port", type=click.IntRange(0, 65535), default=5580, show_default=True)
+    @click.option("--address", default="127.0.0.1", show_default=True)
+    @click.option(
+        "--basic-auth",
+        envvar="CELERY_DURABLE_DASHBOARD_BASIC_AUTH",
+        default=None,
+        help="user:password[,user:password], as Flower's (or the env var of the same name).",
+    )
+    @click.option("--read-only", is_flag=True, help="Show runs, offer no action.")
+    @click.option("--url-prefix", default="", help="Serve the pages under this path: /durable.")
+    @click.pass_context
+    def dashboard(
+        ctx: click.Context,
+        port: int,
+        address: str,
+        basic_auth: str | None,
+        read_only: bool,
+        url_prefix: str,
+    ) -> None:
+        instance = find(ctx)
+        try:
+            from celery_durable.ops.dashboard.serve import serve
+        except ImportError as exc:
+            raise click.ClickException(
+                f"the dashboard needs its extra: pip install 'celery-durable[dashboard]' ({exc})"
+            ) from None
+        try:
+            serve(
+                instance,
+                address,
+                port,
+                echo=click.echo,
+                basic_auth=basic_auth,
+                read_only=read_only,
+                url_prefix=url_prefix,
+            )
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--basic-auth") from None
+        except OSError as exc:
+            raise click.ClickException(f"cannot listen on {address}:{port}: {exc}") from None
+
+    return dashboard

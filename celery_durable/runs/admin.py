@@ -1,0 +1,333 @@
+"""Operations on runs without writing SQL: list, stats, show, resume, fork, gc, retention.
+
+``Durable.list_runs``, ``Durable.stats`` and the handle's methods call these; the CLI
+prints what they return.
+
+Example::
+
+    page = durable.list_runs(status="failed", workflow="shop.checkout", since="2h")
+    for run in page.runs:
+        print(run.id, run.status)
+    more = durable.list_runs(status="failed", after=page.cursor) if page.cursor else None
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import json
+import logging
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from celery_durable.core import validate
+from celery_durable.core.logs import run_fields
+from celery_durable.engine.retention import log_collected
+from celery_durable.errors import (
+    InvalidArgument,
+    WorkflowAlreadyExists,
+    WorkflowNotFound,
+    WorkflowNotResumable,
+)
+from celery_durable.store import (
+    ALL_STATUSES,
+    FINISHED_STATUSES,
+    Collected,
+    Forked,
+    PendingSignal,
+    Resumed,
+    RunFilter,
+    RunRecord,
+    RunStats,
+    RunSummary,
+    StateKey,
+    StepRecord,
+)
+
+if TYPE_CHECKING:
+    from celery_durable.durable import Durable
+
+logger = logging.getLogger("celery_durable.operations")
+
+MAX_PAGE = 1000
+RESUMABLE = ("FAILED", "CANCELLED")
+GC_BATCH = 500
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPage:
+    """One page of ``list_runs``: the runs, newest first, and the cursor of the next page
+    (pass it as ``after=``), or None when this page is the last."""
+
+    runs: list[RunSummary]
+    cursor: str | None
+
+
+def cursor_of(run: RunSummary) -> str:
+    """The keyset position just after ``run``: an opaque, URL-safe string."""
+    raw = json.dumps([run.created_at, run.id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def parse_cursor(cursor: str, argument: str = "after") -> tuple[float, str]:
+    """The ``(created_at, id)`` a cursor from ``cursor_of`` stands for."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, run_id = json.loads(raw)
+        if isinstance(created_at, int | float) and math.isfinite(created_at):
+            if isinstance(run_id, str):
+                return float(created_at), run_id
+    except (ValueError, TypeError, binascii.Error):
+        pass
+    raise InvalidArgument(
+        f"{argument}={validate.show(cursor)} is not a cursor given by list_runs"
+    ) from None
+
+
+def parse_statuses(status: str | Iterable[str] | None, argument: str = "status") -> tuple[str, ...]:
+    """``"failed,waiting"`` or ``["FAILED", "waiting"]`` as known statuses, upper case."""
+    if status is None:
+        return ()
+    names = status.split(",") if isinstance(status, str) else list(status)
+    wanted = []
+    for name in names:
+        upper = str(name).strip().upper()
+        if upper not in ALL_STATUSES:
+            raise InvalidArgument(
+                f"{argument}={validate.show(name)} is not a run status: use "
+                f"{', '.join(s.lower() for s in ALL_STATUSES)}"
+            )
+        if upper not in wanted:
+            wanted.append(upper)
+    return tuple(wanted)
+
+
+def run_filter(
+    durable: Durable,
+    *,
+    status: str | Iterable[str] | None = None,
+    workflow: str | None = None,
+    since: Any = None,
+    until: Any = None,
+    after: str | None = None,
+) -> RunFilter:
+    """Check and resolve a listing's filters (``since``/``until`` against the database's
+    clock, which stamped the runs)."""
+    statuses = parse_statuses(status)
+    if workflow is not None:
+        validate.check_text(workflow, "workflow", max_chars=255, allow_empty=False)
+    now = durable.store.now() if since is not None or until is not None else 0.0
+    return RunFilter(
+        statuses=statuses,
+        workflow=workflow,
+        since=None if since is None else validate.parse_moment(since, "since", now),
+        until=None if until is None else validate.parse_moment(until, "until", now),
+        after=None if after is None else parse_cursor(after),
+    )
+
+
+def list_runs(durable: Durable, *, limit: int = 50, **filters: Any) -> RunPage:
+    """A page of runs, newest first; see :meth:`Durable.list_runs`."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidArgument(f"limit={limit!r} must be an int from 1 to {MAX_PAGE}")
+    wanted = run_filter(durable, **filters)
+    # One more than asked: whether a next page exists, without a count.
+    runs = durable.store.list_runs(wanted, limit + 1)
+    if len(runs) <= limit:
+        return RunPage(runs, None)
+    return RunPage(runs[:limit], cursor_of(runs[limit - 1]))
+
+
+def stats(durable: Durable) -> RunStats:
+    """Counts by workflow and status, the oldest pending and waiting runs, the due backlog."""
+    return durable.store.run_stats()
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDetails:
+    """Everything ``durable show`` prints about one run."""
+
+    run: RunRecord
+    steps: list[StepRecord]
+    pending_signals: list[PendingSignal]
+    state_keys: list[StateKey]
+
+
+def describe_run(durable: Durable, run_id: str) -> RunDetails | None:
+    """The run, its steps (in order, with durations), its unconsumed signals and the keys
+    it published with ``set_state``; None if there is no such run."""
+    store = durable.store
+    run = store.get_run(run_id)
+    if run is None:
+        return None
+    steps = sorted(store.load_steps(run_id).values(), key=lambda step: step.idx)
+    return RunDetails(run, steps, store.pending_signals(run_id), store.state_keys(run_id))
+
+
+def resume_run(durable: Durable, run_id: str) -> Resumed:
+    """FAILED or CANCELLED -> PENDING, published; see :meth:`WorkflowHandle.resume`."""
+    validate.check_workflow_id(run_id)
+    resumed = durable.store.resume_run(run_id, durable.config.dispatch_grace)
+    if resumed.status is None:
+        raise WorkflowNotFound(run_id)
+    if resumed.run is None:
+        raise WorkflowNotResumable(run_id, resumed.status)
+    run = resumed.run
+    fields = run_fields(run_id, run.name, resumed.attempts, resumed.from_step)
+    logger.info(
+        "workflow %s run %s resumed (was %s after attempt %d): continues at step %d%s",
+        run.name,
+        run_id,
+        resumed.status,
+        resumed.attempts,
+        resumed.from_step,
+        "" if resumed.dropped_step is None else ", which failed and runs again",
+        extra=fields,
+    )
+    publish(durable, run.id, run.name, run.args, run.queue, fields)
+    return resumed
+
+
+def publish(
+    durable: Durable, run_id: str, name: str, args: str, queue: str | None, fields: dict[str, Any]
+) -> None:
+    """Publish a run this process made PENDING; a failed publish is left to the sweeper
+    (the run is due after durable_dispatch_grace), never lost."""
+    try:
+        durable.publish(run_id, name, args, queue)
+    except Exception:  # noqa: BLE001 - the stored run is the source of truth
+        logger.warning(
+            "publishing workflow %s run %s failed; the sweeper will dispatch it",
+            name,
+            run_id,
+            exc_info=True,
+            extra=fields,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class BulkResume:
+    """What ``resume_runs`` did: the runs resumed (or, with ``dry_run``, that would be),
+    and those that changed status meanwhile and were left alone."""
+
+    resumed: list[RunSummary]
+    skipped: list[tuple[RunSummary, str]]
+
+
+def resume_runs(
+    durable: Durable,
+    *,
+    workflow: str,
+    status: str | Iterable[str] = "failed",
+    since: Any = None,
+    until: Any = None,
+    dry_run: bool = False,
+) -> BulkResume:
+    """Resume every run ``list_runs`` gives for these filters (FAILED or CANCELLED runs of
+    one workflow), after a fix is deployed. Running it again resumes nothing more."""
+    statuses = parse_statuses(status)
+    if not statuses or set(statuses) - set(RESUMABLE):
+        raise InvalidArgument(
+            f"status={validate.show(status)}: only failed and cancelled runs can be resumed"
+        )
+    filters = run_filter(durable, status=statuses, workflow=workflow, since=since, until=until)
+    resumed: list[RunSummary] = []
+    skipped: list[tuple[RunSummary, str]] = []
+    page = durable.store.list_runs(filters, MAX_PAGE)
+    while page:
+        for run in page:
+            if dry_run:
+                resumed.append(run)
+                continue
+            try:
+                resume_run(durable, run.id)
+            except (WorkflowNotResumable, WorkflowNotFound) as exc:
+                skipped.append((run, getattr(exc, "status", "gone")))
+            else:
+                resumed.append(run)
+        # The keyset goes on from the last run seen, however the resumed ones changed.
+        last = page[-1]
+        page = durable.store.list_runs(
+            dataclasses.replace(filters, after=(last.created_at, last.id)), MAX_PAGE
+        )
+    return BulkResume(resumed, skipped)
+
+
+def fork_run(
+    durable: Durable, run_id: str, from_step: int, workflow_id: str | None = None
+) -> Forked:
+    """A new run keeping ``run_id``'s steps before ``from_step`` and its unconsumed
+    signals; see :meth:`WorkflowHandle.fork`. Returns the fork (``run``, published, and
+    ``signals``, the names of those it took)."""
+    validate.check_workflow_id(run_id)
+    if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 0:
+        raise InvalidArgument(f"from_step={from_step!r} must be a step index (an int >= 0)")
+    if workflow_id is None:
+        from celery_durable.runs.task import (
+            time_ordered_id,  # the engine's id scheme; workflow imports us
+        )
+
+        workflow_id = time_ordered_id()
+    validate.check_workflow_id(workflow_id)
+    forked = durable.store.fork_run(run_id, workflow_id, from_step, durable.config.dispatch_grace)
+    if forked.status is None:
+        raise WorkflowNotFound(run_id)
+    if forked.taken:
+        raise WorkflowAlreadyExists(workflow_id)
+    if forked.run is None:
+        finished = (
+            f"steps 0 to {forked.finished - 1} finished" if forked.finished else "no step finished"
+        )
+        raise InvalidArgument(
+            f"from_step={from_step} is beyond the recorded steps of workflow run {run_id!r}: "
+            f"{finished}, so from_step can be 0 to {forked.finished}"
+        )
+    run = forked.run
+    fields = run_fields(run.id, run.name, 0, from_step)
+    logger.info(
+        "workflow %s run %s forked from run %s at step %d (steps before it kept, %d "
+        "unconsumed signal(s) taken)",
+        run.name,
+        run.id,
+        run_id,
+        from_step,
+        len(forked.signals),
+        extra=fields,
+    )
+    publish(durable, run.id, run.name, run.args, run.queue, fields)
+    return forked
+
+
+def gc(
+    durable: Durable,
+    older_than: Any,
+    status: str | Iterable[str] | None = None,
+    dry_run: bool = False,
+    batch: int = GC_BATCH,
+) -> Collected:
+    """Delete finished runs that finished more than ``older_than`` ago; see
+    :meth:`Durable.gc`."""
+    seconds = validate.parse_duration(older_than, "older_than")
+    statuses = parse_statuses(status) or FINISHED_STATUSES
+    if set(statuses) - set(FINISHED_STATUSES):
+        raise InvalidArgument(
+            f"status={validate.show(status)}: gc deletes only finished runs (succeeded, "
+            "failed, cancelled); a pending, running or waiting run is never deleted"
+        )
+    store = durable.store
+    cutoff = store.now() - seconds
+    total = Collected(before=cutoff)
+    for finished in statuses:
+        if dry_run:
+            total += store.count_collectable(finished, cutoff)
+            continue
+        while True:
+            deleted = store.gc_runs(finished, cutoff, batch)
+            total += deleted
+            if deleted.total < batch:
+                break
+    if not dry_run:
+        log_collected("gc", total, older_than)
+    return total

@@ -1,0 +1,289 @@
+"""WorkflowHandle: look at, wait for and steer one workflow run.
+
+Example::
+
+    handle = checkout.delay(42)
+    handle.id                  # the workflow id, which is also the Celery task id
+    handle.status()            # WorkflowStatus.RUNNING
+    handle.get(timeout=30)     # the return value; WorkflowFailed if the run failed
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from celery.exceptions import TimeoutError as CeleryTimeoutError
+
+from celery_durable.body.compensation import Compensation
+from celery_durable.body.state import query, wait_for_state
+from celery_durable.core import serialization, validate
+from celery_durable.core.logs import run_fields
+from celery_durable.engine.items import cancel, publish_woken
+from celery_durable.engine.signals import send_signal
+from celery_durable.errors import (
+    WorkflowAlreadyCompleted,
+    WorkflowCancelled,
+    WorkflowFailed,
+    WorkflowNotFound,
+)
+from celery_durable.runs.admin import fork_run, resume_run
+from celery_durable.store import FINISHED_STATUSES, DueRun, RunRecord, StepRecord
+from celery_durable.store.db.outage import describe, is_unreachable, summary, unavailable
+
+if TYPE_CHECKING:
+    from celery_durable.durable import Durable
+
+logger = logging.getLogger("celery_durable.handle")
+
+
+class WorkflowStatus(str, enum.Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    WAITING = "WAITING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def finished(self) -> bool:
+        return self in (WorkflowStatus.SUCCEEDED, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class WorkflowHandle:
+    """A reference to one run, by workflow id; cheap to create, reads the database."""
+
+    def __init__(self, durable: Durable, workflow_id: str, name: str | None = None) -> None:
+        validate.check_workflow_id(workflow_id)
+        self.durable = durable
+        self.id = workflow_id
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<WorkflowHandle {self.name or 'workflow'} id={self.id!r}>"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, WorkflowHandle)
+            and other.id == self.id
+            and other.durable is self.durable
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    @property
+    def workflow_id(self) -> str:
+        return self.id
+
+    @property
+    def task_id(self) -> str:
+        return self.id
+
+    @contextmanager
+    def _outage_named(self, what: str) -> Iterator[None]:
+        """An unreachable database becomes DatabaseUnavailable naming this run."""
+        try:
+            yield
+        except Exception as exc:
+            if is_unreachable(exc):
+                raise unavailable(exc, self.durable.store.url, f"{what} {self.id!r}") from exc
+            raise
+
+    def record(self) -> RunRecord:
+        """The run's row; WorkflowNotFound if there is none."""
+        with self._outage_named("reading workflow run"):
+            run = self.durable.store.get_run(self.id)
+        if run is None:
+            raise WorkflowNotFound(self.id)
+        return run
+
+    def steps(self) -> list[StepRecord]:
+        """The recorded steps, in order: name, status ("ok", "error", "retry", "waiting"),
+        input, output, error, duration (seconds), ``started_at`` (epoch seconds, the
+        database's clock) and ``attempt`` (the run's attempt that ran it). Example:
+        ``[s.name for s in h.steps()]``.
+        """
+        with self._outage_named("reading the steps of workflow run"):
+            if self.durable.store.get_status(self.id) is None:
+                raise WorkflowNotFound(self.id)
+            recorded = self.durable.store.load_steps(self.id)
+        return [recorded[idx] for idx in sorted(recorded)]
+
+    def status(self) -> WorkflowStatus:
+        with self._outage_named("reading the status of workflow run"):
+            status = self.durable.store.get_status(self.id)
+        if status is None:
+            raise WorkflowNotFound(self.id)
+        return WorkflowStatus(status)
+
+    def ready(self) -> bool:
+        return self.status().finished
+
+    def wait(self, timeout: float | None = None, interval: float = 0.5) -> WorkflowStatus:
+        """Block until the run finishes; ``celery.exceptions.TimeoutError`` after ``timeout``.
+
+        A timeout only stops waiting: the run goes on.
+        """
+        return WorkflowStatus(self._wait_finished(timeout, interval).status)
+
+    def get(self, timeout: float | None = None, interval: float = 0.5) -> Any:
+        """The run's return value, once it finished.
+
+        Raises WorkflowFailed (with the stored type, message and traceback),
+        WorkflowCancelled, or ``celery.exceptions.TimeoutError``.
+        """
+        run = self._wait_finished(timeout, interval)
+        if run.status == WorkflowStatus.SUCCEEDED:
+            return serialization.loads(run.result) if run.result is not None else None
+        if run.status == WorkflowStatus.CANCELLED:
+            raise WorkflowCancelled(self.id, run.cancel_reason)
+        error = serialization.decode_error(run.error) if run.error else {}
+        raise WorkflowFailed(
+            self.id,
+            error.get("type", "unknown"),
+            error.get("message", ""),
+            error.get("traceback", ""),
+        )
+
+    result = get
+
+    def signal(self, name: str, payload: Any = None, idempotency_key: str | None = None) -> bool:
+        """Store a signal for this run (before returning) and wake it if it waits for it.
+
+        Returns False when ``idempotency_key`` was already used for this run (a no-op).
+        Raises WorkflowNotFound, WorkflowAlreadyCompleted or PendingSignalsFull.
+        """
+        with self._outage_named(f"signalling {name!r} to workflow run"):
+            return send_signal(self.durable, self.id, name, payload, idempotency_key)
+
+    def query(self, key: str = "state", wait: float | None = None) -> Any:
+        """The latest value the run stored with ``set_state(value, key)``, from the database.
+
+        For "state" before any ``set_state``: the output of the last finished step.
+        Raises UnknownQuery for a key never set. With ``wait`` (seconds): block until the
+        run sets ``key`` (woken by LISTEN/NOTIFY on Postgres, polling on SQLite); raises
+        ``celery.exceptions.TimeoutError`` after ``wait`` seconds, and WorkflowFailed or
+        WorkflowCancelled if the run ends without setting it.
+        """
+        with self._outage_named(f"querying {key!r} of workflow run"):
+            if wait is None:
+                return query(self.durable.store, self.id, key)
+            seconds = validate.parse_duration(wait, "query(wait)")
+            return wait_for_state(self.durable.store, self.id, key, seconds)
+
+    def compensations(self) -> list[Compensation]:
+        """The compensations that ran (rolled back steps, latest first), each with its
+        step's name and index and "ok" or "error"; ``record().compensation`` says how
+        the rollback ended ("compensated", "compensation failed", or None)."""
+        return [c for c in map(Compensation.of, self.steps()) if c is not None]
+
+    def cancel(self, reason: str | None = None) -> WorkflowStatus:
+        """Cancel the run: at once if pending or waiting, at its next step if running.
+        Its pending items never run; its children are cancelled too (not detached ones).
+
+        Raises WorkflowAlreadyCompleted for a finished run.
+        """
+        validate.check_text(reason, "cancel(reason)", allow_none=True)
+        with self._outage_named("cancelling workflow run"):
+            cancelled = cancel(self.durable, self.id, reason)
+        if cancelled.status is None:
+            raise WorkflowNotFound(self.id)
+        if not cancelled.requested:
+            raise WorkflowAlreadyCompleted(self.id, cancelled.status)
+        logger.info(
+            "workflow %s run %s: cancellation requested (%s); now %s",
+            self.name,
+            self.id,
+            reason or "no reason given",
+            cancelled.status,
+            extra=run_fields(self.id, self.name),
+        )
+        if cancelled.status == WorkflowStatus.PENDING:
+            self._publish_rollback()
+        return WorkflowStatus(cancelled.status)
+
+    def _publish_rollback(self) -> None:
+        """A saga cancelled while idle waits for a worker to roll it back: publish it now
+        (if this fails, the sweeper publishes it within a poll interval)."""
+        run = self.durable.store.get_run(self.id)
+        if run is not None and run.status == WorkflowStatus.PENDING:
+            publish_woken(
+                self.durable,
+                DueRun(run.id, run.name, run.status, run.args, run.queue),
+                "its cancel rolls it back",
+            )
+
+    def resume(self) -> WorkflowStatus:
+        """Continue a FAILED or CANCELLED run from its first unfinished step, with a fresh
+        attempt budget: it becomes PENDING and is published like any dispatch, so it runs
+        on today's code through the normal claim (never twice). Its recorded steps stay,
+        except the failed step that ended it, which runs again.
+
+        Raises WorkflowNotResumable (naming the status) for any other run.
+        Example: ``durable.get_handle("order-42").resume()`` after deploying a fix.
+        """
+        with self._outage_named("resuming workflow run"):
+            resume_run(self.durable, self.id)
+        return WorkflowStatus.PENDING
+
+    def fork(self, from_step: int, workflow_id: str | None = None) -> WorkflowHandle:
+        """Start a new run of this workflow, with the same arguments, that keeps this run's
+        steps before ``from_step`` (0-based, as ``durable show`` numbers them) and runs the
+        rest on today's code; it records this run as its origin (``forked_from``). It
+        takes a copy of this run's unconsumed signals (this run keeps its own); a signal a
+        step from ``from_step`` on consumed is not sent again: resend it to the fork.
+
+        ``workflow_id`` names the new run (default: a new id). Raises InvalidArgument when
+        ``from_step`` is beyond this run's finished steps, WorkflowAlreadyExists for a
+        taken id. Example: ``handle.fork(from_step=2).get(timeout=30)``.
+        """
+        with self._outage_named("forking workflow run"):
+            forked = fork_run(self.durable, self.id, from_step, workflow_id)
+        assert forked.run is not None  # a refused fork raised
+        return WorkflowHandle(self.durable, forked.run.id, forked.run.name)
+
+    def _wait_finished(self, timeout: float | None, interval: float) -> RunRecord:
+        """Read the run until it finished; an unreachable database (a restart) is retried
+        until ``timeout``, like a run that is still going."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        run: RunRecord | None = None
+        unreachable: BaseException | None = None
+        with self.durable.store.listener() as listener:
+            while True:
+                try:
+                    run, unreachable = self.record(), None
+                except Exception as exc:
+                    if not is_unreachable(exc):
+                        raise
+                    unreachable = exc
+                if unreachable is None and run is not None and run.status in FINISHED_STATUSES:
+                    return run
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise CeleryTimeoutError(self._timed_out(timeout, run, unreachable))
+                listener.wait_for(
+                    self.id, interval if remaining is None else min(interval, remaining)
+                )
+
+    def _timed_out(
+        self, timeout: float | None, run: RunRecord | None, unreachable: BaseException | None
+    ) -> str:
+        if unreachable is None and run is not None:
+            return (
+                f"workflow run {self.id!r} did not finish within {timeout}s "
+                f"(status {run.status}); it goes on running"
+            )
+        seen = "never read" if run is None else f"last seen {run.status}"
+        cause = "" if unreachable is None else f" ({summary(unreachable)})"
+        return (
+            f"workflow run {self.id!r}: no answer within {timeout}s: the database "
+            f"{describe(self.durable.store.url)} was unreachable{cause}; the run was {seen}"
+        )

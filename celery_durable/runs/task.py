@@ -1,0 +1,407 @@
+"""The workflow task: start (insert, then publish), start as a child, and deliveries (run
+in ``execution``: claim, replay, settle).
+
+Example::
+
+    @durable.workflow(queue="orders", max_attempts=5)
+    def checkout(order_id: int) -> dict:
+        item = reserve(order_id)
+        return {"receipt": charge(order_id, item["amount"])}
+
+    handle = checkout.apply_async(args=(42,), workflow_id="order-42")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import inspect
+import logging
+import math
+import os
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from celery import Task
+from celery.exceptions import Reject
+from kombu.utils.encoding import safe_repr
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from celery_durable.body.fanout import ChildHandle, start_child
+from celery_durable.core import serialization, tracing, validate
+from celery_durable.core.logs import log_started, run_fields
+from celery_durable.engine import taskevents
+from celery_durable.engine.delivery import (
+    TRANSACTIONAL_HEADER,
+    ClaimUnavailable,
+    execute,
+    request_header,
+)
+from celery_durable.errors import RunNotPublished, WorkflowAlreadyExists
+from celery_durable.runs.handle import WorkflowHandle
+from celery_durable.store import NewRun
+from celery_durable.store.db.outage import is_unreachable, unavailable
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from celery_durable.durable import Durable
+
+logger = logging.getLogger("celery_durable.workflow")
+
+# How often a delivery found the database unreachable: its redelivery backs off.
+REDELIVERY_HEADER = "durable_redeliveries"
+_MAX_REDELIVERY_DELAY = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowDefinition:
+    fn: Callable[..., Any]
+    name: str
+    queue: str | None
+    max_attempts: int | None
+    retry_backoff: float | None
+    signature: inspect.Signature | None
+
+
+class WorkflowTask(Task):  # type: ignore[misc]
+    """Base class of every workflow's Celery task."""
+
+    durable: Durable
+    definition: WorkflowDefinition
+    acks_late = True
+    reject_on_worker_lost = True
+    ignore_result = True
+    typing = False
+    # Reports each delivery to Flower truthfully (WAITING, not SUCCESS; see taskevents).
+    Request = "celery_durable.engine.taskevents:WorkflowRequest"
+
+    # -- start -------------------------------------------------------------------------
+
+    def delay(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
+        return self.apply_async(args, kwargs)
+
+    def apply_async(  # type: ignore[override]
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        *,
+        workflow_id: str | None = None,
+        if_exists: str = "error",
+        connection: Connection | Session | None = None,
+        **options: Any,
+    ) -> WorkflowHandle:
+        """Insert the run, then publish it; returns a :class:`WorkflowHandle`.
+
+        ``workflow_id`` (or Celery's ``task_id``) names the run; a taken id raises
+        WorkflowAlreadyExists unless ``if_exists="return"``. With ``connection`` (a
+        SQLAlchemy Connection or Session) the run is inserted in the caller's transaction
+        and published only once it commits.
+        """
+        durable, definition = self.durable, self.definition
+        if if_exists not in ("error", "return"):
+            raise ValueError(
+                f'workflow {definition.name}: if_exists must be "error" or "return", '
+                f"got {if_exists!r}"
+            )
+        for argument, value in (("workflow_id", workflow_id), ("task_id", task_id)):
+            if value is not None:
+                validate.check_workflow_id(value, f"workflow {definition.name}: {argument}")
+        if workflow_id is not None and task_id is not None and workflow_id != task_id:
+            raise ValueError(
+                f"workflow {definition.name}: workflow_id={workflow_id!r} and "
+                f"task_id={task_id!r} differ; pass one of them"
+            )
+        self._refuse_callbacks(options)
+        run_id = workflow_id or task_id or time_ordered_id()
+        args, kwargs = tuple(args or ()), dict(kwargs or {})
+        run = self._new_run(args, kwargs, options)(run_id)
+        bind = connection.connection() if isinstance(connection, Session) else connection
+        try:
+            inserted = durable.store.insert_run(run, bind)
+        except Exception as exc:
+            if bind is None and is_unreachable(exc):  # the caller's connection: theirs to report
+                what = f"workflow {definition.name} run {run_id!r} was not started"
+                raise unavailable(exc, durable.store.url, what) from exc
+            raise
+        if not inserted:
+            if if_exists == "return":
+                return WorkflowHandle(durable, run_id, definition.name)
+            raise WorkflowAlreadyExists(run_id)
+        tracing.add_start_headers(options)  # the caller's trace goes on in the first attempt
+        handle = WorkflowHandle(durable, run_id, definition.name)
+        log_started(definition.name, run_id, run.start_delay)
+        if run.start_delay is not None:
+            return handle  # the sweeper publishes it when due: no long ETA message
+        if connection is None:
+            self._publish_started(args, kwargs, run_id, options, handle)
+        else:
+            options.setdefault("headers", {})[TRANSACTIONAL_HEADER] = True
+            _publish_after_commit(
+                connection, lambda: self._publish_started(args, kwargs, run_id, options)
+            )
+        return handle
+
+    def start_child(
+        self,
+        *args: Any,
+        workflow_id: str | None = None,
+        detached: bool = False,
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> ChildHandle[Any]:
+        """Inside a workflow: start this workflow as a child run; returns a ChildHandle.
+
+        Its id is derived from the parent's id and step index unless ``workflow_id`` is
+        given. Cancelling the parent cancels the child, unless ``detached=True``. Other
+        options (``queue``, ``countdown``, ...) are those of ``apply_async``.
+        """
+        self._refuse_callbacks(options)
+        if workflow_id is not None:
+            validate.check_workflow_id(
+                workflow_id, f"{self.definition.name}.start_child(workflow_id)"
+            )
+        call_args, call_kwargs = tuple(args), dict(kwargs or {})
+        new_run = self._new_run(call_args, call_kwargs, options)
+
+        def publish(child_id: str) -> None:
+            child_options = dict(options)
+            tracing.add_start_headers(child_options)  # a child span of the parent's step
+            self._publish_started(call_args, call_kwargs, child_id, child_options)
+
+        encoded = serialization.encode_arguments(
+            f"workflow {self.definition.name}", self.definition.fn, call_args, call_kwargs
+        )
+        return start_child(
+            self.definition.name, encoded, new_run, publish, workflow_id, bool(detached)
+        )
+
+    def _refuse_callbacks(self, options: dict[str, Any]) -> None:
+        unsupported = sorted(set(options) & {"link", "link_error", "chain"})
+        if unsupported:
+            # A run outlives its first message (retries, suspensions, re-dispatches), so
+            # a callback on that message would fire at the wrong time.
+            raise TypeError(
+                f"workflow {self.definition.name}: {', '.join(unsupported)} is not "
+                "supported; call the next task from the workflow's last step instead"
+            )
+
+    def _new_run(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any]
+    ) -> Callable[[str], NewRun]:
+        """Check and encode a start; returns the run's row given its id. ``options`` gets
+        the resolved queue and loses countdown/eta (kept in the row)."""
+        durable, definition = self.durable, self.definition
+        if definition.signature is not None:
+            try:
+                definition.signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"workflow {definition.name}: {exc}") from None
+        config = durable.config
+        encoded = serialization.encode_arguments(
+            f"workflow {definition.name}", definition.fn, args, kwargs, config.max_payload_bytes
+        )
+        validate.check_queue(
+            options.get("queue") or definition.queue, f"workflow {definition.name}: queue"
+        )
+        queue = self._resolve_queue(args, kwargs, options)
+        try:
+            start_delay = _start_delay(options.pop("countdown", None), options.pop("eta", None))
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"workflow {definition.name}: {exc}") from None
+        if queue:
+            options["queue"] = queue
+        return lambda run_id: NewRun(
+            id=run_id,
+            name=definition.name,
+            args=encoded,
+            queue=queue,
+            max_attempts=definition.max_attempts or config.max_attempts,
+            retry_backoff=(
+                config.retry_backoff
+                if definition.retry_backoff is None
+                else definition.retry_backoff
+            ),
+            dispatch_grace=config.dispatch_grace,
+            start_delay=start_delay,
+        )
+
+    def _resolve_queue(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any]
+    ) -> str | None:
+        """The queue Celery's routing sends this run to, stored with the run so that every
+        later publish (sweeper, wake-up, recovery), from any app, goes to the same queue."""
+        wanted = {**self._get_exec_options(), **options}
+        wanted = {key: value for key, value in wanted.items() if value is not None}
+        route = self.app.amqp.router.route(wanted, self.name, args, kwargs, self)
+        queue = route.get("queue")
+        name = getattr(queue, "name", queue)
+        return str(name) if name else None
+
+    def _publish_started(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        run_id: str,
+        options: dict[str, Any],
+        caller: WorkflowHandle | None = None,
+    ) -> None:
+        """Publish a stored run. A failure is logged, or, for the ``caller`` of
+        ``.delay()`` (eager mode aside: it runs the body here), raised as RunNotPublished,
+        so that a retry doesn't start a second run."""
+        try:
+            super().apply_async(args, kwargs, task_id=run_id, **options)
+        except Exception as exc:
+            # The run is stored: the sweeper publishes it after durable_dispatch_grace.
+            self._disown(run_id)
+            if caller is not None and not self.app.conf.task_always_eager:
+                grace = self.durable.config.dispatch_grace
+                raise RunNotPublished(self.definition.name, run_id, grace, caller, exc) from exc
+            logger.exception(
+                "publishing workflow %s run %s failed; the sweeper will dispatch it",
+                self.definition.name,
+                run_id,
+                extra=run_fields(run_id, self.definition.name, 0),
+            )
+
+    def _disown(self, run_id: str) -> None:
+        """No broker has the run: any sweeper of the namespace may publish it, not only
+        those of this app's broker (one that this process can't reach, or one spelled
+        otherwise than the workers' URL). Only on this failure path: no hot-path cost."""
+        try:
+            self.durable.store.disown_run(run_id)
+        except Exception:  # noqa: BLE001 - it stays its broker's: swept once that is back
+            logger.warning(
+                "run %s stays its broker's to dispatch (handing it to any sweeper failed)",
+                run_id,
+                exc_info=True,
+                extra=run_fields(run_id, self.definition.name, 0),
+            )
+
+    def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        """Celery's in-process execution, for a run that exists (eager mode goes through
+        apply_async, which inserts it first)."""
+        task_id = options.get("task_id")
+        if task_id is None or self.durable.store.get_status(task_id) is None:
+            raise TypeError(
+                f"workflow {self.definition.name}: start runs with .delay() or .apply_async() "
+                "(set task_always_eager to run them in-process); .apply() alone has no run"
+            )
+        return super().apply(args, kwargs, **options)
+
+    # -- run -----------------------------------------------------------------------------
+
+    def run_workflow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        request = self.request
+        if request.called_directly:
+            # Run here, the body would run its steps for real outside any run: nothing
+            # recorded, nothing retried, until a body-only call (set_state...) refuses.
+            raise TypeError(
+                f"workflow {self.definition.name} was called directly, which would run its "
+                "body outside a run; start a run with .delay() or .apply_async() (with "
+                "task_always_eager it runs in-process); .apply() runs only a run that exists"
+            )
+        with tracing.delivery(self.definition.name, request):
+            try:
+                return execute(self.durable, self.definition, request, self.time_limit)
+            except ClaimUnavailable as unavailable:
+                if request.is_eager:
+                    raise unavailable.__cause__ or unavailable from None
+                self._redeliver_later(args, kwargs, unavailable)
+
+    def _redeliver_later(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], unavailable: ClaimUnavailable
+    ) -> NoReturn:
+        """The database was unreachable at the claim: publish this delivery again a little
+        later (backing off) instead of dropping it, and acknowledge this one. Not an
+        attempt of the run: nothing ran (Flower shows RETRY, not SUCCESS)."""
+        request = self.request
+        redeliveries = int(request_header(request, REDELIVERY_HEADER) or 0)
+        delay = min(0.5 * 2**redeliveries, _MAX_REDELIVERY_DELAY)
+        headers: dict[str, Any] = {REDELIVERY_HEADER: redeliveries + 1, **tracing.carried(request)}
+        if request_header(request, TRANSACTIONAL_HEADER):
+            headers[TRANSACTIONAL_HEADER] = True
+        delivery = getattr(request, "delivery_info", None) or {}
+        queue = delivery.get("routing_key") or self.definition.queue
+        options: dict[str, Any] = {"queue": queue} if queue else {}
+        logger.warning(
+            "workflow %s run %s: the database is unreachable (%s); delivering it again in "
+            "%.1fs (redelivery %d)",
+            self.definition.name,
+            request.id,
+            unavailable.__cause__,
+            delay,
+            redeliveries + 1,
+            extra=run_fields(request.id, self.definition.name),
+        )
+        try:
+            Task.apply_async(
+                self, args, kwargs, task_id=request.id, countdown=delay, headers=headers, **options
+            )
+        except Exception as exc:
+            # Neither the database nor the broker: hand the message back to the broker.
+            raise Reject(
+                f"could not publish run {request.id} again: {exc!r}", requeue=True
+            ) from exc
+        text = f"the database is unreachable; delivering run {request.id} again in {delay:.1f}s"
+        cause = safe_repr(unavailable.__cause__)
+        raise taskevents.ended(self.app, request.id, taskevents.RETRIED, text, exception=cause)
+
+
+def _start_delay(countdown: Any, eta: Any) -> float | None:
+    """countdown/eta become a start time kept in the database, never an ETA message."""
+    if countdown is not None and eta is not None:
+        raise ValueError("pass countdown or eta, not both")
+    if countdown is not None:
+        if (
+            isinstance(countdown, bool)
+            or not isinstance(countdown, int | float)
+            or not math.isfinite(countdown)
+        ):
+            raise TypeError(f"countdown must be a finite number of seconds, got {countdown!r}")
+        return float(countdown) if countdown > 0 else None
+    if eta is not None:
+        if not isinstance(eta, dt.datetime):
+            raise TypeError(f"eta must be a datetime, got {type(eta).__name__}")
+        if eta.tzinfo is None:
+            eta = eta.replace(tzinfo=dt.timezone.utc)
+        delay = (eta - dt.datetime.now(dt.timezone.utc)).total_seconds()
+        return delay if delay > 0 else None
+    return None
+
+
+def time_ordered_id() -> str:
+    """A UUID whose first 48 bits are the time in ms (the UUIDv7 layout).
+
+    New runs then land at the right edge of the primary-key indexes instead of on random
+    pages, which keeps inserts fast when the tables hold millions of finished runs.
+    """
+    millis = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (millis & ((1 << 48) - 1)) << 80 | 0x7 << 76 | (rand >> 62 & 0xFFF) << 64
+    value |= 0b10 << 62 | rand & ((1 << 62) - 1)
+    return str(uuid.UUID(int=value))
+
+
+def _publish_after_commit(connection: Connection | Session, publish: Callable[[], None]) -> None:
+    state = {"open": True}
+
+    def on_commit(*_: Any) -> None:
+        if state["open"]:
+            state["open"] = False
+            publish()
+
+    def on_rollback(*_: Any) -> None:
+        state["open"] = False
+
+    if isinstance(connection, Session):
+        event.listen(connection, "after_commit", on_commit, once=True)
+        event.listen(connection, "after_rollback", on_rollback, once=True)
+    else:
+        # Connection has no after-commit hook; the worker waits briefly for the row.
+        event.listen(connection, "commit", on_commit, once=True)
+        event.listen(connection, "rollback", on_rollback, once=True)

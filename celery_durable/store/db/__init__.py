@@ -1,0 +1,4 @@
+"""Connections to the database: one pool per process (``pool``), the engine and psycopg
+fast path (``connections``), LISTEN/NOTIFY or polling (``listener``) and telling an outage
+from other errors (``outage``).
+"""

@@ -1,0 +1,237 @@
+"""An item's first delivery in one transaction (Postgres): open, run, record, commit.
+
+A claimed item costs two commits: the claim (a lease, so that nobody else runs it and the
+sweeper can tell a lost worker) and the record. On its first delivery an item needs
+neither: the transaction that will record it opens before the step runs and takes a
+transaction-level advisory lock on the item. That lock is the lease: every other
+claimant (a duplicate delivery, the claimed path, the sweeper) only *tries* it and goes
+away, and Postgres drops it the moment the worker's connection dies, so a SIGKILLed item is
+free again at once. The record, the parent's wake-up and the commit then travel in one
+pipelined round trip: one commit per item.
+
+The transaction stays open while the step runs (idle in transaction, with no snapshot and
+no transaction id until the record). A step that runs longer than a lease beat is
+*converted* by the lease heartbeat: it writes the usual claim (owner, lease, attempt) and
+commits, and the item goes on as a claimed one.
+
+Redeliveries, re-dispatches and retries take the claimed path (:meth:`ItemOps.claim_item`),
+which counts attempts and recoveries: a poison item is still found and failed.
+
+Example::
+
+    opened = store.open_item("r1", 3, 17)
+    if opened.verdict == "run":
+        written = opened.settle("ok", "42", None, grace=60)
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Text, and_, bindparam, cast, false, func, literal, or_, select, true, update
+
+from celery_durable.store.records import DueRun, ItemClaim, ItemWrite, Outcome
+from celery_durable.store.schema import ACTIVE_STATUSES, Tables
+from celery_durable.store.sql.build import Builder, params
+
+if TYPE_CHECKING:
+    from celery_durable.store.db.connections import Connections
+    from celery_durable.store.items import ItemOps
+
+# What ``open_item`` found: run it here, nothing to run, or take the claimed path.
+RUN, SKIP, CLAIM = "run", "skip", "claim"
+
+
+def item_lock(namespace: str, run_id: Any, idx: Any, item: Any) -> Any:
+    """The advisory lock an item's runner holds (the same key from binds or columns)."""
+    parts = (cast(part, Text) for part in (run_id, idx, item))
+    key = func.concat_ws(":", literal(namespace, Text), *parts)
+    return func.pg_try_advisory_xact_lock(func.hashtextextended(key, 0))
+
+
+class OpenItemStatements(Builder):
+    """The statements of an item's one-transaction path (Postgres only)."""
+
+    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
+        super().__init__(tables, dialect, namespace)
+        runs, items, now = tables.runs, tables.items, self.now
+        key = and_(
+            items.c.namespace == namespace,
+            items.c.run_id == bindparam("p_run_id"),
+            items.c.idx == bindparam("p_idx"),
+            items.c.item == bindparam("p_item"),
+        )
+        run_active = (
+            select(true())
+            .where(
+                self.run_is,
+                or_(*(runs.c.status == status for status in ACTIVE_STATUSES)),
+                runs.c.cancel_requested == false(),
+            )
+            .exists()
+        )
+        lock = item_lock(namespace, bindparam("p_run_id"), bindparam("p_idx"), bindparam("p_item"))
+        # Only a first delivery's first dispatch runs here; anything else is claimed.
+        first = and_(
+            items.c.status == "pending",
+            items.c.finished_at.is_(None),
+            items.c.dispatches == 1,
+            items.c.attempts == 0,
+            items.c.recoveries == 0,
+            items.c.child_id.is_(None),
+        )
+        self.open_item = select(
+            lock.label("locked"),
+            first.label("first"),
+            items.c.finished_at.isnot(None).label("finished"),
+            run_active.label("run_active"),
+            items.c.name,
+            items.c.input,
+        ).where(key)
+        pending = and_(key, items.c.status == "pending", items.c.finished_at.is_(None))
+        self.settle_open_item = (
+            update(items)
+            .where(pending)
+            .values(
+                status=bindparam("p_status"),
+                output=bindparam("p_output"),
+                error=bindparam("p_error"),
+                attempts=items.c.attempts + 1,
+                due_at=None,
+                finished_at=now,
+            )
+            .returning(items.c.awaited)
+        )
+        # As retry_item: the backoff waits in the database; the sweeper publishes it.
+        self.retry_open_item = (
+            update(items)
+            .where(pending)
+            .values(
+                attempts=items.c.attempts + 1,
+                error=bindparam("p_error"),
+                dispatches=0,
+                due_at=now + bindparam("p_delay"),
+            )
+            .returning(items.c.item)
+        )
+        # A long step becomes a claimed item: the lease now says who runs it.
+        self.convert_open_item = (
+            update(items)
+            .where(pending)
+            .values(
+                status="running",
+                owner=bindparam("p_owner"),
+                attempts=items.c.attempts + 1,
+                due_at=now + bindparam("p_lease"),
+            )
+            .returning(items.c.item)
+        )
+
+
+class OpenItem:
+    """An item's open transaction, from :meth:`ItemOps.open_item`.
+
+    ``verdict``: RUN (run ``claim``'s step, then ``settle`` or ``retry``), SKIP (recorded,
+    running elsewhere or unknown: nothing to do) or CLAIM (take the claimed path). Only a
+    RUN holds a connection; ``abandon`` gives it back without writing.
+    """
+
+    def __init__(
+        self, store: ItemOps, db: Connections, key: tuple[str, int, int], verdict: str
+    ) -> None:
+        self.store, self.db, self.key, self.verdict = store, db, key, verdict
+        self.claim: ItemClaim | None = None
+        self.owner: str | None = None  # set when the heartbeat converted it to a claim
+        self._record: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def values(self) -> dict[str, Any]:
+        run_id, idx, item = self.key
+        return params(run_id=run_id, idx=idx, item=item)
+
+    def begin(self) -> None:
+        """Open the transaction, take the item's lock and read it (one round trip)."""
+        sql = self.store.sql.open_items
+        self._record = self.db.pool.take()
+        try:
+            results = self.db.pipeline(self._record, [("BEGIN", {}), (sql.open_item, self.values)])
+            row = results[1]
+        except BaseException:
+            self._close()
+            raise
+        if row is None or not row.locked or row.finished:
+            self.verdict = SKIP
+        elif not row.first or not row.run_active:
+            self.verdict = CLAIM
+        else:
+            self.verdict = RUN
+            self.claim = ItemClaim("running", row.name, row.input, 1)
+            return
+        self._close()
+
+    def settle(self, status: str, output: str | None, error: str | None, grace: float) -> ItemWrite:
+        """Record the outcome, wake the parent if it waited for this last item, commit."""
+        with self._lock:
+            if self.owner is not None:
+                run_id, idx, item = self.key
+                return self.store.settle_item(
+                    run_id, idx, item, self.owner, status, output, error, grace
+                )
+            sql = self.store.sql.items
+            values = {
+                **self.values,
+                **params(status=status, output=output, error=error, grace=grace),
+            }
+            statements = [
+                (sql.settle_item_lock_run, values),
+                (self.store.sql.open_items.settle_open_item, values),
+                (sql.settle_item_wake, values),
+                ("COMMIT", {}),
+            ]
+            rows = self._finish(statements)
+        if rows[1] is None:
+            return ItemWrite(Outcome.LEASE_LOST)  # cancelled while it ran
+        return ItemWrite(Outcome.RECORDED, None if rows[2] is None else DueRun(*rows[2]))
+
+    def retry(self, delay: float, error: str) -> bool:
+        """Back to pending after a retryable failure (as ``retry_item``), commit."""
+        with self._lock:
+            if self.owner is not None:
+                run_id, idx, item = self.key
+                return self.store.retry_item(run_id, idx, item, self.owner, delay, error)
+            values = {**self.values, **params(delay=delay, error=error)}
+            statements = [(self.store.sql.open_items.retry_open_item, values), ("COMMIT", {})]
+            return self._finish(statements)[0] is not None
+
+    def convert(self, owner: str, lease: float) -> bool:
+        """From the lease heartbeat: write the claim (``owner``, a lease) and commit, so a
+        long step holds a lease instead of an open transaction. False if the item is no
+        longer open here (finished, or cancelled meanwhile)."""
+        with self._lock:
+            if self._record is None or self.owner is not None:
+                return False
+            values = {**self.values, **params(owner=owner, lease=lease)}
+            statements = [(self.store.sql.open_items.convert_open_item, values), ("COMMIT", {})]
+            converted = self._finish(statements)[0] is not None
+            if converted:
+                self.owner = owner
+            return converted
+
+    def abandon(self) -> None:
+        """Give the item back unwritten (a cold shutdown, a crash of the task itself)."""
+        with self._lock:
+            if self._record is not None:
+                self._close()
+
+    def _finish(self, statements: list[tuple[Any, dict[str, Any]]]) -> list[Any]:
+        try:
+            return self.db.pipeline(self._record, statements)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        record, self._record = self._record, None
+        if record is not None:
+            self.db.give_back(record)

@@ -1,0 +1,253 @@
+"""Building blocks of the statements: parameters, the database clock, the fencing guard.
+
+Example::
+
+    class MyStatements(Builder):
+        def __init__(self, tables, dialect, namespace):
+            super().__init__(tables, dialect, namespace)
+            self.touch = update(tables.runs).where(self.fenced).values(updated_at=self.now)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import (
+    Float,
+    and_,
+    bindparam,
+    case,
+    false,
+    func,
+    literal,
+    literal_column,
+    or_,
+    select,
+    true,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from celery_durable.store.records import Outcome, StepRecord
+from celery_durable.store.schema import Tables
+
+# Seconds past due after which a run of another broker is any sweeper's to dispatch
+# (``Builder.dispatched_here``; the sweeper passes max(this, 10 dispatch graces)).
+TAKEOVER = 600.0
+
+
+def params(**values: Any) -> dict[str, Any]:
+    """Statement parameters, with the bind-name prefix."""
+    return {f"p_{key}": value for key, value in values.items()}
+
+
+def began_ago(step: StepRecord, now: float) -> float:
+    """Seconds from when ``step`` began to ``now`` (``time.monotonic()`` in this process):
+    the row's ``started_at`` is the database's clock minus it. 0 for a record that says
+    nothing of when it began (a wait or a marker begins now)."""
+    return 0.0 if step.began is None else max(0.0, now - step.began)
+
+
+def step_params(run_id: str, fence: int, step: StepRecord) -> dict[str, Any]:
+    """The parameters of ``record_step`` for ``step`` of the run (under its fence); ``ago``
+    (``began_ago``) is taken now, just before the write."""
+    return params(
+        run_id=run_id,
+        fence=fence,
+        idx=step.idx,
+        name=step.name,
+        status=step.status,
+        input=step.input,
+        output=step.output,
+        error=step.error,
+        duration=step.duration,
+        ago=began_ago(step, time.monotonic()),
+    )
+
+
+def write_carried(
+    conn: Any, record_step: Any, run_id: str, fence: int, carried: Sequence[StepRecord]
+) -> None:
+    """Write deferred steps' records (``carried``) in the caller's transaction, after the
+    caller checked that it holds the run: they commit with its write, or not at all."""
+    for step in carried:
+        conn.execute(record_step, step_params(run_id, fence, step))
+
+
+def hold_run(
+    conn: Any, steps: Any, run_id: str, fence: int, carried: Sequence[StepRecord]
+) -> Outcome | None:
+    """Lock the run's row (FOR UPDATE on Postgres) while the caller holds its lease, then
+    write ``carried`` in the caller's transaction. None: held; otherwise LEASE_LOST or
+    CANCELLED, and nothing is written. ``steps``: the step statements (``check_live_locked``,
+    ``record_step``)."""
+    live = conn.execute(steps.check_live_locked, params(run_id=run_id, fence=fence)).first()
+    if live is None:
+        return Outcome.LEASE_LOST
+    if live.cancel_requested:
+        return Outcome.CANCELLED
+    write_carried(conn, steps.record_step, run_id, fence, carried)
+    return None
+
+
+def columns_of(table: Any, record: type, **computed: Any) -> tuple[Any, ...]:
+    """The columns that fill ``record``, in its field order (rows unpack into it);
+    ``computed`` gives an expression for a field that is not a column of ``table``. Fields
+    marked ``metadata={"stored": False}`` (last, with a default) are left out."""
+    return tuple(
+        computed[field.name].label(field.name) if field.name in computed else table.c[field.name]
+        for field in dataclasses.fields(record)
+        if field.metadata.get("stored", True)
+    )
+
+
+class Builder:
+    """What every area's statements share: the dialect, the clock and the fencing guard.
+
+    ``dispatcher``: the broker of the store's app (``apps.broker_identity``), written on
+    the runs it starts and claims; its sweeps take only those (``dispatched_here``). None
+    (a store without an app): nothing written, every run taken."""
+
+    def __init__(
+        self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
+    ) -> None:
+        self.tables = tables
+        self.is_postgres = dialect == "postgresql"
+        self.namespace = namespace
+        self.dispatcher = dispatcher
+        runs = tables.runs
+        if self.is_postgres:
+            self.now: Any = literal_column(
+                "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+            )
+        else:
+            self.now = literal_column("((julianday('now') - 2440587.5) * 86400.0)")
+        self.ns = runs.c.namespace == namespace
+        self.run_is = and_(self.ns, runs.c.id == bindparam("p_run_id"))
+        # The caller holds the run: same fencing token, still running.
+        self.fenced = and_(
+            self.run_is, runs.c.fence == bindparam("p_fence"), runs.c.status == "RUNNING"
+        )
+        self.live = and_(self.fenced, runs.c.cancel_requested == false())
+        self.run_attempt = select(runs.c.attempts).where(self.run_is).scalar_subquery()
+
+    def here(self, dispatcher: Any) -> Any:
+        """A run whose ``dispatcher`` column says this store's sweeper dispatches it: its
+        own broker's, or one written before migration 0007 (NULL)."""
+        if self.dispatcher is None:
+            return true()
+        return or_(dispatcher.is_(None), dispatcher == self.dispatcher)
+
+    def dispatched_here(self, due_at: Any, due_by: Any) -> Any:
+        """What the sweeper may take, of rows due at ``due_at``: a run of its broker
+        (``here``), or one that no sweeper of its own broker took for ``p_takeover``
+        seconds past due (that broker's workers are gone: a deployment that moved broker
+        must not strand its runs)."""
+        if self.dispatcher is None:
+            return true()
+        runs = self.tables.runs
+        overdue = due_at <= due_by - bindparam("p_takeover", type_=Float)
+        return or_(self.here(runs.c.dispatcher), overdue)
+
+    def step_row(self) -> dict[str, Any]:
+        """The values of a step row written from ``step_params`` (record_step's)."""
+        return {
+            "namespace": literal(self.namespace),
+            "run_id": bindparam("p_run_id"),
+            "idx": bindparam("p_idx"),
+            "name": bindparam("p_name"),
+            "status": bindparam("p_status"),
+            "input": bindparam("p_input"),
+            "output": bindparam("p_output"),
+            "error": bindparam("p_error"),
+            "created_at": self.now,
+            "duration": bindparam("p_duration", type_=Float),
+            "started_at": self.now - bindparam("p_ago", type_=Float),
+            # The run's attempt counter under the writer's fence (a fenced write is this
+            # claim's); fenced_upsert takes it from the run row it already locks.
+            "attempt": self.run_attempt,
+        }
+
+    def step_resumed(self, excluded: Any) -> dict[str, Any]:
+        """``record_step``'s columns computed on conflict, from the stored row and the new.
+
+        A wait's row is written "waiting" when the run suspends and "ok" when it resumes:
+        its duration is the time between the two, on the database's clock. A wait or a
+        fan-out step ("started") that ends keeps when, and in which attempt, it began; a
+        failed step that runs again takes the new run's."""
+        steps = self.tables.steps
+        resumed = and_(steps.c.status == "waiting", excluded.status == "ok")
+        began = or_(steps.c.status == "waiting", steps.c.status == "started")
+        return {
+            "duration": case(
+                (resumed, excluded.created_at - steps.c.created_at), else_=excluded.duration
+            ),
+            "started_at": case(
+                (began, func.coalesce(steps.c.started_at, steps.c.created_at)),
+                else_=excluded.started_at,
+            ),
+            "attempt": case(
+                (began, func.coalesce(steps.c.attempt, excluded.attempt)),
+                else_=excluded.attempt,
+            ),
+        }
+
+    def insert(self, table: Any) -> Any:
+        return (postgresql.insert if self.is_postgres else sqlite.insert)(table)
+
+    def with_notify(self, stmt: Any, *columns: str) -> Any:
+        """On Postgres, wake handle waiters from the same statement (no extra round trip)."""
+        if not self.is_postgres:
+            return stmt
+        changed = stmt.cte("changed")
+        channel = f"{self.tables.runs.name.removesuffix('runs')}events"
+        return select(
+            *(changed.c[name] for name in columns),
+            func.pg_notify(channel, literal(self.namespace + ":").concat(changed.c.id)),
+        ).select_from(changed)
+
+    def notify(self, run_id: str) -> Any:
+        channel = f"{self.tables.runs.name.removesuffix('runs')}events"
+        return select(func.pg_notify(channel, f"{self.namespace}:{run_id}"))
+
+    def fenced_upsert(
+        self,
+        table: Any,
+        values: dict[str, Any],
+        *,
+        conflict: list[Any],
+        updates: Sequence[str],
+        where: Any = None,
+        computed: Callable[[Any], dict[str, Any]] | None = None,
+        guard: Any = None,
+    ) -> Any:
+        """INSERT ... ON CONFLICT DO UPDATE, only while the caller holds the run's lease.
+
+        On Postgres the fencing check is part of the statement: FOR SHARE on the run row
+        serialises the write with a concurrent claim. SQLite checks ``check_live`` first
+        in the same (BEGIN IMMEDIATE) transaction. ``computed(excluded)``: more columns to
+        set on conflict, as expressions of the stored row and ``excluded``. ``guard``: the
+        run's condition instead of ``live`` (a rollback writes after cancel: ``fenced``).
+        """
+        ins: Any
+        if self.is_postgres:
+            runs = self.tables.runs
+            live_run = (
+                select(runs.c.id, runs.c.attempts)
+                .where(self.live if guard is None else guard)
+                .with_for_update(read=True)
+                .cte("live_run")
+            )
+            # The run's attempt from the row the CTE read, not a second lookup.
+            taken = {"attempt": live_run.c.attempts} if "attempt" in values else {}
+            ins = postgresql.insert(table).from_select(
+                list(values), select(*{**values, **taken}.values()).select_from(live_run)
+            )
+        else:
+            ins = sqlite.insert(table).values(values)
+        set_ = {name: ins.excluded[name] for name in updates}
+        if computed is not None:
+            set_.update(computed(ins.excluded))
+        return ins.on_conflict_do_update(index_elements=conflict, set_=set_, where=where)

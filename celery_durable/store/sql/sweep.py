@@ -1,0 +1,164 @@
+"""The sweeper's statements: expired leases, lost publishes, due backoffs and timers,
+lost signal wake-ups, and the other brokers seen on the namespace.
+
+Example::
+
+    sql = SweepStatements(build_tables("durable_"), "postgresql", "default", "redis://h:6379/0")
+    sql.sweep_due_runs      # UPDATE ... RETURNING the runs to publish again
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Float,
+    and_,
+    bindparam,
+    case,
+    exists,
+    false,
+    literal_column,
+    or_,
+    select,
+    true,
+    union,
+    update,
+)
+
+from celery_durable.store.records import DueRun
+from celery_durable.store.schema import FINISHED_STATUSES, Tables
+from celery_durable.store.sql.admin import settled, status_literal
+from celery_durable.store.sql.build import Builder, columns_of
+
+
+class SweepStatements(Builder):
+    """What the sweeper takes: expired leases, lost publishes, due backoffs and timers."""
+
+    def __init__(
+        self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
+    ) -> None:
+        super().__init__(tables, dialect, namespace, dispatcher)
+        runs, signals, now = tables.runs, tables.signals, self.now
+        self.due_columns = columns_of(runs, DueRun)
+        # A sweeper takes only the workflows its app registered, of the runs of its own
+        # broker (dispatched_here): two apps on one database and namespace never dispatch
+        # each other's runs, even under the same workflow names.
+        registered = runs.c.name.in_(bindparam("p_names", expanding=True))
+        # The transaction's start time, not clock_timestamp(): a stable value is an index
+        # condition, so a sweep reads only the due entries of ix_runs_due, not every
+        # waiting run's (100,000 timers over a day cost one short index range).
+        due_by = (
+            literal_column("CAST(EXTRACT(EPOCH FROM now()) AS DOUBLE PRECISION)")
+            if self.is_postgres
+            else now
+        )
+        due = (
+            select(runs.c.id)
+            .where(
+                self.ns,
+                registered,
+                runs.c.due_at.isnot(None),
+                runs.c.due_at <= due_by,
+                self.dispatched_here(runs.c.due_at, due_by),
+            )
+            .order_by(runs.c.due_at)
+            .limit(bindparam("p_limit"))
+        )
+        # An expired lease: the worker was lost. Not the run's fault, so the attempt is
+        # given back; the recoveries budget (durable_max_recoveries) stops a poison run.
+        lost = runs.c.status == "RUNNING"
+        exhausted = and_(lost, runs.c.recoveries + 1 >= bindparam("p_max_recoveries"))
+        # A cancelled saga is published (it rolls back), not ended here.
+        cancelled = and_(runs.c.cancel_requested == true(), runs.c.compensable == false())
+        finished = or_(cancelled, exhausted)
+        backoff = case(
+            (runs.c.dispatches >= 6, 64), else_=literal_column("1").op("<<")(runs.c.dispatches)
+        )
+        if self.is_postgres:
+            # A materialised CTE locks exactly the rows it returns; an IN (subquery) may be
+            # rescanned and lock rows that the UPDATE then leaves alone.
+            due_runs = due.with_for_update(skip_locked=True).cte("due_runs")
+            due_runs = due_runs.prefix_with("MATERIALIZED")
+            picked = runs.c.id == due_runs.c.id
+        else:
+            picked = runs.c.id.in_(due.scalar_subquery())
+        self.sweep_due_runs = (
+            update(runs)
+            .where(self.ns, picked)
+            .values(
+                status=case((cancelled, "CANCELLED"), (exhausted, "FAILED"), else_="PENDING"),
+                error=case(
+                    (cancelled, runs.c.error),
+                    (exhausted, bindparam("p_lost_error")),
+                    else_=runs.c.error,
+                ),
+                finished_at=case((finished, now), else_=None),
+                owner=None,
+                wait_signal=None,
+                wait_items=False,
+                attempts=runs.c.attempts - case((and_(lost, ~finished), 1), else_=0),
+                recoveries=runs.c.recoveries + case((lost, 1), else_=0),
+                due_at=case((finished, None), else_=now + bindparam("p_grace") * backoff),
+                dispatches=runs.c.dispatches + 1,
+                updated_at=now,
+            )
+            .returning(*self.due_columns)
+        )
+        # Callers add which runs; the status check keeps a wake-up idempotent.
+        wake = (
+            update(runs)
+            .where(self.ns, runs.c.status == "WAITING")
+            .values(
+                status="PENDING",
+                wait_signal=None,
+                ready_at=None,
+                due_at=now + bindparam("p_grace"),
+                dispatches=0,
+                updated_at=now,
+            )
+            .returning(*self.due_columns)
+        )
+        self.wake_run = wake.where(
+            runs.c.id == bindparam("p_run_id"), runs.c.wait_signal == bindparam("p_signal")
+        )
+        # Only a wake-up lost for a dispatch grace: the signal's own wake-up message comes
+        # first, so the resumed run links back to the signal's sender (tracing).
+        signalled = select(signals.c.run_id).where(
+            signals.c.namespace == namespace,
+            signals.c.consumed_at.is_(None),
+            signals.c.run_id == runs.c.id,
+            signals.c.name == runs.c.wait_signal,
+            self.dispatched_here(signals.c.created_at, now - bindparam("p_grace")),
+            signals.c.created_at <= now - bindparam("p_grace"),
+        )
+        # Driven from the few pending signals (their partial index), not from every
+        # waiting run: 100,000 runs waiting on timers must not cost the sweeper a scan.
+        pending_for = select(signals.c.run_id).where(
+            signals.c.namespace == namespace,
+            signals.c.consumed_at.is_(None),
+            signals.c.created_at <= now - bindparam("p_grace"),
+        )
+        self.wake_signalled_runs = wake.where(
+            registered,
+            runs.c.wait_signal.isnot(None),
+            runs.c.id.in_(pending_for),
+            exists(signalled),
+        )
+        # The other brokers whose runs are in the namespace: active ones, or finished ones
+        # created within p_window seconds (read once, as a worker starts). Each branch is a
+        # range of a partial index (due_by: a stable value), the due runs' or the settled
+        # runs' by status.
+        other = and_(
+            self.ns, runs.c.dispatcher.isnot(None), runs.c.dispatcher != (dispatcher or "")
+        )
+        recent = runs.c.created_at >= due_by - bindparam("p_window", type_=Float)
+        finished = runs.c.status.in_([status_literal(s) for s in FINISHED_STATUSES])
+        seen = union(
+            select(runs.c.dispatcher).where(other, runs.c.due_at.isnot(None)),
+            select(runs.c.dispatcher).where(
+                other, settled(runs), runs.c.status == status_literal("WAITING")
+            ),
+            select(runs.c.dispatcher).where(other, settled(runs), finished, recent),
+        ).subquery()
+        self.other_dispatchers = (
+            select(seen.c.dispatcher).order_by(seen.c.dispatcher).limit(bindparam("p_limit"))
+        )
