@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar
 
 from celery_durable.body.context import FailedStep, WorkflowContext
 from celery_durable.core import faults, serialization, tracing
+from celery_durable.core.retry import backoff, retryable
 from celery_durable.errors import (
     LeaseLost,
     NonDeterminismError,
     NotSerialisable,
-    PermanentError,
     StoreUnavailable,
     WorkflowCancelled,
 )
@@ -135,14 +135,10 @@ class Step(Generic[P, R]):
         return start_step(self, args, kwargs)
 
     def retryable(self, exc: BaseException) -> bool:
-        if isinstance(exc, PermanentError | NonDeterminismError):
-            return False
-        if self.dont_retry_on and isinstance(exc, self.dont_retry_on):
-            return False
-        return isinstance(exc, self.retry_on)
+        return retryable(exc, self.retry_on, self.dont_retry_on)
 
     def delay_after(self, attempt: int) -> float:
-        return float(min(self.backoff * (2 ** (attempt - 1)), self.max_backoff))
+        return backoff(self.backoff, attempt - 1, self.max_backoff)
 
     def _run_in(self, ctx: WorkflowContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         ctx.check_stopping()

@@ -22,6 +22,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from celery_durable.body.context import LeaseClock
+from celery_durable.core.retry import backoff
 from celery_durable.store import OpenItem
 from celery_durable.store.db.outage import describe, is_unreachable, summary
 
@@ -64,11 +65,6 @@ class FailureLog:
         if self.count:
             logger.warning("%s works again after %d failure(s)", self.what, self.count)
         self.count = 0
-
-
-def backoff(base: float, failures: int, cap: float) -> float:
-    """``base`` doubled per failure in a row, at most ``cap``."""
-    return float(min(base * 2 ** min(failures, 30), cap))
 
 
 _KEEPERS: weakref.WeakSet[LeaseKeeper] = weakref.WeakSet()

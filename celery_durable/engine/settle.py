@@ -21,14 +21,13 @@ from celery.exceptions import Retry
 
 from celery_durable.body.context import WorkflowContext
 from celery_durable.core import faults, serialization
+from celery_durable.core.retry import backoff, retryable
 from celery_durable.engine import policy as shutdown
 from celery_durable.engine import taskevents
 from celery_durable.engine.items import publish_woken
 from celery_durable.errors import (
     ContinuedAsNew,
     LeaseLost,
-    NonDeterminismError,
-    PermanentError,
     StoreUnavailable,
     Suspended,
     WorkflowCancelled,
@@ -188,14 +187,6 @@ def _child_cancelled_on_retry(durable: Durable, ctx: WorkflowContext) -> None:
         publish_woken(durable, woken, f"its child {ctx.workflow_id} was cancelled")
 
 
-def _retryable(exc: BaseException) -> bool:
-    # ``final``: a recorded outcome (a remote step's or a child's failure) that replay
-    # raises again identically, so a workflow retry could only fail the same way.
-    if getattr(exc, "final", False):
-        return False
-    return not isinstance(exc, PermanentError | NonDeterminismError)
-
-
 def _ended_the_attempt(ctx: WorkflowContext, exc: BaseException) -> bool:
     """Whether the last failed step's exception (or a cause of it) ended this attempt."""
     if ctx.failed_step is None:
@@ -236,11 +227,11 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
                 extra=fields,
             )
         raise exc
-    if _retryable(exc) and claim.attempts < claim.max_attempts:
+    if retryable(exc) and claim.attempts < claim.max_attempts:
         delay = (
             0.0
             if interrupted
-            else min(claim.retry_backoff * (2 ** (claim.attempts - 1)), config.max_retry_backoff)
+            else backoff(claim.retry_backoff, claim.attempts - 1, config.max_retry_backoff)
         )
         faults.reach(faults.BEFORE_SCHEDULE_RETRY, **fields)
         # The failed step's record goes with the retry, in one transaction: "retry" (runs

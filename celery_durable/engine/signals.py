@@ -21,6 +21,7 @@ from celery import Celery, bootsteps
 from celery_durable.body.suspend import check_signal_name
 from celery_durable.core import serialization, tracing, validate
 from celery_durable.core.logs import log_malformed, run_fields
+from celery_durable.core.retry import backoff
 from celery_durable.engine.apps import durable_for, durables_of
 from celery_durable.errors import PendingSignalsFull, WorkflowAlreadyCompleted, WorkflowNotFound
 from celery_durable.store import FINISHED_STATUSES, Outcome, is_unreachable
@@ -286,7 +287,7 @@ def register_tasks(app: Celery) -> None:
             if not is_unreachable(exc):
                 raise
             # Never acknowledged as lost: the message comes back once the store is up.
-            delay = min(0.5 * 2**task.request.retries, _MAX_RETRY_DELAY)
+            delay = backoff(0.5, task.request.retries, _MAX_RETRY_DELAY)
             logger.warning(
                 "signal %r for workflow %s: the store is unreachable (%s); retrying in %.1fs",
                 name,

@@ -22,10 +22,11 @@ from celery import bootsteps
 
 from celery_durable.core import faults, serialization
 from celery_durable.core.logs import run_fields
+from celery_durable.core.retry import backoff
 from celery_durable.engine import retention
 from celery_durable.engine.apps import durables_of
 from celery_durable.engine.items import REVOKED, cancel, publish_woken, revoke_item
-from celery_durable.engine.leases import FailureLog, backoff
+from celery_durable.engine.leases import FailureLog
 from celery_durable.engine.queues import QueueWatch
 from celery_durable.store import FINISHED_STATUSES, TAKEOVER, DueItem, DueRun
 from celery_durable.store.db.outage import describe, is_unreachable, summary

@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session
 from celery_durable.body.fanout import ChildHandle, start_child
 from celery_durable.core import serialization, tracing, validate
 from celery_durable.core.logs import log_started, run_fields
+from celery_durable.core.retry import backoff
 from celery_durable.engine import taskevents
 from celery_durable.engine.delivery import (
     TRANSACTIONAL_HEADER,
@@ -321,7 +322,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
         attempt of the run: nothing ran (Flower shows RETRY, not SUCCESS)."""
         request = self.request
         redeliveries = int(request_header(request, REDELIVERY_HEADER) or 0)
-        delay = min(0.5 * 2**redeliveries, _MAX_REDELIVERY_DELAY)
+        delay = backoff(0.5, redeliveries, _MAX_REDELIVERY_DELAY)
         headers: dict[str, Any] = {REDELIVERY_HEADER: redeliveries + 1, **tracing.carried(request)}
         if request_header(request, TRANSACTIONAL_HEADER):
             headers[TRANSACTIONAL_HEADER] = True

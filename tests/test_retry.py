@@ -1,0 +1,63 @@
+"""The retry policy's two rules, each written once (celery_durable/core/retry.py): the
+delay before the next try (first delay doubled per try, capped) and whether a failure is
+worth another try."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from celery_durable import Durable, NonDeterminismError, PermanentError
+from celery_durable.core.retry import backoff, retryable
+
+
+def test_a_step_with_many_attempts_waits_its_cap_instead_of_overflowing():
+    # 2 ** 1099 is past a float: the delay used to raise OverflowError at attempt 1100 of
+    # a step told to retry for a long time, ending it instead of waiting max_backoff.
+    durable = Durable(Celery("retry-overflow"), database_url="sqlite://")
+
+    @durable.step(max_attempts=5000, backoff=1.0, max_backoff=60.0)
+    def patient() -> None: ...
+
+    @durable.step(max_attempts=5000)
+    def eager() -> None: ...
+
+    assert patient.delay_after(1100) == 60.0
+    assert eager.delay_after(1100) == 0.0
+
+
+def test_backoff_doubles_the_first_delay_up_to_the_cap():
+    assert [backoff(0.5, n, 60.0) for n in range(9)] == [
+        0.5,
+        1.0,
+        2.0,
+        4.0,
+        8.0,
+        16.0,
+        32.0,
+        60.0,
+        60.0,
+    ]
+    assert backoff(5.0, -1, 3600.0) == 2.5  # a first attempt's delay: first / 2, as before
+    assert backoff(0.0, 10**6, 60.0) == 0.0
+    assert backoff(1.0, 10**6, 30.0) == 30.0
+    assert isinstance(backoff(1, 2, 60), float)
+
+
+class Transient(Exception):
+    pass
+
+
+class Fatal(Transient):
+    pass
+
+
+def test_retryable_refuses_permanent_replayed_and_excluded_failures():
+    assert retryable(Transient()) and retryable(KeyboardInterrupt())
+    assert not retryable(PermanentError("no"))
+    assert not retryable(NonDeterminismError("changed"))
+    replayed = Transient()
+    replayed.final = True  # type: ignore[attr-defined]
+    assert not retryable(replayed)
+    assert retryable(Transient(), (Transient,), (Fatal,))
+    assert not retryable(Fatal(), (Transient,), (Fatal,))
+    assert not retryable(ValueError(), (Transient,))
