@@ -3,6 +3,8 @@ remote steps and children run in-process, so a user can unit-test such workflows
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
@@ -353,3 +355,43 @@ def test_derived_ids_fit_amqp_correlation_ids():
     derived = item_task_id(long_id, 3, 17)
     assert len(derived.encode()) <= 255 and derived == item_task_id(long_id, 3, 17)
     assert derived_id(f"{long_id}:3") != derived_id(f"{long_id}:4")
+
+
+BODY_CALLS = {
+    "celery_durable.sleep()": lambda: cd.sleep(1),
+    "celery_durable.sleep_until()": lambda: cd.sleep_until(dt.datetime.now(dt.timezone.utc)),
+    "celery_durable.wait_for_signal()": lambda: cd.wait_for_signal("go"),
+    "celery_durable.set_state()": lambda: cd.set_state(1),
+    "celery_durable.continue_as_new()": lambda: cd.continue_as_new(),
+    "celery_durable.compensate()": lambda: cd.compensate(),
+    "celery_durable.patched()": lambda: cd.patched("change"),
+    "celery_durable.deprecate_patch()": lambda: cd.deprecate_patch("change"),
+    "cd.gather()": lambda: cd.gather(),
+}
+
+
+def test_every_body_call_refuses_outside_a_workflow_and_inside_a_step(durable):
+    for what, call in BODY_CALLS.items():
+        with pytest.raises(RuntimeError) as outside:
+            call()
+        assert str(outside.value).startswith(f"{what} can only be called inside a workflow")
+
+    refused: dict[str, str] = {}
+
+    @durable.step
+    def inner() -> None:
+        for what, call in BODY_CALLS.items():
+            try:
+                call()
+            except RuntimeError as exc:
+                refused[what] = str(exc)
+
+    @durable.workflow
+    def outer() -> None:
+        inner()
+
+    assert outer.delay().get(timeout=10) is None
+    assert refused == {
+        what: f"{what} can't be called inside a step; call it from the workflow body"
+        for what in BODY_CALLS
+    }

@@ -27,9 +27,8 @@ import logging
 import time
 from typing import Any
 
-from celery_durable.body.context import WorkflowContext
+from celery_durable.body.context import WorkflowContext, enter_body
 from celery_durable.body.step import COMPENSATED, Step, check_replay, write_caught_failure
-from celery_durable.body.suspend import require_context
 from celery_durable.core import faults, serialization
 from celery_durable.errors import LeaseLost, StoreUnavailable
 from celery_durable.store import StepRecord
@@ -70,8 +69,7 @@ def compensate() -> list[Compensation]:
     """Run now, latest first, the compensations of the steps this run finished that were
     not compensated yet; returns what ran. The body goes on afterwards (return or raise
     what it likes); a later failure of the run does not compensate these steps again."""
-    ctx = require_context("compensate")
-    ctx.check_stopping()
+    ctx = enter_body("celery_durable.compensate()")
     write_caught_failure(ctx)
     return run_compensations(ctx)
 

@@ -194,6 +194,20 @@ class FailedStep:
     written: bool = False
 
 
+def enter_body(what: str, instead: str | None = None) -> WorkflowContext:
+    """The running body's context, for the body API ``what`` (``"cd.gather()"``): a clear
+    error (saying what to do ``instead``) outside a workflow or inside a step, and the
+    body's stop raised again once it must stop."""
+    ctx = _current.get()
+    if ctx is None:
+        hint = f"; {instead}" if instead else ""
+        raise RuntimeError(f"{what} can only be called inside a workflow{hint}")
+    if ctx.in_step:
+        raise RuntimeError(f"{what} can't be called inside a step; call it from the workflow body")
+    ctx.check_stopping()
+    return ctx
+
+
 def activate(ctx: WorkflowContext) -> contextvars.Token[WorkflowContext | None]:
     return _current.set(ctx)
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
+from celery_durable.body.context import enter_body
 from celery_durable.body.step import write_caught_failure
-from celery_durable.body.suspend import require_context
 from celery_durable.core import serialization
 from celery_durable.errors import ContinuedAsNew
 
@@ -33,8 +33,7 @@ def continue_as_new(*args: Any, **kwargs: Any) -> NoReturn:
     it); code after the call does not run. Arguments are JSON, like ``.delay()``'s:
     a value JSON can't hold raises ``NotSerialisable`` naming it.
     """
-    ctx = require_context("continue_as_new")
-    ctx.check_stopping()
+    ctx = enter_body("celery_durable.continue_as_new()")
     encoded = serialization.encode_arguments(
         f"continue_as_new() of workflow {ctx.workflow_name}",
         None,

@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
-from celery_durable.body.context import WorkflowContext
+from celery_durable.body.context import WorkflowContext, enter_body
 from celery_durable.body.step import (
     check_replay,
     record,
@@ -35,18 +35,6 @@ R = TypeVar("R")
 
 # A ChildHandle.result(timeout=...) records whether it timed out, so replay agrees.
 TIMED_WAIT_STEP = "celery_durable.wait_child"
-
-
-def body_context(what: str, instead: str) -> WorkflowContext:
-    """The running body's context; a clear error (saying what to do) anywhere else."""
-    ctx = WorkflowContext.current()
-    if ctx is None:
-        raise RuntimeError(f"{what} can only be called inside a workflow; {instead}")
-    if ctx.in_step:
-        raise RuntimeError(f"{what} can't be called inside a step; call it from the workflow body")
-    ctx.check_stopping()
-    write_caught_failure(ctx)
-    return ctx
 
 
 class StepFuture(Generic[R]):
@@ -99,7 +87,8 @@ class ChildHandle(Generic[R]):
     def _result_within(self, timeout: float) -> R:
         if timeout != timeout or timeout < 0:
             raise ValueError(f"result(timeout) must be None or >= 0, got {timeout!r}")
-        ctx = body_context("ChildHandle.result()", "use durable.get_handle(id).get()")
+        ctx = enter_body("ChildHandle.result()", "use durable.get_handle(id).get()")
+        write_caught_failure(ctx)
         # The timed wait is a step of its own: replay must know whether it timed out.
         index = ctx.take_index()
         step_input = serialization.dumps({"child": self.idx})
@@ -198,7 +187,8 @@ def gather(*awaitables: Awaitable, return_exceptions: bool = False) -> list[Any]
                 f"cd.gather() takes step futures (step.start()) and child handles "
                 f"(workflow.start_child()), got {awaitable!r}"
             )
-    ctx = body_context("cd.gather()", "use handle.get() on workflow handles")
+    ctx = enter_body("cd.gather()", "use handle.get() on workflow handles")
+    write_caught_failure(ctx)
     resolved = wait_for(ctx, [a.idx for a in awaitables])
     return collect(ctx, [(a, resolved[a.idx], 1) for a in awaitables], return_exceptions)
 

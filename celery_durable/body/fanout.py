@@ -26,16 +26,21 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from celery_durable.body.context import WorkflowContext
+from celery_durable.body.context import WorkflowContext, enter_body
 from celery_durable.body.fanin import (
     ChildHandle,
     StepFuture,
-    body_context,
     collect,
     gather,
     wait_for,
 )
-from celery_durable.body.step import check_replay, record, stop_writing, store_guard
+from celery_durable.body.step import (
+    check_replay,
+    record,
+    stop_writing,
+    store_guard,
+    write_caught_failure,
+)
 from celery_durable.core import faults, serialization
 from celery_durable.core.logs import log_started
 from celery_durable.errors import NonDeterminismError, WorkflowAlreadyExists
@@ -65,9 +70,10 @@ def derived_id(text: str) -> str:
 
 def start_step(step: Step[Any, R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> StepFuture[R]:
     """``step.start(...)``: run the step as a Celery task on its queue (or the run's)."""
-    ctx = body_context(
+    ctx = enter_body(
         f"{step.name}.start()", f"call {step.name}(...) to run it here, or from a workflow"
     )
+    write_caught_failure(ctx)
     index = ctx.take_index()
     encoded = serialization.encode_arguments(
         f"step {step.name}", step.fn, args, kwargs, ctx.max_payload_bytes
@@ -99,9 +105,8 @@ def map(  # noqa: A001 - cd.map is the public name, like the builtin it mirrors
 
     if not isinstance(step, Step):
         raise TypeError(f"cd.map() needs a durable step, got {step!r}")
-    ctx = body_context(
-        "cd.map()", f"use the builtin map({step.name}.fn, ...) to run the items here"
-    )
+    ctx = enter_body("cd.map()", f"use the builtin map({step.name}.fn, ...) to run the items here")
+    write_caught_failure(ctx)
     if not iterables:
         raise TypeError("cd.map() needs at least one iterable")
     index = ctx.take_index()
@@ -198,9 +203,10 @@ def start_child(
     """``workflow.start_child(...)``: insert the child run with the parent's step record
     and item in one transaction, then publish it. The engine passes ``new_run`` (the
     child's row, given its id) and ``publish`` (its Celery message, given its id)."""
-    ctx = body_context(
+    ctx = enter_body(
         f"{workflow_name}.start_child()", f"start a top-level run with {workflow_name}.delay()"
     )
+    write_caught_failure(ctx)
     index = ctx.take_index()
     child_id = workflow_id or derived_id(f"{ctx.workflow_id}:{index}")
     name = CHILD_STEP_PREFIX + workflow_name

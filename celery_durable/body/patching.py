@@ -22,9 +22,8 @@ Example (the deploy, then the cleanup once no old run is left)::
 
 from __future__ import annotations
 
-from celery_durable.body.context import PATCH_STEP_PREFIX, WorkflowContext
+from celery_durable.body.context import PATCH_STEP_PREFIX, WorkflowContext, enter_body
 from celery_durable.body.step import record, write_caught_failure
-from celery_durable.body.suspend import require_context
 from celery_durable.core import validate
 from celery_durable.store import StepRecord
 
@@ -58,9 +57,7 @@ def deprecate_patch(change_id: str) -> None:
 
 def _marker_context(function: str, change_id: str) -> WorkflowContext:
     validate.check_text(change_id, f"{function}(change_id)", max_chars=200, allow_empty=False)
-    ctx = require_context(function)
-    ctx.check_stopping()
-    return ctx
+    return enter_body(f"celery_durable.{function}()")
 
 
 def _replayed_marker(ctx: WorkflowContext, change_id: str) -> bool:

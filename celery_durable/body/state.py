@@ -18,8 +18,8 @@ from typing import Any
 
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
+from celery_durable.body.context import enter_body
 from celery_durable.body.step import stop_writing, store_guard, write_caught_failure
-from celery_durable.body.suspend import require_context
 from celery_durable.core import serialization, validate
 from celery_durable.errors import UnknownQuery, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
 from celery_durable.store import Store
@@ -29,8 +29,7 @@ DEFAULT_KEY = "state"
 
 def set_state(value: Any, key: str = DEFAULT_KEY) -> None:
     """Record ``value`` under ``key`` for ``handle.query(key)``; the latest value wins."""
-    ctx = require_context("set_state")
-    ctx.check_stopping()
+    ctx = enter_body("celery_durable.set_state()")
     validate.check_text(key, "set_state(key)", max_chars=255, allow_empty=False)
     # NotSerialisable is permanent: retrying the workflow would fail the same way.
     encoded = serialization.encode_json(

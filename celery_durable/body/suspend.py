@@ -21,7 +21,7 @@ import datetime as dt
 import logging
 from typing import Any
 
-from celery_durable.body.context import WorkflowContext
+from celery_durable.body.context import WorkflowContext, enter_body
 from celery_durable.body.step import (
     check_replay,
     record,
@@ -37,18 +37,6 @@ logger = logging.getLogger("celery_durable.suspend")
 
 SLEEP_STEP = "celery_durable.sleep"
 SIGNAL_STEP_PREFIX = "celery_durable.signal:"
-
-
-def require_context(function: str) -> WorkflowContext:
-    ctx = WorkflowContext.current()
-    if ctx is None:
-        raise RuntimeError(f"celery_durable.{function}() can only be called inside a workflow")
-    if ctx.in_step:
-        raise RuntimeError(
-            f"celery_durable.{function}() can't be called inside a step; call it from the "
-            "workflow body"
-        )
-    return ctx
 
 
 def wait_step(
@@ -152,7 +140,7 @@ def sleep(seconds: float) -> None:
 
     The timer lives in the database and fires within one ``durable_poll_interval``.
     """
-    ctx = require_context("sleep")
+    ctx = enter_body("celery_durable.sleep()")
     if seconds != seconds or seconds < 0:  # NaN or negative
         raise ValueError(f"sleep(seconds) needs a non-negative number, got {seconds!r}")
     wait_step(ctx, SLEEP_STEP, "[]", timeout=float(seconds))
@@ -160,7 +148,7 @@ def sleep(seconds: float) -> None:
 
 def sleep_until(when: dt.datetime) -> None:
     """Durably sleep until ``when`` (a naive datetime is taken as UTC)."""
-    ctx = require_context("sleep_until")
+    ctx = enter_body("celery_durable.sleep_until()")
     if not isinstance(when, dt.datetime):
         raise TypeError(f"sleep_until(when) needs a datetime, got {type(when).__name__}")
     if when.tzinfo is None:
@@ -180,7 +168,7 @@ def wait_for_signal(name: str, timeout: float | None = None, *, default: Any = N
     The run is suspended while it waits (status WAITING, no worker held). Signals of one
     name are consumed in the order sent, each by exactly one call.
     """
-    ctx = require_context("wait_for_signal")
+    ctx = enter_body("celery_durable.wait_for_signal()")
     check_signal_name(name)
     if timeout is not None and (timeout != timeout or timeout < 0):
         raise ValueError(f"wait_for_signal(timeout) must be None or >= 0, got {timeout!r}")
