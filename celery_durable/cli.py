@@ -192,11 +192,12 @@ def show(
         if times:
             line += f"  {times}"
         definition = instance.steps.get(step.name)
-        if definition is not None and definition.max_attempts > 1:
+        tries = definition.options.max_attempts if definition is not None else 1
+        if tries > 1:
             # Step retries happen inside each workflow attempt: the two multiply.
-            calls = definition.max_attempts * run.max_attempts
+            calls = tries * run.max_attempts
             line += (
-                f"  (up to {definition.max_attempts} tries per attempt x "
+                f"  (up to {tries} tries per attempt x "
                 f"{run.max_attempts} attempts = {calls} calls)"
             )
         click.echo(line)

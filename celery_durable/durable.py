@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from celery import Celery, Task
 from celery import signals as celery_signals
 
-from celery_durable.body.step import DEFAULT_MAX_BACKOFF, Step
+from celery_durable.body.step import DEFAULT_MAX_BACKOFF, Step, StepOptions
 from celery_durable.core import logs, serialization, tracing, validate
 from celery_durable.core.config import DurableConfig
 from celery_durable.engine import apps
@@ -222,14 +222,7 @@ class Durable:
         fn: Callable[..., Any] | None = None,
         *,
         name: str | None = None,
-        max_attempts: int = 1,
-        backoff: float = 0.0,
-        max_backoff: float = DEFAULT_MAX_BACKOFF,
-        retry_on: tuple[type[BaseException], ...] = (Exception,),
-        dont_retry_on: tuple[type[BaseException], ...] = (),
-        queue: str | None = None,
-        compensate: Callable[..., Any] | None = None,
-        commit: str = "each",
+        **options: Any,
     ) -> Any:
         """Register ``fn`` as a step: inside a workflow its result is recorded and replayed.
 
@@ -241,37 +234,22 @@ class Durable:
         for good or is cancelled (``compensate(*args, result=<its output>, **kwargs)``; a
         step runs under its own ``max_attempts``).
         """
+        # An unknown keyword is a TypeError here, before there is a function to decorate.
+        chosen = StepOptions(**options)
         if fn is None:
-            return lambda f: self.step(
-                f,
-                name=name,
-                max_attempts=max_attempts,
-                backoff=backoff,
-                max_backoff=max_backoff,
-                retry_on=retry_on,
-                dont_retry_on=dont_retry_on,
-                queue=queue,
-                compensate=compensate,
-                commit=commit,
-            )
+            return lambda f: self._register_step(f, name, chosen)
+        return self._register_step(fn, name, chosen)
+
+    def _register_step(
+        self, fn: Callable[..., Any], name: str | None, options: StepOptions
+    ) -> Step[Any, Any]:
         step_name = name or f"{fn.__module__}.{fn.__qualname__}"
         if step_name in self.steps:
             raise DuplicateRegistration(
                 f"step name {step_name!r} is already registered; pass name= to tell them apart"
             )
         _refuse_coroutine(fn, f"step {step_name}")
-        step = Step(
-            fn,
-            name=step_name,
-            max_attempts=max_attempts,
-            backoff=backoff,
-            max_backoff=max_backoff,
-            retry_on=tuple(retry_on),
-            dont_retry_on=tuple(dont_retry_on),
-            queue=queue,
-            compensate=compensate,
-            commit=commit,
-        )
+        step = Step(fn, name=step_name, options=options)
         register_item_task(self.app, step)
         self.steps[step_name] = step
         return step

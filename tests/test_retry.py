@@ -1,12 +1,19 @@
 """The retry policy's two rules, each written once (celery_durable/core/retry.py): the
 delay before the next try (first delay doubled per try, capped) and whether a failure is
-worth another try."""
+worth another try; and the step's options (StepOptions), listed once."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import inspect
+
+import pytest
 from celery import Celery
 
 from celery_durable import Durable, NonDeterminismError, PermanentError
+from celery_durable import durable as durable_module
+from celery_durable.body.step import StepOptions
 from celery_durable.core.retry import backoff, retryable
 
 
@@ -61,3 +68,45 @@ def test_retryable_refuses_permanent_replayed_and_excluded_failures():
     assert retryable(Transient(), (Transient,), (Fatal,))
     assert not retryable(Fatal(), (Transient,), (Fatal,))
     assert not retryable(ValueError(), (Transient,))
+
+
+def test_the_typed_overload_of_durable_step_lists_exactly_the_step_options():
+    # StepOptions is the one definition; the overload repeats it only because type
+    # checkers need the keywords spelled out. Names, annotations and defaults must agree.
+    source = inspect.getsource(durable_module)
+    overloads = [
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef)
+        and node.name == "step"
+        and any(ast.unparse(d) == "overload" for d in node.decorator_list)
+        and node.args.kwonlyargs
+    ]
+    assert len(overloads) == 1
+    args = overloads[0].args
+    spelled = {
+        arg.arg: (ast.unparse(arg.annotation), eval(ast.unparse(default), vars(durable_module)))
+        for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+        if arg.arg != "name" and arg.annotation is not None and default is not None
+    }
+    assert spelled == {
+        field.name: (field.type, field.default) for field in dataclasses.fields(StepOptions)
+    }
+
+
+def test_durable_step_keeps_its_options_and_refuses_an_unknown_one():
+    durable = Durable(Celery("retry-options"), database_url="sqlite://")
+
+    @durable.step(max_attempts=3, backoff=0.5, retry_on=[ConnectionError], queue="gpu")
+    def charge() -> None: ...
+
+    assert charge.options == StepOptions(
+        max_attempts=3, backoff=0.5, retry_on=(ConnectionError,), queue="gpu"
+    )
+    assert [charge.delay_after(n) for n in (1, 2, 3)] == [0.5, 1.0, 2.0]
+    with pytest.raises(TypeError, match="max_attempt"):
+        durable.step(max_attempt=3)  # type: ignore[call-overload]
+    with pytest.raises(ValueError, match="step .*refund: max_attempts must be at least 1"):
+
+        @durable.step(max_attempts=0)
+        def refund() -> None: ...

@@ -141,10 +141,10 @@ def _compensate_one(ctx: WorkflowContext, original: StepRecord) -> Compensation:
             return done
     args, kwargs = serialization.loads(original.input)
     result = serialization.loads(original.output or "null")
-    undo: Any = step.compensate
+    undo: Any = step.options.compensate
     policy = undo if isinstance(undo, Step) else None
     function = undo.fn if isinstance(undo, Step) else undo
-    attempts = policy.max_attempts if policy else 1
+    attempts = policy.options.max_attempts if policy else 1
     started = time.monotonic()
     for attempt in range(1, attempts + 1):
         ctx.in_step = True

@@ -156,7 +156,7 @@ def dispatch(
     """Record the fan-out with its items in one transaction, then publish them in batches."""
     dispatcher = ctx.dispatcher
     assert dispatcher is not None, "a workflow body always runs with a dispatcher"
-    queue = runs.queue or ctx.queue
+    queue = runs.options.queue or ctx.queue
     fan = FanOut(runs.name, queue, inputs, dispatcher.dispatch_grace)
     if not write_fanout(ctx, step, fan):
         return

@@ -12,6 +12,7 @@ Outside a workflow a step is a plain function call, which is how its unit tests 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -48,23 +49,32 @@ COMMIT_MODES = ("each", "deferred")
 COMPENSATED: dict[str, Step[Any, Any]] = {}
 
 
-class Step(Generic[P, R]):
-    """A registered step; call it like the function it wraps."""
+@dataclasses.dataclass(frozen=True)
+class StepOptions:
+    """The keywords of ``@durable.step(...)`` and their defaults, written here only: a new
+    one is a field here (``Durable.step``'s typed overload repeats them for type checkers
+    and editors; tests/test_retry.py checks that the two agree)."""
 
-    def __init__(
-        self,
-        fn: Callable[P, R],
-        *,
-        name: str,
-        max_attempts: int = 1,
-        backoff: float = 0.0,
-        max_backoff: float = DEFAULT_MAX_BACKOFF,
-        retry_on: tuple[type[BaseException], ...] = (Exception,),
-        dont_retry_on: tuple[type[BaseException], ...] = (),
-        queue: str | None = None,
-        compensate: Callable[..., Any] | None = None,
-        commit: str = "each",
-    ) -> None:
+    max_attempts: int = 1
+    backoff: float = 0.0
+    max_backoff: float = DEFAULT_MAX_BACKOFF
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    dont_retry_on: tuple[type[BaseException], ...] = ()
+    # A routed step always runs as its own Celery task on this queue.
+    queue: str | None = None
+    # Undoes the step in a rollback: compensate(*args, result=<output>, **kwargs).
+    compensate: Callable[..., Any] | None = None
+    # "deferred": the record rides on the run's next write (see WorkflowContext.defer).
+    commit: str = "each"
+
+    def __post_init__(self) -> None:
+        # Any iterable of exception types will do, as before; isinstance() needs a tuple.
+        object.__setattr__(self, "retry_on", tuple(self.retry_on))
+        object.__setattr__(self, "dont_retry_on", tuple(self.dont_retry_on))
+
+    def check(self, name: str) -> None:
+        """Refuse options that can't work, naming step ``name`` and the option."""
+        compensate, commit, queue = self.compensate, self.commit, self.queue
         if compensate is not None and not callable(compensate):
             raise TypeError(
                 f"step {name}: compensate must be a function or a step, got "
@@ -79,27 +89,27 @@ class Step(Generic[P, R]):
                 f"step {name}: a routed step (queue={queue!r}) records as an item; "
                 "commit='deferred' applies to steps that run in the workflow body"
             )
-        if max_attempts < 1:
-            raise ValueError(f"step {name}: max_attempts must be at least 1, got {max_attempts}")
-        if backoff < 0 or max_backoff < 0:
+        if self.max_attempts < 1:
             raise ValueError(
-                f"step {name}: backoff={backoff} and max_backoff={max_backoff} must not be negative"
+                f"step {name}: max_attempts must be at least 1, got {self.max_attempts}"
             )
+        if self.backoff < 0 or self.max_backoff < 0:
+            raise ValueError(
+                f"step {name}: backoff={self.backoff} and max_backoff={self.max_backoff} "
+                "must not be negative"
+            )
+
+
+class Step(Generic[P, R]):
+    """A registered step; call it like the function it wraps."""
+
+    def __init__(self, fn: Callable[P, R], *, name: str, options: StepOptions) -> None:
+        options.check(name)
         self.fn = fn
         self.name = name
-        self.max_attempts = max_attempts
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.retry_on = tuple(retry_on)
-        self.dont_retry_on = tuple(dont_retry_on)
-        # A routed step always runs as its own Celery task on this queue.
-        self.queue = queue
-        # Undoes the step in a rollback: compensate(*args, result=<output>, **kwargs).
-        self.compensate = compensate
-        if compensate is not None:
+        self.options = options
+        if options.compensate is not None:
             COMPENSATED[name] = self
-        # "deferred": the record rides on the run's next write (see WorkflowContext.defer).
-        self.commit = commit
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
         self.__qualname__ = getattr(fn, "__qualname__", name)
@@ -111,12 +121,13 @@ class Step(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         ctx = WorkflowContext.current()
-        if self.queue is not None:
+        queue = self.options.queue
+        if queue is not None:
             if ctx is None or ctx.in_step:
                 raise RuntimeError(
-                    f"step {self.name} is routed to queue {self.queue!r}: called here it "
-                    f"would run in this process, not on {self.queue!r}. Call it from a "
-                    f"workflow body (it then runs as a Celery task on {self.queue!r}), or "
+                    f"step {self.name} is routed to queue {queue!r}: called here it "
+                    f"would run in this process, not on {queue!r}. Call it from a "
+                    f"workflow body (it then runs as a Celery task on {queue!r}), or "
                     f"call {self.__name__}.fn(...) to run the function here (in a unit "
                     "test, say)"
                 )
@@ -135,10 +146,10 @@ class Step(Generic[P, R]):
         return start_step(self, args, kwargs)
 
     def retryable(self, exc: BaseException) -> bool:
-        return retryable(exc, self.retry_on, self.dont_retry_on)
+        return retryable(exc, self.options.retry_on, self.options.dont_retry_on)
 
     def delay_after(self, attempt: int) -> float:
-        return backoff(self.backoff, attempt - 1, self.max_backoff)
+        return backoff(self.options.backoff, attempt - 1, self.options.max_backoff)
 
     def _run_in(self, ctx: WorkflowContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         ctx.check_stopping()
@@ -174,7 +185,7 @@ class Step(Generic[P, R]):
         """Run the step (retrying in-process) and record its outcome, in its own span."""
         # A deferred step sends no event: it is meant to be short, and the event's
         # publish would cost the round trip deferring saves.
-        if ctx.on_step is not None and self.commit == "each":
+        if ctx.on_step is not None and self.options.commit == "each":
             ctx.on_step(index, self.name)
         with tracing.step(self.name, index, ctx.workflow_id):
             attempt = 0
@@ -185,13 +196,13 @@ class Step(Generic[P, R]):
                 try:
                     value = self.fn(*args, **kwargs)
                 except Exception as exc:
-                    if attempt < self.max_attempts and self.retryable(exc):
+                    if attempt < self.options.max_attempts and self.retryable(exc):
                         delay = self.delay_after(attempt)
                         logger.warning(
                             "step %s failed (attempt %d of %d), retrying in %.2fs: %r",
                             self.name,
                             attempt,
-                            self.max_attempts,
+                            self.options.max_attempts,
                             delay,
                             exc,
                             extra=ctx.log_fields(index),
@@ -212,7 +223,7 @@ class Step(Generic[P, R]):
                 done = StepRecord(
                     index, self.name, "ok", step_input, output, None, took, began=started
                 )
-                if self.commit == "deferred":
+                if self.options.commit == "deferred":
                     ctx.defer(done)
                     if ctx.deferred_due():
                         flush_deferred(ctx)
@@ -227,7 +238,7 @@ class Step(Generic[P, R]):
     def _note_compensable(self, ctx: WorkflowContext) -> None:
         """A finished step with a compensation: mark the run, once, so that cancelling
         it while it waits rolls it back."""
-        if self.compensate is None or ctx.compensable:
+        if self.options.compensate is None or ctx.compensable:
             return
         with store_guard(ctx):
             marked = ctx.store.mark_compensable(ctx.workflow_id, ctx.fence)

@@ -415,7 +415,7 @@ def _run_claimed(
                 status = "ok"
                 break
             except Exception as exc:  # noqa: BLE001 - every failure is recorded or retried
-                retry = attempt < step.max_attempts and step.retryable(exc)
+                retry = attempt < step.options.max_attempts and step.retryable(exc)
                 if not retry or isinstance(exc, NotSerialisable):
                     error, failure = serialization.encode_error(exc), exc
                     break
@@ -428,7 +428,7 @@ def _run_claimed(
                     step.name,
                     run_id,
                     attempt,
-                    step.max_attempts,
+                    step.options.max_attempts,
                     delay,
                     exc,
                     extra=fields,
