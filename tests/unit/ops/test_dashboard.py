@@ -1,6 +1,7 @@
 """The dashboard without a browser: its pages and actions through Flask's test client, on
 the embedded SQLite store in eager mode (the ``durable`` fixture), and ``durable_redact``
-in ``durable show --json``. The browser tests (test_dashboard_browser.py) cover the rest.
+in ``durable show --json``. The browser tests (tests/integration/test_dashboard_browser.py)
+cover the rest.
 """
 
 from __future__ import annotations
