@@ -9,8 +9,8 @@ import pytest
 
 from celery_durable.store import CLAIM, RUN, SKIP, OpenItem, Outcome, Store
 from tests.conftest import store_on
+from tests.support.builders import claimed, fan, started
 from tests.support.services import PG_URL
-from tests.test_store_items import fan, running_run, started
 
 
 @pytest.fixture
@@ -31,13 +31,13 @@ def item_state(store: Store, run_id: str, item: int) -> tuple[str, int]:
 
 def test_sqlite_takes_the_claimed_path(tmp_path):
     with store_on("sqlite", tmp_path) as store:
-        fence = running_run(store, "s1")
+        fence = claimed(store, "s1")
         store.dispatch_fanout("s1", fence, started(0, 1), fan(1))
         assert store.open_item("s1", 0, 0).verdict == CLAIM
 
 
 def test_an_open_item_keeps_others_out_records_and_wakes_the_parent(pg):
-    fence = running_run(pg, "o1")
+    fence = claimed(pg, "o1")
     pg.dispatch_fanout("o1", fence, started(0, 2), fan(2, grace=0))
     first = opened(pg, "o1", 0)
     assert first.claim.input == "[[0],{}]"
@@ -63,7 +63,7 @@ def test_an_open_item_keeps_others_out_records_and_wakes_the_parent(pg):
 
 
 def test_the_last_open_item_wakes_the_run_in_its_commit(pg):
-    fence = running_run(pg, "o2")
+    fence = claimed(pg, "o2")
     pg.dispatch_fanout("o2", fence, started(0, 1), fan(1))
     only = opened(pg, "o2", 0)
     assert pg.suspend_on_items("o2", fence, [0]) is Outcome.SUSPENDED
@@ -73,7 +73,7 @@ def test_the_last_open_item_wakes_the_run_in_its_commit(pg):
 
 
 def test_a_dead_connection_frees_the_item_at_once(pg):
-    fence = running_run(pg, "o3")
+    fence = claimed(pg, "o3")
     pg.dispatch_fanout("o3", fence, started(0, 1), fan(1))
     victim = opened(pg, "o3", 0)
     pid = victim._record.dbapi_connection.info.backend_pid
@@ -89,7 +89,7 @@ def test_a_dead_connection_frees_the_item_at_once(pg):
 
 
 def test_a_long_item_is_converted_to_a_claim(pg):
-    fence = running_run(pg, "o4")
+    fence = claimed(pg, "o4")
     pg.dispatch_fanout("o4", fence, started(0, 1), fan(1, grace=0))
     long = opened(pg, "o4", 0)
     assert long.convert("host:1:ab:1", lease=30)
@@ -103,7 +103,7 @@ def test_a_long_item_is_converted_to_a_claim(pg):
 
 
 def test_cancel_stops_pending_items_and_lets_a_running_one_record(pg):
-    fence = running_run(pg, "o5")
+    fence = claimed(pg, "o5")
     pg.dispatch_fanout("o5", fence, started(0, 2), fan(2))
     running = opened(pg, "o5", 0)
     pg.cancel_run("o5", "stop")
@@ -114,7 +114,7 @@ def test_cancel_stops_pending_items_and_lets_a_running_one_record(pg):
 
 
 def test_a_retry_from_an_open_item_waits_in_the_database(pg):
-    fence = running_run(pg, "o6")
+    fence = claimed(pg, "o6")
     pg.dispatch_fanout("o6", fence, started(0, 1), fan(1))
     failing = opened(pg, "o6", 0)
     assert failing.retry(0.0, '{"type":"x"}')
@@ -128,7 +128,7 @@ def test_a_retry_from_an_open_item_waits_in_the_database(pg):
 
 
 def test_an_abandoned_item_is_left_as_it_was(pg):
-    fence = running_run(pg, "o7")
+    fence = claimed(pg, "o7")
     pg.dispatch_fanout("o7", fence, started(0, 1), fan(1))
     opened(pg, "o7", 0).abandon()
     assert item_state(pg, "o7", 0) == ("pending", 0)
@@ -136,7 +136,7 @@ def test_an_abandoned_item_is_left_as_it_was(pg):
 
 
 def test_a_revoke_while_the_item_runs_open_wins_over_its_record(pg):
-    fence = running_run(pg, "o9")
+    fence = claimed(pg, "o9")
     pg.dispatch_fanout("o9", fence, started(0, 1), fan(1))
     running = opened(pg, "o9", 0)
     assert pg.suspend_on_items("o9", fence, [0]) is Outcome.SUSPENDED

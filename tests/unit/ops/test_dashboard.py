@@ -1,6 +1,7 @@
 """The dashboard without a browser: its pages and actions through Flask's test client, on
 the embedded SQLite store in eager mode (the ``durable`` fixture), and ``durable_redact``
-in ``durable show --json``. The browser tests (test_dashboard_browser.py) cover the rest.
+in ``durable show --json``. The browser tests (tests/integration/test_dashboard_browser.py)
+cover the rest.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from celery_durable import Durable
 from celery_durable.cli import durable as durable_group
 from celery_durable.core.redact import redactor_of
 from celery_durable.ops import console
-from celery_durable.store.records import NewRun
+from tests.support.builders import new_run
 
 pytest.importorskip("flask")
 
@@ -154,7 +155,7 @@ def test_runs_page_filters_searches_and_says_what_is_wrong(durable, flows):
 
 def test_the_runs_table_says_when_each_run_started(durable, flows):
     done = flows.login.apply_async(("al",), workflow_id="started-1")
-    durable.store.insert_run(NewRun("queued-1", flows.login.name, "[[],{}]", None, 1, 0.0, 60.0))
+    durable.store.insert_run(new_run("queued-1", name=flows.login.name, max_attempts=1))
     html = client_of(durable).get("/").get_data(as_text=True)
     record = durable.store.get_run(done.id)
     assert record is not None and record.started_at is not None
@@ -261,7 +262,7 @@ def test_the_asgi_app_serves_the_same_pages(durable, flows):
 
 def test_a_requested_cancel_of_a_running_run_shows_on_both_pages(durable, flows):
     """Bug: the runs table and the run page said RUNNING and nothing of the cancel."""
-    durable.store.insert_run(NewRun("busy-1", flows.login.name, "[[],{}]", None, 1, 0.0, 60.0))
+    durable.store.insert_run(new_run("busy-1", name=flows.login.name, max_attempts=1))
     assert durable.store.claim_run("busy-1", "elsewhere", lease=60) is not None  # RUNNING
     assert durable.get_handle("busy-1").cancel("wrong order").value == "RUNNING"
     client = client_of(durable)

@@ -12,9 +12,9 @@ import pytest
 
 from celery_durable import WorkflowCancelled, WorkflowStatus
 from tests.conftest import GPU_QUEUE
+from tests.support.builders import item_rows, recorded_items
 from tests.support.services import effects
 from tests.support.waiting import wait_until
-from tests.test_composition import item_rows, recorded_items
 
 
 def test_sigkilled_gpu_worker_loses_nothing_and_repeats_no_recorded_item(

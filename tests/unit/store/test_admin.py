@@ -7,15 +7,15 @@ import dataclasses
 import pytest
 
 from celery_durable.store import RunFilter, StepRecord, Store
+from tests.support.builders import new_run, rows_of
 from tests.support.waiting import wait_until
-from tests.test_store import new_run
 
 FAILED_ERROR = '{"type":"tests.Boom","message":"boom","traceback":"","args":["boom"]}'
 
 
 def make(store: Store, run_id: str, name: str, status: str, grace: float = 60.0) -> None:
     """A run of workflow ``name`` brought to ``status`` through the store's own path."""
-    store.insert_run(dataclasses.replace(new_run(run_id, grace), name=name))
+    store.insert_run(new_run(run_id, name=name, grace=grace))
     if status == "CANCELLED":
         store.cancel_run(run_id, "stop")
         return
@@ -128,7 +128,7 @@ def test_stats_count_by_workflow_and_status(store):
         make(store, run_id, name, status)
     make(store, "failed-a2", "wf.a", "FAILED")
     make(store, "due-b", "wf.b", "PENDING", grace=0)  # never picked up: due for the sweeper
-    store.insert_run(dataclasses.replace(new_run("lost-a"), name="wf.a"))
+    store.insert_run(new_run("lost-a", name="wf.a"))
     store.claim_run("lost-a", "dead", lease=0)
     wait_until(lambda: store.claim_run("lost-a", "next", lease=30), 10)  # a recovery
     stats = store.run_stats()
@@ -279,21 +279,6 @@ def test_fork_refuses_a_step_beyond_the_finished_ones_and_a_taken_id(store):
     taken = store.fork_run("origin", "origin", 1, grace=60)
     assert taken.run is None and taken.taken
     assert store.fork_run("missing", "fork", 0, grace=60).status is None
-
-
-def rows_of(store: Store, run_id: str) -> dict[str, int]:
-    """How many rows of each table belong to ``run_id``."""
-    import sqlalchemy as sa
-
-    counts = {}
-    with store.engine.connect() as conn:
-        for name in ("runs", "steps", "signals", "state"):
-            table = getattr(store.tables, name)
-            column = table.c.id if name == "runs" else table.c.run_id
-            counts[name] = conn.execute(
-                sa.select(sa.func.count()).select_from(table).where(column == run_id)
-            ).scalar_one()
-    return counts
 
 
 def with_rows(store: Store, run_id: str, status: str) -> None:

@@ -17,6 +17,7 @@ from celery_durable import (
     WorkflowNotFound,
     WorkflowStatus,
 )
+from tests.support.builders import new_run
 from tests.support.refusals import assert_refused_once
 from tests.support.services import PG_URL, UNREACHABLE_BROKER_URL, effects
 from tests.support.waiting import wait_until
@@ -385,7 +386,6 @@ def test_transactional_start_committed_during_the_visibility_wait_is_claimed(bas
 
     from celery_durable.core import faults
     from celery_durable.runs.task import TRANSACTIONAL_HEADER, execute
-    from celery_durable.store import NewRun
 
     durable = basic_app.durable
     engine = sa.create_engine(PG_URL)
@@ -393,7 +393,9 @@ def test_transactional_start_committed_during_the_visibility_wait_is_claimed(bas
     conn = engine.connect()
     tx = conn.begin()
     durable.store.insert_run(
-        NewRun(run_id, basic_app.context_probe.name, f'[["{key}"],{{}}]', None, 1, 0.0, 60.0),
+        new_run(
+            run_id, name=basic_app.context_probe.name, args=f'[["{key}"],{{}}]', max_attempts=1
+        ),
         conn,
     )
     committed: list[str] = []

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -15,20 +11,9 @@ import sqlalchemy as sa
 
 from celery_durable.store import migrations
 from celery_durable.store.store import StepRecord
+from tests.support.cli import celery
 from tests.support.services import PG_URL, drop_tables, unique
 from tests.support.waiting import wait_until
-from tests.support.workers import ROOT
-
-
-def celery(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "tests.apps.basic", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def newest_revision() -> str:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from celery_durable.core import faults
+from tests.support.faults import arm, fired
 from tests.support.services import effects
-from tests.test_faults import arm, fired
 
 APP = "tests.apps.deferred"
 

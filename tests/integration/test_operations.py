@@ -14,10 +14,10 @@ import pytest
 import sqlalchemy as sa
 
 from celery_durable import WorkflowNotResumable, WorkflowStatus
+from tests.support.builders import rows_of
+from tests.support.cli import celery
 from tests.support.services import effects
 from tests.support.waiting import wait_until
-from tests.test_cli import celery
-from tests.test_store_operations import rows_of
 
 FIXABLE = "tests.apps.basic.fixable"
 FOUR_STEPS = "tests.apps.basic.four_steps"

@@ -18,10 +18,9 @@ from celery_durable.ops.dashboard.pages import step_when
 from celery_durable.store import Outcome, StepRecord, Store
 from celery_durable.store.migrations import current, upgrade
 from celery_durable.store.reads import CurrentStep, current_steps
+from tests.support.builders import claimed, fan, started
 from tests.support.services import PG_URL, drop_tables, unique
 from tests.support.waiting import wait_until
-from tests.test_store import new_run
-from tests.test_store_items import fan, started
 
 SLACK = 1.0  # seconds of the write's own latency the assertions allow
 
@@ -29,13 +28,6 @@ SLACK = 1.0  # seconds of the write's own latency the assertions allow
 def ok(idx: int, took: float, ago: float) -> StepRecord:
     """A step that began ``ago`` seconds back and took ``took``."""
     return StepRecord(idx, "s", "ok", "[[],{}]", "1", None, took, began=time.monotonic() - ago)
-
-
-def claimed(store: Store, run_id: str) -> int:
-    assert store.insert_run(new_run(run_id, grace=0))
-    claim = store.claim_run(run_id, "me", lease=30)
-    assert claim is not None and claim.attempts == 1
-    return claim.fence
 
 
 def created_at(store: Store, run_id: str) -> dict[int, float]:
@@ -51,7 +43,7 @@ def later_than(store: Store, moment: float) -> None:
 
 
 def test_a_deferred_record_written_later_says_when_the_step_ran(store):
-    fence = claimed(store, "t1")
+    fence = claimed(store, "t1", grace=0)
     deferred = ok(0, 0.5, ago=5.0)  # ran 5 s ago, its record buffered since
     strict = ok(1, 0.2, ago=0.2)
     before = store.now()
@@ -70,7 +62,7 @@ def test_a_deferred_record_written_later_says_when_the_step_ran(store):
 
 
 def test_the_settle_carries_deferred_records_that_say_when_they_ran(store):
-    fence = claimed(store, "t9")
+    fence = claimed(store, "t9", grace=0)
     carried = [ok(0, 0.5, ago=5.0), ok(1, 0.1, ago=1.0)]
     before = store.now()
     assert store.settle_run("t9", fence, "SUCCEEDED", result="2", carried=carried)
@@ -83,7 +75,7 @@ def test_the_settle_carries_deferred_records_that_say_when_they_ran(store):
 
 
 def test_a_wait_and_a_fanout_step_keep_when_and_in_which_attempt_they_began(store):
-    fence = claimed(store, "t2")
+    fence = claimed(store, "t2", grace=0)
     assert store.dispatch_fanout("t2", fence, started(0, 2), fan(2)).outcome is Outcome.RECORDED
     waiting = StepRecord(1, "sleep", "waiting", "[[],{}]", "{}", None)
     assert store.record_step("t2", fence, waiting).outcome is Outcome.RECORDED
@@ -107,7 +99,7 @@ def test_a_wait_and_a_fanout_step_keep_when_and_in_which_attempt_they_began(stor
 
 
 def test_a_failed_step_that_runs_again_takes_the_new_attempt(store):
-    fence = claimed(store, "t3")
+    fence = claimed(store, "t3", grace=0)
     failed = StepRecord(
         0, "s", "retry", "[[],{}]", None, '{"type": "x"}', 0.1, began=time.monotonic()
     )
@@ -165,10 +157,10 @@ def test_the_engine_records_when_strict_deferred_and_retried_steps_began(durable
 
 
 def test_current_steps_are_the_last_recorded_step_of_each_run(store):
-    fence = claimed(store, "t4")
+    fence = claimed(store, "t4", grace=0)
     for idx in range(3):
         assert store.record_step("t4", fence, ok(idx, 0.0, 0.0)).outcome is Outcome.RECORDED
-    claimed(store, "t5")  # no step yet
+    claimed(store, "t5", grace=0)  # no step yet
     current = current_steps(store, ["t4", "t5", "missing"])
     assert current == {"t4": CurrentStep("t4", 2, "s", "ok")}
     assert current_steps(store, []) == {}

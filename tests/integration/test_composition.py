@@ -14,16 +14,10 @@ import sqlalchemy as sa
 
 from celery_durable import WorkflowFailed, WorkflowStatus
 from tests.conftest import GPU_QUEUE
+from tests.support.builders import item_rows
+from tests.support.cli import celery
 from tests.support.services import effects
 from tests.support.waiting import wait_until
-
-
-def item_rows(basic_app, run_id: str) -> list:  # type: ignore[no-untyped-def]
-    return basic_app.durable.store.list_items(run_id)
-
-
-def recorded_items(basic_app, run_id: str) -> set[int]:  # type: ignore[no-untyped-def]
-    return {row.item for row in item_rows(basic_app, run_id) if row.status == "ok"}
 
 
 def test_a_map_of_50_routed_items_completes_in_order(
@@ -144,8 +138,6 @@ def test_a_duplicate_item_delivery_acks_without_running(
 
 
 def test_show_lists_items_and_children(basic_app, shared_worker, shared_gpu_worker, key):
-    from tests.test_cli import celery
-
     parent = basic_app.parent_of_failing.apply_async(args=(key,), workflow_id=f"ps-{key}")
     parent.get(timeout=60)
     shown = celery("durable", "show", parent.id)

@@ -9,29 +9,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from celery_durable.store import FanOut, NewRun, Outcome, StepRecord, Store
+from celery_durable.store import FanOut, Outcome, StepRecord
+from tests.support.builders import claimed, fan, new_run, started
 from tests.support.waiting import wait_until
-from tests.test_store import new_run
-
-
-def started(idx: int, count: int) -> StepRecord:
-    return StepRecord(idx, "s", "started", f'{{"fanout":"map","items":{count}}}', None, None)
-
-
-def fan(count: int, grace: float = 60.0) -> FanOut:
-    return FanOut("s", "q", [f"[[{n}],{{}}]" for n in range(count)], grace)
-
-
-def running_run(store: Store, run_id: str) -> int:
-    """A claimed run; returns its fence."""
-    assert store.insert_run(new_run(run_id))
-    claim = store.claim_run(run_id, "body", lease=30)
-    assert claim is not None
-    return claim.fence
 
 
 def test_a_fan_out_is_one_step_row_and_its_items(store):
-    fence = running_run(store, "r1")
+    fence = claimed(store, "r1")
     assert store.dispatch_fanout("r1", fence, started(0, 3), fan(3)).outcome is Outcome.RECORDED
     again = store.dispatch_fanout("r1", fence, started(0, 3), fan(3))
     assert again.outcome is Outcome.EXISTS and again.stored.status == "started"
@@ -41,7 +25,7 @@ def test_a_fan_out_is_one_step_row_and_its_items(store):
 
 
 def test_item_claim_is_fenced_and_the_first_writer_wins(store):
-    fence = running_run(store, "r2")
+    fence = claimed(store, "r2")
     store.dispatch_fanout("r2", fence, started(0, 2), fan(2))
     claim = store.claim_item("r2", 0, 0, "a", lease=30)
     assert claim is not None and (claim.status, claim.input, claim.attempts) == (
@@ -67,7 +51,7 @@ def test_item_claim_is_fenced_and_the_first_writer_wins(store):
 
 
 def test_the_last_awaited_item_wakes_the_run_in_its_own_transaction(store):
-    fence = running_run(store, "r3")
+    fence = claimed(store, "r3")
     store.dispatch_fanout("r3", fence, started(0, 2), fan(2))
     for item, owner in ((0, "a"), (1, "b")):
         store.claim_item("r3", 0, item, owner, lease=30)
@@ -85,7 +69,7 @@ def test_the_last_awaited_item_wakes_the_run_in_its_own_transaction(store):
 
 
 def test_a_body_does_not_suspend_when_its_items_have_settled(store):
-    fence = running_run(store, "r4")
+    fence = claimed(store, "r4")
     store.dispatch_fanout("r4", fence, started(0, 1), fan(1))
     store.claim_item("r4", 0, 0, "a", lease=30)
     store.settle_item("r4", 0, 0, "a", "ok", "1", None, 60)
@@ -94,7 +78,7 @@ def test_a_body_does_not_suspend_when_its_items_have_settled(store):
 
 
 def test_only_the_awaited_indices_hold_a_suspended_run(store):
-    fence = running_run(store, "r5")
+    fence = claimed(store, "r5")
     store.dispatch_fanout("r5", fence, started(0, 1), fan(1))
     store.dispatch_fanout("r5", fence, started(1, 1), fan(1))
     store.claim_item("r5", 1, 0, "b", lease=30)
@@ -107,7 +91,7 @@ def test_two_last_items_settling_at_once_wake_the_run_exactly_once(store):
         pytest.skip("SQLite serialises every writer")
     runs = [f"race-{n}" for n in range(30)]
     for run_id in runs:
-        fence = running_run(store, run_id)
+        fence = claimed(store, run_id)
         store.dispatch_fanout(run_id, fence, started(0, 2), fan(2))
         store.claim_item(run_id, 0, 0, "a", lease=30)
         store.claim_item(run_id, 0, 1, "b", lease=30)
@@ -136,7 +120,7 @@ def test_two_last_items_settling_at_once_wake_the_run_exactly_once(store):
 
 
 def test_the_sweeper_takes_lost_publishes_expired_leases_and_due_retries(store):
-    fence = running_run(store, "r6")
+    fence = claimed(store, "r6")
     store.dispatch_fanout("r6", fence, started(0, 3), fan(3, grace=0))
     # Item 0: a lost publish (grace 0). Item 1: its worker died (lease expired). Item 2:
     # a retry whose backoff is over.
@@ -161,14 +145,14 @@ def test_the_sweeper_takes_lost_publishes_expired_leases_and_due_retries(store):
 
 
 def test_the_sweeper_takes_only_the_steps_of_its_app(store):
-    fence = running_run(store, "r9")
+    fence = claimed(store, "r9")
     store.dispatch_fanout("r9", fence, started(0, 1), fan(1, grace=0))
     assert store.sweep_due_items(100, 60, ["another-apps-step"], 3) == []
     assert [d.item for d in store.sweep_due_items(100, 60, ["s"], 3)] == [0]
 
 
 def test_a_run_never_woken_is_found_by_the_sweeper(store):
-    fence = running_run(store, "r7")
+    fence = claimed(store, "r7")
     store.dispatch_fanout("r7", fence, started(0, 1), fan(1))
     store.suspend_on_items("r7", fence, [0])
     items = store.tables.items
@@ -183,8 +167,8 @@ def test_a_run_never_woken_is_found_by_the_sweeper(store):
 
 
 def test_a_finished_child_settles_its_parents_item(store):
-    fence = running_run(store, "p1")
-    child = NewRun("p1:0", "wf", "[[],{}]", None, 3, 0.0, 60.0)
+    fence = claimed(store, "p1")
+    child = new_run("p1:0")
     step = StepRecord(0, "celery_durable.child:wf", "started", "{}", None, None)
     written = store.dispatch_fanout(
         "p1", fence, step, FanOut(step.name, None, ["[[],{}]"], 60, child)
@@ -216,11 +200,11 @@ def test_a_finished_child_settles_its_parents_item(store):
 
 
 def test_cancelling_a_parent_cancels_pending_items_and_children(store):
-    fence = running_run(store, "p2")
+    fence = claimed(store, "p2")
     store.dispatch_fanout("p2", fence, started(0, 2), fan(2))
     store.claim_item("p2", 0, 1, "a", lease=30)
     for idx, detached in ((1, False), (2, True)):
-        child = NewRun(f"p2:{idx}", "wf", "[[],{}]", None, 3, 0.0, 60.0)
+        child = new_run(f"p2:{idx}")
         step = StepRecord(idx, "celery_durable.child:wf", "started", "{}", None, None)
         store.dispatch_fanout(
             "p2", fence, step, FanOut(step.name, None, ["[]"], 60, child, detached)
@@ -237,7 +221,7 @@ def test_cancelling_a_parent_cancels_pending_items_and_children(store):
 
 
 def test_an_item_of_a_finished_run_is_not_run(store):
-    fence = running_run(store, "r8")
+    fence = claimed(store, "r8")
     store.dispatch_fanout("r8", fence, started(0, 1), fan(1))
     assert store.settle_run("r8", fence, "SUCCEEDED", result="1") == "SUCCEEDED"
     claim = store.claim_item("r8", 0, 0, "a", lease=30)
@@ -246,7 +230,7 @@ def test_an_item_of_a_finished_run_is_not_run(store):
 
 
 def test_a_revoked_item_settles_as_a_failure_whatever_it_was_doing(store):
-    fence = running_run(store, "r9")
+    fence = claimed(store, "r9")
     store.dispatch_fanout("r9", fence, started(0, 3), fan(3))
     assert store.claim_item("r9", 0, 1, "a", lease=30) is not None  # running
     store.settle_item("r9", 0, 1, "a", "ok", "1", None, 60)

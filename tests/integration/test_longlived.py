@@ -12,9 +12,10 @@ import pytest
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from celery_durable import WorkflowFailed, WorkflowStatus
+from tests.support.builders import new_run
+from tests.support.cli import celery
 from tests.support.services import effects
 from tests.support.waiting import wait_until
-from tests.test_cli import celery
 
 APP = "tests.apps.longlived"
 
@@ -121,10 +122,8 @@ def test_continue_as_new_carries_signals_across_the_boundary(longlived, start_wo
 
 def test_set_state_wakes_a_listener_at_once_on_postgres(basic_app, key):
     """query(wait=) on Postgres is woken by the NOTIFY set_state sends, not a poll."""
-    from celery_durable.store import NewRun
-
     store = basic_app.durable.store
-    assert store.insert_run(NewRun(key, "wf", "[[],{}]", None, 3, 0.0, 60.0))
+    assert store.insert_run(new_run(key))
     claim = store.claim_run(key, "test-owner", 30.0)
     assert claim is not None
     with store.listener() as listener:

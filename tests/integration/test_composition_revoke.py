@@ -11,9 +11,9 @@ import pytest
 from celery_durable import WorkflowFailed, WorkflowStatus
 from celery_durable.engine.items import item_task_id
 from tests.conftest import GPU_QUEUE
+from tests.support.cli import revoke_by_cli
 from tests.support.services import effects
 from tests.support.waiting import wait_until
-from tests.test_revoke import revoke_by_cli
 
 REVOKED = "celery.exceptions.TaskRevokedError"
 

@@ -12,9 +12,10 @@ import pytest
 import sqlalchemy as sa
 from psycopg import pq
 
-from celery_durable.store import NewRun, StepRecord, Store
+from celery_durable.store import StepRecord, Store
 from celery_durable.store.db.pool import ProcessPool
 from celery_durable.store.migrations import upgrade
+from tests.support.builders import new_run
 from tests.support.pgconns import client_ports, named_url
 from tests.support.services import PG_URL, drop_tables, unique
 from tests.support.waiting import wait_until
@@ -33,10 +34,6 @@ def store(app_name: str) -> Iterator[Store]:
     yield store
     store.dispose()
     drop_tables(PG_URL, prefix)
-
-
-def new_run(run_id: str) -> NewRun:
-    return NewRun(run_id, "wf", "[[],{}]", None, 3, 0.0, 60.0)
 
 
 def step(idx: int) -> StepRecord:

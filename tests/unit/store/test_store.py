@@ -6,22 +6,11 @@ import threading
 
 import sqlalchemy as sa
 
-from celery_durable.store import NewRun, Outcome, StepRecord, Store
+from celery_durable.store import Outcome, StepRecord, Store
 from celery_durable.store.migrations import current, upgrade
+from tests.support.builders import new_run
 from tests.support.services import PG_URL, drop_tables, unique
 from tests.support.waiting import wait_until
-
-
-def new_run(run_id: str, grace: float = 60.0) -> NewRun:
-    return NewRun(
-        id=run_id,
-        name="wf",
-        args="[[],{}]",
-        queue=None,
-        max_attempts=3,
-        retry_backoff=0.0,
-        dispatch_grace=grace,
-    )
 
 
 def step(idx: int, output: str = "1") -> StepRecord:

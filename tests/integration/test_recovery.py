@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from celery_durable import WorkflowFailed, WorkflowStatus
-from celery_durable.store import NewRun
+from tests.support.builders import new_run
 from tests.support.pgconns import backends_held_by, named_url
 from tests.support.services import PG_URL, effects, unique
 from tests.support.waiting import wait_until
@@ -80,14 +80,12 @@ def test_lost_publish_is_dispatched_by_the_sweeper(basic_app, start_worker, key)
     durable = basic_app.durable
     start_worker("sweeps")
     stored = durable.store.insert_run(
-        NewRun(
-            id=f"lost-{key}",
+        new_run(
+            f"lost-{key}",
             name="tests.apps.basic.context_probe",
             args=f'[["{key}"],{{}}]',
-            queue=None,
-            max_attempts=3,
             retry_backoff=1.0,
-            dispatch_grace=durable.config.dispatch_grace,
+            grace=durable.config.dispatch_grace,
         )
     )
     assert stored

@@ -8,9 +8,9 @@ import json
 
 from celery_durable import WorkflowStatus
 from tests.conftest import GPU_QUEUE
+from tests.support.cli import celery
 from tests.support.services import BROKER_URL, effects, queue_length
 from tests.support.waiting import wait_until
-from tests.test_cli import celery
 
 
 def dispatches(basic_app, run_id: str) -> list[int]:  # type: ignore[no-untyped-def]

@@ -3,26 +3,12 @@ durably, whatever state it is in (the worker's sweeper reads its revoked set).""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from celery_durable import WorkflowCancelled, WorkflowStatus
+from tests.support.cli import revoke_by_cli
 from tests.support.services import effects
 from tests.support.waiting import wait_until
-from tests.support.workers import ROOT
-
-
-def revoke_by_cli(task_id: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "tests.apps.basic", "control", "revoke", task_id],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def cancelled(handle) -> bool:  # type: ignore[no-untyped-def]

@@ -11,17 +11,9 @@ import pytest
 
 from celery_durable import WorkflowCancelled, WorkflowStatus
 from celery_durable.core import faults
+from tests.support.faults import arm, fired
 from tests.support.services import effects
 from tests.support.waiting import wait_until
-
-
-def arm(rds, workflow_id: str, point: str, action: str, step: int | None = None) -> None:  # type: ignore[no-untyped-def]
-    assert point in faults.POINTS
-    rds.set(f"fault:{workflow_id}", f"{point}:{action}" + ("" if step is None else f":{step}"))
-
-
-def fired(rds, workflow_id: str, point: str) -> bool:  # type: ignore[no-untyped-def]
-    return bool(rds.get(f"fired:{workflow_id}:{point}"))
 
 
 @pytest.mark.parametrize("action", ["kill", "raise"])

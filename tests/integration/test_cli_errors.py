@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tests.test_cli import celery
+from tests.support.cli import celery
 
 
 def one_error_line(done: subprocess.CompletedProcess[str]) -> str:

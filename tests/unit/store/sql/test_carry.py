@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from celery_durable.store import Outcome, StepRecord, Store
-from tests.test_store import new_run
-from tests.test_store_items import fan, started
+from tests.support.builders import claimed, fan, started
 
 
 def deferred(*idxs: int) -> list[StepRecord]:
@@ -17,13 +16,6 @@ def deferred(*idxs: int) -> list[StepRecord]:
 
 def strict(idx: int) -> StepRecord:
     return StepRecord(idx, "s", "ok", "[[],{}]", "1", None, 0.0)
-
-
-def claimed(store: Store, run_id: str) -> int:
-    assert store.insert_run(new_run(run_id))
-    claim = store.claim_run(run_id, "me", lease=30)
-    assert claim is not None
-    return claim.fence
 
 
 def recorded(store: Store, run_id: str) -> dict[int, str | None]:

@@ -8,24 +8,12 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from celery_durable.store import FanOut, NewRun, StepRecord, Store
+from celery_durable.store import FanOut, StepRecord, Store
 from celery_durable.store.migrations import current, upgrade
+from tests.support.builders import new_run
 from tests.support.services import PG_URL, drop_tables, unique
 
 REDIS, AMQP = "redis://a:6379/0", "amqp://guest@b:5672//"
-
-
-def run(run_id: str, grace: float = 0.0) -> NewRun:
-    """A run due for the sweeper ``grace`` seconds after it starts."""
-    return NewRun(
-        id=run_id,
-        name="wf",
-        args="[[],{}]",
-        queue=None,
-        max_attempts=3,
-        retry_backoff=0.0,
-        dispatch_grace=grace,
-    )
 
 
 def swept(store: Store, takeover: float = 3600.0) -> set[str]:
@@ -48,8 +36,10 @@ def brokers(store: Store) -> Iterator[tuple[Store, Store]]:
 
 def test_a_sweep_takes_only_its_brokers_runs_and_those_from_before(store, brokers):
     redis, amqp = brokers
-    assert redis.insert_run(run("on-redis")) and amqp.insert_run(run("on-amqp"))
-    assert store.insert_run(run("unrecorded"))  # as a run written before migration 0007
+    assert redis.insert_run(new_run("on-redis", grace=0))
+    assert amqp.insert_run(new_run("on-amqp", grace=0))
+    # As a run written before migration 0007:
+    assert store.insert_run(new_run("unrecorded", grace=0))
     assert swept(redis) == {"on-redis", "unrecorded"}
     assert swept(amqp) == {"on-amqp"}
     assert redis.get_status("on-amqp") == "PENDING"
@@ -57,7 +47,7 @@ def test_a_sweep_takes_only_its_brokers_runs_and_those_from_before(store, broker
 
 def test_a_run_no_sweeper_of_its_broker_took_is_taken_once_overdue(brokers):
     redis, amqp = brokers
-    assert amqp.insert_run(run("stranded"))
+    assert amqp.insert_run(new_run("stranded", grace=0))
     assert swept(redis) == set()
     # Overdue by more than the takeover (0 s here): its own broker's sweepers are gone.
     assert swept(redis, takeover=0.0) == {"stranded"}
@@ -67,7 +57,7 @@ def test_the_claiming_worker_s_broker_dispatches_the_run_from_then_on(brokers):
     redis, amqp = brokers
     # Started by a producer whose broker URL reads otherwise (or was lost): the worker
     # that claims it takes it over, and so does its broker's sweeper when its lease expires.
-    assert redis.insert_run(run("handed-over", grace=60))
+    assert redis.insert_run(new_run("handed-over"))
     assert amqp.claim_run("handed-over", "w1", lease=0.0) is not None
     assert swept(redis) == set()
     assert swept(amqp) == {"handed-over"}
@@ -76,7 +66,7 @@ def test_the_claiming_worker_s_broker_dispatches_the_run_from_then_on(brokers):
 def test_items_are_swept_by_their_runs_broker(brokers):
     redis, amqp = brokers
     for store, run_id in ((redis, "fan-redis"), (amqp, "fan-amqp")):
-        assert store.insert_run(run(run_id, grace=60))
+        assert store.insert_run(new_run(run_id))
         fence = store.claim_run(run_id, "body", lease=30).fence
         step = StepRecord(0, "s", "started", '{"fanout":"map","items":1}', None, None)
         store.dispatch_fanout(run_id, fence, step, FanOut("s", "q", ["[[0],{}]"], 0.0))
@@ -88,7 +78,7 @@ def test_items_are_swept_by_their_runs_broker(brokers):
 def test_a_store_names_the_other_brokers_live_on_its_namespace(store, brokers):
     redis, amqp = brokers
     assert redis.other_dispatchers(3600) == [] and store.other_dispatchers(3600) == []
-    assert amqp.insert_run(run("live", grace=60))
+    assert amqp.insert_run(new_run("live"))
     assert redis.other_dispatchers(3600) == [AMQP]
     assert amqp.other_dispatchers(3600) == []
     assert store.other_dispatchers(3600) == []  # a store without a broker warns of none
@@ -123,7 +113,7 @@ def test_runs_written_before_0007_are_any_sweepers(database, tmp_path):
 
 def test_a_run_whose_first_publish_failed_is_any_sweepers(brokers):
     redis, amqp = brokers
-    assert amqp.insert_run(run("unpublished")) and amqp.insert_run(run("claimed", grace=60))
+    assert amqp.insert_run(new_run("unpublished", grace=0)) and amqp.insert_run(new_run("claimed"))
     assert amqp.claim_run("claimed", "w1", lease=0.0) is not None
     for run_id in ("unpublished", "claimed"):
         amqp.disown_run(run_id)  # what a producer does when its publish fails

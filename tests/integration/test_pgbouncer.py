@@ -16,10 +16,11 @@ from celery import Celery
 
 from celery_durable import ConfigurationError, Durable, WorkflowStatus
 from celery_durable.core.config import DurableConfig
-from celery_durable.store import NewRun, StepRecord, Store
+from celery_durable.store import StepRecord, Store
 from celery_durable.store.db.listener import Listener
 from celery_durable.store.migrations import current, upgrade
 from tests.conftest import QUEUE
+from tests.support.builders import claimed, fan, new_run, started
 from tests.support.pgbouncer import PgBouncer, pgbouncer_fixture  # noqa: F401 - `pgbouncer`
 from tests.support.services import BROKER_URL, PG_URL, drop_tables, effects, unique
 from tests.support.waiting import wait_until
@@ -86,7 +87,7 @@ def test_the_store_works_behind_pgbouncer(bounced_store: Store, pgbouncer: PgBou
         try:
             for i in range(slot, 40, 2):
                 run_id = f"r{i}"
-                store.insert_run(NewRun(run_id, "wf", "[[],{}]", None, 3, 0.0, 60.0))
+                store.insert_run(new_run(run_id))
                 claim = store.claim_run(run_id, "me", lease=30)
                 assert claim is not None
                 for idx in range(3):
@@ -112,10 +113,8 @@ def test_the_store_works_behind_pgbouncer(bounced_store: Store, pgbouncer: PgBou
 def test_an_item_runs_in_one_open_transaction_behind_pgbouncer(
     bounced_store: Store, pgbouncer: PgBouncer
 ) -> None:
-    from tests.test_store_items import fan, running_run, started
-
     store, mark = bounced_store, len(pgbouncer.log())
-    fence = running_run(store, "items")
+    fence = claimed(store, "items")
     store.dispatch_fanout("items", fence, started(0, 2), fan(2))
     first, second = store.open_item("items", 0, 0), store.open_item("items", 0, 1)
     assert (first.verdict, second.verdict) == ("run", "run")

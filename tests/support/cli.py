@@ -1,0 +1,33 @@
+"""The test app's command line: ``celery -A tests.apps.basic ...`` in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+
+from tests.support.workers import ROOT
+
+
+def celery(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "tests.apps.basic", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def revoke_by_cli(task_id: str) -> None:
+    """``celery control revoke``: Celery's own revoke, which the sweeper turns into a cancel."""
+    done = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "tests.apps.basic", "control", "revoke", task_id],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
