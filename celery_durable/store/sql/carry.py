@@ -27,7 +27,7 @@ from celery_durable.store.schema import Tables
 from celery_durable.store.sql.build import Builder, began_ago
 
 if TYPE_CHECKING:
-    from celery_durable.store.sql.statements import RunStatements
+    from celery_durable.store.sql.runs import RunStatements
 
 # The carried records' columns, as ``record_step`` gets them (``step_params``). ``ago``:
 # seconds since the step began (``started_at``). One JSON array of objects carries them all:

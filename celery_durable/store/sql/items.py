@@ -31,10 +31,10 @@ from sqlalchemy import (
     update,
 )
 
-from celery_durable.store.items_first import item_lock
 from celery_durable.store.records import DueItem, DueRun, ItemRow, LostItem
 from celery_durable.store.schema import ACTIVE_STATUSES, FINISHED_STATUSES, Tables, open_child
 from celery_durable.store.sql.build import Builder, columns_of
+from celery_durable.store.sql.open_items import item_lock
 
 # The error of an item whose run was cancelled or finished before the item ran.
 RUN_OVER = "the run was cancelled or had finished before this item ran"
