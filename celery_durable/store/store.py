@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from celery_durable.errors import ConfigurationError
-from celery_durable.store.admin import StoreOperations
+from celery_durable.store.admin import AdminOps
 from celery_durable.store.db.connections import Connections, parse_listen_url, parse_url
 from celery_durable.store.db.listener import Listener
 from celery_durable.store.items import ItemOps
@@ -44,12 +44,11 @@ from celery_durable.store.schema import FINISHED_STATUSES, Tables, build_tables
 from celery_durable.store.signals import SignalOps
 from celery_durable.store.sql.build import params, step_params, write_carried
 from celery_durable.store.sql.carry import carried_params
-from celery_durable.store.sql.long_lived import LongLivedStatements
 from celery_durable.store.sql.statements import Statements
 from celery_durable.store.sweep import SweepOps
 
 
-class Store(ItemOps, SignalOps, SweepOps, LeaseOps, StoreOperations, LongLivedOps):
+class Store(ItemOps, SignalOps, SweepOps, LeaseOps, AdminOps, LongLivedOps):
     """The database side of one namespace; engines are created per process, lazily.
 
     Signals (``SignalOps``), the sweeper's statements (``SweepOps``), leases
@@ -82,7 +81,6 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, StoreOperations, LongLivedOp
         )
         self.dispatcher = dispatcher
         self.sql = Statements(self.tables, self.dialect, namespace, dispatcher)
-        self.long_sql = LongLivedStatements(self.tables, self.dialect, namespace)
 
     @property
     def is_postgres(self) -> bool:

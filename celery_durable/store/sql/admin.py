@@ -11,7 +11,7 @@ neither a generic Postgres plan nor SQLite can do for a bound parameter.
 
 Example::
 
-    sql = OperationStatements(build_tables("durable_"), "postgresql", "default")
+    sql = AdminStatements(build_tables("durable_"), "postgresql", "default")
     page = sql.list_runs(RunFilter(statuses=("FAILED",), workflow="shop.checkout"))
 """
 
@@ -73,7 +73,7 @@ def settled(table: Any) -> Any:
     return table.c.status.in_([status_literal(s) for s in SETTLED_STATUSES])
 
 
-class OperationStatements(Builder):
+class AdminStatements(Builder):
     """List and count runs."""
 
     def __init__(

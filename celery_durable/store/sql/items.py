@@ -47,18 +47,34 @@ class ItemStatements(Builder):
         self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
     ) -> None:
         super().__init__(tables, dialect, namespace, dispatcher)
-        runs, steps, items, now = tables.runs, tables.steps, tables.items, self.now
+        runs, items = tables.runs, tables.items
         self.due_run_columns = columns_of(runs, DueRun)
-        in_ns = items.c.namespace == namespace
-        of_run = and_(in_ns, items.c.run_id == bindparam("p_run_id"))
+        self._in_ns = items.c.namespace == namespace
+        self._of_run = and_(self._in_ns, items.c.run_id == bindparam("p_run_id"))
         self.key = and_(
-            of_run, items.c.idx == bindparam("p_idx"), items.c.item == bindparam("p_item")
+            self._of_run, items.c.idx == bindparam("p_idx"), items.c.item == bindparam("p_item")
         )
-        unsettled = items.c.finished_at.is_(None)
-        in_idxs = items.c.idx.in_(bindparam("p_idxs", expanding=True))
-        registered = items.c.name.in_(bindparam("p_names", expanding=True))
+        self._unsettled = items.c.finished_at.is_(None)
+        self._awaited_open = and_(self._unsettled, items.c.awaited == true())
+        self._lost = items.c.status == "running"
+        # Nobody runs it in an open transaction (open_items): its lock is free.
+        self._free = (
+            item_lock(namespace, items.c.run_id, items.c.idx, items.c.item)
+            if self.is_postgres
+            else true()
+        )
+        self._dispatch()
+        self._wait()
+        self._task()
+        self._sweep()
+        self._children()
+        self._cancel()
+        self._reads()
 
-        # -- dispatch: the step row and its items (or child) in one transaction --------------
+    def _dispatch(self) -> None:
+        """Dispatch a fan-out: the step row and its items (or child) in one transaction."""
+        steps, items, now = self.tables.steps, self.tables.items, self.now
+        namespace = self.namespace
         self.dispatch_fanout_step = (
             self.insert(steps)
             .values(
@@ -110,7 +126,11 @@ class ItemStatements(Builder):
             .on_conflict_do_nothing()
         )
 
-        # -- the parent body: read and wait ---------------------------------------------------
+    def _wait(self) -> None:
+        """The parent body: read its items, wait for them."""
+        runs, items, now = self.tables.runs, self.tables.items, self.now
+        of_run, unsettled = self._of_run, self._unsettled
+        in_idxs = items.c.idx.in_(bindparam("p_idxs", expanding=True))
         self.load_items = (
             select(
                 items.c.idx,
@@ -123,17 +143,16 @@ class ItemStatements(Builder):
             .where(of_run, in_idxs)
             .order_by(items.c.idx, items.c.item)
         )
-        awaited_open = and_(unsettled, items.c.awaited == true())
         # The body waits for exactly these indices: older waits' flags are dropped.
         self.suspend_on_items_forget = (
-            update(items).where(of_run, awaited_open, ~in_idxs).values(awaited=False)
+            update(items).where(of_run, self._awaited_open, ~in_idxs).values(awaited=False)
         )
         self.suspend_on_items_await = (
             update(items)
             .where(of_run, unsettled, items.c.awaited == false(), in_idxs)
             .values(awaited=True)
         )
-        self.suspend_on_items_open = select(items.c.item).where(of_run, awaited_open).limit(1)
+        self.suspend_on_items_open = select(items.c.item).where(of_run, self._awaited_open).limit(1)
         self.suspend_on_items = (
             update(runs)
             .where(self.run_is, runs.c.fence == bindparam("p_fence"))
@@ -149,7 +168,10 @@ class ItemStatements(Builder):
             )
         )
 
-        # -- the item task: claim, record, retry --------------------------------------------
+    def _task(self) -> None:
+        """The item task: claim, record, retry, renew and release an item."""
+        runs, items, now, namespace = self.tables.runs, self.tables.items, self.now, self.namespace
+        lost, free = self._lost, self._free
         # Spelled out, not IN (...): claim_item runs on the precompiled psycopg path,
         # which can't expand a list parameter.
         run_active = exists().where(
@@ -158,7 +180,6 @@ class ItemStatements(Builder):
             or_(*(runs.c.status == status for status in ACTIVE_STATUSES)),
             runs.c.cancel_requested == false(),
         )
-        lost = items.c.status == "running"
         claimable = or_(
             and_(items.c.status == "pending", items.c.dispatches > 0),
             and_(
@@ -166,12 +187,6 @@ class ItemStatements(Builder):
                 items.c.due_at < now,
                 items.c.recoveries + 1 < bindparam("p_max_recoveries"),
             ),
-        )
-        # Nobody runs it in an open transaction (open_items): its lock is free.
-        free = (
-            item_lock(namespace, items.c.run_id, items.c.idx, items.c.item)
-            if self.is_postgres
-            else true()
         )
         self.claim_item = (
             update(items)
@@ -207,7 +222,7 @@ class ItemStatements(Builder):
             .returning(items.c.awaited)
         )
         waits_for_open = exists().where(
-            items.c.namespace == namespace, items.c.run_id == runs.c.id, awaited_open
+            items.c.namespace == namespace, items.c.run_id == runs.c.id, self._awaited_open
         )
         wake = (
             update(runs)
@@ -267,7 +282,11 @@ class ItemStatements(Builder):
             )
         )
 
-        # -- the sweeper ----------------------------------------------------------------------
+    def _sweep(self) -> None:
+        """The sweeper: publish due items again, fail lost ones."""
+        runs, items, now, namespace = self.tables.runs, self.tables.items, self.now, self.namespace
+        in_ns, lost, free, dispatcher = self._in_ns, self._lost, self._free, self.dispatcher
+        registered = items.c.name.in_(bindparam("p_names", expanding=True))
         exhausted = and_(lost, items.c.recoveries + 1 >= bindparam("p_max_recoveries"))
         # An item is its run's broker's to publish (or anyone's, once overdue by
         # p_takeover: see dispatched_here).
@@ -323,16 +342,12 @@ class ItemStatements(Builder):
             .limit(bindparam("p_limit"))
         )
 
-        # -- children -------------------------------------------------------------------------
+    def _children(self) -> None:
+        """A child run's item takes its outcome; the backstop for one that never heard."""
+        runs, items, now, namespace = self.tables.runs, self.tables.items, self.now, self.namespace
+        in_ns, unsettled = self._in_ns, self._unsettled
         child = runs.alias("child")
-
-        def of_child(column: Any) -> Any:
-            return (
-                select(column)
-                .where(child.c.namespace == namespace, child.c.id == items.c.child_id)
-                .scalar_subquery()
-            )
-
+        of_child = self._of_child
         child_status = of_child(child.c.status)
         child_finished = exists().where(
             child.c.namespace == namespace,
@@ -375,7 +390,10 @@ class ItemStatements(Builder):
             .limit(bindparam("p_limit"))
         )
 
-        # -- cancellation ---------------------------------------------------------------------
+    def _cancel(self) -> None:
+        """Cancel a run's pending items and children; revoke an item."""
+        items, now = self.tables.items, self.now
+        of_run, unsettled, free = self._of_run, self._unsettled, self._free
         self.cancel_run_items = (
             update(items)
             # An item running in its open transaction (locked) finishes and records.
@@ -406,9 +424,21 @@ class ItemStatements(Builder):
             of_run, unsettled, items.c.child_id.isnot(None), items.c.detached == false()
         )
 
-        # -- reads ----------------------------------------------------------------------------
+    def _reads(self) -> None:
+        """The items of a run, each with its child's status."""
+        items = self.tables.items
+        child_status = self._of_child(self.tables.runs.alias("child").c.status)
         self.list_items = (
             select(*columns_of(items, ItemRow, child_status=child_status))
-            .where(of_run)
+            .where(self._of_run)
             .order_by(items.c.idx, items.c.item)
+        )
+
+    def _of_child(self, column: Any) -> Any:
+        """``column`` (of the ``child`` alias of runs) of the item's child run."""
+        child, items = column.table, self.tables.items
+        return (
+            select(column)
+            .where(child.c.namespace == self.namespace, child.c.id == items.c.child_id)
+            .scalar_subquery()
         )

@@ -39,7 +39,17 @@ class RunStatements(Builder):
         self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
     ) -> None:
         super().__init__(tables, dialect, namespace, dispatcher)
-        runs, steps, now = tables.runs, tables.steps, self.now
+        self._start()
+        self._claim()
+        self._settle()
+        self._leases()
+        self._cancel()
+        self._reads()
+
+    def _start(self) -> None:
+        """Insert a run, or a child run in its parent's dispatch transaction."""
+        runs, now = self.tables.runs, self.now
+        namespace, dispatcher = self.namespace, self.dispatcher
         start_delay = bindparam("p_start_delay", type_=Float)
         new_run = {
             "namespace": namespace,
@@ -78,6 +88,10 @@ class RunStatements(Builder):
             .returning(runs.c.id)
         )
 
+    def _claim(self) -> None:
+        """Take a pending run, or a running one whose lease expired."""
+        runs, steps, now = self.tables.runs, self.tables.steps, self.now
+        namespace, dispatcher = self.namespace, self.dispatcher
         # A saga whose cancellation was requested is still claimed: it rolls back first.
         claimable = and_(
             or_(runs.c.cancel_requested == false(), runs.c.compensable == true()),
@@ -139,6 +153,9 @@ class RunStatements(Builder):
             *returning, has_steps.label("has_steps"), runs.c.cancel_requested, runs.c.compensable
         )
 
+    def _settle(self) -> None:
+        """End the run, or put it back for a retry."""
+        runs, now = self.tables.runs, self.now
         # A run whose cancellation was requested ends CANCELLED, whatever the body did after.
         cancelled = runs.c.cancel_requested == true()
         self.settle_update = (
@@ -174,6 +191,10 @@ class RunStatements(Builder):
             )
             .returning(runs.c.id, runs.c.status)
         )
+
+    def _leases(self) -> None:
+        """Give leases back, renew them."""
+        runs, now = self.tables.runs, self.now
         # Giving a lease back (shutdown) does not count as a failed attempt.
         given_back = {
             "status": "PENDING",
@@ -200,6 +221,9 @@ class RunStatements(Builder):
             .returning(runs.c.id)
         )
 
+    def _cancel(self) -> None:
+        """Request cancellation; hand a run whose first publish failed to any sweeper."""
+        runs, now = self.tables.runs, self.now
         # An idle saga (a run that finished a step with a compensation) is not ended here:
         # it becomes PENDING, due now, for a worker to run its compensations.
         idle_run = runs.c.status.in_(("PENDING", "WAITING"))
@@ -229,6 +253,9 @@ class RunStatements(Builder):
             .values(dispatcher=None)
         )
 
+    def _reads(self) -> None:
+        """Read a run, its status, the database clock."""
+        runs, now = self.tables.runs, self.now
         self.get_run = select(*columns_of(runs, RunRecord)).where(self.run_is)
         self.get_status = select(runs.c.status).where(self.run_is)
         self.now_value = select(now)

@@ -1,9 +1,10 @@
-"""Every SQL statement of celery_durable, built once per store, grouped by area.
+"""Every SQL statement of the store, grouped by area: one statements class per area
+(``sql/<area>.py``), each built once per store and held as ``store.sql.<area>``.
 
-Each attribute is named after the :class:`~celery_durable.store.store.Store` method that
-runs it (or, for a method that runs several, ``<method>_<part>``). Building them once lets
-SQLAlchemy's compiled cache (and the psycopg fast path) serve every call. Bind names carry
-a ``p_`` prefix, since SQLAlchemy reserves column names in VALUES/SET.
+Each attribute is named after the operation that runs it (a ``Store`` method, or for a
+method that runs several, ``<method>_<part>``). Building them once lets SQLAlchemy's
+compiled cache (and the psycopg fast path) serve every call. Bind names carry a ``p_``
+prefix, since SQLAlchemy reserves column names in VALUES/SET.
 
 Example::
 
@@ -11,14 +12,16 @@ Example::
     sql.runs.claim_run       # UPDATE ... RETURNING fence, attempts, ...
 """
 
-
 from __future__ import annotations
 
 from celery_durable.store.schema import Tables
-from celery_durable.store.sql.admin import OperationStatements
+from celery_durable.store.sql.admin import AdminStatements
 from celery_durable.store.sql.carry import CarryStatements
 from celery_durable.store.sql.items import ItemStatements
+from celery_durable.store.sql.long_lived import LongLivedStatements
+from celery_durable.store.sql.metrics import MetricStatements
 from celery_durable.store.sql.open_items import OpenItemStatements
+from celery_durable.store.sql.reads import ReadStatements
 from celery_durable.store.sql.runs import RunStatements
 from celery_durable.store.sql.signals import SignalStatements
 from celery_durable.store.sql.state import StateStatements
@@ -40,5 +43,8 @@ class Statements:
         self.state = StateStatements(tables, dialect, namespace)
         self.items = ItemStatements(tables, dialect, namespace, dispatcher)
         self.open_items = OpenItemStatements(tables, dialect, namespace)
-        self.ops = OperationStatements(tables, dialect, namespace, dispatcher)
+        self.long_lived = LongLivedStatements(tables, dialect, namespace)
+        self.admin = AdminStatements(tables, dialect, namespace, dispatcher)
+        self.reads = ReadStatements(tables, dialect, namespace)
+        self.metrics = MetricStatements(tables, dialect, namespace)
         self.notify = self.runs.notify

@@ -37,20 +37,28 @@ class SweepStatements(Builder):
         self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
     ) -> None:
         super().__init__(tables, dialect, namespace, dispatcher)
-        runs, signals, now = tables.runs, tables.signals, self.now
+        runs, now = tables.runs, self.now
         self.due_columns = columns_of(runs, DueRun)
         # A sweeper takes only the workflows its app registered, of the runs of its own
         # broker (dispatched_here): two apps on one database and namespace never dispatch
         # each other's runs, even under the same workflow names.
-        registered = runs.c.name.in_(bindparam("p_names", expanding=True))
+        self._registered = runs.c.name.in_(bindparam("p_names", expanding=True))
         # The transaction's start time, not clock_timestamp(): a stable value is an index
         # condition, so a sweep reads only the due entries of ix_runs_due, not every
         # waiting run's (100,000 timers over a day cost one short index range).
-        due_by = (
+        self._due_by = (
             literal_column("CAST(EXTRACT(EPOCH FROM now()) AS DOUBLE PRECISION)")
             if self.is_postgres
             else now
         )
+        self._due_runs()
+        self._wake()
+        self._dispatchers()
+
+    def _due_runs(self) -> None:
+        """What is due: expired leases, lost publishes, backoffs and timers that passed."""
+        runs, now = self.tables.runs, self.now
+        registered, due_by = self._registered, self._due_by
         due = (
             select(runs.c.id)
             .where(
@@ -103,6 +111,11 @@ class SweepStatements(Builder):
             )
             .returning(*self.due_columns)
         )
+
+    def _wake(self) -> None:
+        """Wake a waiting run: its signal came, or its wake-up was lost."""
+        runs, signals, now = self.tables.runs, self.tables.signals, self.now
+        namespace, registered = self.namespace, self._registered
         # Callers add which runs; the status check keeps a wake-up idempotent.
         wake = (
             update(runs)
@@ -143,6 +156,10 @@ class SweepStatements(Builder):
             runs.c.id.in_(pending_for),
             exists(signalled),
         )
+
+    def _dispatchers(self) -> None:
+        """The other brokers seen on the namespace."""
+        runs, dispatcher, due_by = self.tables.runs, self.dispatcher, self._due_by
         # The other brokers whose runs are in the namespace: active ones, or finished ones
         # created within p_window seconds (read once, as a worker starts). Each branch is a
         # range of a partial index (due_by: a stable value), the due runs' or the settled
