@@ -37,6 +37,7 @@ from celery_durable.store.sql.build import params
 
 if TYPE_CHECKING:
     from celery_durable.store.db.connections import Connections
+    from celery_durable.store.db.dialect import Dialect
     from celery_durable.store.sql.statements import Statements
 
 
@@ -86,10 +87,11 @@ class AdminOps:
 
     db: Connections
     sql: Statements
+    dialect: Dialect
 
     @contextmanager
     def _operations_read(self) -> Iterator[Connection]:
-        if not self.db.is_postgres:
+        if not self.dialect.planner_settings:
             with self.db.read() as conn:
                 yield conn
             return
@@ -196,7 +198,7 @@ class AdminOps:
         one short transaction. Never a PENDING, RUNNING or WAITING run."""
         values = params(cutoff=cutoff, batch=batch)
         sql = self.sql.admin
-        if self.db.is_postgres:
+        if self.dialect.writes_in_ctes:
             with self.db.transaction() as conn:
                 runs, steps, signals, state, _items = conn.execute(
                     sql.gc_runs[status], values
@@ -241,12 +243,11 @@ class AdminOps:
         else:
             raise ValueError(f"explain({what!r}): 'list' or 'stats'")
         with self._operations_read() as conn:
-            if prefer_indexes and self.db.is_postgres:
+            if prefer_indexes and self.dialect.planner_settings:
                 conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
             compiled = statement.compile(dialect=conn.dialect)
             bound = compiled.construct_params(values)
             if compiled.positional:
                 bound = tuple(bound[name] for name in compiled.positiontup or ())
-            prefix = "EXPLAIN " if self.db.is_postgres else "EXPLAIN QUERY PLAN "
-            rows = conn.exec_driver_sql(prefix + str(compiled), bound).all()
+            rows = conn.exec_driver_sql(self.dialect.explain + str(compiled), bound).all()
         return "\n".join(" ".join(str(value) for value in row) for row in rows)

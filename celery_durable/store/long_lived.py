@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Sequence
 
 from celery_durable.store.db.connections import Connections
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import DueRun, StepRecord
 from celery_durable.store.sql.build import params, step_params, write_carried
 from celery_durable.store.sql.statements import Statements
@@ -35,13 +36,14 @@ class LongLivedOps:
 
     db: Connections
     sql: Statements
+    dialect: Dialect
 
     def record_fenced_step(self, run_id: str, fence: int, step: StepRecord) -> bool:
         """Write a step while this worker holds the run, cancel requested or not; False
         when the lease is gone. A stored "ok" row is kept (the write is then a no-op)."""
         values = step_params(run_id, fence, step)
         with self.db.write() as conn:
-            if not self.db.is_postgres:
+            if not self.dialect.locks_rows:  # checked first, in BEGIN IMMEDIATE
                 if conn.execute(self.sql.long_lived.check_fenced, values).first() is None:
                     return False
             written = conn.execute(self.sql.long_lived.record_fenced_step, values).first()

@@ -7,7 +7,7 @@ the wake-up check to a run's unsettled items, never its thousands of settled one
 
 Example::
 
-    sql = ItemStatements(build_tables("durable_"), "postgresql", "default")
+    sql = ItemStatements(build_tables("durable_"), dialect_of("postgresql"), "default")
     sql.claim_item       # UPDATE ... RETURNING status, name, input, attempts
 """
 
@@ -31,6 +31,7 @@ from sqlalchemy import (
     update,
 )
 
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import DueItem, DueRun, ItemRow, LostItem
 from celery_durable.store.schema import ACTIVE_STATUSES, FINISHED_STATUSES, Tables, open_child
 from celery_durable.store.sql.build import Builder, columns_of
@@ -44,7 +45,7 @@ class ItemStatements(Builder):
     """Dispatch, claim, record, retry, sweep and read the items of fan-out steps."""
 
     def __init__(
-        self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
+        self, tables: Tables, dialect: Dialect, namespace: str, dispatcher: str | None = None
     ) -> None:
         super().__init__(tables, dialect, namespace, dispatcher)
         runs, items = tables.runs, tables.items
@@ -60,7 +61,7 @@ class ItemStatements(Builder):
         # Nobody runs it in an open transaction (open_items): its lock is free.
         self._free = (
             item_lock(namespace, items.c.run_id, items.c.idx, items.c.item)
-            if self.is_postgres
+            if self.dialect.advisory_locks
             else true()
         )
         self._dispatch()
@@ -206,7 +207,7 @@ class ItemStatements(Builder):
         # Locking the parent run row first serialises the items of one run as they settle,
         # and with the body's suspension: the last of them always sees the others.
         lock = select(runs.c.status, runs.c.wait_items).where(self.run_is)
-        self.settle_item_lock_run = lock.with_for_update() if self.is_postgres else lock
+        self.settle_item_lock_run = self.dialect.for_update(lock)
         # First writer wins: only the claim's token, only while it runs.
         self.settle_item = (
             update(items)
@@ -310,7 +311,7 @@ class ItemStatements(Builder):
             .limit(bindparam("p_limit"))
         )
         key_columns = tuple_(items.c.run_id, items.c.idx, items.c.item)
-        if self.is_postgres:
+        if self.dialect.locks_rows:
             due_items = due.with_for_update(skip_locked=True).cte("due_items")
             due_items = due_items.prefix_with("MATERIALIZED")
             picked: Any = and_(

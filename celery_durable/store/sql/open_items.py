@@ -3,7 +3,7 @@
 
 Example::
 
-    sql = OpenItemStatements(build_tables("durable_"), "postgresql", "default")
+    sql = OpenItemStatements(build_tables("durable_"), dialect_of("postgresql"), "default")
     sql.open_item       # SELECT pg_try_advisory_xact_lock(...) AS locked, ...
 """
 
@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Text, and_, bindparam, cast, false, func, literal, or_, select, true, update
 
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import ACTIVE_STATUSES, Tables
 from celery_durable.store.sql.build import Builder
 
@@ -27,7 +28,7 @@ def item_lock(namespace: str, run_id: Any, idx: Any, item: Any) -> Any:
 class OpenItemStatements(Builder):
     """The statements of an item's one-transaction path (Postgres only)."""
 
-    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
+    def __init__(self, tables: Tables, dialect: Dialect, namespace: str) -> None:
         super().__init__(tables, dialect, namespace)
         runs, items, now = tables.runs, tables.items, self.now
         key = and_(

@@ -6,7 +6,7 @@ costs the same with a million finished runs as with a hundred.
 
 Example::
 
-    sql = ReadStatements(build_tables("durable_"), "postgresql", "default")
+    sql = ReadStatements(build_tables("durable_"), dialect_of("postgresql"), "default")
     sql.current_steps   # SELECT ... WHERE idx = (SELECT max(idx) ...)
 """
 
@@ -16,6 +16,7 @@ import dataclasses
 
 from sqlalchemy import bindparam, func, select
 
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import RunSummary
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.admin import settled, status_literal
@@ -52,7 +53,7 @@ class ReadStatements(Builder):
     """The dashboard's reads: recent durations, id prefix search, consumed signals,
     current steps."""
 
-    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
+    def __init__(self, tables: Tables, dialect: Dialect, namespace: str) -> None:
         super().__init__(tables, dialect, namespace)
         runs = self.tables.runs
         # One index range per finished status (ix_<prefix>runs_status), newest first.

@@ -2,7 +2,7 @@
 
 Example::
 
-    sql = RunStatements(build_tables("durable_"), "postgresql", "default")
+    sql = RunStatements(build_tables("durable_"), dialect_of("postgresql"), "default")
     sql.claim_run       # UPDATE ... RETURNING fence, attempts, ...
 """
 
@@ -27,6 +27,7 @@ from sqlalchemy import (
     update,
 )
 
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import RunRecord
 from celery_durable.store.schema import ACTIVE_STATUSES, Tables
 from celery_durable.store.sql.build import Builder, columns_of
@@ -36,7 +37,7 @@ class RunStatements(Builder):
     """Start, claim, settle, retry, release and read a run."""
 
     def __init__(
-        self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
+        self, tables: Tables, dialect: Dialect, namespace: str, dispatcher: str | None = None
     ) -> None:
         super().__init__(tables, dialect, namespace, dispatcher)
         self._start()
@@ -113,7 +114,7 @@ class RunStatements(Builder):
         # lost in a database crash (claims commit asynchronously): the database clock in
         # microseconds, or the old token + 1 if that is larger.
         micros = cast(now * 1_000_000, BigInteger)
-        next_fence = (func.greatest if self.is_postgres else func.max)(runs.c.fence + 1, micros)
+        next_fence = self.dialect.greatest(runs.c.fence + 1, micros)
         # The claimer's broker delivered the run: its sweepers dispatch it from now on
         # (a producer that spelled the broker's URL otherwise hands it over here).
         claimed_through = {} if dispatcher is None else {"dispatcher": dispatcher}
@@ -143,7 +144,7 @@ class RunStatements(Builder):
             runs.c.parent_id,
             runs.c.parent_idx,
         ]
-        if self.is_postgres:
+        if self.dialect.round_trips:
             has_steps: Any = exists().where(
                 steps.c.namespace == namespace, steps.c.run_id == runs.c.id
             )

@@ -2,7 +2,7 @@
 
 Example::
 
-    sql = SignalStatements(build_tables("durable_"), "postgresql", "default")
+    sql = SignalStatements(build_tables("durable_"), dialect_of("postgresql"), "default")
     sql.insert_signal   # INSERT INTO signals ...
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import Float, and_, bindparam, func, select, update
 
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.build import Builder
 
@@ -17,14 +18,14 @@ from celery_durable.store.sql.build import Builder
 class SignalStatements(Builder):
     """Store, refuse, consume and wait for signals."""
 
-    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
+    def __init__(self, tables: Tables, dialect: Dialect, namespace: str) -> None:
         super().__init__(tables, dialect, namespace)
         runs, signals, now = tables.runs, tables.signals, self.now
         mine = and_(signals.c.namespace == namespace, signals.c.run_id == bindparam("p_run_id"))
         pending = and_(mine, signals.c.consumed_at.is_(None))
         # Locking the run row serialises the pending-signals cap between senders.
         lock = select(runs.c.status).where(self.run_is)
-        self.insert_signal_lock_run = lock.with_for_update() if self.is_postgres else lock
+        self.insert_signal_lock_run = self.dialect.for_update(lock)
         self.insert_signal_find_key = select(signals.c.id).where(
             mine, signals.c.idempotency_key == bindparam("p_key")
         )
@@ -46,7 +47,7 @@ class SignalStatements(Builder):
             .order_by(signals.c.id)
             .limit(1)
         )
-        self.consume_signal_oldest = oldest.with_for_update() if self.is_postgres else oldest
+        self.consume_signal_oldest = self.dialect.for_update(oldest)
         self.consume_signal_mark = (
             update(signals).where(signals.c.id == bindparam("p_id")).values(consumed_at=now)
         )

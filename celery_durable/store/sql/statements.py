@@ -8,12 +8,13 @@ prefix, since SQLAlchemy reserves column names in VALUES/SET.
 
 Example::
 
-    sql = Statements(build_tables("durable_"), "postgresql", "default")
+    sql = Statements(build_tables("durable_"), dialect_of("postgresql"), "default")
     sql.runs.claim_run       # UPDATE ... RETURNING fence, attempts, ...
 """
 
 from __future__ import annotations
 
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.admin import AdminStatements
 from celery_durable.store.sql.carry import CarryStatements
@@ -33,7 +34,7 @@ class Statements:
     """All statements of one store (tables, dialect, namespace, the app's broker)."""
 
     def __init__(
-        self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
+        self, tables: Tables, dialect: Dialect, namespace: str, dispatcher: str | None = None
     ) -> None:
         self.runs = RunStatements(tables, dialect, namespace, dispatcher)
         self.steps = StepStatements(tables, dialect, namespace)

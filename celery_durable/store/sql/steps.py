@@ -2,7 +2,7 @@
 
 Example::
 
-    sql = StepStatements(build_tables("durable_"), "postgresql", "default")
+    sql = StepStatements(build_tables("durable_"), dialect_of("postgresql"), "default")
     sql.record_step     # a fenced INSERT ... ON CONFLICT DO UPDATE ... RETURNING idx
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import and_, bindparam, select
 
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import StepRecord
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.build import Builder, columns_of
@@ -18,7 +19,7 @@ from celery_durable.store.sql.build import Builder, columns_of
 class StepStatements(Builder):
     """Record, load and check the steps of a run."""
 
-    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
+    def __init__(self, tables: Tables, dialect: Dialect, namespace: str) -> None:
         super().__init__(tables, dialect, namespace)
         runs, steps = tables.runs, tables.steps
         self.columns = columns_of(steps, StepRecord)
@@ -28,7 +29,7 @@ class StepStatements(Builder):
         # SQLite runs this first in the same BEGIN IMMEDIATE transaction as the write.
         self.check_live = select(runs.c.id, runs.c.cancel_requested).where(self.fenced)
         self.check_live_locked = (
-            self.check_live.with_for_update() if self.is_postgres else self.check_live
+            self.dialect.for_update(self.check_live)
         )
 
         # Insert-or-verify: a stored "ok" row is never overwritten; a failed or waiting

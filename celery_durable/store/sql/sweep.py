@@ -3,7 +3,7 @@ lost signal wake-ups, and the other brokers seen on the namespace.
 
 Example::
 
-    sql = SweepStatements(build_tables("durable_"), "postgresql", "default", "redis://h:6379/0")
+    sql = SweepStatements(build_tables("durable_"), dialect_of("postgresql"), "default", "redis://h:6379/0")
     sql.sweep_due_runs      # UPDATE ... RETURNING the runs to publish again
 """
 
@@ -24,6 +24,7 @@ from sqlalchemy import (
     update,
 )
 
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import DueRun
 from celery_durable.store.schema import FINISHED_STATUSES, Tables
 from celery_durable.store.sql.admin import settled, status_literal
@@ -34,10 +35,10 @@ class SweepStatements(Builder):
     """What the sweeper takes: expired leases, lost publishes, due backoffs and timers."""
 
     def __init__(
-        self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
+        self, tables: Tables, dialect: Dialect, namespace: str, dispatcher: str | None = None
     ) -> None:
         super().__init__(tables, dialect, namespace, dispatcher)
-        runs, now = tables.runs, self.now
+        runs = tables.runs
         self.due_columns = columns_of(runs, DueRun)
         # A sweeper takes only the workflows its app registered, of the runs of its own
         # broker (dispatched_here): two apps on one database and namespace never dispatch
@@ -46,11 +47,7 @@ class SweepStatements(Builder):
         # The transaction's start time, not clock_timestamp(): a stable value is an index
         # condition, so a sweep reads only the due entries of ix_runs_due, not every
         # waiting run's (100,000 timers over a day cost one short index range).
-        self._due_by = (
-            literal_column("CAST(EXTRACT(EPOCH FROM now()) AS DOUBLE PRECISION)")
-            if self.is_postgres
-            else now
-        )
+        self._due_by = self.dialect.stable_now
         self._due_runs()
         self._wake()
         self._dispatchers()
@@ -81,7 +78,7 @@ class SweepStatements(Builder):
         backoff = case(
             (runs.c.dispatches >= 6, 64), else_=literal_column("1").op("<<")(runs.c.dispatches)
         )
-        if self.is_postgres:
+        if self.dialect.locks_rows:
             # A materialised CTE locks exactly the rows it returns; an IN (subquery) may be
             # rescanned and lock rows that the UPDATE then leaves alone.
             due_runs = due.with_for_update(skip_locked=True).cte("due_runs")
