@@ -82,7 +82,7 @@ class AdminStatements(Builder):
     ) -> None:
         super().__init__(tables, dialect, namespace, dispatcher)
         runs, now = tables.runs, self.now
-        self.summary_columns = columns_of(runs, RunSummary)
+        self._summary_columns = columns_of(runs, RunSummary)
         due = runs.c.due_at.isnot(None)
         oldest = select(*columns_of(runs, OldestRun)).order_by(runs.c.created_at, runs.c.id)
         ready = or_(runs.c.ready_at.is_(None), runs.c.ready_at <= now)
@@ -231,7 +231,7 @@ class AdminStatements(Builder):
             where.append(settled(runs) if status in SETTLED_STATUSES else runs.c.due_at.isnot(None))
             where.extend(self._filter_terms(run_filter))
             branches.append(
-                select(*self.summary_columns)
+                select(*self._summary_columns)
                 .where(*where)
                 .order_by(runs.c.created_at.desc(), runs.c.id.desc())
                 .limit(bindparam("p_limit"))

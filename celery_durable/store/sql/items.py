@@ -49,10 +49,10 @@ class ItemStatements(Builder):
     ) -> None:
         super().__init__(tables, dialect, namespace, dispatcher)
         runs, items = tables.runs, tables.items
-        self.due_run_columns = columns_of(runs, DueRun)
+        self._due_run_columns = columns_of(runs, DueRun)
         self._in_ns = items.c.namespace == namespace
         self._of_run = and_(self._in_ns, items.c.run_id == bindparam("p_run_id"))
-        self.key = and_(
+        self._key = and_(
             self._of_run, items.c.idx == bindparam("p_idx"), items.c.item == bindparam("p_item")
         )
         self._unsettled = items.c.finished_at.is_(None)
@@ -67,6 +67,7 @@ class ItemStatements(Builder):
         self._dispatch()
         self._wait()
         self._task()
+        self._retry()
         self._sweep()
         self._children()
         self._cancel()
@@ -170,7 +171,7 @@ class ItemStatements(Builder):
         )
 
     def _task(self) -> None:
-        """The item task: claim, record, retry, renew and release an item."""
+        """The item task: claim and record an item, wake its run."""
         runs, items, now, namespace = self.tables.runs, self.tables.items, self.now, self.namespace
         lost, free = self._lost, self._free
         # Spelled out, not IN (...): claim_item runs on the precompiled psycopg path,
@@ -191,7 +192,7 @@ class ItemStatements(Builder):
         )
         self.claim_item = (
             update(items)
-            .where(self.key, items.c.child_id.is_(None), claimable, free)
+            .where(self._key, items.c.child_id.is_(None), claimable, free)
             .values(
                 status=case((run_active, "running"), else_="cancelled"),
                 owner=case((run_active, bindparam("p_owner")), else_=None),
@@ -211,7 +212,7 @@ class ItemStatements(Builder):
         # First writer wins: only the claim's token, only while it runs.
         self.settle_item = (
             update(items)
-            .where(self.key, items.c.status == "running", items.c.owner == bindparam("p_owner"))
+            .where(self._key, items.c.status == "running", items.c.owner == bindparam("p_owner"))
             .values(
                 status=bindparam("p_status"),
                 output=bindparam("p_output"),
@@ -242,18 +243,22 @@ class ItemStatements(Builder):
                 dispatches=0,
                 updated_at=now,
             )
-            .returning(*self.due_run_columns)
+            .returning(*self._due_run_columns)
         )
         self.settle_item_wake = wake.where(runs.c.id == bindparam("p_run_id"))
         # The sweeper's backstop for a wake-up that never happened.
         self.wake_item_waiters = wake.where(
             runs.c.name.in_(bindparam("p_names", expanding=True)), self.here(runs.c.dispatcher)
         )
+
+    def _retry(self) -> None:
+        """The item task: retry, count an attempt, renew and release an item."""
+        items, now = self.tables.items, self.now
         # A retry waits in the database (due_at), not in an ETA message; dispatches=0 keeps
         # any earlier message of the item from claiming it before the sweeper publishes it.
         self.retry_item = (
             update(items)
-            .where(self.key, items.c.status == "running", items.c.owner == bindparam("p_owner"))
+            .where(self._key, items.c.status == "running", items.c.owner == bindparam("p_owner"))
             .values(
                 status="pending",
                 owner=None,
@@ -263,7 +268,7 @@ class ItemStatements(Builder):
             )
             .returning(items.c.item)
         )
-        held = and_(self.key, items.c.status == "running", items.c.owner == bindparam("p_owner"))
+        held = and_(self._key, items.c.status == "running", items.c.owner == bindparam("p_owner"))
         # Eager mode retries in-process, still claimed: each new attempt is counted here.
         self.count_item_attempt = (
             update(items)
@@ -360,7 +365,7 @@ class ItemStatements(Builder):
         self.settle_child_item = (
             update(items)
             .where(
-                self.key,
+                self._key,
                 items.c.child_id == bindparam("p_child_id"),
                 unsettled,
                 child_finished,
@@ -411,7 +416,7 @@ class ItemStatements(Builder):
         # it is doing; a delivery still running it then finds its outcome not recorded.
         self.revoke_item = (
             update(items)
-            .where(self.key, unsettled, items.c.child_id.is_(None))
+            .where(self._key, unsettled, items.c.child_id.is_(None))
             .values(
                 status="revoked",
                 error=bindparam("p_error"),

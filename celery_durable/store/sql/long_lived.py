@@ -23,7 +23,12 @@ class LongLivedStatements(Builder):
 
     def __init__(self, tables: Tables, dialect: Dialect, namespace: str) -> None:
         super().__init__(tables, dialect, namespace)
-        runs, steps, items, now = tables.runs, tables.steps, tables.items, self.now
+        self._rollback()
+        self._continue_as_new()
+
+    def _rollback(self) -> None:
+        """A saga's rollback: fenced writes allowed after a cancel."""
+        runs, steps = self.tables.runs, self.tables.steps
         # A rollback records its steps after a cancel was requested: only the fence counts.
         self.record_fenced_step = self.fenced_upsert(
             steps,
@@ -46,6 +51,11 @@ class LongLivedStatements(Builder):
             .values(compensation=bindparam("p_compensation"))
             .returning(runs.c.id)
         )
+
+    def _continue_as_new(self) -> None:
+        """End a generation (archived with its history) and start the next."""
+        runs, steps, items, now = self.tables.runs, self.tables.steps, self.tables.items, self.now
+        namespace = self.namespace
         lock = select(runs.c.generation, runs.c.cancel_requested).where(self.fenced)
         self.continue_as_new_lock = self.dialect.for_update(lock)
         # The finished generation becomes a SUCCEEDED run of its own (gc collects it like

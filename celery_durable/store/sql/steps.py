@@ -22,10 +22,10 @@ class StepStatements(Builder):
     def __init__(self, tables: Tables, dialect: Dialect, namespace: str) -> None:
         super().__init__(tables, dialect, namespace)
         runs, steps = tables.runs, tables.steps
-        self.columns = columns_of(steps, StepRecord)
+        self._columns = columns_of(steps, StepRecord)
         of_run = and_(steps.c.namespace == namespace, steps.c.run_id == bindparam("p_run_id"))
-        self.load_steps = select(*self.columns).where(of_run).order_by(steps.c.idx)
-        self.get_step = select(*self.columns).where(of_run, steps.c.idx == bindparam("p_idx"))
+        self.load_steps = select(*self._columns).where(of_run).order_by(steps.c.idx)
+        self.get_step = select(*self._columns).where(of_run, steps.c.idx == bindparam("p_idx"))
         # SQLite runs this first in the same BEGIN IMMEDIATE transaction as the write.
         self.check_live = select(runs.c.id, runs.c.cancel_requested).where(self.fenced)
         self.check_live_locked = (

@@ -39,7 +39,7 @@ class SweepStatements(Builder):
     ) -> None:
         super().__init__(tables, dialect, namespace, dispatcher)
         runs = tables.runs
-        self.due_columns = columns_of(runs, DueRun)
+        self._due_columns = columns_of(runs, DueRun)
         # A sweeper takes only the workflows its app registered, of the runs of its own
         # broker (dispatched_here): two apps on one database and namespace never dispatch
         # each other's runs, even under the same workflow names.
@@ -106,7 +106,7 @@ class SweepStatements(Builder):
                 dispatches=runs.c.dispatches + 1,
                 updated_at=now,
             )
-            .returning(*self.due_columns)
+            .returning(*self._due_columns)
         )
 
     def _wake(self) -> None:
@@ -125,7 +125,7 @@ class SweepStatements(Builder):
                 dispatches=0,
                 updated_at=now,
             )
-            .returning(*self.due_columns)
+            .returning(*self._due_columns)
         )
         self.wake_run = wake.where(
             runs.c.id == bindparam("p_run_id"), runs.c.wait_signal == bindparam("p_signal")
