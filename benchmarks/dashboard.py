@@ -31,10 +31,10 @@ TARGET_MS = 300.0
 def insert_long_run(durable: Durable, run_id: str, steps: int = STEPS) -> None:
     """A SUCCEEDED run of ``steps`` steps, each with a ~150-byte input and output."""
     store = durable.store
-    tables = store.sql.ops.tables
+    tables = store.sql.admin.tables
     ns = durable.config.namespace
     with store.engine.begin() as conn:
-        now = float(conn.execute(select(store.sql.ops.now)).scalar_one())
+        now = float(conn.execute(select(store.sql.admin.now)).scalar_one())
         conn.execute(
             insert(tables.runs).values(
                 namespace=ns,
@@ -76,7 +76,7 @@ def insert_long_run(durable: Durable, run_id: str, steps: int = STEPS) -> None:
 
 def delete_long_run(durable: Durable, run_id: str) -> None:
     store = durable.store
-    tables = store.sql.ops.tables
+    tables = store.sql.admin.tables
     ns = durable.config.namespace
     with store.engine.begin() as conn:
         conn.execute(

@@ -1,4 +1,5 @@
-"""The database layer: tables in ``schema``, SQL in ``statements``, operations in ``store``.
+"""The database layer: tables in ``schema``, SQL in ``sql/`` (one statements class per area,
+held as ``store.sql.<area>``), operations in ``store`` and one module per area of them.
 
 Example::
 

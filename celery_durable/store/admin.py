@@ -1,7 +1,7 @@
 """The Store's operations methods (list, stats, show, resume, fork, gc), apart from the hot
 path in ``store.py``.
 
-``Store`` inherits them; the SQL is in ``operation_statements``. Reads run with JIT off on
+``Store`` inherits them; the SQL is in ``sql/admin.py``. Reads run with JIT off on
 Postgres: a count over a million index entries is estimated expensive enough to be
 compiled, and compiling costs more than the count.
 
@@ -37,6 +37,7 @@ from celery_durable.store.sql.build import params
 
 if TYPE_CHECKING:
     from celery_durable.store.db.connections import Connections
+    from celery_durable.store.db.dialect import Dialect
     from celery_durable.store.sql.statements import Statements
 
 
@@ -81,15 +82,16 @@ def filter_params(run_filter: RunFilter, limit: int) -> dict[str, Any]:
     return params(**values)
 
 
-class StoreOperations:
+class AdminOps:
     """Mixed into :class:`~celery_durable.store.store.Store`."""
 
     db: Connections
     sql: Statements
+    dialect: Dialect
 
     @contextmanager
     def _operations_read(self) -> Iterator[Connection]:
-        if not self.db.is_postgres:
+        if not self.dialect.planner_settings:
             with self.db.read() as conn:
                 yield conn
             return
@@ -99,14 +101,14 @@ class StoreOperations:
 
     def list_runs(self, run_filter: RunFilter, limit: int) -> list[RunSummary]:
         """Up to ``limit`` runs matching ``run_filter``, newest first (created_at, id)."""
-        statement = self.sql.ops.list_runs(run_filter)
+        statement = self.sql.admin.list_runs(run_filter)
         with self._operations_read() as conn:
             rows = conn.execute(statement, filter_params(run_filter, limit)).all()
         return [RunSummary(*row) for row in rows]
 
     def run_stats(self) -> RunStats:
         """Counts by workflow and status, oldest pending and waiting runs, due backlog."""
-        sql = self.sql.ops
+        sql = self.sql.admin
         with self._operations_read() as conn:
             now = float(conn.execute(sql.run_stats_now).scalar_one())
             counts = conn.execute(sql.run_stats_counts).all()
@@ -128,13 +130,13 @@ class StoreOperations:
     def pending_signals(self, run_id: str) -> list[PendingSignal]:
         """The run's unconsumed signals, oldest first."""
         with self.db.read() as conn:
-            rows = conn.execute(self.sql.ops.pending_signals, params(run_id=run_id)).all()
+            rows = conn.execute(self.sql.admin.pending_signals, params(run_id=run_id)).all()
         return [PendingSignal(*row) for row in rows]
 
     def state_keys(self, run_id: str) -> list[StateKey]:
         """The keys the run published with ``set_state``."""
         with self.db.read() as conn:
-            rows = conn.execute(self.sql.ops.state_keys, params(run_id=run_id)).all()
+            rows = conn.execute(self.sql.admin.state_keys, params(run_id=run_id)).all()
         return [StateKey(*row) for row in rows]
 
     def resume_run(self, run_id: str, grace: float) -> Resumed:
@@ -143,7 +145,7 @@ class StoreOperations:
         except the failed step that ended it (its "error" record would replay the failure).
         Any other status is returned unchanged, for the caller to refuse."""
         values = params(run_id=run_id, grace=grace)
-        sql = self.sql.ops
+        sql = self.sql.admin
         with self.db.transaction() as conn:
             found = conn.execute(sql.resume_run_lock, values).first()
             if found is None or found.status not in ("FAILED", "CANCELLED"):
@@ -168,7 +170,7 @@ class StoreOperations:
         and links to its origin; the caller publishes it. Refused (``run`` None) when
         ``from_step`` is beyond the origin's finished steps, or ``new_id`` is taken."""
         values = params(run_id=run_id, new_id=new_id, from_step=from_step, grace=grace)
-        sql = self.sql.ops
+        sql = self.sql.admin
         with self.db.transaction() as conn:
             origin = conn.execute(sql.fork_run_lock, values).first()
             if origin is None:
@@ -195,8 +197,8 @@ class StoreOperations:
         ``cutoff`` (epoch seconds), oldest first, with their steps, signals and state, in
         one short transaction. Never a PENDING, RUNNING or WAITING run."""
         values = params(cutoff=cutoff, batch=batch)
-        sql = self.sql.ops
-        if self.db.is_postgres:
+        sql = self.sql.admin
+        if self.dialect.writes_in_ctes:
             with self.db.transaction() as conn:
                 runs, steps, signals, state, _items = conn.execute(
                     sql.gc_runs[status], values
@@ -217,7 +219,7 @@ class StoreOperations:
     def count_collectable(self, status: str, cutoff: float) -> Collected:
         """What ``gc_runs`` would delete of ``status`` for ``cutoff``, all batches."""
         with self._operations_read() as conn:
-            row = conn.execute(self.sql.ops.count_collectable[status], params(cutoff=cutoff))
+            row = conn.execute(self.sql.admin.count_collectable[status], params(cutoff=cutoff))
             runs, steps, signals, state, _items = row.one()
         return Collected({status: runs} if runs else {}, steps, signals, state)
 
@@ -234,19 +236,18 @@ class StoreOperations:
         ``prefer_indexes``: forbid sequential scans (Postgres), to see whether an index can
         serve the query on tables too small for the planner to choose it."""
         if what == "list":
-            statement = self.sql.ops.list_runs(run_filter or RunFilter())
+            statement = self.sql.admin.list_runs(run_filter or RunFilter())
             values = filter_params(run_filter or RunFilter(), limit)
         elif what == "stats":
-            statement, values = self.sql.ops.run_stats_counts, {}
+            statement, values = self.sql.admin.run_stats_counts, {}
         else:
             raise ValueError(f"explain({what!r}): 'list' or 'stats'")
         with self._operations_read() as conn:
-            if prefer_indexes and self.db.is_postgres:
+            if prefer_indexes and self.dialect.planner_settings:
                 conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
             compiled = statement.compile(dialect=conn.dialect)
             bound = compiled.construct_params(values)
             if compiled.positional:
                 bound = tuple(bound[name] for name in compiled.positiontup or ())
-            prefix = "EXPLAIN " if self.db.is_postgres else "EXPLAIN QUERY PLAN "
-            rows = conn.exec_driver_sql(prefix + str(compiled), bound).all()
+            rows = conn.exec_driver_sql(self.dialect.explain + str(compiled), bound).all()
         return "\n".join(" ".join(str(value) for value in row) for row in rows)

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from celery_durable.store.db.connections import Connections
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.items_first import CLAIM, OpenItem
 from celery_durable.store.records import (
     ITEM_FAILED,
@@ -53,6 +54,7 @@ class ItemOps:
 
     db: Connections
     sql: Statements
+    dialect: Dialect
 
     # -- the parent body ------------------------------------------------------------------
 
@@ -192,7 +194,7 @@ class ItemOps:
         """An item's first delivery, in one transaction (Postgres; see ``open_items``):
         its ``verdict`` says whether to run it here, skip it, or take ``claim_item``."""
         opened = OpenItem(self, self.db, (run_id, idx, item), CLAIM)
-        if self.db.is_postgres:
+        if self.dialect.advisory_locks:
             opened.begin()
         return opened
 

@@ -29,11 +29,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Text, and_, bindparam, cast, false, func, literal, or_, select, true, update
-
 from celery_durable.store.records import DueRun, ItemClaim, ItemWrite, Outcome
-from celery_durable.store.schema import ACTIVE_STATUSES, Tables
-from celery_durable.store.sql.build import Builder, params
+from celery_durable.store.sql.build import params
 
 if TYPE_CHECKING:
     from celery_durable.store.db.connections import Connections
@@ -41,92 +38,6 @@ if TYPE_CHECKING:
 
 # What ``open_item`` found: run it here, nothing to run, or take the claimed path.
 RUN, SKIP, CLAIM = "run", "skip", "claim"
-
-
-def item_lock(namespace: str, run_id: Any, idx: Any, item: Any) -> Any:
-    """The advisory lock an item's runner holds (the same key from binds or columns)."""
-    parts = (cast(part, Text) for part in (run_id, idx, item))
-    key = func.concat_ws(":", literal(namespace, Text), *parts)
-    return func.pg_try_advisory_xact_lock(func.hashtextextended(key, 0))
-
-
-class OpenItemStatements(Builder):
-    """The statements of an item's one-transaction path (Postgres only)."""
-
-    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
-        super().__init__(tables, dialect, namespace)
-        runs, items, now = tables.runs, tables.items, self.now
-        key = and_(
-            items.c.namespace == namespace,
-            items.c.run_id == bindparam("p_run_id"),
-            items.c.idx == bindparam("p_idx"),
-            items.c.item == bindparam("p_item"),
-        )
-        run_active = (
-            select(true())
-            .where(
-                self.run_is,
-                or_(*(runs.c.status == status for status in ACTIVE_STATUSES)),
-                runs.c.cancel_requested == false(),
-            )
-            .exists()
-        )
-        lock = item_lock(namespace, bindparam("p_run_id"), bindparam("p_idx"), bindparam("p_item"))
-        # Only a first delivery's first dispatch runs here; anything else is claimed.
-        first = and_(
-            items.c.status == "pending",
-            items.c.finished_at.is_(None),
-            items.c.dispatches == 1,
-            items.c.attempts == 0,
-            items.c.recoveries == 0,
-            items.c.child_id.is_(None),
-        )
-        self.open_item = select(
-            lock.label("locked"),
-            first.label("first"),
-            items.c.finished_at.isnot(None).label("finished"),
-            run_active.label("run_active"),
-            items.c.name,
-            items.c.input,
-        ).where(key)
-        pending = and_(key, items.c.status == "pending", items.c.finished_at.is_(None))
-        self.settle_open_item = (
-            update(items)
-            .where(pending)
-            .values(
-                status=bindparam("p_status"),
-                output=bindparam("p_output"),
-                error=bindparam("p_error"),
-                attempts=items.c.attempts + 1,
-                due_at=None,
-                finished_at=now,
-            )
-            .returning(items.c.awaited)
-        )
-        # As retry_item: the backoff waits in the database; the sweeper publishes it.
-        self.retry_open_item = (
-            update(items)
-            .where(pending)
-            .values(
-                attempts=items.c.attempts + 1,
-                error=bindparam("p_error"),
-                dispatches=0,
-                due_at=now + bindparam("p_delay"),
-            )
-            .returning(items.c.item)
-        )
-        # A long step becomes a claimed item: the lease now says who runs it.
-        self.convert_open_item = (
-            update(items)
-            .where(pending)
-            .values(
-                status="running",
-                owner=bindparam("p_owner"),
-                attempts=items.c.attempts + 1,
-                due_at=now + bindparam("p_lease"),
-            )
-            .returning(items.c.item)
-        )
 
 
 class OpenItem:

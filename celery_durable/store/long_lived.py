@@ -1,6 +1,6 @@
 """The Store's operations for long-lived workflows: a saga's rollback writes and
 continue_as_new. Mixed into :class:`~celery_durable.store.store.Store`; the SQL is in
-``longlived_statements``.
+``sql/long_lived.py``.
 
 Example::
 
@@ -14,9 +14,10 @@ import uuid
 from collections.abc import Sequence
 
 from celery_durable.store.db.connections import Connections
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import DueRun, StepRecord
 from celery_durable.store.sql.build import params, step_params, write_carried
-from celery_durable.store.sql.long_lived import LongLivedStatements
+from celery_durable.store.sql.statements import Statements
 
 _ARCHIVE_NAMESPACE = uuid.UUID("6f1c3b2e-57a4-4f49-9d0c-6a3e8f0b2c11")
 
@@ -34,30 +35,31 @@ class LongLivedOps:
     """Fenced writes of a rollback (allowed after cancel) and continue_as_new."""
 
     db: Connections
-    long_sql: LongLivedStatements
+    sql: Statements
+    dialect: Dialect
 
     def record_fenced_step(self, run_id: str, fence: int, step: StepRecord) -> bool:
         """Write a step while this worker holds the run, cancel requested or not; False
         when the lease is gone. A stored "ok" row is kept (the write is then a no-op)."""
         values = step_params(run_id, fence, step)
         with self.db.write() as conn:
-            if not self.db.is_postgres:
-                if conn.execute(self.long_sql.check_fenced, values).first() is None:
+            if not self.dialect.locks_rows:  # checked first, in BEGIN IMMEDIATE
+                if conn.execute(self.sql.long_lived.check_fenced, values).first() is None:
                     return False
-            written = conn.execute(self.long_sql.record_fenced_step, values).first()
+            written = conn.execute(self.sql.long_lived.record_fenced_step, values).first()
             if written is not None:
                 return True
-            return conn.execute(self.long_sql.check_fenced, values).first() is not None
+            return conn.execute(self.sql.long_lived.check_fenced, values).first() is not None
 
     def mark_compensable(self, run_id: str, fence: int) -> bool:
         """The run finished a step with a compensation: a cancel rolls it back."""
         values = params(run_id=run_id, fence=fence)
-        return self.db.one(self.long_sql.mark_compensable, values, retry=True) is not None
+        return self.db.one(self.sql.long_lived.mark_compensable, values, retry=True) is not None
 
     def set_compensation(self, run_id: str, fence: int, outcome: str) -> bool:
         """Record how the run's rollback went ("compensated", "compensation failed")."""
         values = params(run_id=run_id, fence=fence, compensation=outcome)
-        return self.db.one(self.long_sql.set_compensation, values, retry=True) is not None
+        return self.db.one(self.sql.long_lived.set_compensation, values, retry=True) is not None
 
     def continue_as_new(
         self,
@@ -74,7 +76,7 @@ class LongLivedOps:
         cancellation was requested (nothing changed), or None when the lease is gone.
         ``carried``: deferred steps' records, archived with the rest of the history."""
         values = params(run_id=run_id, fence=fence, args=args, grace=grace)
-        sql = self.long_sql
+        sql = self.sql.long_lived
         with self.db.transaction() as conn:
             row = conn.execute(sql.continue_as_new_lock, values).first()
             if row is None:

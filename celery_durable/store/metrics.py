@@ -1,4 +1,4 @@
-"""The reads behind ``celery -A app durable metrics``; the SQL is in ``metric_statements``.
+"""The reads behind ``celery -A app durable metrics``; the SQL is in ``sql/metrics.py``.
 
 Every figure comes from the tables, not from worker processes: one endpoint is right for
 a whole fleet (prefork children, many hosts, restarts) with nothing shared between
@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from celery_durable.store.sql.metrics import LATENCY_BUCKETS, STEP_BUCKETS, MetricStatements
+from celery_durable.store.sql.metrics import LATENCY_BUCKETS, STEP_BUCKETS
 
 if TYPE_CHECKING:
     from celery_durable.store.store import Store
@@ -53,7 +53,7 @@ class StoreMetrics:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.sql = MetricStatements(store.tables, store.dialect, store.namespace)
+        self.sql = store.sql.metrics
 
     def run_figures(self) -> list[RunFigures]:
         """Runs by workflow and status, with their started, recovery and backlog counts."""

@@ -24,8 +24,9 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from celery_durable.errors import ConfigurationError
-from celery_durable.store.admin import StoreOperations
+from celery_durable.store.admin import AdminOps
 from celery_durable.store.db.connections import Connections, parse_listen_url, parse_url
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.db.listener import Listener
 from celery_durable.store.items import ItemOps
 from celery_durable.store.leases import LeaseOps
@@ -44,12 +45,11 @@ from celery_durable.store.schema import FINISHED_STATUSES, Tables, build_tables
 from celery_durable.store.signals import SignalOps
 from celery_durable.store.sql.build import params, step_params, write_carried
 from celery_durable.store.sql.carry import carried_params
-from celery_durable.store.sql.long_lived import LongLivedStatements
 from celery_durable.store.sql.statements import Statements
 from celery_durable.store.sweep import SweepOps
 
 
-class Store(ItemOps, SignalOps, SweepOps, LeaseOps, StoreOperations, LongLivedOps):
+class Store(ItemOps, SignalOps, SweepOps, LeaseOps, AdminOps, LongLivedOps):
     """The database side of one namespace; engines are created per process, lazily.
 
     Signals (``SignalOps``), the sweeper's statements (``SweepOps``), leases
@@ -72,7 +72,6 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, StoreOperations, LongLivedOp
         dispatcher: str | None = None,
     ) -> None:
         self.url = parse_url(url)
-        self.dialect = self.url.get_backend_name()
         self.table_prefix = table_prefix
         self.namespace = namespace
         self.tables: Tables = build_tables(table_prefix)
@@ -81,12 +80,12 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, StoreOperations, LongLivedOp
             self.url, pgbouncer=pgbouncer, listen_url=parse_listen_url(listen_url)
         )
         self.dispatcher = dispatcher
+        self.dialect: Dialect = self.db.dialect
         self.sql = Statements(self.tables, self.dialect, namespace, dispatcher)
-        self.long_sql = LongLivedStatements(self.tables, self.dialect, namespace)
 
     @property
     def is_postgres(self) -> bool:
-        return self.db.is_postgres
+        return self.dialect.name == "postgresql"
 
     @property
     def engine(self) -> Engine:
@@ -193,7 +192,7 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, StoreOperations, LongLivedOp
         records, written in the same transaction (one round trip on Postgres).
         """
         values = step_params(run_id, fence, step)
-        if self.is_postgres:
+        if self.dialect.locks_rows:  # the statement checks the lease itself
             row = self._one_carrying(self.sql.steps.record_step, values, run_id, fence, carried)
             written = row is not None
         else:
@@ -216,7 +215,7 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, StoreOperations, LongLivedOp
         Postgres one pipelined round trip, on SQLite one BEGIN IMMEDIATE transaction."""
         if not carried:
             return self.db.one(stmt, values, retry=True)
-        if not self.is_postgres:
+        if not self.dialect.pipelines:
             with self.db.write() as conn:
                 self._carry(conn, run_id, fence, carried)
                 return conn.execute(stmt, values).first()
@@ -230,12 +229,12 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, StoreOperations, LongLivedOp
         """``write_carried`` where the caller has not checked the lease (on Postgres each
         record checks it itself; SQLite checks once)."""
         if carried and (
-            self.is_postgres or self._is_live(conn, params(run_id=run_id, fence=fence))
+            self.dialect.locks_rows or self._is_live(conn, params(run_id=run_id, fence=fence))
         ):
             write_carried(conn, self.sql.steps.record_step, run_id, fence, carried)
 
     def _record_step_on(self, conn: Connection, values: dict[str, Any]) -> bool:
-        if not self.is_postgres and not self._is_live(conn, values):
+        if not self.dialect.locks_rows and not self._is_live(conn, values):
             return False
         return conn.execute(self.sql.steps.record_step, values).first() is not None
 
@@ -273,7 +272,7 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, StoreOperations, LongLivedOp
         assert status in FINISHED_STATUSES
         values = params(run_id=run_id, fence=fence, status=status, result=result, error=error)
         if step is None:
-            if carried and self.is_postgres:  # one statement: the settle carries them
+            if carried and self.dialect.writes_in_ctes:  # one statement carries them
                 values = {**values, **carried_params(carried)}
                 row = self.db.one(self.sql.carry.settle_run, values, retry=True)
             else:
@@ -367,7 +366,7 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, StoreOperations, LongLivedOp
         """Upsert a queryable value, only while the caller holds the lease; ``carried``:
         deferred steps' records, written in the same transaction."""
         values = params(run_id=run_id, fence=fence, key=key, value=value)
-        if self.is_postgres:
+        if self.dialect.locks_rows:  # the statement checks the lease itself
             row = self._one_carrying(self.sql.state.set_state, values, run_id, fence, carried)
             return row is not None
         with self.db.write() as conn:
@@ -411,7 +410,7 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, StoreOperations, LongLivedOp
             conn.execute(self.sql.items.cancel_run_items, values)
             if status == "CANCELLED":
                 conn.execute(self.sql.signals.cancel_run_drop_signals, values)
-                if self.is_postgres:
+                if self.dialect.notifies:
                     conn.execute(self.sql.notify(run_id))
                 if parent_id is not None and parent_idx is not None:
                     up = self.settle_child_item_on(
@@ -428,7 +427,7 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, StoreOperations, LongLivedOp
 
     def notify_finished(self, run_id: str) -> None:
         """Wake handle waiters of a run that a sweep finished (Postgres LISTEN/NOTIFY)."""
-        if self.is_postgres:
+        if self.dialect.notifies:
             with self.db.write() as conn:
                 conn.execute(self.sql.notify(run_id))
 

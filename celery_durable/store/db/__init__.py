@@ -1,4 +1,5 @@
 """Connections to the database: one pool per process (``pool``), the engine and psycopg
 fast path (``connections``), LISTEN/NOTIFY or polling (``listener``) and telling an outage
-from other errors (``outage``).
+from other errors (``outage``); ``dialect`` answers what Postgres and SQLite do
+differently, for the statements and the operations alike.
 """

@@ -33,6 +33,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, func, true
 from sqlalchemy.engine import URL, make_url
 
 from celery_durable.errors import ConfigurationError
+from celery_durable.store.db.dialect import dialect_of
 from celery_durable.store.db.pool import ProcessPool, borrowing
 
 try:  # the Postgres driver is optional: SQLite needs none
@@ -158,7 +159,10 @@ class Connections:
 
     def __init__(self, url: URL, *, pgbouncer: bool = False, listen_url: URL | None = None) -> None:
         self.url = url
-        self.is_postgres = url.get_backend_name() == "postgresql"
+        self.dialect = dialect_of(url.get_backend_name())
+        # The engine, its pool and its fast path are psycopg's (the dialect answers what
+        # the SQL may do; this, how to connect).
+        self.is_postgres = self.dialect.name == "postgresql"
         self.pgbouncer = pgbouncer
         self.listen_url = listen_url
         self._engine: Engine | None = None
@@ -376,7 +380,7 @@ class Connections:
     @property
     def can_listen(self) -> bool:
         """LISTEN works: Postgres, and not through PgBouncer (unless ``listen_url``)."""
-        return self.is_postgres and (self.listen_url is not None or not self.pgbouncer)
+        return self.dialect.notifies and (self.listen_url is not None or not self.pgbouncer)
 
     def listen_connection(self) -> Any:
         """A new autocommit psycopg connection for LISTEN, outside the pool."""

@@ -11,7 +11,7 @@ neither a generic Postgres plan nor SQLite can do for a bound parameter.
 
 Example::
 
-    sql = OperationStatements(build_tables("durable_"), "postgresql", "default")
+    sql = AdminStatements(build_tables("durable_"), dialect_of("postgresql"), "default")
     page = sql.list_runs(RunFilter(statuses=("FAILED",), workflow="shop.checkout"))
 """
 
@@ -41,6 +41,7 @@ from sqlalchemy import (
     update,
 )
 
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import (
     DueRun,
     OldestRun,
@@ -73,15 +74,15 @@ def settled(table: Any) -> Any:
     return table.c.status.in_([status_literal(s) for s in SETTLED_STATUSES])
 
 
-class OperationStatements(Builder):
+class AdminStatements(Builder):
     """List and count runs."""
 
     def __init__(
-        self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
+        self, tables: Tables, dialect: Dialect, namespace: str, dispatcher: str | None = None
     ) -> None:
         super().__init__(tables, dialect, namespace, dispatcher)
         runs, now = tables.runs, self.now
-        self.summary_columns = columns_of(runs, RunSummary)
+        self._summary_columns = columns_of(runs, RunSummary)
         due = runs.c.due_at.isnot(None)
         oldest = select(*columns_of(runs, OldestRun)).order_by(runs.c.created_at, runs.c.id)
         ready = or_(runs.c.ready_at.is_(None), runs.c.ready_at <= now)
@@ -120,7 +121,7 @@ class OperationStatements(Builder):
         runs, steps, now = self.tables.runs, self.tables.steps, self.now
         # The run row is locked for the whole resume: a concurrent resume, gc or fork waits.
         lock = select(runs.c.status, runs.c.attempts, runs.c.error).where(self.run_is)
-        self.resume_run_lock = lock.with_for_update() if self.is_postgres else lock
+        self.resume_run_lock = self.dialect.for_update(lock)
         of_run = and_(steps.c.namespace == self.namespace, steps.c.run_id == bindparam("p_run_id"))
         self.resume_run_steps = (
             select(steps.c.idx, steps.c.status).where(of_run).order_by(steps.c.idx)
@@ -167,7 +168,7 @@ class OperationStatements(Builder):
 
     def _settled_counts(self) -> Any:
         runs = self.tables.runs
-        if not self.is_postgres:  # SQLite: a GROUP BY over the covering counts index
+        if not self.dialect.writes_in_ctes:  # SQLite: a GROUP BY over the covering counts index
             return (
                 select(runs.c.name, runs.c.status, func.count(), cast(null(), Integer))
                 .where(self.ns, settled(runs))
@@ -230,7 +231,7 @@ class OperationStatements(Builder):
             where.append(settled(runs) if status in SETTLED_STATUSES else runs.c.due_at.isnot(None))
             where.extend(self._filter_terms(run_filter))
             branches.append(
-                select(*self.summary_columns)
+                select(*self._summary_columns)
                 .where(*where)
                 .order_by(runs.c.created_at.desc(), runs.c.id.desc())
                 .limit(bindparam("p_limit"))
@@ -272,7 +273,7 @@ class OperationStatements(Builder):
         now = self.now
         # FOR SHARE: the origin can't be resumed, collected or changed while it is copied.
         origin = select(runs.c.status, runs.c.error).where(self.run_is)
-        self.fork_run_lock = origin.with_for_update(read=True) if self.is_postgres else origin
+        self.fork_run_lock = self.dialect.for_update(origin, read=True)
         self.fork_run_steps = self.resume_run_steps
         new_id = bindparam("p_new_id", type_=String)
         # The new run starts like any run: PENDING, due after the dispatch grace.
@@ -342,7 +343,7 @@ class OperationStatements(Builder):
         for status in FINISHED_STATUSES:
             old = self._collectable(status)
             self.count_collectable[status] = self._count_collectable(old)
-            if self.is_postgres:
+            if self.dialect.writes_in_ctes:
                 self.gc_runs[status] = self._gc_in_one_statement(old)
             else:
                 self.gc_runs_pick[status] = old.limit(bindparam("p_batch"))

@@ -23,13 +23,12 @@ from sqlalchemy import (
     false,
     func,
     literal,
-    literal_column,
     or_,
     select,
     true,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import Outcome, StepRecord
 from celery_durable.store.schema import Tables
 
@@ -111,19 +110,14 @@ class Builder:
     (a store without an app): nothing written, every run taken."""
 
     def __init__(
-        self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
+        self, tables: Tables, dialect: Dialect, namespace: str, dispatcher: str | None = None
     ) -> None:
         self.tables = tables
-        self.is_postgres = dialect == "postgresql"
+        self.dialect = dialect
         self.namespace = namespace
         self.dispatcher = dispatcher
         runs = tables.runs
-        if self.is_postgres:
-            self.now: Any = literal_column(
-                "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
-            )
-        else:
-            self.now = literal_column("((julianday('now') - 2440587.5) * 86400.0)")
+        self.now: Any = dialect.now
         self.ns = runs.c.namespace == namespace
         self.run_is = and_(self.ns, runs.c.id == bindparam("p_run_id"))
         # The caller holds the run: same fencing token, still running.
@@ -195,11 +189,11 @@ class Builder:
         }
 
     def insert(self, table: Any) -> Any:
-        return (postgresql.insert if self.is_postgres else sqlite.insert)(table)
+        return self.dialect.insert(table)
 
     def with_notify(self, stmt: Any, *columns: str) -> Any:
         """On Postgres, wake handle waiters from the same statement (no extra round trip)."""
-        if not self.is_postgres:
+        if not self.dialect.notifies:
             return stmt
         changed = stmt.cte("changed")
         channel = f"{self.tables.runs.name.removesuffix('runs')}events"
@@ -232,7 +226,7 @@ class Builder:
         run's condition instead of ``live`` (a rollback writes after cancel: ``fenced``).
         """
         ins: Any
-        if self.is_postgres:
+        if self.dialect.locks_rows:
             runs = self.tables.runs
             live_run = (
                 select(runs.c.id, runs.c.attempts)
@@ -242,11 +236,11 @@ class Builder:
             )
             # The run's attempt from the row the CTE read, not a second lookup.
             taken = {"attempt": live_run.c.attempts} if "attempt" in values else {}
-            ins = postgresql.insert(table).from_select(
+            ins = self.dialect.insert(table).from_select(
                 list(values), select(*{**values, **taken}.values()).select_from(live_run)
             )
         else:
-            ins = sqlite.insert(table).values(values)
+            ins = self.dialect.insert(table).values(values)
         set_ = {name: ins.excluded[name] for name in updates}
         if computed is not None:
             set_.update(computed(ins.excluded))

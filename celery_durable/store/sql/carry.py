@@ -8,7 +8,7 @@ the run is live (not cancel-requested), as ``record_step`` would have written th
 
 Example::
 
-    sql = CarryStatements(build_tables("durable_"), "postgresql", "default", runs)
+    sql = CarryStatements(build_tables("durable_"), dialect_of("postgresql"), "default", runs)
     sql.settle_run      # WITH changed AS (UPDATE ...), carried AS (INSERT ...) SELECT ...
 """
 
@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Float, Integer, Text, bindparam, cast, column, func, literal, select, true
 from sqlalchemy.dialects.postgresql import JSON
 
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import StepRecord
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.build import Builder, began_ago
 
 if TYPE_CHECKING:
-    from celery_durable.store.sql.statements import RunStatements
+    from celery_durable.store.sql.runs import RunStatements
 
 # The carried records' columns, as ``record_step`` gets them (``step_params``). ``ago``:
 # seconds since the step began (``started_at``). One JSON array of objects carries them all:
@@ -67,10 +68,12 @@ def carried_params(carried: Sequence[StepRecord]) -> dict[str, Any]:
 class CarryStatements(Builder):
     """Postgres: ``settle_run`` with the deferred records it carries, one statement."""
 
-    def __init__(self, tables: Tables, dialect: str, namespace: str, runs: RunStatements) -> None:
+    def __init__(
+        self, tables: Tables, dialect: Dialect, namespace: str, runs: RunStatements
+    ) -> None:
         super().__init__(tables, dialect, namespace)
         self.settle_run: Any = None
-        if not self.is_postgres:
+        if not self.dialect.writes_in_ctes:
             return  # SQLite writes them in one BEGIN IMMEDIATE transaction instead
         steps = tables.steps
         run = tables.runs.c

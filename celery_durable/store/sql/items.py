@@ -7,7 +7,7 @@ the wake-up check to a run's unsettled items, never its thousands of settled one
 
 Example::
 
-    sql = ItemStatements(build_tables("durable_"), "postgresql", "default")
+    sql = ItemStatements(build_tables("durable_"), dialect_of("postgresql"), "default")
     sql.claim_item       # UPDATE ... RETURNING status, name, input, attempts
 """
 
@@ -31,10 +31,11 @@ from sqlalchemy import (
     update,
 )
 
-from celery_durable.store.items_first import item_lock
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import DueItem, DueRun, ItemRow, LostItem
 from celery_durable.store.schema import ACTIVE_STATUSES, FINISHED_STATUSES, Tables, open_child
 from celery_durable.store.sql.build import Builder, columns_of
+from celery_durable.store.sql.open_items import item_lock
 
 # The error of an item whose run was cancelled or finished before the item ran.
 RUN_OVER = "the run was cancelled or had finished before this item ran"
@@ -44,21 +45,38 @@ class ItemStatements(Builder):
     """Dispatch, claim, record, retry, sweep and read the items of fan-out steps."""
 
     def __init__(
-        self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
+        self, tables: Tables, dialect: Dialect, namespace: str, dispatcher: str | None = None
     ) -> None:
         super().__init__(tables, dialect, namespace, dispatcher)
-        runs, steps, items, now = tables.runs, tables.steps, tables.items, self.now
-        self.due_run_columns = columns_of(runs, DueRun)
-        in_ns = items.c.namespace == namespace
-        of_run = and_(in_ns, items.c.run_id == bindparam("p_run_id"))
-        self.key = and_(
-            of_run, items.c.idx == bindparam("p_idx"), items.c.item == bindparam("p_item")
+        runs, items = tables.runs, tables.items
+        self._due_run_columns = columns_of(runs, DueRun)
+        self._in_ns = items.c.namespace == namespace
+        self._of_run = and_(self._in_ns, items.c.run_id == bindparam("p_run_id"))
+        self._key = and_(
+            self._of_run, items.c.idx == bindparam("p_idx"), items.c.item == bindparam("p_item")
         )
-        unsettled = items.c.finished_at.is_(None)
-        in_idxs = items.c.idx.in_(bindparam("p_idxs", expanding=True))
-        registered = items.c.name.in_(bindparam("p_names", expanding=True))
+        self._unsettled = items.c.finished_at.is_(None)
+        self._awaited_open = and_(self._unsettled, items.c.awaited == true())
+        self._lost = items.c.status == "running"
+        # Nobody runs it in an open transaction (open_items): its lock is free.
+        self._free = (
+            item_lock(namespace, items.c.run_id, items.c.idx, items.c.item)
+            if self.dialect.advisory_locks
+            else true()
+        )
+        self._dispatch()
+        self._wait()
+        self._task()
+        self._retry()
+        self._sweep()
+        self._children()
+        self._cancel()
+        self._reads()
 
-        # -- dispatch: the step row and its items (or child) in one transaction --------------
+    def _dispatch(self) -> None:
+        """Dispatch a fan-out: the step row and its items (or child) in one transaction."""
+        steps, items, now = self.tables.steps, self.tables.items, self.now
+        namespace = self.namespace
         self.dispatch_fanout_step = (
             self.insert(steps)
             .values(
@@ -110,7 +128,11 @@ class ItemStatements(Builder):
             .on_conflict_do_nothing()
         )
 
-        # -- the parent body: read and wait ---------------------------------------------------
+    def _wait(self) -> None:
+        """The parent body: read its items, wait for them."""
+        runs, items, now = self.tables.runs, self.tables.items, self.now
+        of_run, unsettled = self._of_run, self._unsettled
+        in_idxs = items.c.idx.in_(bindparam("p_idxs", expanding=True))
         self.load_items = (
             select(
                 items.c.idx,
@@ -123,17 +145,16 @@ class ItemStatements(Builder):
             .where(of_run, in_idxs)
             .order_by(items.c.idx, items.c.item)
         )
-        awaited_open = and_(unsettled, items.c.awaited == true())
         # The body waits for exactly these indices: older waits' flags are dropped.
         self.suspend_on_items_forget = (
-            update(items).where(of_run, awaited_open, ~in_idxs).values(awaited=False)
+            update(items).where(of_run, self._awaited_open, ~in_idxs).values(awaited=False)
         )
         self.suspend_on_items_await = (
             update(items)
             .where(of_run, unsettled, items.c.awaited == false(), in_idxs)
             .values(awaited=True)
         )
-        self.suspend_on_items_open = select(items.c.item).where(of_run, awaited_open).limit(1)
+        self.suspend_on_items_open = select(items.c.item).where(of_run, self._awaited_open).limit(1)
         self.suspend_on_items = (
             update(runs)
             .where(self.run_is, runs.c.fence == bindparam("p_fence"))
@@ -149,7 +170,10 @@ class ItemStatements(Builder):
             )
         )
 
-        # -- the item task: claim, record, retry --------------------------------------------
+    def _task(self) -> None:
+        """The item task: claim and record an item, wake its run."""
+        runs, items, now, namespace = self.tables.runs, self.tables.items, self.now, self.namespace
+        lost, free = self._lost, self._free
         # Spelled out, not IN (...): claim_item runs on the precompiled psycopg path,
         # which can't expand a list parameter.
         run_active = exists().where(
@@ -158,7 +182,6 @@ class ItemStatements(Builder):
             or_(*(runs.c.status == status for status in ACTIVE_STATUSES)),
             runs.c.cancel_requested == false(),
         )
-        lost = items.c.status == "running"
         claimable = or_(
             and_(items.c.status == "pending", items.c.dispatches > 0),
             and_(
@@ -167,15 +190,9 @@ class ItemStatements(Builder):
                 items.c.recoveries + 1 < bindparam("p_max_recoveries"),
             ),
         )
-        # Nobody runs it in an open transaction (open_items): its lock is free.
-        free = (
-            item_lock(namespace, items.c.run_id, items.c.idx, items.c.item)
-            if self.is_postgres
-            else true()
-        )
         self.claim_item = (
             update(items)
-            .where(self.key, items.c.child_id.is_(None), claimable, free)
+            .where(self._key, items.c.child_id.is_(None), claimable, free)
             .values(
                 status=case((run_active, "running"), else_="cancelled"),
                 owner=case((run_active, bindparam("p_owner")), else_=None),
@@ -191,11 +208,11 @@ class ItemStatements(Builder):
         # Locking the parent run row first serialises the items of one run as they settle,
         # and with the body's suspension: the last of them always sees the others.
         lock = select(runs.c.status, runs.c.wait_items).where(self.run_is)
-        self.settle_item_lock_run = lock.with_for_update() if self.is_postgres else lock
+        self.settle_item_lock_run = self.dialect.for_update(lock)
         # First writer wins: only the claim's token, only while it runs.
         self.settle_item = (
             update(items)
-            .where(self.key, items.c.status == "running", items.c.owner == bindparam("p_owner"))
+            .where(self._key, items.c.status == "running", items.c.owner == bindparam("p_owner"))
             .values(
                 status=bindparam("p_status"),
                 output=bindparam("p_output"),
@@ -207,7 +224,7 @@ class ItemStatements(Builder):
             .returning(items.c.awaited)
         )
         waits_for_open = exists().where(
-            items.c.namespace == namespace, items.c.run_id == runs.c.id, awaited_open
+            items.c.namespace == namespace, items.c.run_id == runs.c.id, self._awaited_open
         )
         wake = (
             update(runs)
@@ -226,18 +243,22 @@ class ItemStatements(Builder):
                 dispatches=0,
                 updated_at=now,
             )
-            .returning(*self.due_run_columns)
+            .returning(*self._due_run_columns)
         )
         self.settle_item_wake = wake.where(runs.c.id == bindparam("p_run_id"))
         # The sweeper's backstop for a wake-up that never happened.
         self.wake_item_waiters = wake.where(
             runs.c.name.in_(bindparam("p_names", expanding=True)), self.here(runs.c.dispatcher)
         )
+
+    def _retry(self) -> None:
+        """The item task: retry, count an attempt, renew and release an item."""
+        items, now = self.tables.items, self.now
         # A retry waits in the database (due_at), not in an ETA message; dispatches=0 keeps
         # any earlier message of the item from claiming it before the sweeper publishes it.
         self.retry_item = (
             update(items)
-            .where(self.key, items.c.status == "running", items.c.owner == bindparam("p_owner"))
+            .where(self._key, items.c.status == "running", items.c.owner == bindparam("p_owner"))
             .values(
                 status="pending",
                 owner=None,
@@ -247,7 +268,7 @@ class ItemStatements(Builder):
             )
             .returning(items.c.item)
         )
-        held = and_(self.key, items.c.status == "running", items.c.owner == bindparam("p_owner"))
+        held = and_(self._key, items.c.status == "running", items.c.owner == bindparam("p_owner"))
         # Eager mode retries in-process, still claimed: each new attempt is counted here.
         self.count_item_attempt = (
             update(items)
@@ -267,7 +288,11 @@ class ItemStatements(Builder):
             )
         )
 
-        # -- the sweeper ----------------------------------------------------------------------
+    def _sweep(self) -> None:
+        """The sweeper: publish due items again, fail lost ones."""
+        runs, items, now, namespace = self.tables.runs, self.tables.items, self.now, self.namespace
+        in_ns, lost, free, dispatcher = self._in_ns, self._lost, self._free, self.dispatcher
+        registered = items.c.name.in_(bindparam("p_names", expanding=True))
         exhausted = and_(lost, items.c.recoveries + 1 >= bindparam("p_max_recoveries"))
         # An item is its run's broker's to publish (or anyone's, once overdue by
         # p_takeover: see dispatched_here).
@@ -291,7 +316,7 @@ class ItemStatements(Builder):
             .limit(bindparam("p_limit"))
         )
         key_columns = tuple_(items.c.run_id, items.c.idx, items.c.item)
-        if self.is_postgres:
+        if self.dialect.locks_rows:
             due_items = due.with_for_update(skip_locked=True).cte("due_items")
             due_items = due_items.prefix_with("MATERIALIZED")
             picked: Any = and_(
@@ -323,16 +348,12 @@ class ItemStatements(Builder):
             .limit(bindparam("p_limit"))
         )
 
-        # -- children -------------------------------------------------------------------------
+    def _children(self) -> None:
+        """A child run's item takes its outcome; the backstop for one that never heard."""
+        runs, items, now, namespace = self.tables.runs, self.tables.items, self.now, self.namespace
+        in_ns, unsettled = self._in_ns, self._unsettled
         child = runs.alias("child")
-
-        def of_child(column: Any) -> Any:
-            return (
-                select(column)
-                .where(child.c.namespace == namespace, child.c.id == items.c.child_id)
-                .scalar_subquery()
-            )
-
+        of_child = self._of_child
         child_status = of_child(child.c.status)
         child_finished = exists().where(
             child.c.namespace == namespace,
@@ -344,7 +365,7 @@ class ItemStatements(Builder):
         self.settle_child_item = (
             update(items)
             .where(
-                self.key,
+                self._key,
                 items.c.child_id == bindparam("p_child_id"),
                 unsettled,
                 child_finished,
@@ -375,7 +396,10 @@ class ItemStatements(Builder):
             .limit(bindparam("p_limit"))
         )
 
-        # -- cancellation ---------------------------------------------------------------------
+    def _cancel(self) -> None:
+        """Cancel a run's pending items and children; revoke an item."""
+        items, now = self.tables.items, self.now
+        of_run, unsettled, free = self._of_run, self._unsettled, self._free
         self.cancel_run_items = (
             update(items)
             # An item running in its open transaction (locked) finishes and records.
@@ -392,7 +416,7 @@ class ItemStatements(Builder):
         # it is doing; a delivery still running it then finds its outcome not recorded.
         self.revoke_item = (
             update(items)
-            .where(self.key, unsettled, items.c.child_id.is_(None))
+            .where(self._key, unsettled, items.c.child_id.is_(None))
             .values(
                 status="revoked",
                 error=bindparam("p_error"),
@@ -406,9 +430,21 @@ class ItemStatements(Builder):
             of_run, unsettled, items.c.child_id.isnot(None), items.c.detached == false()
         )
 
-        # -- reads ----------------------------------------------------------------------------
+    def _reads(self) -> None:
+        """The items of a run, each with its child's status."""
+        items = self.tables.items
+        child_status = self._of_child(self.tables.runs.alias("child").c.status)
         self.list_items = (
             select(*columns_of(items, ItemRow, child_status=child_status))
-            .where(of_run)
+            .where(self._of_run)
             .order_by(items.c.idx, items.c.item)
+        )
+
+    def _of_child(self, column: Any) -> Any:
+        """``column`` (of the ``child`` alias of runs) of the item's child run."""
+        child, items = column.table, self.tables.items
+        return (
+            select(column)
+            .where(child.c.namespace == self.namespace, child.c.id == items.c.child_id)
+            .scalar_subquery()
         )

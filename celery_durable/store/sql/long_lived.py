@@ -2,7 +2,7 @@
 
 Example::
 
-    sql = LongLivedStatements(build_tables("durable_"), "postgresql", "default")
+    sql = LongLivedStatements(build_tables("durable_"), dialect_of("postgresql"), "default")
     sql.continue_as_new_reset     # UPDATE runs ... RETURNING the run to publish
 """
 
@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, literal, select, update
 
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import DueRun
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.build import Builder, columns_of
@@ -20,9 +21,14 @@ from celery_durable.store.sql.build import Builder, columns_of
 class LongLivedStatements(Builder):
     """Compensation writes (fenced, allowed after cancel) and continue_as_new's parts."""
 
-    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
+    def __init__(self, tables: Tables, dialect: Dialect, namespace: str) -> None:
         super().__init__(tables, dialect, namespace)
-        runs, steps, items, now = tables.runs, tables.steps, tables.items, self.now
+        self._rollback()
+        self._continue_as_new()
+
+    def _rollback(self) -> None:
+        """A saga's rollback: fenced writes allowed after a cancel."""
+        runs, steps = self.tables.runs, self.tables.steps
         # A rollback records its steps after a cancel was requested: only the fence counts.
         self.record_fenced_step = self.fenced_upsert(
             steps,
@@ -45,8 +51,13 @@ class LongLivedStatements(Builder):
             .values(compensation=bindparam("p_compensation"))
             .returning(runs.c.id)
         )
+
+    def _continue_as_new(self) -> None:
+        """End a generation (archived with its history) and start the next."""
+        runs, steps, items, now = self.tables.runs, self.tables.steps, self.tables.items, self.now
+        namespace = self.namespace
         lock = select(runs.c.generation, runs.c.cancel_requested).where(self.fenced)
-        self.continue_as_new_lock = lock.with_for_update() if self.is_postgres else lock
+        self.continue_as_new_lock = self.dialect.for_update(lock)
         # The finished generation becomes a SUCCEEDED run of its own (gc collects it like
         # any finished run), holding the history, linked both ways.
         copied: dict[str, Any] = {

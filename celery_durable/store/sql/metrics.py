@@ -7,7 +7,7 @@ method that runs it. Histograms come back as cumulative bucket counts (``le_0``,
 
 Example::
 
-    sql = MetricStatements(build_tables("durable_"), "postgresql", "default")
+    sql = MetricStatements(build_tables("durable_"), dialect_of("postgresql"), "default")
     sql.run_figures        # SELECT name, status, count(*), ... GROUP BY name, status
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import and_, case, func, literal, or_, select
 
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.build import Builder
 
@@ -42,10 +43,10 @@ class MetricStatements(Builder):
     """Runs by workflow and status with their ages and backlogs; step durations; items by
     step and status, and their durations; signal latencies."""
 
-    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
+    def __init__(self, tables: Tables, dialect: Dialect, namespace: str) -> None:
         super().__init__(tables, dialect, namespace)
         runs, steps, signals, now = tables.runs, tables.steps, tables.signals, self.now
-        greatest = func.greatest if self.is_postgres else func.max
+        greatest = self.dialect.greatest
         ready = or_(runs.c.ready_at.is_(None), runs.c.ready_at <= now)
         # A pending run is startable since its last change (start, wake-up, the sweeper's
         # re-dispatch) or, for a retry or countdown, since its ready time.

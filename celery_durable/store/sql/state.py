@@ -2,7 +2,7 @@
 
 Example::
 
-    sql = StateStatements(build_tables("durable_"), "postgresql", "default")
+    sql = StateStatements(build_tables("durable_"), dialect_of("postgresql"), "default")
     sql.set_state      # a fenced upsert that also NOTIFYs query(wait=) waiters on Postgres
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import bindparam, func, literal, select
 
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.build import Builder
 
@@ -17,7 +18,7 @@ from celery_durable.store.sql.build import Builder
 class StateStatements(Builder):
     """Values a workflow publishes with ``set_state``."""
 
-    def __init__(self, tables: Tables, dialect: str, namespace: str) -> None:
+    def __init__(self, tables: Tables, dialect: Dialect, namespace: str) -> None:
         super().__init__(tables, dialect, namespace)
         state = tables.state
         upsert = self.fenced_upsert(
@@ -34,7 +35,7 @@ class StateStatements(Builder):
         ).returning(state.c.key, state.c.run_id)
         # On Postgres the write also wakes ``handle.query(key, wait=...)`` (LISTEN/NOTIFY).
         self.set_state = upsert
-        if self.is_postgres:
+        if self.dialect.notifies:
             changed = upsert.cte("changed")
             channel = f"{tables.runs.name.removesuffix('runs')}events"
             self.set_state = select(

@@ -3,7 +3,7 @@ lost signal wake-ups, and the other brokers seen on the namespace.
 
 Example::
 
-    sql = SweepStatements(build_tables("durable_"), "postgresql", "default", "redis://h:6379/0")
+    sql = SweepStatements(build_tables("durable_"), dialect_of("postgresql"), "default", "redis://h:6379/0")
     sql.sweep_due_runs      # UPDATE ... RETURNING the runs to publish again
 """
 
@@ -24,6 +24,7 @@ from sqlalchemy import (
     update,
 )
 
+from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import DueRun
 from celery_durable.store.schema import FINISHED_STATUSES, Tables
 from celery_durable.store.sql.admin import settled, status_literal
@@ -34,23 +35,27 @@ class SweepStatements(Builder):
     """What the sweeper takes: expired leases, lost publishes, due backoffs and timers."""
 
     def __init__(
-        self, tables: Tables, dialect: str, namespace: str, dispatcher: str | None = None
+        self, tables: Tables, dialect: Dialect, namespace: str, dispatcher: str | None = None
     ) -> None:
         super().__init__(tables, dialect, namespace, dispatcher)
-        runs, signals, now = tables.runs, tables.signals, self.now
-        self.due_columns = columns_of(runs, DueRun)
+        runs = tables.runs
+        self._due_columns = columns_of(runs, DueRun)
         # A sweeper takes only the workflows its app registered, of the runs of its own
         # broker (dispatched_here): two apps on one database and namespace never dispatch
         # each other's runs, even under the same workflow names.
-        registered = runs.c.name.in_(bindparam("p_names", expanding=True))
+        self._registered = runs.c.name.in_(bindparam("p_names", expanding=True))
         # The transaction's start time, not clock_timestamp(): a stable value is an index
         # condition, so a sweep reads only the due entries of ix_runs_due, not every
         # waiting run's (100,000 timers over a day cost one short index range).
-        due_by = (
-            literal_column("CAST(EXTRACT(EPOCH FROM now()) AS DOUBLE PRECISION)")
-            if self.is_postgres
-            else now
-        )
+        self._due_by = self.dialect.stable_now
+        self._due_runs()
+        self._wake()
+        self._dispatchers()
+
+    def _due_runs(self) -> None:
+        """What is due: expired leases, lost publishes, backoffs and timers that passed."""
+        runs, now = self.tables.runs, self.now
+        registered, due_by = self._registered, self._due_by
         due = (
             select(runs.c.id)
             .where(
@@ -73,7 +78,7 @@ class SweepStatements(Builder):
         backoff = case(
             (runs.c.dispatches >= 6, 64), else_=literal_column("1").op("<<")(runs.c.dispatches)
         )
-        if self.is_postgres:
+        if self.dialect.locks_rows:
             # A materialised CTE locks exactly the rows it returns; an IN (subquery) may be
             # rescanned and lock rows that the UPDATE then leaves alone.
             due_runs = due.with_for_update(skip_locked=True).cte("due_runs")
@@ -101,8 +106,13 @@ class SweepStatements(Builder):
                 dispatches=runs.c.dispatches + 1,
                 updated_at=now,
             )
-            .returning(*self.due_columns)
+            .returning(*self._due_columns)
         )
+
+    def _wake(self) -> None:
+        """Wake a waiting run: its signal came, or its wake-up was lost."""
+        runs, signals, now = self.tables.runs, self.tables.signals, self.now
+        namespace, registered = self.namespace, self._registered
         # Callers add which runs; the status check keeps a wake-up idempotent.
         wake = (
             update(runs)
@@ -115,7 +125,7 @@ class SweepStatements(Builder):
                 dispatches=0,
                 updated_at=now,
             )
-            .returning(*self.due_columns)
+            .returning(*self._due_columns)
         )
         self.wake_run = wake.where(
             runs.c.id == bindparam("p_run_id"), runs.c.wait_signal == bindparam("p_signal")
@@ -143,6 +153,10 @@ class SweepStatements(Builder):
             runs.c.id.in_(pending_for),
             exists(signalled),
         )
+
+    def _dispatchers(self) -> None:
+        """The other brokers seen on the namespace."""
+        runs, dispatcher, due_by = self.tables.runs, self.dispatcher, self._due_by
         # The other brokers whose runs are in the namespace: active ones, or finished ones
         # created within p_window seconds (read once, as a worker starts). Each branch is a
         # range of a partial index (due_by: a stable value), the due runs' or the settled
