@@ -28,7 +28,8 @@ import time
 from typing import Any
 
 from celery_durable.body.context import WorkflowContext, enter_body
-from celery_durable.body.step import COMPENSATED, Step, check_replay, write_caught_failure
+from celery_durable.body.replay import check_replay, write_caught_failure
+from celery_durable.body.step import COMPENSATED, Step
 from celery_durable.core import faults, serialization
 from celery_durable.errors import LeaseLost, StoreUnavailable
 from celery_durable.store import StepRecord

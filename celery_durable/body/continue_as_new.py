@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from celery_durable.body.context import enter_body
-from celery_durable.body.step import write_caught_failure
+from celery_durable.body.replay import write_caught_failure
 from celery_durable.core import serialization
 from celery_durable.errors import ContinuedAsNew
 

@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from celery_durable.body.context import WorkflowContext, enter_body
-from celery_durable.body.step import (
+from celery_durable.body.replay import (
     check_replay,
     record,
     stop_writing,

@@ -24,9 +24,10 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from celery_durable.body.context import WorkflowContext, enter_body
+from celery_durable.body.dispatch import dispatch, write_fanout
 from celery_durable.body.fanin import (
     ChildHandle,
     StepFuture,
@@ -34,24 +35,20 @@ from celery_durable.body.fanin import (
     gather,
     wait_for,
 )
-from celery_durable.body.step import (
+from celery_durable.body.replay import (
     check_replay,
     record,
-    stop_writing,
-    store_guard,
     write_caught_failure,
 )
+from celery_durable.body.step import Step
 from celery_durable.core import faults, serialization
 from celery_durable.core.logs import log_started
-from celery_durable.errors import NonDeterminismError, WorkflowAlreadyExists
-from celery_durable.store import DISPATCH_BATCH, FanOut, NewRun, Outcome, StepRecord
-
-if TYPE_CHECKING:
-    from celery_durable.body.step import Step
+from celery_durable.errors import NonDeterminismError
+from celery_durable.store import FanOut, NewRun, StepRecord
 
 R = TypeVar("R")
 
-__all__ = ["ChildHandle", "StepFuture", "gather", "map", "start_child", "start_step"]
+__all__ = ["ChildHandle", "StepFuture", "gather", "map", "start_child"]
 
 CHILD_STEP_PREFIX = "celery_durable.child:"
 # AMQP's correlation_id (Celery's task id) is a shortstr: at most 255 bytes.
@@ -68,28 +65,6 @@ def derived_id(text: str) -> str:
 # -- starting -------------------------------------------------------------------------------
 
 
-def start_step(step: Step[Any, R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> StepFuture[R]:
-    """``step.start(...)``: run the step as a Celery task on its queue (or the run's)."""
-    ctx = enter_body(
-        f"{step.name}.start()", f"call {step.name}(...) to run it here, or from a workflow"
-    )
-    write_caught_failure(ctx)
-    index = ctx.take_index()
-    encoded = serialization.encode_arguments(
-        f"step {step.name}", step.fn, args, kwargs, ctx.max_payload_bytes
-    )
-    # "task": a started step and a routed step called directly are the same record, so
-    # code may switch between the two without breaking replay.
-    step_input = f'{{"fanout":"task","items":1,"input":{encoded}}}'
-    recorded = ctx.history.get(index)
-    if recorded is not None:
-        check_replay(ctx, index, recorded, step.name, step_input)
-    else:
-        dispatch(
-            ctx, StepRecord(index, step.name, "started", step_input, None, None), step, [encoded]
-        )
-    return StepFuture(index, step.name)
-
 
 def map(  # noqa: A001 - cd.map is the public name, like the builtin it mirrors
     step: Step[Any, R], *iterables: Iterable[Any], return_exceptions: bool = False
@@ -101,8 +76,6 @@ def map(  # noqa: A001 - cd.map is the public name, like the builtin it mirrors
     failed item as StepFailed (original type, message and traceback); with
     ``return_exceptions=True`` the exceptions are returned in place instead.
     """
-    from celery_durable.body.step import Step
-
     if not isinstance(step, Step):
         raise TypeError(f"cd.map() needs a durable step, got {step!r}")
     ctx = enter_body("cd.map()", f"use the builtin map({step.name}.fn, ...) to run the items here")
@@ -126,7 +99,13 @@ def map(  # noqa: A001 - cd.map is the public name, like the builtin it mirrors
         record(ctx, StepRecord(index, step.name, "ok", step_input, "[]", None))
         return []
     else:
-        dispatch(ctx, StepRecord(index, step.name, "started", step_input, None, None), step, inputs)
+        dispatch(
+            ctx,
+            StepRecord(index, step.name, "started", step_input, None, None),
+            step.name,
+            step.options.queue,
+            inputs,
+        )
     count = len(inputs)
     del inputs  # bounded memory: only the results are kept
     resolved = wait_for(ctx, [index])[index]
@@ -150,46 +129,6 @@ def check_map_replay(
     check_replay(ctx, index, recorded, name, step_input)
 
 
-def dispatch(
-    ctx: WorkflowContext, step: StepRecord, runs: Step[Any, Any], inputs: list[str]
-) -> None:
-    """Record the fan-out with its items in one transaction, then publish them in batches."""
-    dispatcher = ctx.dispatcher
-    assert dispatcher is not None, "a workflow body always runs with a dispatcher"
-    queue = runs.options.queue or ctx.queue
-    fan = FanOut(runs.name, queue, inputs, dispatcher.dispatch_grace)
-    if not write_fanout(ctx, step, fan):
-        return
-    for start in range(0, len(inputs), DISPATCH_BATCH):
-        items = range(start, min(start + DISPATCH_BATCH, len(inputs)))
-        # A crash between batches leaves the rest pending: the sweeper publishes them
-        # after durable_dispatch_grace; replay never dispatches a recorded fan-out again.
-        dispatcher.publish_items(runs.name, queue, ctx.workflow_id, step.idx, items)
-        faults.reach(
-            faults.AFTER_DISPATCH, **ctx.log_fields(step.idx), batch=start // DISPATCH_BATCH
-        )
-
-
-def write_fanout(ctx: WorkflowContext, step: StepRecord, fan: FanOut) -> bool:
-    """Write the fan-out; True when this call wrote it (so its items are to publish)."""
-    with store_guard(ctx):
-        written = ctx.store.dispatch_fanout(
-            ctx.workflow_id, ctx.fence, step, fan, ctx.take_deferred()
-        )
-    if written.outcome is Outcome.RECORDED:
-        ctx.history[step.idx] = step
-        ctx.fresh.add(step.idx)
-        return True
-    if written.outcome is Outcome.DUPLICATE:
-        assert fan.child is not None
-        raise WorkflowAlreadyExists(fan.child.id)
-    if written.outcome is Outcome.EXISTS and written.stored is not None:
-        # An earlier write committed (e.g. interrupted after the server's commit): its
-        # unpublished items are the sweeper's, after the dispatch grace.
-        check_replay(ctx, step.idx, written.stored, step.name, step.input)
-        ctx.history[step.idx] = written.stored
-        return False
-    stop_writing(ctx)
 
 
 def start_child(

@@ -23,7 +23,7 @@ Example (the deploy, then the cleanup once no old run is left)::
 from __future__ import annotations
 
 from celery_durable.body.context import PATCH_STEP_PREFIX, WorkflowContext, enter_body
-from celery_durable.body.step import record, write_caught_failure
+from celery_durable.body.replay import record, write_caught_failure
 from celery_durable.core import validate
 from celery_durable.store import StepRecord
 

@@ -19,7 +19,7 @@ from typing import Any
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from celery_durable.body.context import enter_body
-from celery_durable.body.step import stop_writing, store_guard, write_caught_failure
+from celery_durable.body.replay import stop_writing, store_guard, write_caught_failure
 from celery_durable.core import serialization, validate
 from celery_durable.errors import UnknownQuery, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
 from celery_durable.store import Store

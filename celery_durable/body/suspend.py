@@ -22,7 +22,7 @@ import logging
 from typing import Any
 
 from celery_durable.body.context import WorkflowContext, enter_body
-from celery_durable.body.step import (
+from celery_durable.body.replay import (
     check_replay,
     record,
     stop_writing,

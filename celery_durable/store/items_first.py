@@ -27,14 +27,37 @@ Example::
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from celery_durable.store.records import DueRun, ItemClaim, ItemWrite, Outcome
 from celery_durable.store.sql.build import params
 
 if TYPE_CHECKING:
     from celery_durable.store.db.connections import Connections
-    from celery_durable.store.items import ItemOps
+    from celery_durable.store.sql.statements import Statements
+
+
+class ItemSettling(Protocol):
+    """What an open item falls back on, the claimed path's writes (:class:`ItemOps`, which
+    opens items, implements it: named here so this module needn't import that one)."""
+
+    sql: Statements
+
+    def settle_item(
+        self,
+        run_id: str,
+        idx: int,
+        item: int,
+        owner: str,
+        status: str,
+        output: str | None,
+        error: str | None,
+        grace: float,
+    ) -> ItemWrite: ...
+
+    def retry_item(
+        self, run_id: str, idx: int, item: int, owner: str, delay: float, error: str
+    ) -> bool: ...
 
 # What ``open_item`` found: run it here, nothing to run, or take the claimed path.
 RUN, SKIP, CLAIM = "run", "skip", "claim"
@@ -49,7 +72,7 @@ class OpenItem:
     """
 
     def __init__(
-        self, store: ItemOps, db: Connections, key: tuple[str, int, int], verdict: str
+        self, store: ItemSettling, db: Connections, key: tuple[str, int, int], verdict: str
     ) -> None:
         self.store, self.db, self.key, self.verdict = store, db, key, verdict
         self.claim: ItemClaim | None = None

@@ -1,0 +1,53 @@
+"""Dispatch: a fan-out's record and its items written in one transaction, then the items
+published in batches (``step.start``, ``cd.map``, children all go through here)."""
+
+from __future__ import annotations
+
+from celery_durable.body.context import WorkflowContext
+from celery_durable.body.replay import check_replay, stop_writing, store_guard
+from celery_durable.core import faults
+from celery_durable.errors import WorkflowAlreadyExists
+from celery_durable.store import DISPATCH_BATCH, FanOut, Outcome, StepRecord
+
+
+def dispatch(
+    ctx: WorkflowContext, step: StepRecord, name: str, queue: str | None, inputs: list[str]
+) -> None:
+    """Record the fan-out with its items in one transaction, then publish them in batches."""
+    dispatcher = ctx.dispatcher
+    assert dispatcher is not None, "a workflow body always runs with a dispatcher"
+    queue = queue or ctx.queue
+    fan = FanOut(name, queue, inputs, dispatcher.dispatch_grace)
+    if not write_fanout(ctx, step, fan):
+        return
+    for start in range(0, len(inputs), DISPATCH_BATCH):
+        items = range(start, min(start + DISPATCH_BATCH, len(inputs)))
+        # A crash between batches leaves the rest pending: the sweeper publishes them
+        # after durable_dispatch_grace; replay never dispatches a recorded fan-out again.
+        dispatcher.publish_items(name, queue, ctx.workflow_id, step.idx, items)
+        faults.reach(
+            faults.AFTER_DISPATCH, **ctx.log_fields(step.idx), batch=start // DISPATCH_BATCH
+        )
+
+
+
+def write_fanout(ctx: WorkflowContext, step: StepRecord, fan: FanOut) -> bool:
+    """Write the fan-out; True when this call wrote it (so its items are to publish)."""
+    with store_guard(ctx):
+        written = ctx.store.dispatch_fanout(
+            ctx.workflow_id, ctx.fence, step, fan, ctx.take_deferred()
+        )
+    if written.outcome is Outcome.RECORDED:
+        ctx.history[step.idx] = step
+        ctx.fresh.add(step.idx)
+        return True
+    if written.outcome is Outcome.DUPLICATE:
+        assert fan.child is not None
+        raise WorkflowAlreadyExists(fan.child.id)
+    if written.outcome is Outcome.EXISTS and written.stored is not None:
+        # An earlier write committed (e.g. interrupted after the server's commit): its
+        # unpublished items are the sweeper's, after the dispatch grace.
+        check_replay(ctx, step.idx, written.stored, step.name, step.input)
+        ctx.history[step.idx] = written.stored
+        return False
+    stop_writing(ctx)
