@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from celery_durable import WorkflowStatus
-from celery_durable.engine.items import item_task_id
+from celery_durable.engine.publish import item_task_id
 from celery_durable.engine.signals import WAKE_TASK, wake_outcome
 from tests.conftest import GPU_QUEUE
 from tests.support.flower import Flower

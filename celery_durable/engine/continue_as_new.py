@@ -12,7 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.body.context import WorkflowContext
-from celery_durable.engine.items import publish_woken
+from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import ContinuedAsNew
 
 if TYPE_CHECKING:

@@ -1,5 +1,6 @@
 """Item tasks: each step's own Celery task, which runs the items of fan-outs (``cd.map``,
-``step.start``, routed steps) outside the workflow body; their publishing; cancellation.
+``step.start``, routed steps) outside the workflow body; cancellation (their publishing is
+in :mod:`celery_durable.engine.publish`).
 
 Every step is registered as a Celery task under its own name (Flower shows items under
 it), with ``acks_late`` and ``reject_on_worker_lost``. A message carries only (namespace,
@@ -20,25 +21,23 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery, Task
 from celery.exceptions import TaskRevokedError
 from kombu.utils.encoding import safe_repr
 
-from celery_durable.body.fanout import derived_id
 from celery_durable.core import faults, serialization, tracing, validate
 from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.engine import policy as shutdown
 from celery_durable.engine import taskevents
 from celery_durable.engine.apps import runtime_for
+from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import DuplicateRegistration, NotSerialisable, PermanentError
 from celery_durable.store import (
     CLAIM,
     RUN,
     Cancellation,
-    DueRun,
     ItemClaim,
     ItemWrite,
     OpenItem,
@@ -54,81 +53,6 @@ logger = logging.getLogger("celery_durable.items")
 
 # The reason a revoked item (or run) records.
 REVOKED = "revoked (celery control revoke)"
-
-
-def item_task_id(run_id: str, idx: int, item: int) -> str:
-    """The Celery task id of an item: derived, so every dispatch of it is the same task."""
-    return derived_id(f"{run_id}:{idx}:{item}")
-
-
-class Dispatch:
-    """Publishes item tasks and runs for a body (the context's ``Dispatcher``)."""
-
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-
-    @property
-    def dispatch_grace(self) -> float:
-        return self.runtime.config.dispatch_grace
-
-    def publish_items(
-        self, step_name: str, queue: str | None, run_id: str, idx: int, items: Iterable[int]
-    ) -> None:
-        app = self.runtime.app
-        namespace = self.runtime.config.namespace
-        options: dict[str, Any] = {"queue": queue} if queue else {}
-        tracing.add_start_headers(options)  # each item's span: a child of the dispatcher's
-        task = app.tasks.get(step_name)
-        try:
-            if app.conf.task_always_eager or task is None:
-                for item in items:
-                    self._publish_one(task, step_name, (namespace, run_id, idx, item), options)
-                return
-            # One producer (one connection) for the whole batch.
-            with app.producer_or_acquire() as producer:
-                for item in items:
-                    args = (namespace, run_id, idx, item)
-                    self._publish_one(task, step_name, args, {**options, "producer": producer})
-        except Exception:
-            logger.exception(
-                "publishing items of step %d (%s) of run %s failed; the sweeper publishes "
-                "them after durable_dispatch_grace",
-                idx,
-                step_name,
-                run_id,
-                extra=run_fields(run_id, step_index=idx),
-            )
-
-    def _publish_one(
-        self, task: Task | None, name: str, args: tuple[Any, ...], options: dict[str, Any]
-    ) -> None:
-        task_id = item_task_id(args[1], args[2], args[3])
-        if task is not None:
-            # Through the registered task: task_always_eager runs the item in-process.
-            task.apply_async(args, task_id=task_id, **options)
-        else:  # a step this process doesn't import: publish by name
-            self.runtime.app.send_task(name, args, task_id=task_id, **options)
-
-    def publish_run(self, run: DueRun) -> None:
-        self.runtime.publish(run.id, run.name, run.args, run.queue)
-
-
-def publish_woken(runtime: Runtime, woken: DueRun | None, why: str) -> None:
-    """Publish a parent an item (or child) woke; a lost publish is the sweeper's."""
-    if woken is None:
-        return
-    fields = run_fields(woken.id, woken.name)
-    try:
-        runtime.publish(woken.id, woken.name, woken.args, woken.queue)
-    except Exception:
-        logger.exception(
-            "publishing workflow run %s (%s) failed; the sweeper dispatches it",
-            woken.id,
-            why,
-            extra=fields,
-        )
-        return
-    logger.info("workflow %s run %s woken: %s", woken.name, woken.id, why, extra=fields)
 
 
 def cancel(runtime: Runtime, run_id: str, reason: str | None) -> Cancellation:

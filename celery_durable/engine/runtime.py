@@ -24,8 +24,8 @@ from celery_durable.body.step import Step
 from celery_durable.core import logs, serialization, tracing
 from celery_durable.core.config import DurableConfig
 from celery_durable.engine import apps
-from celery_durable.engine.items import Dispatch
 from celery_durable.engine.leases import LeaseKeeper
+from celery_durable.engine.publish import Dispatch
 from celery_durable.engine.sweeper import Sweeper
 from celery_durable.store import Store
 

@@ -23,7 +23,7 @@ from celery_durable.body.context import WorkflowContext
 from celery_durable.core import faults, serialization
 from celery_durable.engine import policy as shutdown
 from celery_durable.engine import taskevents
-from celery_durable.engine.items import publish_woken
+from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import (
     ContinuedAsNew,
     LeaseLost,

@@ -22,6 +22,7 @@ from celery_durable.body.suspend import check_signal_name
 from celery_durable.core import serialization, tracing, validate
 from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.engine.apps import runtime_for, runtimes_of
+from celery_durable.engine.publish import publish_or_leave
 from celery_durable.errors import PendingSignalsFull, WorkflowAlreadyCompleted, WorkflowNotFound
 from celery_durable.store import FINISHED_STATUSES, Outcome, is_unreachable
 
@@ -90,15 +91,15 @@ def send_signal(
     encoded = _encode_payload(runtime, name, payload)
     if not store_signal(runtime, workflow_id, name, encoded, idempotency_key):
         return False
-    try:
-        publish_wake(runtime, workflow_id, name)
-    except Exception:
-        # Stored: the sweeper wakes the run if it waits for this signal.
-        logger.exception(
-            "publishing the wake-up of workflow %s failed; the sweeper will wake it",
-            workflow_id,
-            extra=run_fields(workflow_id),
-        )
+    # Stored: the sweeper wakes the run if it waits for this signal.
+    publish_or_leave(
+        lambda: publish_wake(runtime, workflow_id, name),
+        logger,
+        "the wake-up of workflow %s",
+        workflow_id,
+        fields=run_fields(workflow_id),
+        then="the sweeper will wake it",
+    )
     return True
 
 

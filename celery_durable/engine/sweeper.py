@@ -24,8 +24,9 @@ from celery_durable.core import faults, serialization
 from celery_durable.core.logs import run_fields
 from celery_durable.engine import retention
 from celery_durable.engine.apps import runtimes_of
-from celery_durable.engine.items import REVOKED, cancel, publish_woken, revoke_item
+from celery_durable.engine.items import REVOKED, cancel, revoke_item
 from celery_durable.engine.leases import FailureLog, backoff
+from celery_durable.engine.publish import publish_or_leave, publish_woken
 from celery_durable.engine.queues import QueueWatch
 from celery_durable.store import FINISHED_STATUSES, TAKEOVER, DueItem, DueRun
 from celery_durable.store.db.outage import describe, is_unreachable, summary
@@ -277,15 +278,15 @@ class Sweeper:
     def _publish(self, run: DueRun, done: str) -> int:
         """Publish a run the sweep took; on failure it stays due and a later sweep retries."""
         fields = run_fields(run.id, run.name)
-        try:
-            self.runtime.publish(run.id, run.name, run.args, run.queue)
-        except Exception:
-            logger.exception(
-                "publishing workflow %s run %s failed; a later sweep retries",
-                run.name,
-                run.id,
-                extra=fields,
-            )
+        if not publish_or_leave(
+            lambda: self.runtime.publish(run.id, run.name, run.args, run.queue),
+            logger,
+            "workflow %s run %s",
+            run.name,
+            run.id,
+            fields=fields,
+            then="a later sweep retries",
+        ):
             return 0
         logger.info(done, run.name, run.id, extra=fields)
         return 1

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery_durable.core import validate
 from celery_durable.core.logs import run_fields
+from celery_durable.engine.publish import publish_or_leave
 from celery_durable.engine.retention import log_collected
 from celery_durable.errors import (
     InvalidArgument,
@@ -195,16 +196,15 @@ def publish(
 ) -> None:
     """Publish a run this process made PENDING; a failed publish is left to the sweeper
     (the run is due after durable_dispatch_grace), never lost."""
-    try:
-        runtime.publish(run_id, name, args, queue)
-    except Exception:  # noqa: BLE001 - the stored run is the source of truth
-        logger.warning(
-            "publishing workflow %s run %s failed; the sweeper will dispatch it",
-            name,
-            run_id,
-            exc_info=True,
-            extra=fields,
-        )
+    publish_or_leave(
+        lambda: runtime.publish(run_id, name, args, queue),
+        logger,
+        "workflow %s run %s",
+        name,
+        run_id,
+        fields=fields,
+        level=logging.WARNING,
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,8 @@ from celery_durable.body.compensation import Compensation
 from celery_durable.body.state import query, wait_for_state
 from celery_durable.core import serialization, validate
 from celery_durable.core.logs import run_fields
-from celery_durable.engine.items import cancel, publish_woken
+from celery_durable.engine.items import cancel
+from celery_durable.engine.publish import publish_woken
 from celery_durable.engine.runtime import runtime_of
 from celery_durable.engine.signals import send_signal
 from celery_durable.errors import (

@@ -38,6 +38,7 @@ from celery_durable.engine.delivery import (
     execute,
     request_header,
 )
+from celery_durable.engine.publish import publish_or_leave
 from celery_durable.engine.runtime import WorkflowDefinition
 from celery_durable.errors import RunNotPublished, WorkflowAlreadyExists
 from celery_durable.runs.handle import WorkflowHandle
@@ -242,20 +243,24 @@ class WorkflowTask(Task):  # type: ignore[misc]
         """Publish a stored run. A failure is logged, or, for the ``caller`` of
         ``.delay()`` (eager mode aside: it runs the body here), raised as RunNotPublished,
         so that a retry doesn't start a second run."""
-        try:
-            super().apply_async(args, kwargs, task_id=run_id, **options)
-        except Exception as exc:
+        apply = super().apply_async
+
+        def failed(exc: Exception) -> None:
             # The run is stored: the sweeper publishes it after durable_dispatch_grace.
             self._disown(run_id)
             if caller is not None and not self.app.conf.task_always_eager:
                 grace = self.runtime.config.dispatch_grace
                 raise RunNotPublished(self.definition.name, run_id, grace, caller, exc) from exc
-            logger.exception(
-                "publishing workflow %s run %s failed; the sweeper will dispatch it",
-                self.definition.name,
-                run_id,
-                extra=run_fields(run_id, self.definition.name, 0),
-            )
+
+        publish_or_leave(
+            lambda: apply(args, kwargs, task_id=run_id, **options),
+            logger,
+            "workflow %s run %s",
+            self.definition.name,
+            run_id,
+            fields=run_fields(run_id, self.definition.name, 0),
+            failed=failed,
+        )
 
     def _disown(self, run_id: str) -> None:
         """No broker has the run: any sweeper of the namespace may publish it, not only
