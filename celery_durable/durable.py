@@ -95,9 +95,7 @@ class Durable:
 
     @property
     def dispatcher(self) -> str:
-        """The broker this app publishes to (its URL without the password): recorded on
-        the runs it starts and its workers claim, so that its sweepers dispatch only
-        those, not the runs of an app on another broker sharing the namespace."""
+        """The broker this app publishes to, as its runs record it (see Runtime.dispatcher)."""
         return self.runtime.dispatcher
 
     @property
