@@ -28,8 +28,7 @@ import click
 
 from celery_durable.core import validate
 from celery_durable.core.redact import redactor_of
-from celery_durable.durable import Durable
-from celery_durable.engine.apps import durables_of
+from celery_durable.durable import Durable, durables_of
 from celery_durable.engine.queues import consumed_queues
 from celery_durable.errors import (
     DatabaseUnavailable,
@@ -143,7 +142,7 @@ def show(
     store = instance.store
 
     def read() -> tuple[RunDetails | None, list[ItemRow]]:
-        details = describe_run(instance, workflow_id)
+        details = describe_run(instance.runtime, workflow_id)
         return details, [] if details is None else store.list_items(workflow_id)
 
     try:
@@ -314,7 +313,7 @@ def resume(
             _check_id(workflow_id)
             try:
                 with _one_line_errors(instance, "resume", workflow_id):
-                    resumed = resume_run(instance, workflow_id)
+                    resumed = resume_run(instance.runtime, workflow_id)
             except click.ClickException as exc:
                 click.echo(f"Error: {exc.message}", err=True)
                 refused += 1
@@ -352,7 +351,7 @@ def fork(ctx: click.Context, workflow_id: str, from_step: int, new_id: str | Non
     _check_id(workflow_id)
     with _one_line_errors(instance, "fork", workflow_id):
         try:
-            forked = fork_run(instance, workflow_id, from_step, new_id)
+            forked = fork_run(instance.runtime, workflow_id, from_step, new_id)
         except WorkflowAlreadyExists as exc:
             raise DurableError(f"a run with id {exc.workflow_id!r} already exists") from None
         steps = instance.store.load_steps(workflow_id)

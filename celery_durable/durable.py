@@ -18,25 +18,28 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from celery import Celery, Task
+from celery import Celery
 from celery import signals as celery_signals
 
 from celery_durable.body.step import DEFAULT_MAX_BACKOFF, Step, StepOptions
-from celery_durable.core import logs, serialization, tracing, validate
+from celery_durable.core import validate
 from celery_durable.core.config import DurableConfig
 from celery_durable.engine import apps
-from celery_durable.engine.items import Dispatch, register_item_task
+from celery_durable.engine.items import register_item_task
 from celery_durable.engine.leases import LeaseKeeper
+from celery_durable.engine.publish import Dispatch
+from celery_durable.engine.runtime import Runtime, WorkflowDefinition
 from celery_durable.engine.signals import SignalQueue, register_tasks, send_signal_via_broker
 from celery_durable.engine.sweeper import DurableSweeper, Sweeper
 from celery_durable.errors import ConfigurationError, DuplicateRegistration, WorkflowNotFound
 from celery_durable.runs import admin as operations
 from celery_durable.runs.admin import BulkResume, RunPage
 from celery_durable.runs.handle import WorkflowHandle
-from celery_durable.runs.task import WorkflowDefinition, WorkflowTask
+from celery_durable.runs.task import WorkflowTask
 from celery_durable.store import Collected, RunStats, Store
 
 if TYPE_CHECKING:
@@ -45,6 +48,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger("celery_durable")
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# The Durable instances of each Celery app, for the CLI (the engine looks up their runtimes).
+_BOUND: weakref.WeakKeyDictionary[Celery, list[Durable]] = weakref.WeakKeyDictionary()
+
+
+def durables_of(app: Celery) -> list[Durable]:
+    """The Durable instances bound to ``app``, in the order they were created."""
+    return list(_BOUND.get(app, []))
 
 
 class Durable:
@@ -61,52 +72,51 @@ class Durable:
         # Unknown names and wrong types fail here, at import; ranges that depend on the
         # other sources (env, app.conf) are checked once they are merged, on first use.
         DurableConfig.check_keywords(settings)
-        self._config: DurableConfig | None = None
-        self._store: Store | None = None
-        self.workflows: dict[str, WorkflowDefinition] = {}
-        self.steps: dict[str, Step[Any, Any]] = {}
-        self.leases = LeaseKeeper(self)
-        self.sweeper = Sweeper(self)
-        self.dispatch = Dispatch(self)
+        self.runtime = Runtime(app, settings)
         app.steps["worker"].add(DurableSweeper)
         app.steps["worker"].add(SignalQueue)
         register_tasks(app)
         celery_signals.worker_process_shutdown.connect(self._on_process_exit, weak=False)
-        apps.bind(app, self)
+        apps.bind(app, self.runtime)
+        _BOUND.setdefault(app, []).append(self)
 
     def __repr__(self) -> str:
         return f"<Durable app={self.app.main!r} settings={sorted(self._settings)}>"
 
-    # -- configuration ---------------------------------------------------------------------
+    # -- the runtime's parts ------------------------------------------------------------------
 
     @property
     def config(self) -> DurableConfig:
-        if self._config is None:
-            self._config = DurableConfig.from_sources(self._settings, self.app.conf)
-            if self._config.log_json:
-                logs.install_json()
-        return self._config
+        return self.runtime.config
 
     @property
     def store(self) -> Store:
-        if self._store is None:
-            config = self.config
-            self._store = Store(
-                config.database_url,
-                config.table_prefix,
-                config.namespace,
-                pgbouncer=config.pgbouncer,
-                listen_url=config.listen_url,
-                dispatcher=self.dispatcher,
-            )
-        return self._store
+        return self.runtime.store
 
     @property
     def dispatcher(self) -> str:
-        """The broker this app publishes to (its URL without the password): recorded on
-        the runs it starts and its workers claim, so that its sweepers dispatch only
-        those, not the runs of an app on another broker sharing the namespace."""
-        return apps.broker_identity(self.app)
+        """The broker this app publishes to, as its runs record it (see Runtime.dispatcher)."""
+        return self.runtime.dispatcher
+
+    @property
+    def workflows(self) -> dict[str, WorkflowDefinition]:
+        return self.runtime.workflows
+
+    @property
+    def steps(self) -> dict[str, Step[Any, Any]]:
+        return self.runtime.steps
+
+    @property
+    def leases(self) -> LeaseKeeper:
+        return self.runtime.leases
+
+    @property
+    def sweeper(self) -> Sweeper:
+        return self.runtime.sweeper
+
+    @property
+    def dispatch(self) -> Dispatch:
+        return self.runtime.dispatch
 
     # -- registration ------------------------------------------------------------------------
 
@@ -175,7 +185,7 @@ class Durable:
             base=WorkflowTask,
             bind=True,
             shared=False,
-            durable=self,
+            runtime=self.runtime,
             definition=definition,
             **options,
         )(run)
@@ -187,8 +197,8 @@ class Durable:
                 f"workflow name {task_name!r} is already registered (by "
                 f"{earlier.__module__}.{earlier.__qualname__}); pass name= to tell them apart"
             )
-        for other in apps.durables_of(self.app):
-            if other is not self and task_name in other.workflows:
+        for other in apps.runtimes_of(self.app):
+            if other is not self.runtime and task_name in other.workflows:
                 raise DuplicateRegistration(
                     f"workflow name {task_name!r} is already registered on this app"
                 )
@@ -262,19 +272,11 @@ class Durable:
         run = self.store.get_run(workflow_id)
         if run is None:
             raise WorkflowNotFound(workflow_id)
-        return WorkflowHandle(self, workflow_id, run.name)
+        return WorkflowHandle(self.runtime, workflow_id, run.name)
 
     def publish(self, run_id: str, name: str, args: str, queue: str | None) -> None:
         """Publish a stored run's task message (the sweeper's re-dispatch)."""
-        call_args, call_kwargs = serialization.loads(args)
-        options: dict[str, Any] = {"queue": queue} if queue else {}
-        tracing.add_link_headers(options)  # a wake-up's sender, linked by the resumed run
-        task = self.app.tasks.get(name)
-        if isinstance(task, WorkflowTask):
-            # Celery's own apply_async: routing from the task class, eager mode honoured.
-            Task.apply_async(task, call_args, call_kwargs, task_id=run_id, **options)
-        else:  # a workflow this process doesn't import: publish by name
-            self.app.send_task(name, call_args, call_kwargs, task_id=run_id, **options)
+        self.runtime.publish(run_id, name, args, queue)
 
     def send_signal(
         self,
@@ -297,7 +299,7 @@ class Durable:
         if store_first is None:
             store_first = self.database_configured
         return send_signal_via_broker(
-            self, workflow_id, name, payload, idempotency_key, store_first=store_first
+            self.runtime, workflow_id, name, payload, idempotency_key, store_first=store_first
         )
 
     @property
@@ -332,7 +334,7 @@ class Durable:
         Example: ``durable.list_runs("failed", "shop.checkout", since="2h").runs``
         """
         return operations.list_runs(
-            self,
+            self.runtime,
             limit=limit,
             status=status,
             workflow=workflow,
@@ -347,7 +349,7 @@ class Durable:
 
         Example: ``{(c.workflow, c.status): c.runs for c in durable.stats().counts}``
         """
-        return operations.stats(self)
+        return operations.stats(self.runtime)
 
     def resume_runs(
         self,
@@ -364,7 +366,12 @@ class Durable:
         Example: ``durable.resume_runs("shop.checkout", since="2h").resumed``
         """
         return operations.resume_runs(
-            self, workflow=workflow, status=status, since=since, until=until, dry_run=dry_run
+            self.runtime,
+            workflow=workflow,
+            status=status,
+            since=since,
+            until=until,
+            dry_run=dry_run,
         )
 
     def gc(
@@ -380,7 +387,7 @@ class Durable:
 
         Example: ``durable.gc("30d", dry_run=True).runs`` -> ``{"SUCCEEDED": 1200}``
         """
-        return operations.gc(self, older_than, status, dry_run)
+        return operations.gc(self.runtime, older_than, status, dry_run)
 
     def dashboard_app(self, *, asgi: bool = False, **options: Any) -> Any:
         """The dashboard as a WSGI app (ASGI with ``asgi=True``), to mount in a web app;
@@ -410,7 +417,7 @@ class Durable:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def _on_process_exit(self, **_: Any) -> None:
-        if self._store is not None:
+        if self.runtime.store_opened:
             self.leases.release_all()
 
 

@@ -1,12 +1,13 @@
-"""Which :class:`~celery_durable.Durable` instances are bound to which Celery app.
+"""Which :class:`~celery_durable.engine.runtime.Runtime` (one per Durable) is bound to
+which Celery app.
 
 Worker bootsteps and the signal tasks are registered once per app and serve every Durable
-bound to it; they look the instances up here.
+bound to it; they look their runtimes up here.
 
 Example::
 
-    durables_of(app)                 # [<Durable namespace='default'>]
-    durable_for(app, "default")      # the one that serves a namespace
+    runtimes_of(app)                 # [<Runtime app='shop' settings=[...]>]
+    runtime_for(app, "default")      # the one that serves a namespace
     broker_identity(app)             # 'redis://127.0.0.1:6379/0': whose runs it dispatches
 """
 
@@ -19,28 +20,29 @@ from typing import TYPE_CHECKING
 from celery import Celery
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.engine.runtime import Runtime
 
 # The runs table's dispatcher column is a String(255).
 DISPATCHER_MAX = 255
 
-_BOUND: weakref.WeakKeyDictionary[Celery, list[Durable]] = weakref.WeakKeyDictionary()
+_BOUND: weakref.WeakKeyDictionary[Celery, list[Runtime]] = weakref.WeakKeyDictionary()
 
 
-def bind(app: Celery, durable: Durable) -> None:
-    _BOUND.setdefault(app, []).append(durable)
+def bind(app: Celery, runtime: Runtime) -> None:
+    _BOUND.setdefault(app, []).append(runtime)
 
 
-def durables_of(app: Celery) -> list[Durable]:
-    """The Durable instances bound to ``app``, in the order they were created."""
+def runtimes_of(app: Celery) -> list[Runtime]:
+    """The runtimes of the Durable instances bound to ``app``, in the order they were created."""
     return list(_BOUND.get(app, []))
 
 
-def durable_for(app: Celery, namespace: str) -> Durable:
-    """The Durable of ``app`` that serves ``namespace``; LookupError naming it if none."""
-    for durable in durables_of(app):
-        if durable.config.namespace == namespace:
-            return durable
+def runtime_for(app: Celery, namespace: str) -> Runtime:
+    """The runtime of ``app``'s Durable that serves ``namespace``; LookupError naming it
+    if none."""
+    for runtime in runtimes_of(app):
+        if runtime.config.namespace == namespace:
+            return runtime
     raise LookupError(f"no Durable with namespace {namespace!r} is bound to the app {app.main!r}")
 
 

@@ -12,25 +12,25 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.body.context import WorkflowContext
-from celery_durable.engine.items import publish_woken
+from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import ContinuedAsNew
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.engine.runtime import Runtime
 
 logger = logging.getLogger("celery_durable.workflow")
 
 
-def settle_continued(durable: Durable, ctx: WorkflowContext, exc: ContinuedAsNew) -> Any:
+def settle_continued(runtime: Runtime, ctx: WorkflowContext, exc: ContinuedAsNew) -> Any:
     fields = ctx.log_fields()
     carried = ctx.take_deferred()
-    due = durable.store.continue_as_new(
-        ctx.workflow_id, ctx.fence, exc.args_encoded, durable.config.dispatch_grace, carried
+    due = runtime.store.continue_as_new(
+        ctx.workflow_id, ctx.fence, exc.args_encoded, runtime.config.dispatch_grace, carried
     )
     if due == "CANCELLED":
         from celery_durable.engine.settle import finish_or_roll_back
 
-        finish_or_roll_back(durable, ctx, "CANCELLED", None, None)
+        finish_or_roll_back(runtime, ctx, "CANCELLED", None, None)
         logger.info(
             "workflow %s run %s cancelled (instead of continuing as new)",
             ctx.workflow_name,
@@ -52,5 +52,5 @@ def settle_continued(durable: Durable, ctx: WorkflowContext, exc: ContinuedAsNew
         ctx.workflow_id,
         extra=fields,
     )
-    publish_woken(durable, due, "it continued as new")
+    publish_woken(runtime, due, "it continued as new")
     return "continued as new"

@@ -20,8 +20,7 @@ from celery_durable.engine.settle import settle_stop_or_error, settle_success
 from celery_durable.store import Claim, RunRecord, Store, is_unreachable
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
-    from celery_durable.runs.task import WorkflowDefinition
+    from celery_durable.engine.runtime import Runtime, WorkflowDefinition
 
 logger = logging.getLogger("celery_durable.workflow")
 
@@ -41,14 +40,14 @@ def request_header(request: Any, name: str) -> Any:
 
 
 def execute(
-    durable: Durable,
+    runtime: Runtime,
     definition: WorkflowDefinition,
     request: Any,
     time_limit: float | None = None,
 ) -> Any:
     """Claim the run named by the Celery task id, replay its body, settle the outcome;
     ``time_limit``: the task's hard time limit (the message's own wins)."""
-    store, config = durable.store, durable.config
+    store, config = runtime.store, runtime.config
     hard_deadline = shutdown.hard_deadline(request, time_limit, time.monotonic())
     run_id: str = request.id
     problem = validate.id_problem(run_id)
@@ -58,8 +57,8 @@ def execute(
         fields = run_fields(repr(run_id)[:255], definition.name)
         text = f"its task id (the workflow id) is invalid: {problem}"
         log_malformed(logger, f"{definition.name} workflow", run_id, text, extra=fields)
-        raise taskevents.ended(durable.app, run_id, None, f"malformed message: {text}")
-    owner = durable.leases.owner
+        raise taskevents.ended(runtime.app, run_id, None, f"malformed message: {text}")
+    owner = runtime.leases.owner
     try:
         claim = store.claim_run(run_id, owner, config.lock_timeout, config.max_recoveries)
         if claim is None and request_header(request, TRANSACTIONAL_HEADER):
@@ -71,8 +70,8 @@ def execute(
             raise ClaimUnavailable(str(exc)) from exc
         raise
     if claim is None:
-        run = _log_unclaimed(durable, definition, run_id)
-        raise taskevents.unclaimed(durable.app, run_id, run)
+        run = _log_unclaimed(runtime, definition, run_id)
+        raise taskevents.unclaimed(runtime.app, run_id, run)
     history = store.load_steps(run_id) if claim.has_steps else {}
     ctx = WorkflowContext(
         store=store,
@@ -84,7 +83,7 @@ def execute(
         queue=claim.queue,
         parent_id=claim.parent_id,
         parent_idx=claim.parent_idx,
-        dispatcher=durable.dispatch,
+        dispatcher=runtime.dispatch,
         lease=LeaseClock(config.lock_timeout),
         deferred_max_steps=config.deferred_max_steps,
         deferred_max_age=config.deferred_max_age,
@@ -102,23 +101,23 @@ def execute(
         extra=ctx.log_fields(0),
     )
     tracing.claimed(claim.attempts, len(history))
-    taskevents.resumed(durable.app, ctx)
+    taskevents.resumed(runtime.app, ctx)
     args, kwargs = serialization.loads(claim.args)
-    durable.leases.track(run_id, ctx.lease)
+    runtime.leases.track(run_id, ctx.lease)
     ctx.compensable = claim.compensable
     if rollback.resumable(ctx, claim):  # a saga cancelled while idle, or died rolling back
         try:
-            status = rollback.resume(durable, ctx)
+            status = rollback.resume(runtime, ctx)
         finally:
-            durable.leases.untrack(run_id)
+            runtime.leases.untrack(run_id)
         # Never a SUCCESS in Flower: the delivery ended a rollback.
         line = taskevents.ctx_line(ctx)
         if status == "CANCELLED":
-            raise taskevents.ended(durable.app, run_id, taskevents.CANCELLED, f"rolled back {line}")
+            raise taskevents.ended(runtime.app, run_id, taskevents.CANCELLED, f"rolled back {line}")
         if status == "FAILED":
-            taskevents.emit(durable.app, run_id, taskevents.FAILING, result=f"rolled back {line}")
+            taskevents.emit(runtime.app, run_id, taskevents.FAILING, result=f"rolled back {line}")
             raise taskevents.RunFailed(f"failed, rolled back {line}")
-        raise taskevents.ended(durable.app, run_id, None, "lease lost during the rollback")
+        raise taskevents.ended(runtime.app, run_id, None, "lease lost during the rollback")
     token = activate(ctx)
     try:
         try:
@@ -133,13 +132,13 @@ def execute(
         )
     except BaseException as raised:  # noqa: BLE001 - every exception is settled
         # Why the body was told to stop wins over what its finally blocks raised after.
-        return settle_stop_or_error(durable, ctx, claim, ctx.stopping or raised)
+        return settle_stop_or_error(runtime, ctx, claim, ctx.stopping or raised)
     else:
         # Outside the try: a failed settle leaves the run to its lease, never to a retry.
-        settle_success(durable, ctx, encoded)
-        return taskevents.finished(durable.app, ctx, value)
+        settle_success(runtime, ctx, encoded)
+        return taskevents.finished(runtime.app, ctx, value)
     finally:
-        durable.leases.untrack(run_id)
+        runtime.leases.untrack(run_id)
 
 
 def _claim_when_visible(
@@ -159,16 +158,16 @@ def _claim_when_visible(
 
 
 def _log_unclaimed(
-    durable: Durable, definition: WorkflowDefinition, run_id: str
+    runtime: Runtime, definition: WorkflowDefinition, run_id: str
 ) -> RunRecord | None:
-    run = durable.store.get_run(run_id)
+    run = runtime.store.get_run(run_id)
     fields = run_fields(run_id, definition.name, run.attempts if run else None)
     if run is None:
         logger.warning(
             "workflow %s: no run %r in namespace %r; message dropped",
             definition.name,
             run_id,
-            durable.config.namespace,
+            runtime.config.namespace,
             extra=fields,
         )
     else:

@@ -1,5 +1,6 @@
 """Item tasks: each step's own Celery task, which runs the items of fan-outs (``cd.map``,
-``step.start``, routed steps) outside the workflow body; their publishing; cancellation.
+``step.start``, routed steps) outside the workflow body; cancellation (their publishing is
+in :mod:`celery_durable.engine.publish`).
 
 Every step is registered as a Celery task under its own name (Flower shows items under
 it), with ``acks_late`` and ``reject_on_worker_lost``. A message carries only (namespace,
@@ -20,25 +21,23 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery, Task
 from celery.exceptions import TaskRevokedError
 from kombu.utils.encoding import safe_repr
 
-from celery_durable.body.fanout import derived_id
 from celery_durable.core import faults, serialization, tracing, validate
 from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.engine import policy as shutdown
 from celery_durable.engine import taskevents
-from celery_durable.engine.apps import durable_for
+from celery_durable.engine.apps import runtime_for
+from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import DuplicateRegistration, NotSerialisable, PermanentError
 from celery_durable.store import (
     CLAIM,
     RUN,
     Cancellation,
-    DueRun,
     ItemClaim,
     ItemWrite,
     OpenItem,
@@ -47,7 +46,7 @@ from celery_durable.store import (
 
 if TYPE_CHECKING:
     from celery_durable.body.step import Step
-    from celery_durable.durable import Durable
+    from celery_durable.engine.runtime import Runtime
     from celery_durable.store import Store
 
 logger = logging.getLogger("celery_durable.items")
@@ -56,91 +55,16 @@ logger = logging.getLogger("celery_durable.items")
 REVOKED = "revoked (celery control revoke)"
 
 
-def item_task_id(run_id: str, idx: int, item: int) -> str:
-    """The Celery task id of an item: derived, so every dispatch of it is the same task."""
-    return derived_id(f"{run_id}:{idx}:{item}")
-
-
-class Dispatch:
-    """Publishes item tasks and runs for a body (the context's ``Dispatcher``)."""
-
-    def __init__(self, durable: Durable) -> None:
-        self.durable = durable
-
-    @property
-    def dispatch_grace(self) -> float:
-        return self.durable.config.dispatch_grace
-
-    def publish_items(
-        self, step_name: str, queue: str | None, run_id: str, idx: int, items: Iterable[int]
-    ) -> None:
-        app = self.durable.app
-        namespace = self.durable.config.namespace
-        options: dict[str, Any] = {"queue": queue} if queue else {}
-        tracing.add_start_headers(options)  # each item's span: a child of the dispatcher's
-        task = app.tasks.get(step_name)
-        try:
-            if app.conf.task_always_eager or task is None:
-                for item in items:
-                    self._publish_one(task, step_name, (namespace, run_id, idx, item), options)
-                return
-            # One producer (one connection) for the whole batch.
-            with app.producer_or_acquire() as producer:
-                for item in items:
-                    args = (namespace, run_id, idx, item)
-                    self._publish_one(task, step_name, args, {**options, "producer": producer})
-        except Exception:
-            logger.exception(
-                "publishing items of step %d (%s) of run %s failed; the sweeper publishes "
-                "them after durable_dispatch_grace",
-                idx,
-                step_name,
-                run_id,
-                extra=run_fields(run_id, step_index=idx),
-            )
-
-    def _publish_one(
-        self, task: Task | None, name: str, args: tuple[Any, ...], options: dict[str, Any]
-    ) -> None:
-        task_id = item_task_id(args[1], args[2], args[3])
-        if task is not None:
-            # Through the registered task: task_always_eager runs the item in-process.
-            task.apply_async(args, task_id=task_id, **options)
-        else:  # a step this process doesn't import: publish by name
-            self.durable.app.send_task(name, args, task_id=task_id, **options)
-
-    def publish_run(self, run: DueRun) -> None:
-        self.durable.publish(run.id, run.name, run.args, run.queue)
-
-
-def publish_woken(durable: Durable, woken: DueRun | None, why: str) -> None:
-    """Publish a parent an item (or child) woke; a lost publish is the sweeper's."""
-    if woken is None:
-        return
-    fields = run_fields(woken.id, woken.name)
-    try:
-        durable.publish(woken.id, woken.name, woken.args, woken.queue)
-    except Exception:
-        logger.exception(
-            "publishing workflow run %s (%s) failed; the sweeper dispatches it",
-            woken.id,
-            why,
-            extra=fields,
-        )
-        return
-    logger.info("workflow %s run %s woken: %s", woken.name, woken.id, why, extra=fields)
-
-
-def cancel(durable: Durable, run_id: str, reason: str | None) -> Cancellation:
+def cancel(runtime: Runtime, run_id: str, reason: str | None) -> Cancellation:
     """Cancel a run, its pending items and its (not detached) children; publish the
     parents their cancelled children woke."""
-    cancelled = durable.store.cancel_run(run_id, reason, durable.config.dispatch_grace)
+    cancelled = runtime.store.cancel_run(run_id, reason, runtime.config.dispatch_grace)
     for woken in cancelled.woken:
-        publish_woken(durable, woken, "a child it waited for was cancelled")
+        publish_woken(runtime, woken, "a child it waited for was cancelled")
     return cancelled
 
 
-def revoke_item(durable: Durable, task_id: str) -> bool:
+def revoke_item(runtime: Runtime, task_id: str) -> bool:
     """``celery control revoke`` of an item's task id (``<run id>:<step>:<item>``): settle
     the item "revoked" in the store, so that no delivery of it runs again (Celery's own
     revoked set is in memory, per worker), and publish the parent it woke. False when the
@@ -151,7 +75,7 @@ def revoke_item(durable: Durable, task_id: str) -> bool:
         return False
     run_id, idx, item = parts[0], int(parts[1]), int(parts[2])
     error = serialization.encode_error(TaskRevokedError(REVOKED))
-    written = durable.store.revoke_item(run_id, idx, item, error, durable.config.dispatch_grace)
+    written = runtime.store.revoke_item(run_id, idx, item, error, runtime.config.dispatch_grace)
     if written is None:
         return False
     logger.warning(
@@ -163,7 +87,7 @@ def revoke_item(durable: Durable, task_id: str) -> bool:
         task_id,
         extra={**run_fields(run_id, step_index=idx), "item": item},
     )
-    publish_woken(durable, written.woken, f"item {item} of step {idx} was revoked")
+    publish_woken(runtime, written.woken, f"item {item} of step {idx} was revoked")
     return True
 
 
@@ -192,12 +116,12 @@ def register_item_task(app: Celery, step: Step[Any, Any]) -> None:
         )
 
     def run_item(task: ItemTask, *args: Any, **kwargs: Any) -> Any:
-        durable = _item_target(app, task, args, kwargs)
-        if durable is None:
+        runtime = _item_target(app, task, args, kwargs)
+        if runtime is None:
             return None
         _, run_id, idx, item = args
         with tracing.item(task.name, task.request, run_id, idx, item):
-            return execute_item(durable, task, run_id, idx, item)
+            return execute_item(runtime, task, run_id, idx, item)
 
     run_item.__name__ = getattr(step.fn, "__name__", "run_item")
     run_item.__qualname__ = getattr(step.fn, "__qualname__", "run_item")
@@ -209,7 +133,7 @@ def register_item_task(app: Celery, step: Step[Any, Any]) -> None:
 _MAX_INDEX = 2**31 - 1  # the step and item columns are Postgres integers
 
 
-def _item_target(app: Celery, task: Task, args: Any, kwargs: Any) -> Durable | None:
+def _item_target(app: Celery, task: Task, args: Any, kwargs: Any) -> Runtime | None:
     """The Durable an item message is for; None (refused by name, logged once) when its
     arguments don't fit, can't be a run id and indexes, or name an unknown namespace."""
     expected = "(namespace, run id, step index, item number)"
@@ -225,7 +149,7 @@ def _item_target(app: Celery, task: Task, args: Any, kwargs: Any) -> Durable | N
             problem = f"the namespace is {type(namespace).__name__}, not a string"
         else:
             try:
-                return durable_for(app, namespace)
+                return runtime_for(app, namespace)
             except LookupError:
                 problem = f"no Durable serves the namespace {namespace!r} here"
     fields = run_fields(repr(args[1])[:255] if len(args) > 1 else None)
@@ -233,12 +157,12 @@ def _item_target(app: Celery, task: Task, args: Any, kwargs: Any) -> Durable | N
     return None
 
 
-def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int) -> Any:
+def execute_item(runtime: Runtime, task: Task, run_id: str, idx: int, item: int) -> Any:
     """Run the item's step under the step's retry policy and record the outcome: a first
     delivery in one open transaction (``store.open_item``), anything else after a claim.
     Returns the step's value; an item that failed for good raises its exception (Celery's
     FAILURE), one that did not run or waits out a backoff raises DeliveryEnded."""
-    store = durable.store
+    store = runtime.store
     deadline = shutdown.hard_deadline(task.request, task.time_limit, time.monotonic())
     fields = {**run_fields(run_id, step_index=idx), "item": item, "step": task.name}
     redelivered = bool((task.request.delivery_info or {}).get("redelivered"))
@@ -246,20 +170,20 @@ def execute_item(durable: Durable, task: Task, run_id: str, idx: int, item: int)
     verdict = CLAIM if opened is None else opened.verdict
     if opened is not None and opened.claim is not None and verdict == RUN:
         _claimed(task, opened.claim, fields)
-        durable.leases.track_open_item(opened)
+        runtime.leases.track_open_item(opened)
         try:
-            value = _run_claimed(durable, task, opened, opened.claim, fields)
+            value = _run_claimed(runtime, task, opened, opened.claim, fields)
         except BaseException as exc:
             opened.abandon()  # a no-op once the outcome is written
             if opened.owner is not None:  # the heartbeat traded the transaction for a lease
-                _give_back_if_stopped(durable, task, (*opened.key, opened.owner), exc, deadline)
+                _give_back_if_stopped(runtime, task, (*opened.key, opened.owner), exc, deadline)
             raise
         finally:
-            durable.leases.untrack_open_item(opened)
-        return _finished(durable, task, value, fields)
+            runtime.leases.untrack_open_item(opened)
+        return _finished(runtime, task, value, fields)
     if verdict == CLAIM:
-        return _claim_and_run(durable, task, run_id, idx, item, fields, deadline)
-    raise _not_claimed(durable, task, fields)
+        return _claim_and_run(runtime, task, run_id, idx, item, fields, deadline)
+    raise _not_claimed(runtime, task, fields)
 
 
 def _line(task: Task, fields: dict[str, Any]) -> str:
@@ -273,7 +197,7 @@ def _line(task: Task, fields: dict[str, Any]) -> str:
     )
 
 
-def _not_claimed(durable: Durable, task: Task, fields: dict[str, Any]) -> BaseException:
+def _not_claimed(runtime: Runtime, task: Task, fields: dict[str, Any]) -> BaseException:
     logger.info(
         "item %d of step %d (%s) of run %s not claimed (recorded already, running "
         "elsewhere or waiting out a retry backoff); delivery acknowledged",
@@ -285,7 +209,7 @@ def _not_claimed(durable: Durable, task: Task, fields: dict[str, Any]) -> BaseEx
     )
     # No event: Flower keeps what the delivery that runs (or ran) the item reported.
     text = f"item not claimed {_line(task, fields)}"
-    return taskevents.ended(durable.app, task.request.id, None, text)
+    return taskevents.ended(runtime.app, task.request.id, None, text)
 
 
 def _claimed(task: Task, claim: ItemClaim, fields: dict[str, Any]) -> None:
@@ -301,12 +225,12 @@ def _claimed(task: Task, claim: ItemClaim, fields: dict[str, Any]) -> None:
     )
 
 
-def _finished(durable: Durable, task: Task, value: Any, fields: dict[str, Any]) -> Any:
-    return taskevents.finished_task(durable.app, task.request.id, value, _line(task, fields))
+def _finished(runtime: Runtime, task: Task, value: Any, fields: dict[str, Any]) -> Any:
+    return taskevents.finished_task(runtime.app, task.request.id, value, _line(task, fields))
 
 
 def _claim_and_run(
-    durable: Durable,
+    runtime: Runtime,
     task: Task,
     run_id: str,
     idx: int,
@@ -314,11 +238,11 @@ def _claim_and_run(
     fields: dict[str, Any],
     deadline: float | None,
 ) -> Any:
-    store, config = durable.store, durable.config
-    owner = durable.leases.item_token()
+    store, config = runtime.store, runtime.config
+    owner = runtime.leases.item_token()
     claim = store.claim_item(run_id, idx, item, owner, config.lock_timeout, config.max_recoveries)
     if claim is None:
-        raise _not_claimed(durable, task, fields)
+        raise _not_claimed(runtime, task, fields)
     _claimed(task, claim, fields)
     if claim.status == "cancelled":
         logger.info(
@@ -330,21 +254,21 @@ def _claim_and_run(
             extra=fields,
         )
         text = f"cancelled with its run {_line(task, fields)}"
-        raise taskevents.ended(durable.app, task.request.id, taskevents.CANCELLED, text)
+        raise taskevents.ended(runtime.app, task.request.id, taskevents.CANCELLED, text)
     held = (run_id, idx, item, owner)
-    durable.leases.track_item(held)
+    runtime.leases.track_item(held)
     try:
-        value = _run_claimed(durable, task, _Claimed(store, held), claim, fields)
-        return _finished(durable, task, value, fields)
+        value = _run_claimed(runtime, task, _Claimed(store, held), claim, fields)
+        return _finished(runtime, task, value, fields)
     except BaseException as exc:
-        _give_back_if_stopped(durable, task, held, exc, deadline)
+        _give_back_if_stopped(runtime, task, held, exc, deadline)
         raise
     finally:
-        durable.leases.untrack_item(held)
+        runtime.leases.untrack_item(held)
 
 
 def _give_back_if_stopped(
-    durable: Durable,
+    runtime: Runtime,
     task: Task,
     held: tuple[str, int, int, str],
     exc: BaseException,
@@ -353,7 +277,7 @@ def _give_back_if_stopped(
     """The item's process is being stopped: give the item back, due at once; not a failed
     attempt."""
     stopped_by = shutdown.interruption(exc, deadline)
-    if stopped_by is not None and durable.store.release_items([held]):
+    if stopped_by is not None and runtime.store.release_items([held]):
         run_id, idx, item, _ = held
         logger.warning(
             "item %d of step %d (%s) of run %s interrupted by %s; lease given back",
@@ -386,7 +310,7 @@ class _Claimed:
 
 
 def _run_claimed(
-    durable: Durable,
+    runtime: Runtime,
     task: Task,
     writer: _Claimed | OpenItem,
     claim: ItemClaim,
@@ -395,8 +319,8 @@ def _run_claimed(
     """Run the claimed item and record its outcome; returns the step's value, raises the
     step's exception when the item failed for good."""
     run_id, idx, item = fields["workflow_id"], fields["step_index"], fields["item"]
-    config = durable.config
-    step = durable.steps.get(claim.name)
+    config = runtime.config
+    step = runtime.steps.get(claim.name)
     attempt = claim.attempts
     status, output, error = "error", None, None
     value: Any = None
@@ -410,7 +334,7 @@ def _run_claimed(
             try:
                 value = step.fn(*args, **kwargs)
                 output = serialization.encode_value(
-                    f"step {step.name}", value, durable.config.max_payload_bytes
+                    f"step {step.name}", value, runtime.config.max_payload_bytes
                 )
                 status = "ok"
                 break
@@ -445,7 +369,7 @@ def _run_claimed(
                 line = taskevents.run_line(run_id, attempt, idx, step.name, item=item)
                 text = f"retry attempt {attempt + 1} in {delay:.2f}s {line}"
                 raise taskevents.ended(
-                    durable.app, task.request.id, taskevents.RETRIED, text, exception=safe_repr(exc)
+                    runtime.app, task.request.id, taskevents.RETRIED, text, exception=safe_repr(exc)
                 ) from exc
     written = writer.settle(status, output, error, config.dispatch_grace)
     if written.outcome is not Outcome.RECORDED:
@@ -461,7 +385,7 @@ def _run_claimed(
             "ran, but another delivery recorded the item first (or its run was cancelled, "
             "or it was revoked)"
         )
-        raise taskevents.ended(durable.app, task.request.id, None, text)
+        raise taskevents.ended(runtime.app, task.request.id, None, text)
     logger.debug(
         "item %d of step %d (%s) of run %s recorded %s%s",
         item,
@@ -473,7 +397,7 @@ def _run_claimed(
         extra=fields,
     )
     faults.reach(faults.AFTER_RECORD_ITEM, **fields)
-    publish_woken(durable, written.woken, f"item {item} of step {idx} settled")
+    publish_woken(runtime, written.woken, f"item {item} of step {idx} settled")
     if failure is not None:
         raise failure  # recorded: Celery's FAILURE shows it (the parent gets the record)
     return value

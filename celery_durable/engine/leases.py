@@ -27,7 +27,7 @@ from celery_durable.store import OpenItem
 from celery_durable.store.db.outage import describe, is_unreachable, summary
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.engine.runtime import Runtime
 
 logger = logging.getLogger("celery_durable.worker")
 
@@ -40,8 +40,8 @@ class FailureLog:
     the traceback for any other error. The first success afterwards logs one line.
     """
 
-    def __init__(self, durable: Durable, what: str) -> None:
-        self.durable = durable
+    def __init__(self, runtime: Runtime, what: str) -> None:
+        self.runtime = runtime
         self.what = what
         self.count = 0
 
@@ -51,11 +51,11 @@ class FailureLog:
             return  # not a power of two: this backoff step was logged already
         where = f"{self.what} failed ({self.count} in a row; next try in {next_try:.1f}s)"
         if is_unreachable(exc):
-            url = describe(self.durable.store.url)
+            url = describe(self.runtime.store.url)
             logger.error("%s: the database %s is unreachable: %s", where, url, summary(exc))
             return
         try:
-            self.durable.store.raise_if_tables_missing(exc)
+            self.runtime.store.raise_if_tables_missing(exc)
         except Exception as explained:  # noqa: BLE001 - log the clearer message
             logger.error("%s: %s", where, explained)
             return
@@ -81,8 +81,8 @@ os.register_at_fork(after_in_child=_reset_keepers_after_fork)
 class LeaseKeeper:
     """Renews the leases of the runs this process executes, one statement per beat."""
 
-    def __init__(self, durable: Durable) -> None:
-        self.durable = durable
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self._pid = -1
         self._owner = ""
         self._runs: Counter[str] = Counter()
@@ -95,7 +95,7 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._failures = FailureLog(durable, "lease heartbeat")
+        self._failures = FailureLog(runtime, "lease heartbeat")
         _KEEPERS.add(self)
 
     @property
@@ -116,7 +116,7 @@ class LeaseKeeper:
         self._thread = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._failures = FailureLog(self.durable, "lease heartbeat")
+        self._failures = FailureLog(self.runtime, "lease heartbeat")
 
     def track(self, run_id: str, clock: LeaseClock | None = None) -> None:
         """Keep renewing ``run_id``'s lease; each renewal is noted on ``clock``."""
@@ -166,7 +166,7 @@ class LeaseKeeper:
             due = [o for o, since in self._open.items() if time.monotonic() - since >= period]
         for opened in due:
             owner = self.item_token()
-            if opened.convert(owner, self.durable.config.lock_timeout):
+            if opened.convert(owner, self.runtime.config.lock_timeout):
                 self.track_item((*opened.key, owner))
             with self._lock:
                 self._open.pop(opened, None)
@@ -187,12 +187,12 @@ class LeaseKeeper:
             return sorted(self._runs)
 
     def _beat(self) -> None:
-        config = self.durable.config
+        config = self.runtime.config
         period = config.lock_timeout / 3
         delay = period
         while not self._stop.wait(delay):
             delay = period
-            store = self.durable.store
+            store = self.runtime.store
             try:
                 self._convert_long_items(period)
                 runs, items = self.running(), self.items()
@@ -224,8 +224,8 @@ class LeaseKeeper:
         if self._pid != os.getpid():
             return []
         try:
-            released = self.durable.store.release_owner(self._owner, self.running())
-            self.durable.store.release_items(self.items())
+            released = self.runtime.store.release_owner(self._owner, self.running())
+            self.runtime.store.release_items(self.items())
         except Exception:
             logger.exception("could not give back the leases of %s", self._owner)
             return []

@@ -31,7 +31,7 @@ from celery_durable.errors import LeaseLost, StoreUnavailable
 from celery_durable.store import Claim, StepRecord
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.engine.runtime import Runtime
 
 logger = logging.getLogger("celery_durable.workflow")
 
@@ -58,10 +58,10 @@ def resumable(ctx: WorkflowContext, claim: Claim) -> bool:
     return (claim.cancel_requested and claim.compensable) or _marker(ctx) is not None
 
 
-def resume(durable: Durable, ctx: WorkflowContext) -> str | None:
+def resume(runtime: Runtime, ctx: WorkflowContext) -> str | None:
     """Finish (or start, for a cancelled saga) the rollback of a claimed run, and settle;
     the final status (None: the lease was lost)."""
-    status = settle(durable, ctx, "CANCELLED", None, None)
+    status = settle(runtime, ctx, "CANCELLED", None, None)
     logger.info(
         "workflow %s run %s rolled back: %s",
         ctx.workflow_name,
@@ -73,7 +73,7 @@ def resume(durable: Durable, ctx: WorkflowContext) -> str | None:
 
 
 def settle(
-    durable: Durable,
+    runtime: Runtime,
     ctx: WorkflowContext,
     status: str,
     error: str | None,
@@ -104,10 +104,10 @@ def settle(
             decoded["message"] += f" (and {len(failures)} compensation(s) failed)"
             error = serialization.dumps(decoded)
         outcome = COMPENSATION_FAILED if failures else COMPENSATED
-        if not durable.store.set_compensation(ctx.workflow_id, ctx.fence, outcome):
+        if not runtime.store.set_compensation(ctx.workflow_id, ctx.fence, outcome):
             return None
     except LeaseLost:
         return None
     except StoreUnavailable as exc:
         raise exc.__cause__ or RuntimeError(str(exc)) from None
-    return finish(durable, ctx, status, error=error)
+    return finish(runtime, ctx, status, error=error)

@@ -24,7 +24,7 @@ from celery_durable.core import faults, serialization
 from celery_durable.core.retry import backoff, retryable
 from celery_durable.engine import policy as shutdown
 from celery_durable.engine import taskevents
-from celery_durable.engine.items import publish_woken
+from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import (
     ContinuedAsNew,
     LeaseLost,
@@ -35,16 +35,16 @@ from celery_durable.errors import (
 from celery_durable.store import Claim, StepRecord
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.engine.runtime import Runtime
 
 logger = logging.getLogger("celery_durable.workflow")
 
 
 def settle_stop_or_error(
-    durable: Durable, ctx: WorkflowContext, claim: Claim, exc: BaseException
+    runtime: Runtime, ctx: WorkflowContext, claim: Claim, exc: BaseException
 ) -> Any:
     fields = ctx.log_fields()
-    name, run_id, app = ctx.workflow_name, ctx.workflow_id, durable.app
+    name, run_id, app = ctx.workflow_name, ctx.workflow_id, runtime.app
     if isinstance(exc, Suspended):
         logger.info(
             "workflow %s run %s is %s; its worker slot is free",
@@ -66,16 +66,16 @@ def settle_stop_or_error(
     if isinstance(exc, ContinuedAsNew):
         from celery_durable.engine.continue_as_new import settle_continued
 
-        if settle_continued(durable, ctx, exc) is None:
+        if settle_continued(runtime, ctx, exc) is None:
             raise taskevents.ended(app, run_id, None, "not continued: cancelled or lease lost")
         # The same task id is published again: to Celery this delivery is a retry.
         text = f"continued as new {taskevents.ctx_line(ctx)}"
         raise taskevents.ended(app, run_id, taskevents.RETRIED, text)
     if isinstance(exc, WorkflowCancelled) and exc.workflow_id == run_id:
-        if finish_or_roll_back(durable, ctx, "CANCELLED", None, None):
+        if finish_or_roll_back(runtime, ctx, "CANCELLED", None, None):
             faults.reach(faults.AFTER_SETTLE, **fields)
             logger.info("workflow %s run %s cancelled: %s", name, run_id, exc.reason, extra=fields)
-            raise _cancelled(durable, ctx, exc.reason)
+            raise _cancelled(runtime, ctx, exc.reason)
         raise taskevents.ended(app, run_id, None, "lease lost before the cancel was settled")
     if isinstance(exc, StoreUnavailable):
         logger.error(
@@ -86,15 +86,15 @@ def settle_stop_or_error(
             extra=fields,
         )
         raise exc.__cause__ or RuntimeError(str(exc))
-    return _settle_error(durable, ctx, claim, exc)
+    return _settle_error(runtime, ctx, claim, exc)
 
 
-def settle_success(durable: Durable, ctx: WorkflowContext, encoded: str) -> None:
+def settle_success(runtime: Runtime, ctx: WorkflowContext, encoded: str) -> None:
     """Store the result; raises DeliveryEnded when the run was cancelled or lost instead."""
     fields = ctx.log_fields()
     failed = ctx.failed_step
     caught = failed.record if failed is not None and not failed.written else None
-    status = finish(durable, ctx, "SUCCEEDED", result=encoded, step=caught)
+    status = finish(runtime, ctx, "SUCCEEDED", result=encoded, step=caught)
     faults.reach(faults.AFTER_SETTLE, **fields)
     if status == "SUCCEEDED":
         logger.info(
@@ -108,25 +108,25 @@ def settle_success(durable: Durable, ctx: WorkflowContext, encoded: str) -> None
             ctx.workflow_id,
             extra=fields,
         )
-        raise _cancelled(durable, ctx)
+        raise _cancelled(runtime, ctx)
     logger.warning(
         "workflow %s run %s finished but lost its lease before settling",
         ctx.workflow_name,
         ctx.workflow_id,
         extra=fields,
     )
-    raise taskevents.ended(durable.app, ctx.workflow_id, None, "lease lost before settling")
+    raise taskevents.ended(runtime.app, ctx.workflow_id, None, "lease lost before settling")
 
 
 def _cancelled(
-    durable: Durable, ctx: WorkflowContext, reason: str | None = None
+    runtime: Runtime, ctx: WorkflowContext, reason: str | None = None
 ) -> taskevents.DeliveryEnded:
     text = f"cancelled: {reason or 'cancel requested'} {taskevents.ctx_line(ctx)}"
-    return taskevents.ended(durable.app, ctx.workflow_id, taskevents.CANCELLED, text)
+    return taskevents.ended(runtime.app, ctx.workflow_id, taskevents.CANCELLED, text)
 
 
 def finish(
-    durable: Durable,
+    runtime: Runtime,
     ctx: WorkflowContext,
     status: str,
     *,
@@ -136,7 +136,7 @@ def finish(
 ) -> str | None:
     """Settle the run; a child's settle also gives its parent's item the outcome (and
     wakes the parent), in the same transaction. Ordinary runs keep the one statement."""
-    store = durable.store
+    store = runtime.store
     if ctx.parent_id is None or ctx.parent_idx is None:
         return store.settle_run(
             ctx.workflow_id,
@@ -153,18 +153,18 @@ def finish(
         status,
         parent_id=ctx.parent_id,
         parent_idx=ctx.parent_idx,
-        grace=durable.config.dispatch_grace,
+        grace=runtime.config.dispatch_grace,
         result=result,
         error=error,
         step=step,
         carried=ctx.take_deferred(),
     )
-    publish_woken(durable, woken, f"its child {ctx.workflow_id} finished")
+    publish_woken(runtime, woken, f"its child {ctx.workflow_id} finished")
     return final
 
 
 def finish_or_roll_back(
-    durable: Durable,
+    runtime: Runtime,
     ctx: WorkflowContext,
     status: str,
     error: str | None,
@@ -174,17 +174,17 @@ def finish_or_roll_back(
     from celery_durable.engine import rollback  # it settles through finish(): imported on use
 
     if rollback.needed(ctx):
-        return rollback.settle(durable, ctx, status, error, step)
-    return finish(durable, ctx, status, error=error, step=step)
+        return rollback.settle(runtime, ctx, status, error, step)
+    return finish(runtime, ctx, status, error=error, step=step)
 
 
-def _child_cancelled_on_retry(durable: Durable, ctx: WorkflowContext) -> None:
+def _child_cancelled_on_retry(runtime: Runtime, ctx: WorkflowContext) -> None:
     """A child cancelled while scheduling its retry: its parent's item learns it now."""
     if ctx.parent_id is not None and ctx.parent_idx is not None:
-        woken = durable.store.settle_child_item(
-            ctx.parent_id, ctx.parent_idx, ctx.workflow_id, durable.config.dispatch_grace
+        woken = runtime.store.settle_child_item(
+            ctx.parent_id, ctx.parent_idx, ctx.workflow_id, runtime.config.dispatch_grace
         )
-        publish_woken(durable, woken, f"its child {ctx.workflow_id} was cancelled")
+        publish_woken(runtime, woken, f"its child {ctx.workflow_id} was cancelled")
 
 
 def _ended_the_attempt(ctx: WorkflowContext, exc: BaseException) -> bool:
@@ -201,8 +201,8 @@ def _ended_the_attempt(ctx: WorkflowContext, exc: BaseException) -> bool:
     return False
 
 
-def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: BaseException) -> Any:
-    store, config = durable.store, durable.config
+def _settle_error(runtime: Runtime, ctx: WorkflowContext, claim: Claim, exc: BaseException) -> Any:
+    store, config = runtime.store, runtime.config
     # Which step's failure ended the attempt, kept with the error: a resume runs that step
     # again instead of replaying its failure.
     ended = ctx.failed_step.record.idx if ctx.failed_step and _ended_the_attempt(ctx, exc) else None
@@ -256,9 +256,9 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
                 extra=fields,
             )
         elif status == "CANCELLED":
-            _child_cancelled_on_retry(durable, ctx)
+            _child_cancelled_on_retry(runtime, ctx)
             _log_cancelled_after_failure(ctx)
-            raise _cancelled(durable, ctx)
+            raise _cancelled(runtime, ctx)
         else:
             _log_lost_at_settle(ctx)
         if interrupted:
@@ -267,10 +267,10 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
         # The message is the result Flower shows for RETRY (taskevents.WorkflowRequest).
         message = f"retry attempt {claim.attempts + 1} at {when.isoformat()} {_line(ctx)}"
         raise Retry(message, exc=exc, when=when) from exc
-    status = finish_or_roll_back(durable, ctx, "FAILED", error, _failed_step_record(ctx, exc))
+    status = finish_or_roll_back(runtime, ctx, "FAILED", error, _failed_step_record(ctx, exc))
     if status == "CANCELLED":
         _log_cancelled_after_failure(ctx)
-        raise _cancelled(durable, ctx)
+        raise _cancelled(runtime, ctx)
     if status == "FAILED":
         faults.reach(faults.AFTER_SETTLE, **fields)
         logger.error(
@@ -284,7 +284,7 @@ def _settle_error(durable: Durable, ctx: WorkflowContext, claim: Claim, exc: Bas
         )
         # Celery's FAILURE follows and wins; this carries the run's line into its result.
         text = f"failed for good on attempt {claim.attempts} of {claim.max_attempts} {_line(ctx)}"
-        taskevents.emit(durable.app, ctx.workflow_id, taskevents.FAILING, result=text)
+        taskevents.emit(runtime.app, ctx.workflow_id, taskevents.FAILING, result=text)
     else:
         _log_lost_at_settle(ctx)
     if not isinstance(exc, Exception) and not interrupted:

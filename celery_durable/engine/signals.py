@@ -22,12 +22,13 @@ from celery_durable.body.suspend import check_signal_name
 from celery_durable.core import serialization, tracing, validate
 from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.core.retry import backoff
-from celery_durable.engine.apps import durable_for, durables_of
+from celery_durable.engine.apps import runtime_for, runtimes_of
+from celery_durable.engine.publish import publish_or_leave
 from celery_durable.errors import PendingSignalsFull, WorkflowAlreadyCompleted, WorkflowNotFound
 from celery_durable.store import FINISHED_STATUSES, Outcome, is_unreachable
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.engine.runtime import Runtime
 
 logger = logging.getLogger("celery_durable.signals")
 
@@ -38,8 +39,8 @@ NOT_FOUND_RETRIES = 4
 WAKE_TASK = "celery_durable.wake"
 
 
-def _encode_payload(durable: Durable, name: str, payload: Any) -> str:
-    limit = durable.config.max_payload_bytes
+def _encode_payload(runtime: Runtime, name: str, payload: Any) -> str:
+    limit = runtime.config.max_payload_bytes
     return serialization.encode_json(f"the payload of signal {name!r}", payload, limit)
 
 
@@ -51,15 +52,15 @@ def _check_signal(workflow_id: str, name: str, idempotency_key: str | None) -> N
 
 
 def store_signal(
-    durable: Durable,
+    runtime: Runtime,
     workflow_id: str,
     name: str,
     payload_json: str,
     idempotency_key: str | None,
 ) -> bool:
     """Store a signal; True if stored, False for a repeated idempotency key."""
-    config = durable.config
-    stored = durable.store.insert_signal(
+    config = runtime.config
+    stored = runtime.store.insert_signal(
         workflow_id, name, payload_json, idempotency_key, config.max_pending_signals
     )
     if stored.outcome is Outcome.STORED:
@@ -77,7 +78,7 @@ def store_signal(
 
 
 def send_signal(
-    durable: Durable,
+    runtime: Runtime,
     workflow_id: str,
     name: str,
     payload: Any = None,
@@ -88,34 +89,34 @@ def send_signal(
     Returns False when ``idempotency_key`` was seen before for this run (a no-op).
     """
     _check_signal(workflow_id, name, idempotency_key)
-    encoded = _encode_payload(durable, name, payload)
-    if not store_signal(durable, workflow_id, name, encoded, idempotency_key):
+    encoded = _encode_payload(runtime, name, payload)
+    if not store_signal(runtime, workflow_id, name, encoded, idempotency_key):
         return False
-    try:
-        publish_wake(durable, workflow_id, name)
-    except Exception:
-        # Stored: the sweeper wakes the run if it waits for this signal.
-        logger.exception(
-            "publishing the wake-up of workflow %s failed; the sweeper will wake it",
-            workflow_id,
-            extra=run_fields(workflow_id),
-        )
+    # Stored: the sweeper wakes the run if it waits for this signal.
+    publish_or_leave(
+        lambda: publish_wake(runtime, workflow_id, name),
+        logger,
+        "the wake-up of workflow %s",
+        workflow_id,
+        fields=run_fields(workflow_id),
+        then="the sweeper will wake it",
+    )
     return True
 
 
-def publish_wake(durable: Durable, workflow_id: str, name: str) -> None:
-    _publish(durable, WAKE_TASK, (durable.config.namespace, workflow_id, name))
+def publish_wake(runtime: Runtime, workflow_id: str, name: str) -> None:
+    _publish(runtime, WAKE_TASK, (runtime.config.namespace, workflow_id, name))
 
 
-def _publish(durable: Durable, task_name: str, args: tuple[Any, ...], **options: Any) -> None:
+def _publish(runtime: Runtime, task_name: str, args: tuple[Any, ...], **options: Any) -> None:
     # Through the registered task rather than send_task: task_always_eager then runs the
     # whole signal path in-process, which makes eager mode a complete test harness.
     tracing.add_link_headers(options)  # the run it wakes links back to the sender
-    durable.app.tasks[task_name].apply_async(args, queue=durable.config.signal_queue, **options)
+    runtime.app.tasks[task_name].apply_async(args, queue=runtime.config.signal_queue, **options)
 
 
 def send_signal_via_broker(
-    durable: Durable,
+    runtime: Runtime,
     workflow_id: str,
     name: str,
     payload: Any = None,
@@ -134,27 +135,27 @@ def send_signal_via_broker(
     message id.
     """
     _check_signal(workflow_id, name, idempotency_key)
-    encoded = _encode_payload(durable, name, payload)
+    encoded = _encode_payload(runtime, name, payload)
     message_id = str(uuid.uuid4())
     key = idempotency_key or f"message:{message_id}"
-    if store_first and _store_signal_here(durable, workflow_id, name, encoded, key):
+    if store_first and _store_signal_here(runtime, workflow_id, name, encoded, key):
         return message_id
-    args = (durable.config.namespace, workflow_id, name, encoded, key)
-    _publish(durable, SIGNAL_TASK, args, task_id=message_id)
+    args = (runtime.config.namespace, workflow_id, name, encoded, key)
+    _publish(runtime, SIGNAL_TASK, args, task_id=message_id)
     return message_id
 
 
 def _store_signal_here(
-    durable: Durable, workflow_id: str, name: str, encoded: str, key: str
+    runtime: Runtime, workflow_id: str, name: str, encoded: str, key: str
 ) -> bool:
     """Store (or refuse and keep) the signal directly; False: send it through the broker."""
     fields = {**run_fields(workflow_id), "signal": name}
     try:
-        stored = store_signal(durable, workflow_id, name, encoded, key)
+        stored = store_signal(runtime, workflow_id, name, encoded, key)
     except WorkflowNotFound:
         return False  # perhaps a transactional start still committing: a worker retries
     except (WorkflowAlreadyCompleted, PendingSignalsFull) as exc:
-        _refuse(durable, workflow_id, name, encoded, key, exc, fields)
+        _refuse(runtime, workflow_id, name, encoded, key, exc, fields)
         return True
     except Exception as exc:
         if not is_unreachable(exc):
@@ -169,7 +170,7 @@ def _store_signal_here(
         return False
     if stored:
         try:
-            publish_wake(durable, workflow_id, name)
+            publish_wake(runtime, workflow_id, name)
         except Exception:
             logger.exception("publishing a wake-up failed; the sweeper wakes the run")
     return True
@@ -246,13 +247,13 @@ def register_tasks(app: Celery) -> None:
             return False
         namespace, workflow_id, name, payload_json, idempotency_key = (*args, None)[:5]
         problem = malformed_signal(namespace, workflow_id, name, payload_json, idempotency_key)
-        durable = None if problem else _durable_or_none(app, namespace)
-        if durable is None:
+        runtime = None if problem else _durable_or_none(app, namespace)
+        if runtime is None:
             problem = problem or f"no Durable serves the namespace {namespace!r} here"
             message = (namespace, workflow_id, name, payload_json)
             _drop_malformed(app, task.request.id, *message, problem)
             return False
-        limit = durable.config.max_payload_bytes
+        limit = runtime.config.max_payload_bytes
         size = serialization.payload_size(payload_json, limit)
         if size is not None:
             # Never kept, not even as a refused signal: it is stored nowhere.
@@ -265,7 +266,7 @@ def register_tasks(app: Celery) -> None:
         fields = {**run_fields(workflow_id), "signal": name}
         try:
             try:
-                stored = store_signal(durable, workflow_id, name, payload_json, idempotency_key)
+                stored = store_signal(runtime, workflow_id, name, payload_json, idempotency_key)
             except WorkflowNotFound as exc:
                 # The run may not be committed yet (a transactional start): look again.
                 if not_found_tries < NOT_FOUND_RETRIES:
@@ -274,14 +275,14 @@ def register_tasks(app: Celery) -> None:
                         kwargs={"not_found_tries": not_found_tries + 1},
                         exc=exc,
                     ) from exc
-                _refuse(durable, workflow_id, name, payload_json, idempotency_key, exc, fields)
+                _refuse(runtime, workflow_id, name, payload_json, idempotency_key, exc, fields)
                 return False
             except (WorkflowAlreadyCompleted, PendingSignalsFull) as exc:
-                _refuse(durable, workflow_id, name, payload_json, idempotency_key, exc, fields)
+                _refuse(runtime, workflow_id, name, payload_json, idempotency_key, exc, fields)
                 return False
             if stored:
                 with tracing.linked(task.request):
-                    wake(durable, workflow_id, name)
+                    wake(runtime, workflow_id, name)
             return stored
         except Exception as exc:
             if not is_unreachable(exc):
@@ -302,18 +303,18 @@ def register_tasks(app: Celery) -> None:
         name=WAKE_TASK, shared=False, lazy=False, acks_late=True, ignore_result=True, typing=False
     )
     def wake_task(*args: Any, **kwargs: Any) -> str:
-        durable = _wake_target(app, wake_task.request.id, args, kwargs)
-        if durable is None:
+        runtime = _wake_target(app, wake_task.request.id, args, kwargs)
+        if runtime is None:
             return "refused: a malformed wake-up message (logged)"
         # If this fails (store down), the signal is stored: the sweeper wakes the run.
         with tracing.linked(wake_task.request):
-            return wake_outcome(durable, args[1], args[2])
+            return wake_outcome(runtime, args[1], args[2])
 
 
 _SIGNAL_ARGUMENTS = "(namespace, workflow id, signal name, payload JSON[, idempotency key])"
 
 
-def _wake_target(app: Celery, message_id: Any, args: Any, kwargs: Any) -> Durable | None:
+def _wake_target(app: Celery, message_id: Any, args: Any, kwargs: Any) -> Runtime | None:
     """The Durable a wake-up message is for; None (refused by name, logged once) when its
     arguments don't fit, can't be ids, or name a namespace no Durable here serves."""
     problem = validate.arguments_problem(
@@ -325,17 +326,17 @@ def _wake_target(app: Celery, message_id: Any, args: Any, kwargs: Any) -> Durabl
         if text is not None:
             problem = f"the {label} {text}"
             break
-    durable = None if problem else _durable_or_none(app, args[0])
-    if durable is None:
+    runtime = None if problem else _durable_or_none(app, args[0])
+    if runtime is None:
         problem = problem or f"no Durable serves the namespace {args[0]!r} here"
         workflow_id = repr(args[1])[:255] if len(args) > 1 else None
         log_malformed(logger, "wake", message_id, problem, extra=run_fields(workflow_id))
-    return durable
+    return runtime
 
 
-def _durable_or_none(app: Celery, namespace: str) -> Durable | None:
+def _durable_or_none(app: Celery, namespace: str) -> Runtime | None:
     try:
-        return durable_for(app, namespace)
+        return runtime_for(app, namespace)
     except LookupError:
         return None
 
@@ -352,7 +353,7 @@ def _storable(text: Any) -> bool:
 
 
 def _refuse(
-    durable: Durable,
+    runtime: Runtime,
     workflow_id: str,
     name: str,
     payload_json: str,
@@ -361,7 +362,7 @@ def _refuse(
     fields: dict[str, Any],
 ) -> None:
     """Keep a signal the store refused, with the reason, and log it."""
-    durable.store.reject_signal(
+    runtime.store.reject_signal(
         workflow_id, name, payload_json, idempotency_key, f"{type(exc).__name__}: {exc}"
     )
     logger.error(
@@ -381,19 +382,19 @@ def _drop_malformed(
     """Log a malformed signal message once; keep it, with the reason, when its run and
     name can be stored at all, and never as data a workflow could consume."""
     fields = {**run_fields(repr(workflow_id)[:255]), "signal": repr(name)[:255]}
-    durable = _durable_or_none(app, namespace) if isinstance(namespace, str) else None
+    runtime = _durable_or_none(app, namespace) if isinstance(namespace, str) else None
     keepable = (
-        durable is not None
+        runtime is not None
         and _text_problem(workflow_id, 255) is None
         and isinstance(payload, str)
         and _text_problem(payload or "x", 10**9)
         in (None, f"is longer than {10**9} characters (or 255 bytes)")
     )
     kept = False
-    if keepable and durable is not None:
+    if keepable and runtime is not None:
         label = name if _text_problem(name, 200) is None else repr(name)[:200]
         try:
-            durable.store.reject_signal(workflow_id, label, payload, None, f"malformed: {problem}")
+            runtime.store.reject_signal(workflow_id, label, payload, None, f"malformed: {problem}")
             kept = True
         except Exception:  # noqa: BLE001 - it is logged below either way
             logger.exception("keeping a malformed signal failed")
@@ -402,12 +403,12 @@ def _drop_malformed(
     log_malformed(logger, "signal", message_id, what, outcome, fields)
 
 
-def wake(durable: Durable, workflow_id: str, name: str) -> bool:
+def wake(runtime: Runtime, workflow_id: str, name: str) -> bool:
     """If the run waits for ``name``, make it PENDING and publish it."""
-    run = durable.store.wake_run(workflow_id, name, durable.config.dispatch_grace)
+    run = runtime.store.wake_run(workflow_id, name, runtime.config.dispatch_grace)
     if run is None:
         return False
-    durable.publish(run.id, run.name, run.args, run.queue)
+    runtime.publish(run.id, run.name, run.args, run.queue)
     logger.info(
         "workflow %s run %s woken by signal %r",
         run.name,
@@ -418,14 +419,14 @@ def wake(durable: Durable, workflow_id: str, name: str) -> bool:
     return True
 
 
-def wake_outcome(durable: Durable, workflow_id: str, name: str) -> str:
+def wake_outcome(runtime: Runtime, workflow_id: str, name: str) -> str:
     """Wake the run if it waits for ``name``; say what happened. It is the wake-up task's
     result, which Flower and the worker's log show: a bare False said nothing. (Names in
     double quotes: Celery shows a str result quoted, escaping single quotes.)"""
-    if wake(durable, workflow_id, name):
+    if wake(runtime, workflow_id, name):
         return f'woke run {workflow_id}: it waited for signal "{name}"'
     # Nothing woken (the common case of a signal sent before its wait): one read says why.
-    run = durable.store.get_run(workflow_id)
+    run = runtime.store.get_run(workflow_id)
     if run is None:
         return f"nothing to wake: no run {workflow_id}"
     if run.status in FINISHED_STATUSES:
@@ -450,7 +451,7 @@ class SignalQueue(bootsteps.Step):  # type: ignore[misc]
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         queues = worker.app.amqp.queues
-        for name in dict.fromkeys(d.config.signal_queue for d in durables_of(worker.app)):
+        for name in dict.fromkeys(d.config.signal_queue for d in runtimes_of(worker.app)):
             if name in queues:
                 queues.select_add(queues[name])
             else:

@@ -24,15 +24,16 @@ from celery_durable.core import faults, serialization
 from celery_durable.core.logs import run_fields
 from celery_durable.core.retry import backoff
 from celery_durable.engine import retention
-from celery_durable.engine.apps import durables_of
-from celery_durable.engine.items import REVOKED, cancel, publish_woken, revoke_item
+from celery_durable.engine.apps import runtimes_of
+from celery_durable.engine.items import REVOKED, cancel, revoke_item
 from celery_durable.engine.leases import FailureLog
+from celery_durable.engine.publish import publish_or_leave, publish_woken
 from celery_durable.engine.queues import QueueWatch
 from celery_durable.store import FINISHED_STATUSES, TAKEOVER, DueItem, DueRun
 from celery_durable.store.db.outage import describe, is_unreachable, summary
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.engine.runtime import Runtime
 
 logger = logging.getLogger("celery_durable.worker")
 
@@ -64,19 +65,19 @@ def worker_lost_error(max_recoveries: int, what: str = "workflow") -> str:
 class Sweeper:
     """Publishes again the runs that need it: lease expired, publish lost, backoff or timer due."""
 
-    def __init__(self, durable: Durable) -> None:
-        self.durable = durable
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._revoked_seen: set[str] = set()
         self._warned: dict[str, float] = {}
-        self.failures = FailureLog(durable, "celery_durable sweep")
+        self.failures = FailureLog(runtime, "celery_durable sweep")
         self._next_retention = 0.0
 
     @functools.cached_property
     def queues(self) -> QueueWatch:
         # Made on first use, not in __init__: the config is read from app.conf on first use.
-        return QueueWatch(self.durable.app, max(self.durable.config.dispatch_grace, 5.0))
+        return QueueWatch(self.runtime.app, max(self.runtime.config.dispatch_grace, 5.0))
 
     def start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -93,7 +94,7 @@ class Sweeper:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
-        interval = self.durable.config.poll_interval
+        interval = self.runtime.config.poll_interval
         # A failed start-up probe counts as the first attempt: back off before the next.
         if self.failures.count:
             self._stop.wait(self.delay(interval))
@@ -109,7 +110,7 @@ class Sweeper:
     def takeover(self) -> float:
         """Seconds past due after which this sweeper dispatches a run of another broker
         too: no sweeper of that broker is left (it moved, or its workers are gone)."""
-        return max(TAKEOVER, 10 * self.durable.config.dispatch_grace)
+        return max(TAKEOVER, 10 * self.runtime.config.dispatch_grace)
 
     def delay(self, interval: float) -> float:
         """The wait before the next sweep: ``interval``, doubled per failure, up to 30x."""
@@ -117,12 +118,12 @@ class Sweeper:
 
     def sweep_once(self) -> int:
         """One sweep; returns how many runs were published."""
-        durable, config = self.durable, self.durable.config
-        names = sorted(durable.workflows)
+        runtime, config = self.runtime, self.runtime.config
+        names = sorted(runtime.workflows)
         lost_error = worker_lost_error(config.max_recoveries)
         published = 0
         while True:
-            due = durable.store.sweep_due_runs(
+            due = runtime.store.sweep_due_runs(
                 config.sweep_batch,
                 config.dispatch_grace,
                 lost_error,
@@ -137,7 +138,7 @@ class Sweeper:
                     published += self._publish(run, "dispatched workflow %s run %s again")
             if len(due) < config.sweep_batch:
                 break
-        for run in durable.store.wake_signalled_runs(config.dispatch_grace, names, self.takeover):
+        for run in runtime.store.wake_signalled_runs(config.dispatch_grace, names, self.takeover):
             # A signal whose wake-up message was lost: the run still waits for it.
             published += self._publish(run, "woke workflow %s run %s for a stored signal")
         published += self.sweep_items(names)
@@ -148,10 +149,10 @@ class Sweeper:
     def sweep_items(self, names: list[str]) -> int:
         """Items: publish again the lost, the orphaned and the due retries; fail poison
         items; wake runs whose awaited items have all settled but were never woken."""
-        durable, config = self.durable, self.durable.config
-        store, grace = durable.store, config.dispatch_grace
+        runtime, config = self.runtime, self.runtime.config
+        store, grace = runtime.store, config.dispatch_grace
         published = 0
-        steps = sorted(durable.steps)
+        steps = sorted(runtime.steps)
         while steps:
             due = store.sweep_due_items(
                 config.sweep_batch, grace, steps, config.max_recoveries, self.takeover
@@ -165,7 +166,7 @@ class Sweeper:
                     item.item
                 )
             for (name, queue, run_id, idx), numbers in batches.items():
-                durable.dispatch.publish_items(name, queue, run_id, idx, numbers)
+                runtime.dispatch.publish_items(name, queue, run_id, idx, numbers)
                 published += len(numbers)
                 logger.info(
                     "dispatched %d item(s) of step %d (%s) of run %s again",
@@ -194,10 +195,10 @@ class Sweeper:
                     config.max_recoveries,
                     extra=run_fields(lost.run_id, step_index=lost.idx),
                 )
-                publish_woken(durable, written.woken, "a poison item failed")
+                publish_woken(runtime, written.woken, "a poison item failed")
         for parent_id, idx, child_id in store.orphaned_children(config.sweep_batch):
             woken = store.settle_child_item(parent_id, idx, child_id, grace)
-            publish_woken(durable, woken, f"its child {child_id} had finished")
+            publish_woken(runtime, woken, f"its child {child_id} had finished")
         for run in store.wake_item_waiters(grace, names):
             # The transaction that settled its last item did not wake it (a crash?).
             published += self._publish(run, "woke workflow %s run %s: its items have settled")
@@ -236,10 +237,10 @@ class Sweeper:
         """With ``durable_retention`` set, delete a small batch of the finished runs older
         than it; returns how many. While batches come back full the next sweep goes on,
         otherwise the next look is a while later (10 poll intervals, at most a minute)."""
-        config = self.durable.config
+        config = self.runtime.config
         if config.retention <= 0 or time.monotonic() < self._next_retention:
             return 0
-        collected = retention.collect_retained(self.durable, config.retention)
+        collected = retention.collect_retained(self.runtime, config.retention)
         more = any(n >= retention.RETENTION_BATCH for n in collected.runs.values())
         pause = 0.0 if more else min(60.0, 10 * config.poll_interval)
         self._next_retention = time.monotonic() + pause
@@ -260,10 +261,10 @@ class Sweeper:
         self._revoked_seen = revoked
         cancelled = []
         for run_id in fresh:
-            if revoke_item(self.durable, run_id):
+            if revoke_item(self.runtime, run_id):
                 cancelled.append(run_id)
                 continue
-            done = cancel(self.durable, run_id, REVOKED)
+            done = cancel(self.runtime, run_id, REVOKED)
             requested, status = done.requested, done.status
             if requested:
                 cancelled.append(run_id)
@@ -278,15 +279,15 @@ class Sweeper:
     def _publish(self, run: DueRun, done: str) -> int:
         """Publish a run the sweep took; on failure it stays due and a later sweep retries."""
         fields = run_fields(run.id, run.name)
-        try:
-            self.durable.publish(run.id, run.name, run.args, run.queue)
-        except Exception:
-            logger.exception(
-                "publishing workflow %s run %s failed; a later sweep retries",
-                run.name,
-                run.id,
-                extra=fields,
-            )
+        if not publish_or_leave(
+            lambda: self.runtime.publish(run.id, run.name, run.args, run.queue),
+            logger,
+            "workflow %s run %s",
+            run.name,
+            run.id,
+            fields=fields,
+            then="a later sweep retries",
+        ):
             return 0
         logger.info(done, run.name, run.id, extra=fields)
         return 1
@@ -294,21 +295,21 @@ class Sweeper:
     def _announce_finished(self, run: DueRun) -> None:
         """A run the sweep itself finished (worker lost too often, or cancelled)."""
         faults.reach(faults.AFTER_SETTLE, workflow_id=run.id, workflow=run.name)
-        self.durable.store.notify_finished(run.id)
+        self.runtime.store.notify_finished(run.id)
         if run.parent_id is not None and run.parent_idx is not None:
             # A child: its parent's item takes the outcome (the sweep can't, holding many
             # runs' locks; if this is lost, orphaned_children catches it).
-            woken = self.durable.store.settle_child_item(
-                run.parent_id, run.parent_idx, run.id, self.durable.config.dispatch_grace
+            woken = self.runtime.store.settle_child_item(
+                run.parent_id, run.parent_idx, run.id, self.runtime.config.dispatch_grace
             )
-            publish_woken(self.durable, woken, f"its child {run.id} had finished")
+            publish_woken(self.runtime, woken, f"its child {run.id} had finished")
         fields = run_fields(run.id, run.name)
         if run.status == "FAILED":
             logger.error(
                 "workflow %s run %s failed: its worker was lost %d times (poison run?)",
                 run.name,
                 run.id,
-                self.durable.config.max_recoveries,
+                self.runtime.config.max_recoveries,
                 extra=fields,
             )
         else:
@@ -317,13 +318,13 @@ class Sweeper:
             )
 
 
-def warn_other_brokers(durable: Durable) -> list[str]:
+def warn_other_brokers(runtime: Runtime) -> list[str]:
     """Warn, naming both, when runs of another broker are live on this worker's namespace
     (another app shares the database and namespace): this worker's sweeper won't dispatch
     them. Returns the other brokers; a failed look is logged and skipped."""
-    namespace = durable.config.namespace
+    namespace = runtime.config.namespace
     try:
-        others = durable.store.other_dispatchers(OTHER_BROKER_WINDOW)
+        others = runtime.store.other_dispatchers(OTHER_BROKER_WINDOW)
     except Exception:
         logger.warning(
             "celery_durable: looking for other brokers on namespace %r failed",
@@ -341,8 +342,8 @@ def warn_other_brokers(durable: Durable) -> list[str]:
             "from one broker to the other",
             namespace,
             ", ".join(others),
-            durable.store.dispatcher,
-            durable.sweeper.takeover,
+            runtime.store.dispatcher,
+            runtime.sweeper.takeover,
         )
     return others
 
@@ -362,30 +363,30 @@ class DurableSweeper(bootsteps.StartStopStep):  # type: ignore[misc]
         self.sweepers: list[Sweeper] = []
 
     def start(self, worker: Any) -> None:
-        for durable in durables_of(worker.app):
+        for runtime in runtimes_of(worker.app):
             # Import the driver and open the engine in the main thread: a child forked
             # while another thread holds an import lock would hang on that import.
             try:
-                durable.store.now()
+                runtime.store.now()
             except Exception as exc:
                 # One clear line (no traceback): the sweeper's backoff logs what follows.
-                durable.sweeper.failures.count = 1
+                runtime.sweeper.failures.count = 1
                 logger.error(
                     "celery_durable: the database %s is %s: %s; workflows of namespace %r "
                     "can't start or run until it is back (the sweeper retries with backoff)",
-                    describe(durable.store.url),
+                    describe(runtime.store.url),
                     "unreachable" if is_unreachable(exc) else "not usable",
                     summary(exc),
-                    durable.config.namespace,
+                    runtime.config.namespace,
                 )
             else:
-                warn_other_brokers(durable)
-            durable.sweeper.start()
-            self.sweepers.append(durable.sweeper)
+                warn_other_brokers(runtime)
+            runtime.sweeper.start()
+            self.sweepers.append(runtime.sweeper)
             logger.info(
                 "celery_durable sweeper started (namespace %r, every %.2fs)",
-                durable.config.namespace,
-                durable.config.poll_interval,
+                runtime.config.namespace,
+                runtime.config.poll_interval,
             )
 
     def stop(self, worker: Any) -> None:

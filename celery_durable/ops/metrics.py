@@ -39,11 +39,12 @@ from prometheus_client.core import (
     Metric,
 )
 
+from celery_durable.engine.runtime import runtime_of
 from celery_durable.store.db.outage import describe, summary
 from celery_durable.store.metrics import Histogram, RunFigures, StoreMetrics
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.engine.runtime import HasRuntime, Runtime
 
 logger = logging.getLogger("celery_durable.metrics")
 
@@ -74,8 +75,9 @@ class DurableCollector:
     Reads are cached for ``interval`` seconds: several scrapers cost one pass.
     """
 
-    def __init__(self, durables: Sequence[Durable], interval: float = 15.0) -> None:
-        self.readers = [(d.config.namespace, StoreMetrics(d.store), d) for d in durables]
+    def __init__(self, durables: Sequence[Runtime | HasRuntime], interval: float = 15.0) -> None:
+        runtimes = [runtime_of(durable) for durable in durables]
+        self.readers = [(r.config.namespace, StoreMetrics(r.store), r) for r in runtimes]
         self.interval = interval
         self.monotonic = Monotonic()
         self._lock = threading.Lock()
@@ -97,7 +99,7 @@ class DurableCollector:
             f"{PREFIX}_metrics_up", "1 if the last read of the store worked", labels=["namespace"]
         )
         families: dict[str, Metric] = {}
-        for namespace, reader, durable in self.readers:
+        for namespace, reader, runtime in self.readers:
             try:
                 runs = reader.run_figures()
                 steps = reader.step_durations()
@@ -108,7 +110,7 @@ class DurableCollector:
                 logger.error(
                     "reading metrics of namespace %r from %s failed: %s",
                     namespace,
-                    describe(durable.store.url),
+                    describe(runtime.store.url),
                     summary(exc),
                 )
                 up.add_metric([namespace], 0)
@@ -213,7 +215,9 @@ def _bound(value: float) -> str:
     return repr(float(value))
 
 
-def serve(durables: Sequence[Durable], port: int, address: str, interval: float) -> Any:
+def serve(
+    durables: Sequence[Runtime | HasRuntime], port: int, address: str, interval: float
+) -> Any:
     """Serve the metrics of ``durables`` on ``address:port`` (a daemon thread); returns the
     server, whose ``shutdown()`` stops it."""
     registry = CollectorRegistry(auto_describe=False)
@@ -222,7 +226,9 @@ def serve(durables: Sequence[Durable], port: int, address: str, interval: float)
     return server
 
 
-def serve_forever(durables: Sequence[Durable], port: int, address: str, interval: float) -> None:
+def serve_forever(
+    durables: Sequence[Runtime | HasRuntime], port: int, address: str, interval: float
+) -> None:
     """What the command does: serve until interrupted (SIGINT; SIGTERM ends the process)."""
     server = serve(durables, port, address, interval)
     logger.warning("serving celery_durable metrics on http://%s:%d/metrics", address, port)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery_durable.core import validate
 from celery_durable.core.logs import run_fields
+from celery_durable.engine.publish import publish_or_leave
 from celery_durable.engine.retention import log_collected
 from celery_durable.errors import (
     InvalidArgument,
@@ -47,7 +48,7 @@ from celery_durable.store import (
 )
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.engine.runtime import Runtime
 
 logger = logging.getLogger("celery_durable.operations")
 
@@ -105,7 +106,7 @@ def parse_statuses(status: str | Iterable[str] | None, argument: str = "status")
 
 
 def run_filter(
-    durable: Durable,
+    runtime: Runtime,
     *,
     status: str | Iterable[str] | None = None,
     workflow: str | None = None,
@@ -118,7 +119,7 @@ def run_filter(
     statuses = parse_statuses(status)
     if workflow is not None:
         validate.check_text(workflow, "workflow", max_chars=255, allow_empty=False)
-    now = durable.store.now() if since is not None or until is not None else 0.0
+    now = runtime.store.now() if since is not None or until is not None else 0.0
     return RunFilter(
         statuses=statuses,
         workflow=workflow,
@@ -128,21 +129,21 @@ def run_filter(
     )
 
 
-def list_runs(durable: Durable, *, limit: int = 50, **filters: Any) -> RunPage:
+def list_runs(runtime: Runtime, *, limit: int = 50, **filters: Any) -> RunPage:
     """A page of runs, newest first; see :meth:`Durable.list_runs`."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise InvalidArgument(f"limit={limit!r} must be an int from 1 to {MAX_PAGE}")
-    wanted = run_filter(durable, **filters)
+    wanted = run_filter(runtime, **filters)
     # One more than asked: whether a next page exists, without a count.
-    runs = durable.store.list_runs(wanted, limit + 1)
+    runs = runtime.store.list_runs(wanted, limit + 1)
     if len(runs) <= limit:
         return RunPage(runs, None)
     return RunPage(runs[:limit], cursor_of(runs[limit - 1]))
 
 
-def stats(durable: Durable) -> RunStats:
+def stats(runtime: Runtime) -> RunStats:
     """Counts by workflow and status, the oldest pending and waiting runs, the due backlog."""
-    return durable.store.run_stats()
+    return runtime.store.run_stats()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,10 +156,10 @@ class RunDetails:
     state_keys: list[StateKey]
 
 
-def describe_run(durable: Durable, run_id: str) -> RunDetails | None:
+def describe_run(runtime: Runtime, run_id: str) -> RunDetails | None:
     """The run, its steps (in order, with durations), its unconsumed signals and the keys
     it published with ``set_state``; None if there is no such run."""
-    store = durable.store
+    store = runtime.store
     run = store.get_run(run_id)
     if run is None:
         return None
@@ -166,10 +167,10 @@ def describe_run(durable: Durable, run_id: str) -> RunDetails | None:
     return RunDetails(run, steps, store.pending_signals(run_id), store.state_keys(run_id))
 
 
-def resume_run(durable: Durable, run_id: str) -> Resumed:
+def resume_run(runtime: Runtime, run_id: str) -> Resumed:
     """FAILED or CANCELLED -> PENDING, published; see :meth:`WorkflowHandle.resume`."""
     validate.check_workflow_id(run_id)
-    resumed = durable.store.resume_run(run_id, durable.config.dispatch_grace)
+    resumed = runtime.store.resume_run(run_id, runtime.config.dispatch_grace)
     if resumed.status is None:
         raise WorkflowNotFound(run_id)
     if resumed.run is None:
@@ -186,25 +187,24 @@ def resume_run(durable: Durable, run_id: str) -> Resumed:
         "" if resumed.dropped_step is None else ", which failed and runs again",
         extra=fields,
     )
-    publish(durable, run.id, run.name, run.args, run.queue, fields)
+    publish(runtime, run.id, run.name, run.args, run.queue, fields)
     return resumed
 
 
 def publish(
-    durable: Durable, run_id: str, name: str, args: str, queue: str | None, fields: dict[str, Any]
+    runtime: Runtime, run_id: str, name: str, args: str, queue: str | None, fields: dict[str, Any]
 ) -> None:
     """Publish a run this process made PENDING; a failed publish is left to the sweeper
     (the run is due after durable_dispatch_grace), never lost."""
-    try:
-        durable.publish(run_id, name, args, queue)
-    except Exception:  # noqa: BLE001 - the stored run is the source of truth
-        logger.warning(
-            "publishing workflow %s run %s failed; the sweeper will dispatch it",
-            name,
-            run_id,
-            exc_info=True,
-            extra=fields,
-        )
+    publish_or_leave(
+        lambda: runtime.publish(run_id, name, args, queue),
+        logger,
+        "workflow %s run %s",
+        name,
+        run_id,
+        fields=fields,
+        level=logging.WARNING,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +217,7 @@ class BulkResume:
 
 
 def resume_runs(
-    durable: Durable,
+    runtime: Runtime,
     *,
     workflow: str,
     status: str | Iterable[str] = "failed",
@@ -232,31 +232,31 @@ def resume_runs(
         raise InvalidArgument(
             f"status={validate.show(status)}: only failed and cancelled runs can be resumed"
         )
-    filters = run_filter(durable, status=statuses, workflow=workflow, since=since, until=until)
+    filters = run_filter(runtime, status=statuses, workflow=workflow, since=since, until=until)
     resumed: list[RunSummary] = []
     skipped: list[tuple[RunSummary, str]] = []
-    page = durable.store.list_runs(filters, MAX_PAGE)
+    page = runtime.store.list_runs(filters, MAX_PAGE)
     while page:
         for run in page:
             if dry_run:
                 resumed.append(run)
                 continue
             try:
-                resume_run(durable, run.id)
+                resume_run(runtime, run.id)
             except (WorkflowNotResumable, WorkflowNotFound) as exc:
                 skipped.append((run, getattr(exc, "status", "gone")))
             else:
                 resumed.append(run)
         # The keyset goes on from the last run seen, however the resumed ones changed.
         last = page[-1]
-        page = durable.store.list_runs(
+        page = runtime.store.list_runs(
             dataclasses.replace(filters, after=(last.created_at, last.id)), MAX_PAGE
         )
     return BulkResume(resumed, skipped)
 
 
 def fork_run(
-    durable: Durable, run_id: str, from_step: int, workflow_id: str | None = None
+    runtime: Runtime, run_id: str, from_step: int, workflow_id: str | None = None
 ) -> Forked:
     """A new run keeping ``run_id``'s steps before ``from_step`` and its unconsumed
     signals; see :meth:`WorkflowHandle.fork`. Returns the fork (``run``, published, and
@@ -271,7 +271,7 @@ def fork_run(
 
         workflow_id = time_ordered_id()
     validate.check_workflow_id(workflow_id)
-    forked = durable.store.fork_run(run_id, workflow_id, from_step, durable.config.dispatch_grace)
+    forked = runtime.store.fork_run(run_id, workflow_id, from_step, runtime.config.dispatch_grace)
     if forked.status is None:
         raise WorkflowNotFound(run_id)
     if forked.taken:
@@ -296,12 +296,12 @@ def fork_run(
         len(forked.signals),
         extra=fields,
     )
-    publish(durable, run.id, run.name, run.args, run.queue, fields)
+    publish(runtime, run.id, run.name, run.args, run.queue, fields)
     return forked
 
 
 def gc(
-    durable: Durable,
+    runtime: Runtime,
     older_than: Any,
     status: str | Iterable[str] | None = None,
     dry_run: bool = False,
@@ -316,7 +316,7 @@ def gc(
             f"status={validate.show(status)}: gc deletes only finished runs (succeeded, "
             "failed, cancelled); a pending, running or waiting run is never deleted"
         )
-    store = durable.store
+    store = runtime.store
     cutoff = store.now() - seconds
     total = Collected(before=cutoff)
     for finished in statuses:

@@ -23,7 +23,9 @@ from celery_durable.body.compensation import Compensation
 from celery_durable.body.state import query, wait_for_state
 from celery_durable.core import serialization, validate
 from celery_durable.core.logs import run_fields
-from celery_durable.engine.items import cancel, publish_woken
+from celery_durable.engine.items import cancel
+from celery_durable.engine.publish import publish_woken
+from celery_durable.engine.runtime import runtime_of
 from celery_durable.engine.signals import send_signal
 from celery_durable.errors import (
     WorkflowAlreadyCompleted,
@@ -36,7 +38,7 @@ from celery_durable.store import FINISHED_STATUSES, DueRun, RunRecord, StepRecor
 from celery_durable.store.db.outage import describe, is_unreachable, summary, unavailable
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.engine.runtime import HasRuntime, Runtime
 
 logger = logging.getLogger("celery_durable.handle")
 
@@ -60,9 +62,11 @@ class WorkflowStatus(str, enum.Enum):
 class WorkflowHandle:
     """A reference to one run, by workflow id; cheap to create, reads the database."""
 
-    def __init__(self, durable: Durable, workflow_id: str, name: str | None = None) -> None:
+    def __init__(
+        self, durable: Runtime | HasRuntime, workflow_id: str, name: str | None = None
+    ) -> None:
         validate.check_workflow_id(workflow_id)
-        self.durable = durable
+        self.runtime = runtime_of(durable)
         self.id = workflow_id
         self.name = name
 
@@ -73,7 +77,7 @@ class WorkflowHandle:
         return (
             isinstance(other, WorkflowHandle)
             and other.id == self.id
-            and other.durable is self.durable
+            and other.runtime is self.runtime
         )
 
     def __hash__(self) -> int:
@@ -94,13 +98,13 @@ class WorkflowHandle:
             yield
         except Exception as exc:
             if is_unreachable(exc):
-                raise unavailable(exc, self.durable.store.url, f"{what} {self.id!r}") from exc
+                raise unavailable(exc, self.runtime.store.url, f"{what} {self.id!r}") from exc
             raise
 
     def record(self) -> RunRecord:
         """The run's row; WorkflowNotFound if there is none."""
         with self._outage_named("reading workflow run"):
-            run = self.durable.store.get_run(self.id)
+            run = self.runtime.store.get_run(self.id)
         if run is None:
             raise WorkflowNotFound(self.id)
         return run
@@ -112,14 +116,14 @@ class WorkflowHandle:
         ``[s.name for s in h.steps()]``.
         """
         with self._outage_named("reading the steps of workflow run"):
-            if self.durable.store.get_status(self.id) is None:
+            if self.runtime.store.get_status(self.id) is None:
                 raise WorkflowNotFound(self.id)
-            recorded = self.durable.store.load_steps(self.id)
+            recorded = self.runtime.store.load_steps(self.id)
         return [recorded[idx] for idx in sorted(recorded)]
 
     def status(self) -> WorkflowStatus:
         with self._outage_named("reading the status of workflow run"):
-            status = self.durable.store.get_status(self.id)
+            status = self.runtime.store.get_status(self.id)
         if status is None:
             raise WorkflowNotFound(self.id)
         return WorkflowStatus(status)
@@ -162,7 +166,7 @@ class WorkflowHandle:
         Raises WorkflowNotFound, WorkflowAlreadyCompleted or PendingSignalsFull.
         """
         with self._outage_named(f"signalling {name!r} to workflow run"):
-            return send_signal(self.durable, self.id, name, payload, idempotency_key)
+            return send_signal(self.runtime, self.id, name, payload, idempotency_key)
 
     def query(self, key: str = "state", wait: float | None = None) -> Any:
         """The latest value the run stored with ``set_state(value, key)``, from the database.
@@ -175,9 +179,9 @@ class WorkflowHandle:
         """
         with self._outage_named(f"querying {key!r} of workflow run"):
             if wait is None:
-                return query(self.durable.store, self.id, key)
+                return query(self.runtime.store, self.id, key)
             seconds = validate.parse_duration(wait, "query(wait)")
-            return wait_for_state(self.durable.store, self.id, key, seconds)
+            return wait_for_state(self.runtime.store, self.id, key, seconds)
 
     def compensations(self) -> list[Compensation]:
         """The compensations that ran (rolled back steps, latest first), each with its
@@ -193,7 +197,7 @@ class WorkflowHandle:
         """
         validate.check_text(reason, "cancel(reason)", allow_none=True)
         with self._outage_named("cancelling workflow run"):
-            cancelled = cancel(self.durable, self.id, reason)
+            cancelled = cancel(self.runtime, self.id, reason)
         if cancelled.status is None:
             raise WorkflowNotFound(self.id)
         if not cancelled.requested:
@@ -213,10 +217,10 @@ class WorkflowHandle:
     def _publish_rollback(self) -> None:
         """A saga cancelled while idle waits for a worker to roll it back: publish it now
         (if this fails, the sweeper publishes it within a poll interval)."""
-        run = self.durable.store.get_run(self.id)
+        run = self.runtime.store.get_run(self.id)
         if run is not None and run.status == WorkflowStatus.PENDING:
             publish_woken(
-                self.durable,
+                self.runtime,
                 DueRun(run.id, run.name, run.status, run.args, run.queue),
                 "its cancel rolls it back",
             )
@@ -231,7 +235,7 @@ class WorkflowHandle:
         Example: ``durable.get_handle("order-42").resume()`` after deploying a fix.
         """
         with self._outage_named("resuming workflow run"):
-            resume_run(self.durable, self.id)
+            resume_run(self.runtime, self.id)
         return WorkflowStatus.PENDING
 
     def fork(self, from_step: int, workflow_id: str | None = None) -> WorkflowHandle:
@@ -246,9 +250,9 @@ class WorkflowHandle:
         taken id. Example: ``handle.fork(from_step=2).get(timeout=30)``.
         """
         with self._outage_named("forking workflow run"):
-            forked = fork_run(self.durable, self.id, from_step, workflow_id)
+            forked = fork_run(self.runtime, self.id, from_step, workflow_id)
         assert forked.run is not None  # a refused fork raised
-        return WorkflowHandle(self.durable, forked.run.id, forked.run.name)
+        return WorkflowHandle(self.runtime, forked.run.id, forked.run.name)
 
     def _wait_finished(self, timeout: float | None, interval: float) -> RunRecord:
         """Read the run until it finished; an unreachable database (a restart) is retried
@@ -256,7 +260,7 @@ class WorkflowHandle:
         deadline = None if timeout is None else time.monotonic() + timeout
         run: RunRecord | None = None
         unreachable: BaseException | None = None
-        with self.durable.store.listener() as listener:
+        with self.runtime.store.listener() as listener:
             while True:
                 try:
                     run, unreachable = self.record(), None
@@ -285,5 +289,5 @@ class WorkflowHandle:
         cause = "" if unreachable is None else f" ({summary(unreachable)})"
         return (
             f"workflow run {self.id!r}: no answer within {timeout}s: the database "
-            f"{describe(self.durable.store.url)} was unreachable{cause}; the run was {seen}"
+            f"{describe(self.runtime.store.url)} was unreachable{cause}; the run was {seen}"
         )

@@ -13,9 +13,7 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import inspect
 import logging
 import math
 import os
@@ -41,6 +39,8 @@ from celery_durable.engine.delivery import (
     execute,
     request_header,
 )
+from celery_durable.engine.publish import publish_or_leave
+from celery_durable.engine.runtime import WorkflowDefinition
 from celery_durable.errors import RunNotPublished, WorkflowAlreadyExists
 from celery_durable.runs.handle import WorkflowHandle
 from celery_durable.store import NewRun
@@ -49,7 +49,7 @@ from celery_durable.store.db.outage import is_unreachable, unavailable
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from celery_durable.durable import Durable
+    from celery_durable.engine.runtime import Runtime
 
 logger = logging.getLogger("celery_durable.workflow")
 
@@ -58,20 +58,10 @@ REDELIVERY_HEADER = "durable_redeliveries"
 _MAX_REDELIVERY_DELAY = 10.0
 
 
-@dataclasses.dataclass(frozen=True)
-class WorkflowDefinition:
-    fn: Callable[..., Any]
-    name: str
-    queue: str | None
-    max_attempts: int | None
-    retry_backoff: float | None
-    signature: inspect.Signature | None
-
-
 class WorkflowTask(Task):  # type: ignore[misc]
     """Base class of every workflow's Celery task."""
 
-    durable: Durable
+    runtime: Runtime
     definition: WorkflowDefinition
     acks_late = True
     reject_on_worker_lost = True
@@ -103,7 +93,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
         SQLAlchemy Connection or Session) the run is inserted in the caller's transaction
         and published only once it commits.
         """
-        durable, definition = self.durable, self.definition
+        runtime, definition = self.runtime, self.definition
         if if_exists not in ("error", "return"):
             raise ValueError(
                 f'workflow {definition.name}: if_exists must be "error" or "return", '
@@ -123,18 +113,18 @@ class WorkflowTask(Task):  # type: ignore[misc]
         run = self._new_run(args, kwargs, options)(run_id)
         bind = connection.connection() if isinstance(connection, Session) else connection
         try:
-            inserted = durable.store.insert_run(run, bind)
+            inserted = runtime.store.insert_run(run, bind)
         except Exception as exc:
             if bind is None and is_unreachable(exc):  # the caller's connection: theirs to report
                 what = f"workflow {definition.name} run {run_id!r} was not started"
-                raise unavailable(exc, durable.store.url, what) from exc
+                raise unavailable(exc, runtime.store.url, what) from exc
             raise
         if not inserted:
             if if_exists == "return":
-                return WorkflowHandle(durable, run_id, definition.name)
+                return WorkflowHandle(runtime, run_id, definition.name)
             raise WorkflowAlreadyExists(run_id)
         tracing.add_start_headers(options)  # the caller's trace goes on in the first attempt
-        handle = WorkflowHandle(durable, run_id, definition.name)
+        handle = WorkflowHandle(runtime, run_id, definition.name)
         log_started(definition.name, run_id, run.start_delay)
         if run.start_delay is not None:
             return handle  # the sweeper publishes it when due: no long ETA message
@@ -196,13 +186,13 @@ class WorkflowTask(Task):  # type: ignore[misc]
     ) -> Callable[[str], NewRun]:
         """Check and encode a start; returns the run's row given its id. ``options`` gets
         the resolved queue and loses countdown/eta (kept in the row)."""
-        durable, definition = self.durable, self.definition
+        runtime, definition = self.runtime, self.definition
         if definition.signature is not None:
             try:
                 definition.signature.bind(*args, **kwargs)
             except TypeError as exc:
                 raise TypeError(f"workflow {definition.name}: {exc}") from None
-        config = durable.config
+        config = runtime.config
         encoded = serialization.encode_arguments(
             f"workflow {definition.name}", definition.fn, args, kwargs, config.max_payload_bytes
         )
@@ -254,27 +244,31 @@ class WorkflowTask(Task):  # type: ignore[misc]
         """Publish a stored run. A failure is logged, or, for the ``caller`` of
         ``.delay()`` (eager mode aside: it runs the body here), raised as RunNotPublished,
         so that a retry doesn't start a second run."""
-        try:
-            super().apply_async(args, kwargs, task_id=run_id, **options)
-        except Exception as exc:
+        apply = super().apply_async
+
+        def failed(exc: Exception) -> None:
             # The run is stored: the sweeper publishes it after durable_dispatch_grace.
             self._disown(run_id)
             if caller is not None and not self.app.conf.task_always_eager:
-                grace = self.durable.config.dispatch_grace
+                grace = self.runtime.config.dispatch_grace
                 raise RunNotPublished(self.definition.name, run_id, grace, caller, exc) from exc
-            logger.exception(
-                "publishing workflow %s run %s failed; the sweeper will dispatch it",
-                self.definition.name,
-                run_id,
-                extra=run_fields(run_id, self.definition.name, 0),
-            )
+
+        publish_or_leave(
+            lambda: apply(args, kwargs, task_id=run_id, **options),
+            logger,
+            "workflow %s run %s",
+            self.definition.name,
+            run_id,
+            fields=run_fields(run_id, self.definition.name, 0),
+            failed=failed,
+        )
 
     def _disown(self, run_id: str) -> None:
         """No broker has the run: any sweeper of the namespace may publish it, not only
         those of this app's broker (one that this process can't reach, or one spelled
         otherwise than the workers' URL). Only on this failure path: no hot-path cost."""
         try:
-            self.durable.store.disown_run(run_id)
+            self.runtime.store.disown_run(run_id)
         except Exception:  # noqa: BLE001 - it stays its broker's: swept once that is back
             logger.warning(
                 "run %s stays its broker's to dispatch (handing it to any sweeper failed)",
@@ -287,7 +281,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
         """Celery's in-process execution, for a run that exists (eager mode goes through
         apply_async, which inserts it first)."""
         task_id = options.get("task_id")
-        if task_id is None or self.durable.store.get_status(task_id) is None:
+        if task_id is None or self.runtime.store.get_status(task_id) is None:
             raise TypeError(
                 f"workflow {self.definition.name}: start runs with .delay() or .apply_async() "
                 "(set task_always_eager to run them in-process); .apply() alone has no run"
@@ -308,7 +302,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
             )
         with tracing.delivery(self.definition.name, request):
             try:
-                return execute(self.durable, self.definition, request, self.time_limit)
+                return execute(self.runtime, self.definition, request, self.time_limit)
             except ClaimUnavailable as unavailable:
                 if request.is_eager:
                     raise unavailable.__cause__ or unavailable from None

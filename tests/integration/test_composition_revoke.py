@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from celery_durable import WorkflowFailed, WorkflowStatus
-from celery_durable.engine.items import item_task_id
+from celery_durable.engine.publish import item_task_id
 from tests.conftest import GPU_QUEUE
 from tests.support.cli import revoke_by_cli
 from tests.support.services import effects

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from celery_durable import WorkflowStatus
-from celery_durable.engine.items import item_task_id
+from celery_durable.engine.publish import item_task_id
 from celery_durable.engine.signals import WAKE_TASK, wake_outcome
 from tests.conftest import GPU_QUEUE
 from tests.support.flower import Flower
@@ -174,12 +174,13 @@ def test_a_wake_up_of_a_run_not_waiting_says_so(
     assert handle.get(timeout=30) == [10, "early", 20]
     # What a late or stray wake-up says (in-process: the same function, the same store).
     durable = basic_app.durable
-    finished = wake_outcome(durable, handle.id, "go")
+    runtime = durable.runtime
+    finished = wake_outcome(runtime, handle.id, "go")
     assert finished == f"nothing to wake: run {handle.id} is SUCCEEDED"
-    assert wake_outcome(durable, f"{key}-none", "go") == f"nothing to wake: no run {key}-none"
+    assert wake_outcome(runtime, f"{key}-none", "go") == f"nothing to wake: no run {key}-none"
     other = basic_app.collector.delay(f"{key}-w", 1)  # waits for signal "item"
     wait_until(lambda: other.status() is WorkflowStatus.WAITING, 30, message="the wait")
-    assert wake_outcome(durable, other.id, "go").startswith(
+    assert wake_outcome(runtime, other.id, "go").startswith(
         f'nothing to wake: run {other.id} is WAITING for "item", not waiting for signal "go"'
     )
     other.cancel("test over")

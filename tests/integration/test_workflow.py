@@ -249,13 +249,13 @@ def test_two_namespaces_never_see_each_others_runs(basic_app, shared_worker, key
         )
         # One more sweep of namespace A here, B's run still due: nothing of B's is published.
         published: list[tuple[str, str, str, str | None]] = []
-        publish = basic_app.durable.publish
+        publish = basic_app.durable.runtime.publish
 
         def recording_publish(run_id: str, name: str, args: str, queue: str | None) -> None:
             published.append((run_id, name, args, queue))
             publish(run_id, name, args, queue)
 
-        monkeypatch.setattr(basic_app.durable, "publish", recording_publish)
+        monkeypatch.setattr(basic_app.durable.runtime, "publish", recording_publish)
         basic_app.durable.sweep_once()
         assert not [run for run in published if f'"b-{key}"' in run[2]], published
         # No sweep took B's run: a sweep that did would have counted a dispatch and moved
@@ -408,7 +408,7 @@ def test_transactional_start_committed_during_the_visibility_wait_is_claimed(bas
     request = SimpleNamespace(id=run_id, headers={TRANSACTIONAL_HEADER: True})
     faults.install(commit_now)
     try:
-        result = execute(durable, basic_app.context_probe.definition, request)
+        result = execute(durable.runtime, basic_app.context_probe.definition, request)
     finally:
         faults.install(None)
         conn.close()

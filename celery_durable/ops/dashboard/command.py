@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.ops.dashboard.operated import Operated
 
 
-def dashboard_command(find: Callable[[click.Context], Durable]) -> click.Command:
+def dashboard_command(find: Callable[[click.Context], Operated]) -> click.Command:
     """The command, serving the Durable that ``find`` returns for the click context."""
 
     @click.command(

@@ -30,7 +30,7 @@ from celery_durable.store.reads import (
 PAGE_SIZE = 50
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.ops.dashboard.operated import Operated
 
 
 def summary(stats: RunStats) -> dict[str, Any]:
@@ -55,7 +55,7 @@ def summary(stats: RunStats) -> dict[str, Any]:
     }
 
 
-def runs_page(durable: Durable, args: Mapping[str, Any], stats: RunStats) -> dict[str, Any]:
+def runs_page(durable: Operated, args: Mapping[str, Any], stats: RunStats) -> dict[str, Any]:
     """The runs table for the filters in ``args`` (``status`` a list, ``workflow``,
     ``since``, ``until``, ``q`` an id or id prefix, ``after`` the keyset cursor).
 
@@ -126,10 +126,10 @@ def step_when(step: StepRecord, run_started: float | None) -> str:
 
 
 def run_page(
-    durable: Durable, run_id: str, redact: Redactor, max_items: int = 100
+    durable: Operated, run_id: str, redact: Redactor, max_items: int = 100
 ) -> dict[str, Any] | None:
     """Everything the run page shows; None if there is no such run."""
-    details = describe_run(durable, run_id)
+    details = describe_run(durable.runtime, run_id)
     if details is None:
         return None
     store = durable.store
@@ -207,7 +207,7 @@ def run_page(
     }
 
 
-def full_value(durable: Durable, run_id: str, what: str, redact: Redactor) -> str | None:
+def full_value(durable: Operated, run_id: str, what: str, redact: Redactor) -> str | None:
     """The whole of one value of a run (``args``, ``result``, ``step-3-input``,
     ``step-3-output``, ``state-<key>``), redacted; None if there is none."""
     store = durable.store
@@ -226,7 +226,7 @@ def full_value(durable: Durable, run_id: str, what: str, redact: Redactor) -> st
     return None if raw is None else shown(raw, redact, limit=None).text
 
 
-def workflows_page(durable: Durable, stats: RunStats) -> list[dict[str, Any]]:
+def workflows_page(durable: Operated, stats: RunStats) -> list[dict[str, Any]]:
     """Each registered (or seen) workflow: counts by status, p50/p95 over the last hour."""
     counts: dict[str, dict[str, int]] = {name: {} for name in durable.workflows}
     for count in stats.counts:

@@ -17,7 +17,7 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from celery_durable.ops.dashboard import dashboard_app
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.ops.dashboard.operated import Operated
 
 logger = logging.getLogger("celery_durable.dashboard")
 
@@ -30,14 +30,14 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 def make_dashboard_server(
-    durable: Durable, address: str = "127.0.0.1", port: int = 5580, **options: Any
+    durable: Operated, address: str = "127.0.0.1", port: int = 5580, **options: Any
 ) -> BaseWSGIServer:
     """A threaded server of the dashboard, bound (not yet serving)."""
     app = dashboard_app(durable, **options)
     return make_server(address, port, app, threaded=True, request_handler=_QuietHandler)
 
 
-def serve(durable: Durable, address: str, port: int, echo: Any = print, **options: Any) -> None:
+def serve(durable: Operated, address: str, port: int, echo: Any = print, **options: Any) -> None:
     """Serve until interrupted (Ctrl-C); what ``celery -A app durable dashboard`` runs."""
     server = make_dashboard_server(durable, address, port, **options)
     prefix = "/" + str(options.get("url_prefix") or "").strip("/")

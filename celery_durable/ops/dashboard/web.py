@@ -41,11 +41,11 @@ logger = logging.getLogger("celery_durable.dashboard")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.ops.dashboard.operated import Operated
 
 
 def create_app(
-    durable: Durable,
+    durable: Operated,
     *,
     read_only: bool = False,
     basic_auth: str | None = None,

@@ -348,7 +348,7 @@ def test_outside_a_workflow_the_composition_api_says_what_to_do(durable):
 
 def test_derived_ids_fit_amqp_correlation_ids():
     from celery_durable.body.fanout import derived_id
-    from celery_durable.engine.items import item_task_id
+    from celery_durable.engine.publish import item_task_id
 
     assert item_task_id("run-1", 3, 17) == "run-1:3:17"
     long_id = "é" * 200  # 200 characters, 400 bytes

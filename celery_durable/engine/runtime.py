@@ -1,0 +1,121 @@
+"""The Runtime: what the engine, the runs and the ops need of a Durable, and nothing more.
+
+:class:`~celery_durable.Durable` builds one per instance and binds it to the Celery app
+(:mod:`celery_durable.engine.apps`); everything below ``durable.py`` takes a Runtime, so that
+no module of the engine depends on the class that registers workflows.
+
+Example::
+
+    runtime = durable.runtime
+    runtime.store.get_run("order-42")                 # the database, opened on first use
+    runtime.publish(run.id, run.name, run.args, run.queue)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from celery import Celery, Task
+
+from celery_durable.body.step import Step
+from celery_durable.core import logs, serialization, tracing
+from celery_durable.core.config import DurableConfig
+from celery_durable.engine import apps
+from celery_durable.engine.leases import LeaseKeeper
+from celery_durable.engine.publish import Dispatch
+from celery_durable.engine.sweeper import Sweeper
+from celery_durable.store import Store
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowDefinition:
+    """A registered workflow: its function and the options given to ``@durable.workflow``."""
+
+    fn: Callable[..., Any]
+    name: str
+    queue: str | None
+    max_attempts: int | None
+    retry_backoff: float | None
+    signature: inspect.Signature | None
+
+
+class Runtime:
+    """One Durable's parts: the app, the merged config, the store, the registries, the
+    lease heartbeat, the sweeper and the dispatcher of items."""
+
+    def __init__(self, app: Celery, settings: dict[str, Any]) -> None:
+        self.app = app
+        self.settings = settings
+        self._config: DurableConfig | None = None
+        self._store: Store | None = None
+        self.workflows: dict[str, WorkflowDefinition] = {}
+        self.steps: dict[str, Step[Any, Any]] = {}
+        self.leases = LeaseKeeper(self)
+        self.sweeper = Sweeper(self)
+        self.dispatch = Dispatch(self)
+
+    def __repr__(self) -> str:
+        return f"<Runtime app={self.app.main!r} settings={sorted(self.settings)}>"
+
+    @property
+    def config(self) -> DurableConfig:
+        if self._config is None:
+            self._config = DurableConfig.from_sources(self.settings, self.app.conf)
+            if self._config.log_json:
+                logs.install_json()
+        return self._config
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            config = self.config
+            self._store = Store(
+                config.database_url,
+                config.table_prefix,
+                config.namespace,
+                pgbouncer=config.pgbouncer,
+                listen_url=config.listen_url,
+                dispatcher=self.dispatcher,
+            )
+        return self._store
+
+    @property
+    def store_opened(self) -> bool:
+        """Whether this process has used the store (nothing to release otherwise)."""
+        return self._store is not None
+
+    @property
+    def dispatcher(self) -> str:
+        """The broker this app publishes to (its URL without the password): recorded on
+        the runs it starts and its workers claim, so that its sweepers dispatch only
+        those, not the runs of an app on another broker sharing the namespace."""
+        return apps.broker_identity(self.app)
+
+    def publish(self, run_id: str, name: str, args: str, queue: str | None) -> None:
+        """Publish a stored run's task message (the sweeper's re-dispatch, a wake-up)."""
+        call_args, call_kwargs = serialization.loads(args)
+        options: dict[str, Any] = {"queue": queue} if queue else {}
+        tracing.add_link_headers(options)  # a wake-up's sender, linked by the resumed run
+        task = self.app.tasks.get(name)
+        if isinstance(getattr(task, "definition", None), WorkflowDefinition):
+            # A WorkflowTask: Celery's own apply_async (the task's would start a new run),
+            # routing from the task class, eager mode honoured.
+            Task.apply_async(task, call_args, call_kwargs, task_id=run_id, **options)
+        else:  # a workflow this process doesn't import: publish by name
+            self.app.send_task(name, call_args, call_kwargs, task_id=run_id, **options)
+
+
+class HasRuntime(Protocol):
+    """What holds a Runtime: a :class:`~celery_durable.Durable`, typed here without
+    importing it (``durable.py`` sits above every module that takes one)."""
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+
+def runtime_of(owner: Runtime | HasRuntime) -> Runtime:
+    """The Runtime of a public entry point's argument: a Durable or a Runtime."""
+    return owner if isinstance(owner, Runtime) else owner.runtime

@@ -1,0 +1,103 @@
+"""Publish, or leave it to the sweeper (engine/publish.py): a failed publish of a stored row
+is logged with its caller's text and fields and loses nothing; a caller that must be told
+raises instead."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from celery import Celery
+
+from celery_durable import Durable, RunNotPublished, WorkflowStatus
+from celery_durable.core.logs import run_fields
+from celery_durable.engine.publish import publish_or_leave
+from tests.support.waiting import wait_until
+
+log = logging.getLogger("celery_durable.tests.publish")
+
+
+def refused() -> None:
+    raise ConnectionRefusedError("the broker is down")
+
+
+def test_a_failed_publish_is_logged_with_the_callers_text_and_fields(caplog):
+    caplog.set_level(logging.DEBUG, logger=log.name)
+    fields = run_fields("r-1", "wf.a")
+    left = publish_or_leave(
+        refused, log, "workflow %s run %s", "wf.a", "r-1", fields=fields, level=logging.WARNING
+    )
+    assert left is False
+    [record] = caplog.records
+    assert record.getMessage() == (
+        "publishing workflow wf.a run r-1 failed; the sweeper will dispatch it"
+    )
+    assert record.levelno == logging.WARNING and record.name == log.name
+    assert record.exc_info is not None and record.exc_info[0] is ConnectionRefusedError
+    assert record.workflow_id == "r-1" and record.workflow == "wf.a"  # type: ignore[attr-defined]
+
+
+def test_a_publish_that_works_logs_nothing_and_says_so(caplog):
+    caplog.set_level(logging.DEBUG, logger=log.name)
+    sent: list[str] = []
+    assert publish_or_leave(lambda: sent.append("m"), log, "x %s", "y", fields={}) is True
+    assert sent == ["m"] and not caplog.records
+
+
+def test_a_caller_that_must_be_told_raises_instead_of_the_log(caplog):
+    caplog.set_level(logging.DEBUG, logger=log.name)
+
+    def failed(exc: Exception) -> None:
+        raise RuntimeError("told") from exc
+
+    with pytest.raises(RuntimeError, match="told") as raised:
+        publish_or_leave(refused, log, "x %s", "y", fields={}, failed=failed)
+    assert isinstance(raised.value.__cause__, ConnectionRefusedError)
+    assert not caplog.records
+
+
+@pytest.fixture
+def unreachable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Durable]:
+    """A Durable whose broker refuses connections (nothing listens on port 1) and whose
+    store, SQLite, works: every publish fails for real."""
+    for name in ("NAMESPACE", "TABLE_PREFIX", "DATABASE_URL"):
+        monkeypatch.delenv(f"CELERY_DURABLE_{name}", raising=False)
+    app = Celery("unreachable", broker="redis://127.0.0.1:1/0")
+    app.conf.task_publish_retry = False
+    # One connection attempt per publish, not kombu's retries with backoff.
+    app.conf.broker_transport_options = {"max_retries": 1, "interval_start": 0}
+    instance = Durable(app, database_url=f"sqlite:///{tmp_path}/store.sqlite3")
+    instance.migrate()
+    yield instance
+    instance.store.dispose()
+
+
+def test_a_sweep_whose_publish_fails_leaves_the_run_due(unreachable, caplog):
+    @unreachable.workflow(name="p.flow")
+    def flow(n: int) -> int:
+        return n
+
+    caplog.set_level(logging.INFO, logger="celery_durable")
+    # A countdown stores the run without a message: the sweep publishes it when due.
+    handle = flow.apply_async(args=(1,), workflow_id="p-1", countdown=0.05)
+    wait_until(lambda: unreachable.store.now() > handle.record().due_at, 10, message="due")
+    assert unreachable.sweep_once() == 0
+    failed = [r for r in caplog.records if r.getMessage().startswith("publishing workflow")]
+    assert [r.getMessage() for r in failed] == [
+        "publishing workflow p.flow run p-1 failed; a later sweep retries"
+    ]
+    assert failed[0].levelno == logging.ERROR and failed[0].exc_info is not None
+    assert handle.status() is WorkflowStatus.PENDING  # still due: the next sweep retries
+
+
+def test_a_start_whose_publish_fails_raises_for_the_caller(unreachable):
+    @unreachable.workflow(name="p.start")
+    def start(n: int) -> int:
+        return n
+
+    with pytest.raises(RunNotPublished) as raised:
+        start.delay(1)
+    assert raised.value.__cause__ is not None  # the broker's own error, chained
+    assert raised.value.handle.status() is WorkflowStatus.PENDING  # stored: swept later
