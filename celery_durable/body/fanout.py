@@ -22,7 +22,6 @@ Example::
 from __future__ import annotations
 
 import hashlib
-import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -42,6 +41,7 @@ from celery_durable.body.replay import (
 )
 from celery_durable.body.step import Step
 from celery_durable.core import faults, serialization
+from celery_durable.core.ids import derived_id
 from celery_durable.core.logs import log_started
 from celery_durable.errors import NonDeterminismError
 from celery_durable.store import FanOut, NewRun, StepRecord
@@ -51,15 +51,7 @@ R = TypeVar("R")
 __all__ = ["ChildHandle", "StepFuture", "gather", "map", "start_child"]
 
 CHILD_STEP_PREFIX = "celery_durable.child:"
-# AMQP's correlation_id (Celery's task id) is a shortstr: at most 255 bytes.
-MAX_ID_BYTES = 255
 
-
-def derived_id(text: str) -> str:
-    """``text`` as a task or workflow id, or a uuid5 of it when longer than 255 bytes."""
-    if len(text.encode("utf-8")) <= MAX_ID_BYTES:
-        return text
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, text))
 
 
 # -- starting -------------------------------------------------------------------------------

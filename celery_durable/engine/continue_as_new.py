@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery_durable.body.context import WorkflowContext
 from celery_durable.engine.publish import publish_woken
+from celery_durable.engine.rollback import finish_or_roll_back
 from celery_durable.errors import ContinuedAsNew
 
 if TYPE_CHECKING:
@@ -28,8 +29,6 @@ def settle_continued(runtime: Runtime, ctx: WorkflowContext, exc: ContinuedAsNew
         ctx.workflow_id, ctx.fence, exc.args_encoded, runtime.config.dispatch_grace, carried
     )
     if due == "CANCELLED":
-        from celery_durable.engine.settle import finish_or_roll_back
-
         finish_or_roll_back(runtime, ctx, "CANCELLED", None, None)
         logger.info(
             "workflow %s run %s cancelled (instead of continuing as new)",

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Task
 
-from celery_durable.body.fanout import derived_id
 from celery_durable.core import tracing
+from celery_durable.core.ids import derived_id
 from celery_durable.core.logs import run_fields
 
 if TYPE_CHECKING:

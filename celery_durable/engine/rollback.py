@@ -26,7 +26,7 @@ from celery_durable.body.compensation import (
 )
 from celery_durable.body.context import WorkflowContext
 from celery_durable.core import serialization
-from celery_durable.engine.settle import finish
+from celery_durable.engine.finish import finish
 from celery_durable.errors import LeaseLost, StoreUnavailable
 from celery_durable.store import Claim, StepRecord
 
@@ -111,3 +111,16 @@ def settle(
     except StoreUnavailable as exc:
         raise exc.__cause__ or RuntimeError(str(exc)) from None
     return finish(runtime, ctx, status, error=error)
+
+
+def finish_or_roll_back(
+    runtime: Runtime,
+    ctx: WorkflowContext,
+    status: str,
+    error: str | None,
+    step: StepRecord | None,
+) -> str | None:
+    """Settle a run that fails for good or is cancelled; a saga rolls back first."""
+    if needed(ctx):
+        return settle(runtime, ctx, status, error, step)
+    return finish(runtime, ctx, status, error=error, step=step)

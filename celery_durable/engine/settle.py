@@ -24,7 +24,10 @@ from celery_durable.core import faults, serialization
 from celery_durable.core.retry import backoff, retryable
 from celery_durable.engine import policy as shutdown
 from celery_durable.engine import taskevents
+from celery_durable.engine.continue_as_new import settle_continued
+from celery_durable.engine.finish import finish
 from celery_durable.engine.publish import publish_woken
+from celery_durable.engine.rollback import finish_or_roll_back
 from celery_durable.errors import (
     ContinuedAsNew,
     LeaseLost,
@@ -64,8 +67,6 @@ def settle_stop_or_error(
         )
         raise taskevents.ended(app, run_id, None, "lease lost; another delivery owns the run")
     if isinstance(exc, ContinuedAsNew):
-        from celery_durable.engine.continue_as_new import settle_continued
-
         if settle_continued(runtime, ctx, exc) is None:
             raise taskevents.ended(app, run_id, None, "not continued: cancelled or lease lost")
         # The same task id is published again: to Celery this delivery is a retry.
@@ -125,57 +126,6 @@ def _cancelled(
     return taskevents.ended(runtime.app, ctx.workflow_id, taskevents.CANCELLED, text)
 
 
-def finish(
-    runtime: Runtime,
-    ctx: WorkflowContext,
-    status: str,
-    *,
-    result: str | None = None,
-    error: str | None = None,
-    step: StepRecord | None = None,
-) -> str | None:
-    """Settle the run; a child's settle also gives its parent's item the outcome (and
-    wakes the parent), in the same transaction. Ordinary runs keep the one statement."""
-    store = runtime.store
-    if ctx.parent_id is None or ctx.parent_idx is None:
-        return store.settle_run(
-            ctx.workflow_id,
-            ctx.fence,
-            status,
-            result=result,
-            error=error,
-            step=step,
-            carried=ctx.take_deferred(),
-        )
-    final, woken = store.settle_child_run(
-        ctx.workflow_id,
-        ctx.fence,
-        status,
-        parent_id=ctx.parent_id,
-        parent_idx=ctx.parent_idx,
-        grace=runtime.config.dispatch_grace,
-        result=result,
-        error=error,
-        step=step,
-        carried=ctx.take_deferred(),
-    )
-    publish_woken(runtime, woken, f"its child {ctx.workflow_id} finished")
-    return final
-
-
-def finish_or_roll_back(
-    runtime: Runtime,
-    ctx: WorkflowContext,
-    status: str,
-    error: str | None,
-    step: StepRecord | None,
-) -> str | None:
-    """Settle a run that fails for good or is cancelled; a saga rolls back first."""
-    from celery_durable.engine import rollback  # it settles through finish(): imported on use
-
-    if rollback.needed(ctx):
-        return rollback.settle(runtime, ctx, status, error, step)
-    return finish(runtime, ctx, status, error=error, step=step)
 
 
 def _child_cancelled_on_retry(runtime: Runtime, ctx: WorkflowContext) -> None:

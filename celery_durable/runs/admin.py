@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.core import validate
+from celery_durable.core.ids import time_ordered_id
 from celery_durable.core.logs import run_fields
 from celery_durable.engine.publish import publish_or_leave
 from celery_durable.engine.retention import log_collected
@@ -265,10 +266,6 @@ def fork_run(
     if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 0:
         raise InvalidArgument(f"from_step={from_step!r} must be a step index (an int >= 0)")
     if workflow_id is None:
-        from celery_durable.runs.task import (
-            time_ordered_id,  # the engine's id scheme; workflow imports us
-        )
-
         workflow_id = time_ordered_id()
     validate.check_workflow_id(workflow_id)
     forked = runtime.store.fork_run(run_id, workflow_id, from_step, runtime.config.dispatch_grace)

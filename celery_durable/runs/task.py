@@ -16,9 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-import os
-import time
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -30,6 +27,7 @@ from sqlalchemy.orm import Session
 
 from celery_durable.body.fanout import ChildHandle, start_child
 from celery_durable.core import serialization, tracing, validate
+from celery_durable.core.ids import time_ordered_id
 from celery_durable.core.logs import log_started, run_fields
 from celery_durable.core.retry import backoff
 from celery_durable.engine import taskevents
@@ -368,18 +366,6 @@ def _start_delay(countdown: Any, eta: Any) -> float | None:
         return delay if delay > 0 else None
     return None
 
-
-def time_ordered_id() -> str:
-    """A UUID whose first 48 bits are the time in ms (the UUIDv7 layout).
-
-    New runs then land at the right edge of the primary-key indexes instead of on random
-    pages, which keeps inserts fast when the tables hold millions of finished runs.
-    """
-    millis = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (millis & ((1 << 48) - 1)) << 80 | 0x7 << 76 | (rand >> 62 & 0xFFF) << 64
-    value |= 0b10 << 62 | rand & ((1 << 62) - 1)
-    return str(uuid.UUID(int=value))
 
 
 def _publish_after_commit(connection: Connection | Session, publish: Callable[[], None]) -> None:

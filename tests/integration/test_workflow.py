@@ -358,7 +358,7 @@ def test_generated_workflow_ids_are_time_ordered_uuids():
     import time
     import uuid
 
-    from celery_durable.runs.task import time_ordered_id
+    from celery_durable.core.ids import time_ordered_id
 
     first = time_ordered_id()
     wait_until(lambda: time.time_ns() // 1_000_000 > int(first[:13].replace("-", ""), 16), 5)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 
+import grimp
+
 from tests.support.workers import ROOT
 
 
@@ -16,3 +18,51 @@ def test_layers_import_one_way():
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 kept, 0 broken" in done.stdout
+
+
+def test_no_module_imports_itself_back():
+    """No import cycle between modules, counting imports made inside functions (a deferred
+    import hides a cycle, it doesn't remove one); each cycle is listed with its modules.
+    Imports under TYPE_CHECKING are left out here: an annotation creates no runtime
+    dependency (the layers contract counts them, so none crosses a layer)."""
+    graph = grimp.build_graph(
+        "celery_durable", include_external_packages=False, exclude_type_checking_imports=True
+    )
+    cycles = import_cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def import_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    imported_by = graph.find_modules_directly_imported_by
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        on_stack.add(module)
+        for other in sorted(imported_by(module)):
+            if other not in order:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in on_stack:
+                low[module] = min(low[module], order[other])
+        if low[module] == order[module]:
+            component = []
+            while True:
+                other = stack.pop()
+                on_stack.discard(other)
+                component.append(other)
+                if other == module:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph.modules):
+        if module not in order:
+            visit(module)
+    return cycles

@@ -347,7 +347,7 @@ def test_outside_a_workflow_the_composition_api_says_what_to_do(durable):
 
 
 def test_derived_ids_fit_amqp_correlation_ids():
-    from celery_durable.body.fanout import derived_id
+    from celery_durable.core.ids import derived_id
     from celery_durable.engine.publish import item_task_id
 
     assert item_task_id("run-1", 3, 17) == "run-1:3:17"

@@ -1,0 +1,52 @@
+"""Finishing a run: the one write that ends it (succeeded, failed for good or cancelled).
+A child's finish also settles its parent's item and wakes the parent, in the same
+transaction. ``settle`` and ``rollback`` both end here."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from celery_durable.body.context import WorkflowContext
+from celery_durable.engine.publish import publish_woken
+from celery_durable.store import StepRecord
+
+if TYPE_CHECKING:
+    from celery_durable.engine.runtime import Runtime
+
+
+def finish(
+    runtime: Runtime,
+    ctx: WorkflowContext,
+    status: str,
+    *,
+    result: str | None = None,
+    error: str | None = None,
+    step: StepRecord | None = None,
+) -> str | None:
+    """Settle the run; a child's settle also gives its parent's item the outcome (and
+    wakes the parent), in the same transaction. Ordinary runs keep the one statement."""
+    store = runtime.store
+    if ctx.parent_id is None or ctx.parent_idx is None:
+        return store.settle_run(
+            ctx.workflow_id,
+            ctx.fence,
+            status,
+            result=result,
+            error=error,
+            step=step,
+            carried=ctx.take_deferred(),
+        )
+    final, woken = store.settle_child_run(
+        ctx.workflow_id,
+        ctx.fence,
+        status,
+        parent_id=ctx.parent_id,
+        parent_idx=ctx.parent_idx,
+        grace=runtime.config.dispatch_grace,
+        result=result,
+        error=error,
+        step=step,
+        carried=ctx.take_deferred(),
+    )
+    publish_woken(runtime, woken, f"its child {ctx.workflow_id} finished")
+    return final
