@@ -24,8 +24,9 @@ from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.core.retry import backoff
 from celery_durable.engine.apps import runtime_for, runtimes_of
 from celery_durable.engine.publish import publish_or_leave
+from celery_durable.engine.wake import wake, wake_outcome
 from celery_durable.errors import PendingSignalsFull, WorkflowAlreadyCompleted, WorkflowNotFound
-from celery_durable.store import FINISHED_STATUSES, Outcome, is_unreachable
+from celery_durable.store import Outcome, is_unreachable
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime import Runtime
@@ -402,42 +403,6 @@ def _drop_malformed(
     what = problem if name is None else f"(signal {fields['signal']}) {problem}"
     log_malformed(logger, "signal", message_id, what, outcome, fields)
 
-
-def wake(runtime: Runtime, workflow_id: str, name: str) -> bool:
-    """If the run waits for ``name``, make it PENDING and publish it."""
-    run = runtime.store.wake_run(workflow_id, name, runtime.config.dispatch_grace)
-    if run is None:
-        return False
-    runtime.publish(run.id, run.name, run.args, run.queue)
-    logger.info(
-        "workflow %s run %s woken by signal %r",
-        run.name,
-        run.id,
-        name,
-        extra={**run_fields(run.id, run.name), "signal": name},
-    )
-    return True
-
-
-def wake_outcome(runtime: Runtime, workflow_id: str, name: str) -> str:
-    """Wake the run if it waits for ``name``; say what happened. It is the wake-up task's
-    result, which Flower and the worker's log show: a bare False said nothing. (Names in
-    double quotes: Celery shows a str result quoted, escaping single quotes.)"""
-    if wake(runtime, workflow_id, name):
-        return f'woke run {workflow_id}: it waited for signal "{name}"'
-    # Nothing woken (the common case of a signal sent before its wait): one read says why.
-    run = runtime.store.get_run(workflow_id)
-    if run is None:
-        return f"nothing to wake: no run {workflow_id}"
-    if run.status in FINISHED_STATUSES:
-        return f"nothing to wake: run {workflow_id} is {run.status}"
-    waits = ""
-    if run.status == "WAITING":  # a timer, items or a child when it names no signal
-        waits = " for other steps" if run.wait_signal is None else f' for "{run.wait_signal}"'
-    return (
-        f"nothing to wake: run {workflow_id} is {run.status}{waits}, not waiting for signal "
-        f'"{name}"; the signal stays pending until the run waits for it'
-    )
 
 
 class SignalQueue(bootsteps.Step):  # type: ignore[misc]
