@@ -122,6 +122,14 @@ class Step(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<durable step {self.name}>"
 
+    def __getattr__(self, attribute: str) -> Any:
+        # step.max_attempts, step.queue, ...: read as attributes of the step before its
+        # options became one StepOptions, so code that read them keeps working.
+        options = self.__dict__.get("options")  # absent while copy/pickle rebuild a step
+        if options is not None and attribute in StepOptions.__dataclass_fields__:
+            return getattr(options, attribute)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {attribute!r}")
+
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         ctx = WorkflowContext.current()
         queue = self.options.queue

@@ -110,3 +110,14 @@ def test_durable_step_keeps_its_options_and_refuses_an_unknown_one():
 
         @durable.step(max_attempts=0)
         def refund() -> None: ...
+
+
+def test_a_steps_options_still_read_as_its_attributes():
+    durable = Durable(Celery("options"), database_url="sqlite://")
+
+    @durable.step(max_attempts=3, queue="gpu", name="t.attrs")
+    def routed() -> None: ...
+
+    assert (routed.max_attempts, routed.queue, routed.commit) == (3, "gpu", "each")
+    with pytest.raises(AttributeError, match="no attribute 'max_attempt'"):
+        routed.max_attempt  # noqa: B018 - the typo must not read as None
