@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from celery import Celery
 
 import celery_durable as cd
 from celery_durable import Durable, PayloadTooLarge, WorkflowFailed
 from celery_durable.core.config import DurableConfig
+from tests.support.eager import eager_durable
 from tests.support.refusals import assert_refused_once
-from tests.support.services import PG_URL, unique
+from tests.support.services import unique
 
 LIMIT = 4096
 SETTING = "durable_max_payload_bytes"
@@ -37,17 +37,9 @@ def test_the_default_limit_is_16_mib_and_the_setting_is_read_like_the_others():
 @pytest.fixture
 def small(basic_app) -> Iterator[Durable]:
     """A Durable running workflows in-process (eager) with a 4 KB payload limit."""
-    app = Celery("eager-payloads", broker="memory://")
-    app.conf.task_always_eager = True
-    durable = Durable(
-        app,
-        database_url=PG_URL,
-        table_prefix=basic_app.durable.config.table_prefix,
-        namespace=unique("ns-payload-"),
-        max_payload_bytes=LIMIT,
-    )
-    yield durable
-    durable.store.dispose()
+    prefix = basic_app.durable.config.table_prefix
+    with eager_durable("payload", prefix, max_payload_bytes=LIMIT) as durable:
+        yield durable
 
 
 def rows(durable: Durable, table: str, run_id: str | None = None) -> list[Any]:

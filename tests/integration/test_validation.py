@@ -14,7 +14,8 @@ import celery_durable as cd
 from celery_durable import Durable, InvalidArgument, NotSerialisable, WorkflowFailed
 from celery_durable.core import validate
 from celery_durable.core.serialization import decode_error, encode_arguments, encode_error
-from tests.support.services import PG_URL, UNREACHABLE_BROKER_URL, unique
+from tests.support.eager import eager_durable
+from tests.support.services import UNREACHABLE_BROKER_URL
 
 # 100 characters but 400 bytes: passes a 255-character check, not AMQP's 255-byte
 # correlation_id (Celery sets it to the task id, which is the workflow id).
@@ -181,16 +182,8 @@ def test_broker_only_signals_are_checked_before_publishing(producer, call, error
 @pytest.fixture
 def eager(basic_app) -> Iterator[Durable]:
     """A Durable running workflows in-process (eager), on the session's tables."""
-    app = Celery("eager-validation", broker="memory://")
-    app.conf.task_always_eager = True
-    durable = Durable(
-        app,
-        database_url=PG_URL,
-        table_prefix=basic_app.durable.config.table_prefix,
-        namespace=unique("ns-eager-"),
-    )
-    yield durable
-    durable.store.dispose()
+    with eager_durable("eager", basic_app.durable.config.table_prefix) as durable:
+        yield durable
 
 
 def failure_of(handle: cd.WorkflowHandle) -> WorkflowFailed:

@@ -1,0 +1,30 @@
+"""A Durable that runs workflows in-process (Celery's eager mode) on the session's tables,
+under a namespace of its own: for tests of what a body does, without a worker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from celery import Celery
+
+from celery_durable import Durable
+from tests.support.services import PG_URL, unique
+
+
+@contextmanager
+def eager_durable(name: str, table_prefix: str, **settings: Any) -> Iterator[Durable]:
+    app = Celery(name, broker="memory://")
+    app.conf.task_always_eager = True
+    durable = Durable(
+        app,
+        database_url=PG_URL,
+        table_prefix=table_prefix,
+        namespace=unique(f"ns-{name}-"),
+        **settings,
+    )
+    try:
+        yield durable
+    finally:
+        durable.store.dispose()
