@@ -12,9 +12,9 @@ import pytest
 import sqlalchemy as sa
 
 import celery_durable as cd
-from celery_durable import Durable, PayloadTooLarge, WorkflowFailed
+from celery_durable import Durable, PayloadTooLarge
 from celery_durable.core.config import DurableConfig
-from tests.support.eager import eager_durable
+from tests.support.eager import eager_durable, failure_of
 from tests.support.refusals import assert_refused_once
 from tests.support.services import unique
 
@@ -50,12 +50,6 @@ def rows(durable: Durable, table: str, run_id: str | None = None) -> list[Any]:
         query = query.where((found.c.id if table == "runs" else found.c.run_id) == run_id)
     with store.engine.connect() as conn:
         return list(conn.execute(query).all())
-
-
-def failure_of(handle: cd.WorkflowHandle) -> WorkflowFailed:
-    with pytest.raises(WorkflowFailed) as failed:
-        handle.get(timeout=10)
-    return failed.value
 
 
 def test_start_arguments_over_the_limit_are_refused_naming_the_argument(small):

@@ -11,10 +11,10 @@ import sqlalchemy as sa
 from celery import Celery
 
 import celery_durable as cd
-from celery_durable import Durable, InvalidArgument, NotSerialisable, WorkflowFailed
+from celery_durable import Durable, InvalidArgument, NotSerialisable
 from celery_durable.core import validate
 from celery_durable.core.serialization import decode_error, encode_arguments, encode_error
-from tests.support.eager import eager_durable
+from tests.support.eager import eager_durable, failure_of
 from tests.support.services import UNREACHABLE_BROKER_URL
 
 # 100 characters but 400 bytes: passes a 255-character check, not AMQP's 255-byte
@@ -184,12 +184,6 @@ def eager(basic_app) -> Iterator[Durable]:
     """A Durable running workflows in-process (eager), on the session's tables."""
     with eager_durable("eager", basic_app.durable.config.table_prefix) as durable:
         yield durable
-
-
-def failure_of(handle: cd.WorkflowHandle) -> WorkflowFailed:
-    with pytest.raises(WorkflowFailed) as failed:
-        handle.get(timeout=10)
-    return failed.value
 
 
 def test_values_utf8_cannot_encode_fail_the_run_naming_their_owner(eager):

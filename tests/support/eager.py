@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from celery import Celery
 
-from celery_durable import Durable
+from celery_durable import Durable, WorkflowFailed, WorkflowHandle
 from tests.support.services import PG_URL, unique
 
 
@@ -28,3 +29,10 @@ def eager_durable(name: str, table_prefix: str, **settings: Any) -> Iterator[Dur
         yield durable
     finally:
         durable.store.dispose()
+
+
+def failure_of(handle: WorkflowHandle) -> WorkflowFailed:
+    """The WorkflowFailed a run that fails for good raises from ``get()``."""
+    with pytest.raises(WorkflowFailed) as failed:
+        handle.get(timeout=10)
+    return failed.value
