@@ -9,6 +9,7 @@ from celery_durable.body.state import set_state
 from celery_durable.body.suspend import sleep, sleep_until, wait_for_signal
 from celery_durable.durable import Durable
 from celery_durable.errors import (
+    ArgumentsRefused,
     ConfigurationError,
     DatabaseUnavailable,
     DuplicateRegistration,
@@ -33,6 +34,7 @@ from celery_durable.runs.handle import WorkflowHandle, WorkflowStatus
 from celery_durable.runs.task import WorkflowTask
 
 __all__ = [
+    "ArgumentsRefused",
     "ChildHandle",
     "Compensation",
     "ConfigurationError",

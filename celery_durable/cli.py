@@ -196,8 +196,7 @@ def show(
             # Step retries happen inside each workflow attempt: the two multiply.
             calls = tries * run.max_attempts
             line += (
-                f"  (up to {tries} tries per attempt x "
-                f"{run.max_attempts} attempts = {calls} calls)"
+                f"  (up to {tries} tries per attempt x {run.max_attempts} attempts = {calls} calls)"
             )
         click.echo(line)
         if step.error and step.status != "ok":

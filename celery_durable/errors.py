@@ -117,6 +117,12 @@ class NotSerialisable(PermanentError, TypeError):
     """An argument, step output or result JSON can't hold; retrying would not help."""
 
 
+class ArgumentsRefused(PermanentError, TypeError):
+    """A workflow message sent by name (``send_task``, ``celery call``, beat, another
+    language's client) whose arguments don't fit the workflow's signature, or can't be
+    stored. Its run is stored FAILED with this error, so that an operator sees it."""
+
+
 class PayloadTooLarge(NotSerialisable, ValueError):
     """An argument, result, signal payload or state value is larger, as JSON, than
     ``durable_max_payload_bytes``; the message names it, its size and the setting.

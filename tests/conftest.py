@@ -36,6 +36,8 @@ QUEUE = unique("q-")
 OTHER_QUEUE = unique("oq-")
 # The queue of the test app's routed steps (``@durable.step(queue=GPU_QUEUE)``).
 GPU_QUEUE = unique("gpu-")
+# The queue of the canvas app (tests/apps/canvas.py: a result backend, chains, chords).
+CANVAS_QUEUE = unique("cq-")
 
 # The test app (tests/apps/basic.py) reads all of these, in this process and in workers.
 os.environ.update(
@@ -53,6 +55,7 @@ os.environ.update(
         "TEST_QUEUE": QUEUE,
         "TEST_OTHER_QUEUE": OTHER_QUEUE,
         "TEST_GPU_QUEUE": GPU_QUEUE,
+        "TEST_CANVAS_QUEUE": CANVAS_QUEUE,
     }
 )
 
@@ -95,7 +98,8 @@ def basic_app() -> Iterator[object]:
     yield basic
     basic.durable.store.dispose()
     drop_tables(PG_URL, PREFIX)
-    delete_queues(BROKER_URL, [QUEUE, OTHER_QUEUE, GPU_QUEUE, basic.durable.config.signal_queue])
+    queues = [QUEUE, OTHER_QUEUE, GPU_QUEUE, CANVAS_QUEUE, basic.durable.config.signal_queue]
+    delete_queues(BROKER_URL, queues)
 
 
 @contextmanager
@@ -207,6 +211,24 @@ def shared_gpu_worker(basic_app: object) -> Iterator[Worker]:
     """One worker of the routed steps' queue for a whole module of tests that don't kill it."""
     with module_worker(GPU_QUEUE, "shared-gpu") as worker:
         yield worker
+
+
+@pytest.fixture(scope="session")
+def canvas_app(basic_app: object) -> object:
+    """The canvas app module (a Redis result backend), on the test app's tables."""
+    from tests.apps import canvas
+
+    return canvas
+
+
+@pytest.fixture(scope="module")
+def canvas_worker(canvas_app: object) -> Iterator[Worker]:
+    """One worker of the canvas app for a whole module of tests that don't kill it."""
+    worker = Worker("tests.apps.canvas", {}, queues=CANVAS_QUEUE, name=unique("canvas"))
+    try:
+        yield worker.wait_ready()
+    finally:
+        worker.kill()
 
 
 @pytest.fixture

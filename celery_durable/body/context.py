@@ -103,6 +103,8 @@ class WorkflowContext:
     # The run has finished a step with a compensation (stored on the run: a cancel of it
     # while idle then rolls it back).
     compensable: bool = False
+    # What the run tells Celery when it settles (engine.canvas), as stored; None: nothing.
+    canvas: str | None = None
     # Records of deferred steps (commit="deferred") not written yet: they ride on the next
     # write, or go on their own once there are ``deferred_max_steps`` of them or the
     # oldest is ``deferred_max_age`` seconds old. A crash loses them: those steps run again.

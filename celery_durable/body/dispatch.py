@@ -30,7 +30,6 @@ def dispatch(
         )
 
 
-
 def write_fanout(ctx: WorkflowContext, step: StepRecord, fan: FanOut) -> bool:
     """Write the fan-out; True when this call wrote it (so its items are to publish)."""
     with store_guard(ctx):

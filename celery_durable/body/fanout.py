@@ -53,9 +53,7 @@ __all__ = ["ChildHandle", "StepFuture", "gather", "map", "start_child"]
 CHILD_STEP_PREFIX = "celery_durable.child:"
 
 
-
 # -- starting -------------------------------------------------------------------------------
-
 
 
 def map(  # noqa: A001 - cd.map is the public name, like the builtin it mirrors
@@ -119,8 +117,6 @@ def check_map_replay(
                 f"history, {now['items']} now"
             )
     check_replay(ctx, index, recorded, name, step_input)
-
-
 
 
 def start_child(

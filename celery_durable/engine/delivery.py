@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.body.context import LeaseClock, WorkflowContext, activate, deactivate
 from celery_durable.core import faults, serialization, tracing, validate
 from celery_durable.core.logs import log_malformed, run_fields
+from celery_durable.engine import canvas, rollback, taskevents
 from celery_durable.engine import policy as shutdown
-from celery_durable.engine import rollback, taskevents
 from celery_durable.engine.settle import settle_stop_or_error, settle_success
-from celery_durable.store import Claim, RunRecord, Store, is_unreachable
+from celery_durable.errors import ArgumentsRefused
+from celery_durable.store import Claim, OwedReport, RunRecord, Store, is_unreachable
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime import Runtime, WorkflowDefinition
@@ -44,9 +46,11 @@ def execute(
     definition: WorkflowDefinition,
     request: Any,
     time_limit: float | None = None,
+    start_by_name: Callable[[], ArgumentsRefused | None] | None = None,
 ) -> Any:
     """Claim the run named by the Celery task id, replay its body, settle the outcome;
-    ``time_limit``: the task's hard time limit (the message's own wins)."""
+    ``time_limit``: the task's hard time limit (the message's own wins). A message sent
+    by name (``start_by_name``) whose run doesn't exist stores it first."""
     store, config = runtime.store, runtime.config
     hard_deadline = shutdown.hard_deadline(request, time_limit, time.monotonic())
     run_id: str = request.id
@@ -65,6 +69,10 @@ def execute(
             claim = _claim_when_visible(
                 store, run_id, owner, config.lock_timeout, config.max_recoveries
             )
+        refused = None
+        if claim is None and start_by_name is not None:
+            refused = start_by_name()
+            claim = store.claim_run(run_id, owner, config.lock_timeout, config.max_recoveries)
     except Exception as exc:
         if is_unreachable(exc):
             raise ClaimUnavailable(str(exc)) from exc
@@ -72,6 +80,8 @@ def execute(
     if claim is None:
         run = _log_unclaimed(runtime, definition, run_id)
         raise taskevents.unclaimed(runtime.app, run_id, run)
+    if refused is not None:
+        _settle_refused(runtime, definition, run_id, claim, refused)
     history = store.load_steps(run_id) if claim.has_steps else {}
     ctx = WorkflowContext(
         store=store,
@@ -102,6 +112,9 @@ def execute(
     )
     tracing.claimed(claim.attempts, len(history))
     taskevents.resumed(runtime.app, ctx)
+    ctx.canvas = claim.canvas
+    if claim.canvas is not None:
+        canvas.report_started(runtime, ctx)
     args, kwargs = serialization.loads(claim.args)
     runtime.leases.track(run_id, ctx.lease)
     ctx.compensable = claim.compensable
@@ -139,6 +152,24 @@ def execute(
         return taskevents.finished(runtime.app, ctx, value)
     finally:
         runtime.leases.untrack(run_id)
+
+
+def _settle_refused(
+    runtime: Runtime,
+    definition: WorkflowDefinition,
+    run_id: str,
+    claim: Claim,
+    refused: ArgumentsRefused,
+) -> None:
+    """A run sent by name with arguments the workflow can't take: stored FAILED with the
+    error naming them (never dropped), reported like any failure; Celery's FAILURE."""
+    error = serialization.encode_error(refused, step=None)
+    status = runtime.store.settle_run(run_id, claim.fence, "FAILED", error=error)
+    logger.error("%s", refused, extra=run_fields(run_id, definition.name, claim.attempts))
+    if status == "FAILED" and claim.canvas is not None:
+        owed = OwedReport(run_id, definition.name, status, "", None, error, None, claim.canvas)
+        canvas.report_settled(runtime, owed)
+    raise refused
 
 
 def _claim_when_visible(

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from celery_durable.body.context import WorkflowContext
+from celery_durable.engine.canvas import report_settled
 from celery_durable.engine.publish import publish_woken
-from celery_durable.store import StepRecord
+from celery_durable.store import FINISHED_STATUSES, OwedReport, StepRecord
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime import Runtime
@@ -24,7 +25,34 @@ def finish(
     step: StepRecord | None = None,
 ) -> str | None:
     """Settle the run; a child's settle also gives its parent's item the outcome (and
-    wakes the parent), in the same transaction. Ordinary runs keep the one statement."""
+    wakes the parent), in the same transaction. Ordinary runs keep the one statement.
+    Then the run tells Celery (result backend, callbacks, chain, chord), if it has to."""
+    final = _settle(runtime, ctx, status, result=result, error=error, step=step)
+    if final in FINISHED_STATUSES and ctx.canvas is not None:
+        succeeded, failed = final == "SUCCEEDED", final == "FAILED"
+        owed = OwedReport(
+            ctx.workflow_id,
+            ctx.workflow_name,
+            final,
+            "",
+            result if succeeded else None,
+            error if failed else None,
+            None,
+            ctx.canvas,
+        )
+        report_settled(runtime, owed)
+    return final
+
+
+def _settle(
+    runtime: Runtime,
+    ctx: WorkflowContext,
+    status: str,
+    *,
+    result: str | None,
+    error: str | None,
+    step: StepRecord | None,
+) -> str | None:
     store = runtime.store
     if ctx.parent_id is None or ctx.parent_idx is None:
         return store.settle_run(

@@ -32,6 +32,7 @@ from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.engine import policy as shutdown
 from celery_durable.engine import taskevents
 from celery_durable.engine.apps import runtime_for
+from celery_durable.engine.canvas import report_taken
 from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import DuplicateRegistration, NotSerialisable, PermanentError
 from celery_durable.store import (
@@ -61,6 +62,8 @@ def cancel(runtime: Runtime, run_id: str, reason: str | None) -> Cancellation:
     cancelled = runtime.store.cancel_run(run_id, reason, runtime.config.dispatch_grace)
     for woken in cancelled.woken:
         publish_woken(runtime, woken, "a child it waited for was cancelled")
+    if cancelled.requested and cancelled.status == "CANCELLED":
+        report_taken(runtime, run_id)  # its link_error and REVOKED, now
     return cancelled
 
 

@@ -92,6 +92,9 @@ class LeaseKeeper:
         # Items this process runs in an open transaction, and since when (monotonic).
         self._open: dict[OpenItem, float] = {}
         self._claims = itertools.count(1)
+        # Settled runs whose report to Celery is made: their outbox entries, cleared a
+        # batch per beat.
+        self._reported: list[str] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -113,6 +116,7 @@ class LeaseKeeper:
         self._items = set()
         self._open = {}
         self._claims = itertools.count(1)
+        self._reported = []
         self._thread = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -133,6 +137,24 @@ class LeaseKeeper:
                 target=self._beat, name="celery_durable-heartbeat", daemon=True
             )
             self._thread.start()
+
+    def reported(self, run_id: str) -> None:
+        """The run's report to Celery is made: its outbox entry is cleared at the next
+        beat, with the others of that beat, in one statement."""
+        self.owner  # noqa: B018 - resets state in a freshly forked child
+        with self._lock:
+            self._reported.append(run_id)
+            self._start_beating()
+
+    def _clear_reported(self) -> None:
+        with self._lock:
+            reported, self._reported = self._reported, []
+        try:
+            self.runtime.store.clear_reported(reported)
+        except Exception:
+            with self._lock:  # tried again at the next beat; the sweeper checks meanwhile
+                self._reported.extend(reported)
+            raise
 
     def item_token(self) -> str:
         """A claim token for an item, unique across processes and claims: its fence."""
@@ -195,6 +217,7 @@ class LeaseKeeper:
             store = self.runtime.store
             try:
                 self._convert_long_items(period)
+                self._clear_reported()
                 runs, items = self.running(), self.items()
                 if not runs and not items:
                     continue
@@ -226,6 +249,7 @@ class LeaseKeeper:
         try:
             released = self.runtime.store.release_owner(self._owner, self.running())
             self.runtime.store.release_items(self.items())
+            self._clear_reported()
         except Exception:
             logger.exception("could not give back the leases of %s", self._owner)
             return []

@@ -66,4 +66,3 @@ def _terminate_handler_fired() -> bool:
     if fired is not None:
         return bool(fired())
     return bool(getattr(common, "_should_have_exited", [False])[0])  # what it reads
-

@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 # Item tasks and wake-ups log as they did beside the item tasks.
 logger = logging.getLogger("celery_durable.items")
 
+# On every message of a stored run: a workflow message without it was sent by name
+# (send_task, celery call, beat) and creates its run on its first delivery.
+STORED_HEADER = "durable_stored"
+
 # What the sweeper does with a stored run whose publish failed.
 SWEEPER_DISPATCHES = "the sweeper will dispatch it"
 

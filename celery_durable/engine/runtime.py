@@ -25,7 +25,7 @@ from celery_durable.core import logs, serialization, tracing
 from celery_durable.core.config import DurableConfig
 from celery_durable.engine import apps
 from celery_durable.engine.leases import LeaseKeeper
-from celery_durable.engine.publish import Dispatch
+from celery_durable.engine.publish import STORED_HEADER, Dispatch
 from celery_durable.engine.sweeper import Sweeper
 from celery_durable.store import Store
 
@@ -98,6 +98,7 @@ class Runtime:
         """Publish a stored run's task message (the sweeper's re-dispatch, a wake-up)."""
         call_args, call_kwargs = serialization.loads(args)
         options: dict[str, Any] = {"queue": queue} if queue else {}
+        options["headers"] = {STORED_HEADER: True}
         tracing.add_link_headers(options)  # a wake-up's sender, linked by the resumed run
         task = self.app.tasks.get(name)
         if isinstance(getattr(task, "definition", None), WorkflowDefinition):

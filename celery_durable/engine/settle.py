@@ -22,8 +22,8 @@ from celery.exceptions import Retry
 from celery_durable.body.context import WorkflowContext
 from celery_durable.core import faults, serialization
 from celery_durable.core.retry import backoff, retryable
+from celery_durable.engine import canvas, taskevents
 from celery_durable.engine import policy as shutdown
-from celery_durable.engine import taskevents
 from celery_durable.engine.continue_as_new import settle_continued
 from celery_durable.engine.finish import finish
 from celery_durable.engine.publish import publish_woken
@@ -57,6 +57,7 @@ def settle_stop_or_error(
             extra=fields,
         )
         line = taskevents.ctx_line(ctx, max(ctx.next_index - 1, 0))  # the wait's step
+        canvas.report_waiting(runtime, ctx, exc.reason)
         raise taskevents.ended(app, run_id, taskevents.WAITING, f"{exc.reason} {line}")
     if isinstance(exc, LeaseLost):
         logger.warning(
@@ -124,8 +125,6 @@ def _cancelled(
 ) -> taskevents.DeliveryEnded:
     text = f"cancelled: {reason or 'cancel requested'} {taskevents.ctx_line(ctx)}"
     return taskevents.ended(runtime.app, ctx.workflow_id, taskevents.CANCELLED, text)
-
-
 
 
 def _child_cancelled_on_retry(runtime: Runtime, ctx: WorkflowContext) -> None:

@@ -404,7 +404,6 @@ def _drop_malformed(
     log_malformed(logger, "signal", message_id, what, outcome, fields)
 
 
-
 class SignalQueue(bootsteps.Step):  # type: ignore[misc]
     """A worker bootstep: every worker consumes its app's signal queues on top of ``-Q``.
 

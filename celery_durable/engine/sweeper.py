@@ -25,6 +25,7 @@ from celery_durable.core.logs import run_fields
 from celery_durable.core.retry import backoff
 from celery_durable.engine import retention
 from celery_durable.engine.apps import runtimes_of
+from celery_durable.engine.canvas import report_owed
 from celery_durable.engine.items import REVOKED, cancel, revoke_item
 from celery_durable.engine.leases import FailureLog
 from celery_durable.engine.publish import publish_or_leave, publish_woken
@@ -142,9 +143,29 @@ class Sweeper:
             # A signal whose wake-up message was lost: the run still waits for it.
             published += self._publish(run, "woke workflow %s run %s for a stored signal")
         published += self.sweep_items(names)
+        self.report_owed()
         self.cancel_revoked()
         self.retain()
         return published
+
+    def report_owed(self) -> None:
+        """Settled runs still owing Celery their report a dispatch grace after they
+        settled (the worker died between its settle and its report): report each once."""
+        runtime, config = self.runtime, self.runtime.config
+        while True:
+            owed = runtime.store.take_owed_reports(config.dispatch_grace, config.sweep_batch)
+            made = [entry for entry in owed if report_owed(runtime, entry)]
+            runtime.store.clear_reported([entry.id for entry in made])
+            for entry in made:
+                logger.info(
+                    "reported workflow %s run %s (%s) to Celery for the worker that settled it",
+                    entry.name,
+                    entry.id,
+                    entry.status,
+                    extra=run_fields(entry.id, entry.name),
+                )
+            if len(owed) < config.sweep_batch:
+                break
 
     def sweep_items(self, names: list[str]) -> int:
         """Items: publish again the lost, the orphaned and the due retries; fail poison

@@ -42,10 +42,12 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from billiard.einfo import ExceptionWithTraceback
+from celery.app.task import Context
 from celery.exceptions import Ignore
 from celery.utils.saferepr import saferepr
 from celery.worker.request import Request
 from kombu.utils.encoding import safe_repr, safe_str
+from kombu.utils.objects import cached_property
 
 from celery_durable.body.suspend import describe_wait, iso_time
 from celery_durable.core import tracing
@@ -241,6 +243,21 @@ class WorkflowRequest(Request):  # type: ignore[misc]
             and self.task.send_events
             and (not eventer.groups or "task" in eventer.groups)
         )
+
+    @cached_property
+    def _context(self) -> Context:
+        # The failures this process reports itself (a hard time limit, a revoke) must not
+        # fire a canvas that a message sent by name carried, nor store a state: the run
+        # reports when it settles (engine.canvas).
+        context = super()._context
+        for key in ("callbacks", "errbacks", "chain", "chord"):
+            setattr(context, key, None)
+        context.ignore_result = True
+        return context
+
+    @property
+    def store_errors(self) -> bool:
+        return False
 
     def on_retry(self, exc_info: Any) -> None:
         # Celery's on_retry, plus the result field: the retry's message names the run.

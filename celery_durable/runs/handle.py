@@ -17,12 +17,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from celery import states
+from celery.backends.base import DisabledBackend
 from celery.exceptions import TimeoutError as CeleryTimeoutError
+from celery.result import AsyncResult
 
 from celery_durable.body.compensation import Compensation
 from celery_durable.body.state import query, wait_for_state
 from celery_durable.core import serialization, validate
 from celery_durable.core.logs import run_fields
+from celery_durable.engine.canvas import CELERY_STATES
 from celery_durable.engine.items import cancel
 from celery_durable.engine.publish import publish_woken
 from celery_durable.engine.runtime import runtime_of
@@ -59,16 +63,24 @@ class WorkflowStatus(str, enum.Enum):
         return self.value
 
 
-class WorkflowHandle:
-    """A reference to one run, by workflow id; cheap to create, reads the database."""
+class WorkflowHandle(AsyncResult):  # type: ignore[misc]
+    """A reference to one run, by workflow id; cheap to create, reads the database.
+
+    It is Celery's ``AsyncResult`` of the run's task id too: ``.state``, ``.ready()``,
+    ``.successful()``, ``.failed()``, ``.result``, ``.traceback``, ``.get()`` and
+    ``.revoke()`` read and steer the run in the store (no result backend needed), and a
+    ``group`` or ``chord`` of workflows joins them through the app's result backend,
+    where each run's final state is stored when it settles.
+    """
 
     def __init__(
         self, durable: Runtime | HasRuntime, workflow_id: str, name: str | None = None
     ) -> None:
         validate.check_workflow_id(workflow_id)
-        self.runtime = runtime_of(durable)
-        self.id = workflow_id
-        self.name = name
+        runtime = runtime_of(durable)
+        super().__init__(workflow_id, app=runtime.app)
+        self.runtime = runtime
+        self._workflow_name = name
 
     def __repr__(self) -> str:
         return f"<WorkflowHandle {self.name or 'workflow'} id={self.id!r}>"
@@ -83,13 +95,90 @@ class WorkflowHandle:
     def __hash__(self) -> int:
         return hash(self.id)
 
+    def __reduce__(self) -> Any:
+        # As an AsyncResult (a result passed to a task is rebuilt from its id there).
+        return AsyncResult, (self.id, None, self.name)
+
+    @property
+    def name(self) -> str | None:
+        """The workflow's registered name, when the handle was given it."""
+        return self._workflow_name
+
+    @name.setter
+    def name(self, value: str | None) -> None:
+        self._workflow_name = value
+
     @property
     def workflow_id(self) -> str:
-        return self.id
+        return str(self.id)
 
     @property
     def task_id(self) -> str:
-        return self.id
+        return str(self.id)
+
+    @property
+    def state(self) -> str:
+        """Celery's state name: PENDING, STARTED (running), WAITING (suspended: a signal,
+        a timer, items or a child), RETRY (pending after a failed attempt), SUCCESS,
+        FAILURE or REVOKED (cancelled)."""
+        run = self.record()
+        if run.status == WorkflowStatus.PENDING and run.attempts and run.error is not None:
+            return states.RETRY
+        return CELERY_STATES[run.status]
+
+    @property
+    def result(self) -> Any:
+        """The return value once it succeeded; the WorkflowFailed (or WorkflowCancelled)
+        that ``get()`` raises once it failed (or was cancelled); None before."""
+        run = self.record()
+        if run.status == WorkflowStatus.SUCCEEDED:
+            return serialization.loads(run.result) if run.result is not None else None
+        if run.status in (WorkflowStatus.FAILED, WorkflowStatus.CANCELLED):
+            return self._outcome_error(run)
+        return None
+
+    info = result
+
+    @property
+    def traceback(self) -> str | None:
+        """The stored traceback of the failure that ended the run; None otherwise."""
+        run = self.record()
+        if run.status != WorkflowStatus.FAILED or not run.error:
+            return None
+        return str(serialization.decode_error(run.error).get("traceback") or "") or None
+
+    def revoke(
+        self,
+        connection: Any = None,
+        terminate: bool = False,
+        signal: str | None = None,
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        """Celery's revoke: cancel the run (a finished one is left as it is, as Celery
+        leaves a finished task). ``terminate=True`` also stops the step running now, by
+        Celery's own revoke of the task id (``signal``: SIGTERM unless given); the run is
+        then settled CANCELLED, its compensations run."""
+        try:
+            self.cancel("revoked")
+        except WorkflowAlreadyCompleted:
+            return
+        if terminate:
+            self.app.control.revoke(
+                self.id,
+                connection=connection,
+                terminate=True,
+                signal=signal or "SIGTERM",
+                reply=wait,
+                timeout=timeout,
+            )
+
+    def forget(self) -> None:
+        """Remove the run's state from the result backend (the run's row stays until
+        ``durable gc``); nothing to do without a backend."""
+        self._cache = None
+        if not isinstance(self.backend, DisabledBackend):
+            self.backend.forget(self.id)
 
     @contextmanager
     def _outage_named(self, what: str) -> Iterator[None]:
@@ -129,6 +218,7 @@ class WorkflowHandle:
         return WorkflowStatus(status)
 
     def ready(self) -> bool:
+        """Whether the run finished (succeeded, failed for good or was cancelled)."""
         return self.status().finished
 
     def wait(self, timeout: float | None = None, interval: float = 0.5) -> WorkflowStatus:
@@ -138,26 +228,39 @@ class WorkflowHandle:
         """
         return WorkflowStatus(self._wait_finished(timeout, interval).status)
 
-    def get(self, timeout: float | None = None, interval: float = 0.5) -> Any:
+    def get(  # type: ignore[override]
+        self,
+        timeout: float | None = None,
+        propagate: bool = True,
+        interval: float = 0.5,
+        **celery_options: Any,
+    ) -> Any:
         """The run's return value, once it finished.
 
         Raises WorkflowFailed (with the stored type, message and traceback),
-        WorkflowCancelled, or ``celery.exceptions.TimeoutError``.
+        WorkflowCancelled, or ``celery.exceptions.TimeoutError``; with
+        ``propagate=False`` returns that error instead of raising it. The other options
+        of ``AsyncResult.get`` (``no_ack``, ``on_message``, ...) are accepted and have no
+        effect: the run is read from the database, not from the result backend.
         """
         run = self._wait_finished(timeout, interval)
         if run.status == WorkflowStatus.SUCCEEDED:
             return serialization.loads(run.result) if run.result is not None else None
+        error = self._outcome_error(run)
+        if not propagate:
+            return error
+        raise error
+
+    def _outcome_error(self, run: RunRecord) -> BaseException:
         if run.status == WorkflowStatus.CANCELLED:
-            raise WorkflowCancelled(self.id, run.cancel_reason)
+            return WorkflowCancelled(self.id, run.cancel_reason)
         error = serialization.decode_error(run.error) if run.error else {}
-        raise WorkflowFailed(
+        return WorkflowFailed(
             self.id,
             error.get("type", "unknown"),
             error.get("message", ""),
             error.get("traceback", ""),
         )
-
-    result = get
 
     def signal(self, name: str, payload: Any = None, idempotency_key: str | None = None) -> bool:
         """Store a signal for this run (before returning) and wake it if it waits for it.

@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import math
@@ -31,15 +32,16 @@ from celery_durable.core.ids import time_ordered_id
 from celery_durable.core.logs import log_started, run_fields
 from celery_durable.core.retry import backoff
 from celery_durable.engine import taskevents
+from celery_durable.engine.canvas import Canvas, neutralise
 from celery_durable.engine.delivery import (
     TRANSACTIONAL_HEADER,
     ClaimUnavailable,
     execute,
     request_header,
 )
-from celery_durable.engine.publish import publish_or_leave
+from celery_durable.engine.publish import STORED_HEADER, publish_or_leave
 from celery_durable.engine.runtime import WorkflowDefinition
-from celery_durable.errors import RunNotPublished, WorkflowAlreadyExists
+from celery_durable.errors import ArgumentsRefused, RunNotPublished, WorkflowAlreadyExists
 from celery_durable.runs.handle import WorkflowHandle
 from celery_durable.store import NewRun
 from celery_durable.store.db.outage import is_unreachable, unavailable
@@ -105,7 +107,6 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 f"workflow {definition.name}: workflow_id={workflow_id!r} and "
                 f"task_id={task_id!r} differ; pass one of them"
             )
-        self._refuse_callbacks(options)
         run_id = workflow_id or task_id or time_ordered_id()
         args, kwargs = tuple(args or ()), dict(kwargs or {})
         run = self._new_run(args, kwargs, options)(run_id)
@@ -149,7 +150,6 @@ class WorkflowTask(Task):  # type: ignore[misc]
         given. Cancelling the parent cancels the child, unless ``detached=True``. Other
         options (``queue``, ``countdown``, ...) are those of ``apply_async``.
         """
-        self._refuse_callbacks(options)
         if workflow_id is not None:
             validate.check_workflow_id(
                 workflow_id, f"{self.definition.name}.start_child(workflow_id)"
@@ -169,21 +169,11 @@ class WorkflowTask(Task):  # type: ignore[misc]
             self.definition.name, encoded, new_run, publish, workflow_id, bool(detached)
         )
 
-    def _refuse_callbacks(self, options: dict[str, Any]) -> None:
-        unsupported = sorted(set(options) & {"link", "link_error", "chain"})
-        if unsupported:
-            # A run outlives its first message (retries, suspensions, re-dispatches), so
-            # a callback on that message would fire at the wrong time.
-            raise TypeError(
-                f"workflow {self.definition.name}: {', '.join(unsupported)} is not "
-                "supported; call the next task from the workflow's last step instead"
-            )
-
     def _new_run(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any]
     ) -> Callable[[str], NewRun]:
         """Check and encode a start; returns the run's row given its id. ``options`` gets
-        the resolved queue and loses countdown/eta (kept in the row)."""
+        the resolved queue and loses countdown/eta and the canvas (kept in the row)."""
         runtime, definition = self.runtime, self.definition
         if definition.signature is not None:
             try:
@@ -204,6 +194,8 @@ class WorkflowTask(Task):  # type: ignore[misc]
             raise type(exc)(f"workflow {definition.name}: {exc}") from None
         if queue:
             options["queue"] = queue
+        # Fired when the run settles, not when a message ends (see engine.canvas).
+        canvas = Canvas.from_options(self.app, options).encode(f"workflow {definition.name}")
         return lambda run_id: NewRun(
             id=run_id,
             name=definition.name,
@@ -217,6 +209,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
             ),
             dispatch_grace=config.dispatch_grace,
             start_delay=start_delay,
+            canvas=canvas,
         )
 
     def _resolve_queue(
@@ -251,8 +244,9 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 grace = self.runtime.config.dispatch_grace
                 raise RunNotPublished(self.definition.name, run_id, grace, caller, exc) from exc
 
+        headers = {**(options.pop("headers", None) or {}), STORED_HEADER: True}
         publish_or_leave(
-            lambda: apply(args, kwargs, task_id=run_id, **options),
+            lambda: apply(args, kwargs, task_id=run_id, headers=headers, **options),
             logger,
             "workflow %s run %s",
             self.definition.name,
@@ -298,13 +292,66 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 "body outside a run; start a run with .delay() or .apply_async() (with "
                 "task_always_eager it runs in-process); .apply() runs only a run that exists"
             )
+        # Celery's tracer must neither fire the message's canvas nor store a result when
+        # this delivery ends: the run does both when it settles.
+        carried = neutralise(self.app, request)
+        by_name = None
+        if not request_header(request, STORED_HEADER):
+            by_name = lambda: self._start_by_name(request, args, kwargs, carried)  # noqa: E731
         with tracing.delivery(self.definition.name, request):
             try:
-                return execute(self.runtime, self.definition, request, self.time_limit)
+                return execute(
+                    self.runtime, self.definition, request, self.time_limit, start_by_name=by_name
+                )
             except ClaimUnavailable as unavailable:
                 if request.is_eager:
                     raise unavailable.__cause__ or unavailable from None
                 self._redeliver_later(args, kwargs, unavailable)
+
+    def _start_by_name(
+        self, request: Any, args: tuple[Any, ...], kwargs: dict[str, Any], carried: Canvas
+    ) -> ArgumentsRefused | None:
+        """A message sent by name (``send_task``, ``celery call``, beat, another client)
+        whose run doesn't exist: store the run from it, with the task id as its id and
+        the canvas it carried, as if ``.delay()`` had started it (the insert is
+        idempotent: a duplicate delivery finds the run). Arguments the workflow can't
+        take are stored too, with the error returned: the run is to be settled FAILED."""
+        definition = self.definition
+        delivery = getattr(request, "delivery_info", None) or {}
+        options: dict[str, Any] = {"queue": delivery.get("routing_key") or definition.queue}
+        refused: ArgumentsRefused | None = None
+        try:
+            new_run = self._new_run(tuple(args), dict(kwargs), options)
+        except (TypeError, ValueError) as exc:
+            refused = ArgumentsRefused(
+                f"workflow {definition.name} run {request.id!r} was sent by name with "
+                f"arguments it can't take: {exc}"
+            )
+            new_run = self._refused_run(args, kwargs, options)
+        run = dataclasses.replace(new_run(request.id), canvas=carried.encode(definition.name))
+        if self.runtime.store.insert_run(run):
+            log_started(definition.name, request.id, None)
+        return refused
+
+    def _refused_run(
+        self, args: Any, kwargs: Any, options: dict[str, Any]
+    ) -> Callable[[str], NewRun]:
+        """The row of a run whose arguments were refused: they are kept as sent (as text
+        when JSON can't hold them), for the operator to read."""
+        try:
+            encoded = serialization.dumps([list(args or ()), dict(kwargs or {})])
+        except (TypeError, ValueError):
+            encoded = serialization.dumps([[safe_repr(args)], {"kwargs": safe_repr(kwargs)}])
+        config = self.runtime.config
+        return lambda run_id: NewRun(
+            id=run_id,
+            name=self.definition.name,
+            args=encoded,
+            queue=options.get("queue"),
+            max_attempts=1,
+            retry_backoff=config.retry_backoff,
+            dispatch_grace=config.dispatch_grace,
+        )
 
     def _redeliver_later(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], unavailable: ClaimUnavailable
@@ -315,7 +362,11 @@ class WorkflowTask(Task):  # type: ignore[misc]
         request = self.request
         redeliveries = int(request_header(request, REDELIVERY_HEADER) or 0)
         delay = backoff(0.5, redeliveries, _MAX_REDELIVERY_DELAY)
-        headers: dict[str, Any] = {REDELIVERY_HEADER: redeliveries + 1, **tracing.carried(request)}
+        headers: dict[str, Any] = {
+            REDELIVERY_HEADER: redeliveries + 1,
+            STORED_HEADER: True,
+            **tracing.carried(request),
+        }
         if request_header(request, TRANSACTIONAL_HEADER):
             headers[TRANSACTIONAL_HEADER] = True
         delivery = getattr(request, "delivery_info", None) or {}
@@ -365,7 +416,6 @@ def _start_delay(countdown: Any, eta: Any) -> float | None:
         delay = (eta - dt.datetime.now(dt.timezone.utc)).total_seconds()
         return delay if delay > 0 else None
     return None
-
 
 
 def _publish_after_commit(connection: Connection | Session, publish: Callable[[], None]) -> None:

@@ -123,6 +123,7 @@ class ItemOps:
                 start_delay=child.start_delay,
                 parent_id=run_id,
                 parent_idx=idx,
+                canvas=child.canvas,
             ),
         ).first()
         if inserted is None:

@@ -59,6 +59,7 @@ class ItemSettling(Protocol):
         self, run_id: str, idx: int, item: int, owner: str, delay: float, error: str
     ) -> bool: ...
 
+
 # What ``open_item`` found: run it here, nothing to run, or take the claimed path.
 RUN, SKIP, CLAIM = "run", "skip", "claim"
 

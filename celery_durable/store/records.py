@@ -44,6 +44,8 @@ class NewRun:
     # A child run: its parent and the parent's step index that started it.
     parent_id: str | None = None
     parent_idx: int | None = None
+    # What it tells Celery when it settles (engine.canvas), as JSON; None: nothing.
+    canvas: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +64,8 @@ class Claim:
     # finished a step with a compensation.
     cancel_requested: bool = False
     compensable: bool = False
+    # What it tells Celery when it settles (engine.canvas), as JSON; None: nothing.
+    canvas: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +149,7 @@ class RunRecord:
     generation: int = 0
     continued_from: str | None = None
     continued_as: str | None = None
+    canvas: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -432,3 +437,17 @@ class Collected:
             self.state + other.state,
             self.before if self.before is not None else other.before,
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class OwedReport:
+    """A settled run that still owes Celery its report (its outbox entry)."""
+
+    id: str
+    name: str
+    status: str
+    args: str
+    result: str | None
+    error: str | None
+    cancel_reason: str | None
+    canvas: str | None

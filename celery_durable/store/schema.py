@@ -121,6 +121,12 @@ def build_tables(prefix: str) -> Tables:
         # The broker whose sweepers dispatch the run (migration 0007): the app's that
         # started it, then each claimer's. NULL (runs written before): any sweeper's.
         Column("dispatcher", String(255)),
+        # What the run tells Celery when it settles (migration 0008): its callbacks,
+        # chain, chord, group and result-backend report, as JSON; NULL: nothing.
+        Column("canvas", Text),
+        # Its outbox entry: when it finished owing that report. The worker that settled
+        # it reports it and clears this; the sweeper, once it is older than the grace.
+        Column("outbox_at", Float),
     )
     # Only active runs carry due_at, so sweeps stay fast with millions of finished runs.
     Index(
@@ -129,6 +135,13 @@ def build_tables(prefix: str) -> Tables:
         runs.c.due_at,
         postgresql_where=runs.c.due_at.isnot(None),
         sqlite_where=runs.c.due_at.isnot(None),
+    )
+    Index(
+        f"ix_{prefix}runs_outbox",
+        runs.c.namespace,
+        runs.c.outbox_at,
+        postgresql_where=runs.c.outbox_at.isnot(None),
+        sqlite_where=runs.c.outbox_at.isnot(None),
     )
     settled = runs.c.status.in_(SETTLED_STATUSES)
     for name, columns in settled_indexes(prefix).items():

@@ -31,6 +31,7 @@ from celery_durable.store.db.listener import Listener
 from celery_durable.store.items import ItemOps
 from celery_durable.store.leases import LeaseOps
 from celery_durable.store.long_lived import LongLivedOps
+from celery_durable.store.outbox import OutboxOps
 from celery_durable.store.records import (
     Cancellation,
     Claim,
@@ -49,7 +50,7 @@ from celery_durable.store.sql.statements import Statements
 from celery_durable.store.sweep import SweepOps
 
 
-class Store(ItemOps, SignalOps, SweepOps, LeaseOps, AdminOps, LongLivedOps):
+class Store(ItemOps, SignalOps, SweepOps, LeaseOps, AdminOps, LongLivedOps, OutboxOps):
     """The database side of one namespace; engines are created per process, lazily.
 
     Signals (``SignalOps``), the sweeper's statements (``SweepOps``), leases
@@ -119,6 +120,7 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, AdminOps, LongLivedOps):
             retry_backoff=run.retry_backoff,
             grace=run.dispatch_grace,
             start_delay=run.start_delay,
+            canvas=run.canvas,
         )
         statement = self.sql.runs.insert_run
         try:
@@ -176,6 +178,7 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, AdminOps, LongLivedOps):
             parent_idx,
             bool(row[9]),
             bool(row[10]),
+            row[11],
         )
 
     def load_steps(self, run_id: str) -> dict[int, StepRecord]:

@@ -7,7 +7,6 @@ many times each step really ran, across processes and SIGKILLs.
 from __future__ import annotations
 
 import os
-import signal
 import time
 from typing import Any
 
@@ -17,7 +16,7 @@ from celery.signals import task_postrun
 
 import celery_durable as cd
 from celery_durable import Durable, PermanentError
-from celery_durable.core import faults
+from tests.support.faults import install_redis_faults
 
 app = Celery("basic", broker=os.environ.get("TEST_BROKER_URL", "redis://127.0.0.1:6379/0"))
 if os.environ.get("TEST_QUEUE_TYPE") == "quorum":
@@ -46,32 +45,7 @@ _redis = redis.Redis.from_url(
 )
 
 
-def inject_fault(point: str, info: dict[str, Any]) -> None:
-    """Fault points armed by a test: ``SET fault:<workflow id> <point>:<action>[:<step>]``.
-
-    The action (``kill``: SIGKILL this pool process; ``stop``: SIGSTOP it; ``raise``: an
-    exception) fires once.
-    """
-    key = f"fault:{info.get('workflow_id')}"
-    armed = _redis.get(key)
-    if not armed:
-        return
-    wanted_point, action, *step = armed.split(":")
-    if wanted_point != point or (step and int(step[0]) != info.get("step_index")):
-        return
-    if not _redis.delete(key):
-        return  # another process fired it first
-    _redis.incr(f"fired:{info.get('workflow_id')}:{point}")
-    if action == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    if action == "stop":  # paused until the test sends SIGCONT to the pid it finds here
-        _redis.set(f"stopped:{info.get('workflow_id')}", os.getpid())
-        os.kill(os.getpid(), signal.SIGSTOP)
-        return
-    raise RuntimeError(f"injected fault at {point}")
-
-
-faults.install(inject_fault)
+install_redis_faults(_redis)
 
 
 @task_postrun.connect

@@ -143,13 +143,11 @@ def test_a_caught_step_failure_is_final_even_at_the_frontier(durable):
     assert runs.count("charge") == 1  # replayed as the same exception, not charged again
 
 
-def test_celery_callbacks_and_bare_apply_are_refused_with_the_workflow_named(durable):
+def test_bare_apply_and_bad_start_options_are_refused_with_the_workflow_named(durable):
     @durable.workflow
     def lonely() -> None:
         return None
 
-    with pytest.raises(TypeError, match="lonely.*link is not supported"):
-        lonely.apply_async(link=lonely.s())
     with pytest.raises(TypeError, match="lonely.*apply"):
         lonely.apply()
     with pytest.raises(TypeError, match="lonely.*countdown must be a finite number"):
@@ -158,6 +156,38 @@ def test_celery_callbacks_and_bare_apply_are_refused_with_the_workflow_named(dur
         lonely.apply_async(countdown=True)
     with pytest.raises(ValueError, match="lonely.*differ"):
         lonely.apply_async(workflow_id="a", task_id="b")
+
+
+def test_link_and_link_error_fire_once_the_run_settles_in_eager_mode(durable):
+    seen: list[tuple[str, object]] = []
+
+    @durable.app.task
+    def noted(value: object, tag: str) -> None:
+        seen.append((tag, value))
+
+    @durable.app.task
+    def failed_with(request: object, exc: BaseException, traceback: object) -> None:
+        seen.append(("errback", type(exc).__name__))
+
+    @durable.workflow(max_attempts=1)
+    def doubled(n: int) -> int:
+        return 2 * n
+
+    @durable.workflow(max_attempts=1)
+    def broken() -> None:
+        raise KeyError("no such order")
+
+    @durable.workflow
+    def approval() -> object:
+        return cd.wait_for_signal("approved")
+
+    doubled.apply_async((21,), link=noted.s("linked"), link_error=failed_with.s())
+    broken.apply_async(link=noted.s("never"), link_error=failed_with.s())
+    waiting = approval.apply_async(link=noted.s("never"), link_error=failed_with.s())
+    assert seen == [("linked", 42), ("errback", "KeyError")]
+    waiting.cancel("not needed")
+    assert seen[2:] == [("errback", "WorkflowCancelled")]
+    assert durable.store.take_owed_reports(grace=-60, limit=10) == []  # each reported once
 
 
 def test_lease_keeper_counts_nested_tracking(durable):

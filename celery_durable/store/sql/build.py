@@ -145,6 +145,13 @@ class Builder:
         overdue = due_at <= due_by - bindparam("p_takeover", type_=Float)
         return or_(self.here(runs.c.dispatcher), overdue)
 
+    def outbox_entry(self, finishes: Any, at: Any = None) -> Any:
+        """``outbox_at`` for a statement that ``finishes`` a run: a run with a canvas owes
+        Celery a report from then (``at``, default now); others keep theirs."""
+        runs = self.tables.runs
+        owes = and_(finishes, runs.c.canvas.isnot(None))
+        return case((owes, self.now if at is None else at), else_=runs.c.outbox_at)
+
     def step_row(self) -> dict[str, Any]:
         """The values of a step row written from ``step_params`` (record_step's)."""
         return {

@@ -70,6 +70,7 @@ class RunStatements(Builder):
             "created_at": now,
             "updated_at": now,
             "dispatcher": dispatcher,
+            "canvas": bindparam("p_canvas"),
         }
         self.insert_run = (
             self.insert(runs).values(new_run).on_conflict_do_nothing().returning(runs.c.id)
@@ -151,7 +152,11 @@ class RunStatements(Builder):
         else:
             has_steps = literal(True)  # SQLite: one more read costs nothing
         self.claim_run = claim.returning(
-            *returning, has_steps.label("has_steps"), runs.c.cancel_requested, runs.c.compensable
+            *returning,
+            has_steps.label("has_steps"),
+            runs.c.cancel_requested,
+            runs.c.compensable,
+            runs.c.canvas,
         )
 
     def _settle(self) -> None:
@@ -172,6 +177,9 @@ class RunStatements(Builder):
                 wait_signal=None,
                 finished_at=now,
                 updated_at=now,
+                # The settling worker reports it; the sweeper, if it is still owed after
+                # the grace.
+                outbox_at=self.outbox_entry(true()),
             )
         )
         self.settle_run = self.with_notify(
@@ -189,6 +197,7 @@ class RunStatements(Builder):
                 finished_at=case((cancelled, now), else_=None),
                 dispatches=0,
                 updated_at=now,
+                outbox_at=self.outbox_entry(cancelled),
             )
             .returning(runs.c.id, runs.c.status)
         )
@@ -243,6 +252,8 @@ class RunStatements(Builder):
                 wait_signal=case((idle_run, None), else_=runs.c.wait_signal),
                 wait_items=False,
                 updated_at=now,
+                # The canceller reports it at once; the sweeper, if that is lost.
+                outbox_at=self.outbox_entry(idle),
             )
             .returning(runs.c.status)
         )

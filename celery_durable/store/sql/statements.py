@@ -22,6 +22,7 @@ from celery_durable.store.sql.items import ItemStatements
 from celery_durable.store.sql.long_lived import LongLivedStatements
 from celery_durable.store.sql.metrics import MetricStatements
 from celery_durable.store.sql.open_items import OpenItemStatements
+from celery_durable.store.sql.outbox import OutboxStatements
 from celery_durable.store.sql.reads import ReadStatements
 from celery_durable.store.sql.runs import RunStatements
 from celery_durable.store.sql.signals import SignalStatements
@@ -48,4 +49,5 @@ class Statements:
         self.admin = AdminStatements(tables, dialect, namespace, dispatcher)
         self.reads = ReadStatements(tables, dialect, namespace)
         self.metrics = MetricStatements(tables, dialect, namespace)
+        self.outbox = OutboxStatements(tables, dialect, namespace, dispatcher)
         self.notify = self.runs.notify

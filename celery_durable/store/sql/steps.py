@@ -28,9 +28,7 @@ class StepStatements(Builder):
         self.get_step = select(*self._columns).where(of_run, steps.c.idx == bindparam("p_idx"))
         # SQLite runs this first in the same BEGIN IMMEDIATE transaction as the write.
         self.check_live = select(runs.c.id, runs.c.cancel_requested).where(self.fenced)
-        self.check_live_locked = (
-            self.dialect.for_update(self.check_live)
-        )
+        self.check_live_locked = self.dialect.for_update(self.check_live)
 
         # Insert-or-verify: a stored "ok" row is never overwritten; a failed or waiting
         # frontier step is.

@@ -105,6 +105,8 @@ class SweepStatements(Builder):
                 due_at=case((finished, None), else_=now + bindparam("p_grace") * backoff),
                 dispatches=runs.c.dispatches + 1,
                 updated_at=now,
+                # No worker settled it to report it: due for the sweeper's report at once.
+                outbox_at=self.outbox_entry(finished, now - bindparam("p_grace")),
             )
             .returning(*self._due_columns)
         )
