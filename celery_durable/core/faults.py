@@ -32,6 +32,9 @@ BEFORE_SCHEDULE_RETRY = "before_schedule_retry"
 AFTER_SUSPEND = "after_suspend"
 AFTER_CONSUME_SIGNAL = "after_consume_signal"
 AFTER_SETTLE = "after_settle"
+# The settle that finished a run with a canvas is committed; its report to Celery (result
+# backend, callbacks, chain, chord) is not made yet: the sweeper makes it from the outbox.
+BEFORE_REPORT = "before_report"
 # A transactional start's claim found no row yet; before the worker looks again.
 AFTER_CLAIM_MISSED = "after_claim_missed"
 # A fan-out step and its items (or child) are recorded and a batch of them published;
@@ -49,6 +52,7 @@ POINTS = frozenset(
         AFTER_SUSPEND,
         AFTER_CONSUME_SIGNAL,
         AFTER_SETTLE,
+        BEFORE_REPORT,
         AFTER_CLAIM_MISSED,
         AFTER_DISPATCH,
         AFTER_RECORD_ITEM,

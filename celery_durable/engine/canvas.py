@@ -214,9 +214,10 @@ def report_taken(runtime: Runtime, run_id: str) -> None:
         runtime.store.clear_reported([owed.id])
 
 
-def report_owed(runtime: Runtime, owed: OwedReport) -> bool:
-    """The sweeper's report of an entry still owed: cleared at once if the backend shows
-    it was made (its worker died before clearing it), else made now. True once made."""
+def report_owed(runtime: Runtime, owed: OwedReport) -> str | None:
+    """The sweeper's report of an entry still owed: "found" when the backend shows it was
+    made (its worker died before clearing it), "made" when made now; None when that
+    failed (due again a grace later)."""
     canvas = Canvas.decode(owed.canvas or "{}")
     if canvas.report:
         expected = CELERY_STATES.get(owed.status)
@@ -224,10 +225,10 @@ def report_owed(runtime: Runtime, owed: OwedReport) -> bool:
             stored = runtime.app.backend.get_task_meta(owed.id).get("status")
         except Exception:  # noqa: BLE001 - the backend is down: due again after a grace
             logger.warning("could not read the state of run %s", owed.id, exc_info=True)
-            return False
+            return None
         if stored == expected:
-            return True
-    return report_finished(runtime, owed, canvas)
+            return "found"
+    return "made" if report_finished(runtime, owed, canvas) else None
 
 
 def report_finished(runtime: Runtime, owed: OwedReport, canvas: Canvas) -> bool:

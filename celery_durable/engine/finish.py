@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from celery_durable.body.context import WorkflowContext
+from celery_durable.core import faults
 from celery_durable.engine.canvas import report_settled
 from celery_durable.engine.publish import publish_woken
 from celery_durable.store import FINISHED_STATUSES, OwedReport, StepRecord
@@ -40,6 +41,7 @@ def finish(
             None,
             ctx.canvas,
         )
+        faults.reach(faults.BEFORE_REPORT, **ctx.log_fields())
         report_settled(runtime, owed)
     return final
 

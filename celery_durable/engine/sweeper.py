@@ -154,16 +154,18 @@ class Sweeper:
         runtime, config = self.runtime, self.runtime.config
         while True:
             owed = runtime.store.take_owed_reports(config.dispatch_grace, config.sweep_batch)
-            made = [entry for entry in owed if report_owed(runtime, entry)]
-            runtime.store.clear_reported([entry.id for entry in made])
-            for entry in made:
-                logger.info(
-                    "reported workflow %s run %s (%s) to Celery for the worker that settled it",
-                    entry.name,
-                    entry.id,
-                    entry.status,
-                    extra=run_fields(entry.id, entry.name),
-                )
+            outcomes = {entry: report_owed(runtime, entry) for entry in owed}
+            runtime.store.clear_reported([e.id for e, outcome in outcomes.items() if outcome])
+            for entry, outcome in outcomes.items():
+                if outcome == "made":
+                    logger.warning(
+                        "reported workflow %s run %s (%s) to Celery: the worker that "
+                        "settled it did not (it died after the settle?)",
+                        entry.name,
+                        entry.id,
+                        entry.status,
+                        extra=run_fields(entry.id, entry.name),
+                    )
             if len(owed) < config.sweep_batch:
                 break
 

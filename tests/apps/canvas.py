@@ -23,9 +23,7 @@ from tests.support.faults import install_redis_faults
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 QUEUE = os.environ.get("TEST_CANVAS_QUEUE", "canvas")
 
-app = Celery(
-    "canvas", broker=os.environ.get("TEST_BROKER_URL", REDIS_URL), backend=REDIS_URL
-)
+app = Celery("canvas", broker=os.environ.get("TEST_BROKER_URL", REDIS_URL), backend=REDIS_URL)
 app.conf.update(
     task_default_queue=QUEUE,
     worker_prefetch_multiplier=1,
@@ -80,9 +78,11 @@ def total(self: Any, values: list[Any], tag: str) -> Any:
 
 @durable.step
 def slow_square(n: int, tag: str) -> int:
+    """Held while the test holds ``hold:<tag>:<n>``; ``pid:<tag>:<n>`` names its process."""
+    _redis.set(f"pid:{tag}:{n}", os.getpid())
     _redis.incr(f"squares:{tag}:{n}")
     deadline = time.monotonic() + 60
-    while _redis.exists(f"hold:{tag}") and time.monotonic() < deadline:
+    while _redis.exists(f"hold:{tag}:{n}") and time.monotonic() < deadline:
         time.sleep(0.02)
     return n * n
 

@@ -24,13 +24,9 @@ def seen(rds: Any, tag: str) -> list[dict[str, Any]]:
     return [json.loads(entry) for entry in rds.lrange(f"seen:{tag}", 0, -1)]
 
 
-def test_a_chain_runs_its_next_task_once_with_the_final_result_after_a_signal(
-    canvas_app, rds, key
-):
+def test_a_chain_runs_its_next_task_once_with_the_final_result_after_a_signal(canvas_app, rds, key):
     canvas = canvas_app
-    result = chain(
-        canvas.add.s(1, 2), canvas.approval.s(key), canvas.record.s(key)
-    ).apply_async()
+    result = chain(canvas.add.s(1, 2), canvas.approval.s(key), canvas.record.s(key)).apply_async()
     run_id = result.parent.id  # the run exists once `add` has applied it
     store = canvas.durable.store
     wait_until(lambda: store.get_status(run_id) == "WAITING", 60, message="the wait")
@@ -68,12 +64,12 @@ def test_link_fires_on_success_and_link_error_on_failure_and_on_cancel(canvas_ap
 
 def test_async_result_reads_every_state_from_the_backend(canvas_app, rds, key):
     canvas = canvas_app
-    rds.set(f"hold:{key}", "1")
+    rds.set(f"hold:{key}:3", "1")
     running = canvas.square.delay(3, key)
     wait_until(lambda: rds.get(f"squares:{key}:3"), 60, message="the step")
     backend = canvas.app.AsyncResult(running.id)
     assert (backend.state, running.state) == ("STARTED", "STARTED")  # task_track_started
-    rds.delete(f"hold:{key}")
+    rds.delete(f"hold:{key}:3")
     assert backend.get(timeout=60) == 9 and backend.successful()
     assert (running.state, running.result, running.ready()) == ("SUCCESS", 9, True)
 

@@ -382,9 +382,9 @@ def test_a_fork_takes_the_unconsumed_signals_with_it(basic_app, shared_worker, k
         "took 1 unconsumed signal ('approval') with it"
     )
     # The origin keeps its own (a resume of it would take it); the fork's copy has the key.
-    assert [
-        (s["name"], s["idempotency_key"]) for s in show_json(origin.id)["pending_signals"]
-    ] == [("approval", "approve-1")]
+    assert [(s["name"], s["idempotency_key"]) for s in show_json(origin.id)["pending_signals"]] == [
+        ("approval", "approve-1")
+    ]
     signals = basic_app.durable.store.tables.signals
     with basic_app.durable.store.engine.connect() as conn:
         copied = conn.execute(

@@ -1,0 +1,128 @@
+"""Workflows started by name (a bare ``Celery()`` app's ``send_task``, ``celery call``,
+beat) and canvases that survive a killed worker: a chord whose header member's pool process
+is SIGKILLed mid-step, and a SIGKILL between the settle and the callback's publish."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from celery import Celery, chord
+
+from celery_durable import ArgumentsRefused
+from celery_durable.core import faults as points
+from tests.support.faults import arm, fired
+from tests.support.services import BROKER_URL, REDIS_URL
+from tests.support.waiting import wait_until
+from tests.support.workers import CeleryProcess, celery_command
+
+pytestmark = pytest.mark.usefixtures("canvas_worker")
+
+
+def seen(rds: Any, tag: str) -> list[dict[str, Any]]:
+    return [json.loads(entry) for entry in rds.lrange(f"seen:{tag}", 0, -1)]
+
+
+def owed(canvas: Any, run_id: str) -> bool:
+    """Whether the run's report to Celery is still owed (its outbox entry)."""
+    runs = canvas.durable.store.tables.runs
+    with canvas.durable.store.engine.connect() as conn:
+        query = sa.select(runs.c.outbox_at).where(runs.c.id == run_id)
+        return conn.execute(query).scalar_one() is not None
+
+
+def test_send_task_from_an_app_without_the_workflow_code_starts_the_run(canvas_app, key):
+    canvas = canvas_app
+    bare = Celery("bare", broker=BROKER_URL, backend=REDIS_URL)
+    try:
+        sent = bare.send_task(
+            canvas.tagged.name, args=[4, key], queue=canvas.QUEUE, task_id=f"{key}-named"
+        )
+        assert sent.get(timeout=60) == {"value": 8, "tag": key}
+        run = canvas.durable.get_handle(f"{key}-named").record()
+        assert (run.status, run.name) == ("SUCCEEDED", canvas.tagged.name)
+
+        refused = bare.send_task(canvas.tagged.name, args=[4], queue=canvas.QUEUE)
+        with pytest.raises(ArgumentsRefused, match=f"{canvas.tagged.name}.*missing a required"):
+            refused.get(timeout=60)
+        stored = canvas.durable.get_handle(refused.id).record()
+        assert stored.status == "FAILED" and "ArgumentsRefused" in (stored.error or "")
+        assert json.loads(stored.args) == [[4], {}]  # kept as sent, for the operator
+    finally:
+        bare.close()
+
+
+def test_celery_call_starts_a_run_by_name(canvas_app, key):
+    canvas = canvas_app
+    command = celery_command(
+        "tests.apps.canvas",
+        ["call", canvas.tagged.name, "--args", json.dumps([6, key]), "--queue", canvas.QUEUE],
+    )
+    printed = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+    task_id = printed.stdout.strip().splitlines()[-1]
+    assert canvas.app.AsyncResult(task_id).get(timeout=60) == {"value": 12, "tag": key}
+    assert canvas.durable.get_handle(task_id).status().value == "SUCCEEDED"
+
+
+def test_beat_starts_one_run_per_firing(canvas_app, key, tmp_path):
+    canvas = canvas_app
+    schedule = str(tmp_path / "beat-schedule")
+    beat = CeleryProcess(
+        "tests.apps.canvas",
+        ["beat", "-s", schedule, "--loglevel=INFO", "--max-interval", "1"],
+        {"TEST_BEAT_KEY": key},
+        "beat",
+    )
+    try:
+        wait_until(lambda: beat.log().count("Sending due task tick") >= 3, 60, message="3 ticks")
+    finally:
+        beat.stop()
+    fired_count = beat.log().count("Sending due task tick")
+    runs = canvas.durable.store.tables.runs
+    tick_runs = sa.select(runs.c.id, runs.c.status).where(
+        runs.c.name == canvas.tick.name, runs.c.args.contains(key)
+    )
+
+    def all_done() -> list[Any]:
+        with canvas.durable.store.engine.connect() as conn:
+            rows = conn.execute(tick_runs).all()
+        return (
+            rows if len(rows) == fired_count and {r.status for r in rows} == {"SUCCEEDED"} else []
+        )
+
+    wait_until(all_done, 60, message=f"{fired_count} tick runs")
+    assert int(canvas._redis.get(f"ticks:{key}")) == fired_count
+
+
+def test_a_chord_callback_runs_once_with_every_result_after_a_header_worker_dies(
+    canvas_app, rds, key
+):
+    canvas = canvas_app
+    rds.set(f"hold:{key}:3", "1")
+    header = [canvas.square.s(n, key).set(task_id=f"{key}-h{n}") for n in range(10)]
+    result = chord(header, canvas.total.s(key)).apply_async()
+    pid = int(wait_until(lambda: rds.get(f"pid:{key}:3"), 60, message="member 3's step"))
+    os.kill(pid, signal.SIGKILL)  # the pool process of member 3, mid-step (the OOM case)
+    rds.delete(f"hold:{key}:3")
+    assert result.get(timeout=120) == sum(n * n for n in range(10))
+    assert int(rds.get(f"squares:{key}:3")) == 2  # the killed step ran again
+    wait_until(lambda: not any(owed(canvas, f"{key}-h{n}") for n in range(10)), 60)
+    [called] = seen(rds, key)  # once, every report cleared
+    assert called["value"] == [n * n for n in range(10)]
+
+
+def test_a_callback_is_published_once_when_the_worker_dies_after_the_settle(canvas_app, rds, key):
+    canvas = canvas_app
+    run_id = f"{key}-settled"
+    arm(rds, run_id, points.BEFORE_REPORT, "kill")
+    handle = canvas.tagged.apply_async((3, key), workflow_id=run_id, link=canvas.record.s(key))
+    assert handle.get(timeout=60) == {"value": 6, "tag": key}
+    wait_until(lambda: fired(rds, run_id, points.BEFORE_REPORT), 30, message="the kill")
+    wait_until(lambda: not owed(canvas, run_id), 60, message="the sweeper's report")
+    [called] = seen(rds, key)
+    assert called["value"] == {"value": 6, "tag": key} and called["parent_id"] == run_id
