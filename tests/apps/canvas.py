@@ -124,3 +124,10 @@ def counted(key: str) -> int:
 @durable.workflow(name="tests.apps.canvas.tick")
 def tick(key: str) -> int:
     return counted(key)
+
+
+@durable.workflow(name="tests.apps.canvas.parent")
+def parent(tag: str) -> int:
+    """Starts ``tagged`` as a child with a link of its own."""
+    child = tagged.start_child(5, tag, link=record.s(f"{tag}-child"))
+    return int(child.result()["value"])

@@ -95,3 +95,12 @@ def test_a_group_of_workflows_is_joined_through_the_backend(canvas_app, key):
     canvas = canvas_app
     joined = group(canvas.tagged.s(n, key) for n in range(3)).apply_async()
     assert joined.get(timeout=60) == [{"value": 2 * n, "tag": key} for n in range(3)]
+
+
+def test_a_child_workflow_s_link_fires_when_the_child_settles(canvas_app, rds, key):
+    canvas = canvas_app
+    handle = canvas.parent.delay(key)
+    assert handle.get(timeout=60) == 10
+    [entry] = wait_until(lambda: seen(rds, f"{key}-child"), 30)
+    child = canvas.durable.get_handle(entry["parent_id"]).record()
+    assert (child.parent_id, entry["value"]) == (handle.id, {"value": 10, "tag": key})

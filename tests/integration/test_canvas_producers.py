@@ -1,22 +1,17 @@
-"""Workflows started by name (a bare ``Celery()`` app's ``send_task``, ``celery call``,
-beat) and canvases that survive a killed worker: a chord whose header member's pool process
-is SIGKILLed mid-step, and a SIGKILL between the settle and the callback's publish."""
+"""Workflows started by name: a bare ``Celery()`` app's ``send_task`` (with arguments that
+fit and that don't), ``celery call``, and a real ``celery beat`` process."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from celery import Celery, chord
+from celery import Celery
 
 from celery_durable import ArgumentsRefused
-from celery_durable.core import faults as points
-from tests.support.faults import arm, fired
 from tests.support.services import BROKER_URL, REDIS_URL
 from tests.support.waiting import wait_until
 from tests.support.workers import CeleryProcess, celery_command
@@ -97,32 +92,3 @@ def test_beat_starts_one_run_per_firing(canvas_app, key, tmp_path):
 
     wait_until(all_done, 60, message=f"{fired_count} tick runs")
     assert int(canvas._redis.get(f"ticks:{key}")) == fired_count
-
-
-def test_a_chord_callback_runs_once_with_every_result_after_a_header_worker_dies(
-    canvas_app, rds, key
-):
-    canvas = canvas_app
-    rds.set(f"hold:{key}:3", "1")
-    header = [canvas.square.s(n, key).set(task_id=f"{key}-h{n}") for n in range(10)]
-    result = chord(header, canvas.total.s(key)).apply_async()
-    pid = int(wait_until(lambda: rds.get(f"pid:{key}:3"), 60, message="member 3's step"))
-    os.kill(pid, signal.SIGKILL)  # the pool process of member 3, mid-step (the OOM case)
-    rds.delete(f"hold:{key}:3")
-    assert result.get(timeout=120) == sum(n * n for n in range(10))
-    assert int(rds.get(f"squares:{key}:3")) == 2  # the killed step ran again
-    wait_until(lambda: not any(owed(canvas, f"{key}-h{n}") for n in range(10)), 60)
-    [called] = seen(rds, key)  # once, every report cleared
-    assert called["value"] == [n * n for n in range(10)]
-
-
-def test_a_callback_is_published_once_when_the_worker_dies_after_the_settle(canvas_app, rds, key):
-    canvas = canvas_app
-    run_id = f"{key}-settled"
-    arm(rds, run_id, points.BEFORE_REPORT, "kill")
-    handle = canvas.tagged.apply_async((3, key), workflow_id=run_id, link=canvas.record.s(key))
-    assert handle.get(timeout=60) == {"value": 6, "tag": key}
-    wait_until(lambda: fired(rds, run_id, points.BEFORE_REPORT), 30, message="the kill")
-    wait_until(lambda: not owed(canvas, run_id), 60, message="the sweeper's report")
-    [called] = seen(rds, key)
-    assert called["value"] == {"value": 6, "tag": key} and called["parent_id"] == run_id

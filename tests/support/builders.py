@@ -17,8 +17,10 @@ def new_run(
     max_attempts: int = 3,
     retry_backoff: float = 0.0,
     grace: float = 60.0,
+    canvas: str | None = None,
 ) -> NewRun:
-    """A run as ``start`` inserts it; ``grace``: seconds before the sweeper may publish it."""
+    """A run as ``start`` inserts it; ``grace``: seconds before the sweeper may publish it;
+    ``canvas``: what it tells Celery when it settles (engine.canvas JSON)."""
     return NewRun(
         id=run_id,
         name=name,
@@ -27,6 +29,7 @@ def new_run(
         max_attempts=max_attempts,
         retry_backoff=retry_backoff,
         dispatch_grace=grace,
+        canvas=canvas,
     )
 
 

@@ -1,0 +1,64 @@
+"""Canvases that survive killed workers: a chord whose header member's worker is SIGKILLed
+mid-step, and a pool process SIGKILLed between a run's settle and its callback's publish."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from typing import Any
+
+import sqlalchemy as sa
+from celery import chord
+
+from celery_durable.core import faults as points
+from tests.support.faults import arm, fired
+from tests.support.waiting import wait_until
+
+
+def seen(rds: Any, tag: str) -> list[dict[str, Any]]:
+    return [json.loads(entry) for entry in rds.lrange(f"seen:{tag}", 0, -1)]
+
+
+def owed(canvas: Any, run_id: str) -> bool:
+    """Whether the run's report to Celery is still owed (its outbox entry)."""
+    runs = canvas.durable.store.tables.runs
+    with canvas.durable.store.engine.connect() as conn:
+        query = sa.select(runs.c.outbox_at).where(runs.c.id == run_id)
+        return conn.execute(query).scalar_one() is not None
+
+
+def test_a_chord_callback_runs_once_with_every_result_after_a_header_worker_dies(
+    canvas_app, start_worker, rds, key
+):
+    canvas = canvas_app
+    start_worker.together(
+        *[{"name": "canvas", "app": "tests.apps.canvas", "queues": canvas.QUEUE}] * 2
+    )
+    rds.set(f"hold:{key}:3", "1")
+    header = [canvas.square.s(n, key).set(task_id=f"{key}-h{n}") for n in range(10)]
+    result = chord(header, canvas.total.s(key)).apply_async()
+    pid = int(wait_until(lambda: rds.get(f"pid:{key}:3"), 60, message="member 3's step"))
+    os.killpg(os.getpgid(pid), signal.SIGKILL)  # member 3's whole worker, mid-step
+    rds.delete(f"hold:{key}:3")
+    assert result.get(timeout=120) == sum(n * n for n in range(10))
+    assert int(rds.get(f"squares:{key}:3")) == 2  # the killed step ran again
+    wait_until(lambda: not any(owed(canvas, f"{key}-h{n}") for n in range(10)), 60)
+    [called] = seen(rds, key)  # once, every report cleared
+    assert called["value"] == [n * n for n in range(10)]
+
+
+def test_a_callback_is_published_once_when_the_worker_dies_after_the_settle(
+    canvas_app, start_worker, rds, key
+):
+    canvas = canvas_app
+    start_worker(name="canvas", app="tests.apps.canvas", queues=canvas.QUEUE)
+    run_id = f"{key}-settled"
+    arm(rds, run_id, points.BEFORE_REPORT, "kill")
+    handle = canvas.tagged.apply_async((3, key), workflow_id=run_id, link=canvas.record.s(key))
+    assert handle.get(timeout=60) == {"value": 6, "tag": key}
+    wait_until(lambda: fired(rds, run_id, points.BEFORE_REPORT), 30, message="the kill")
+    wait_until(lambda: seen(rds, key), 60, message="the callback, from the sweeper's report")
+    wait_until(lambda: not owed(canvas, run_id), 60, message="the report cleared")
+    [called] = seen(rds, key)
+    assert called["value"] == {"value": 6, "tag": key} and called["parent_id"] == run_id
