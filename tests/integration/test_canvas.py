@@ -7,21 +7,15 @@ test checks how many times a callback ran, with what, and under which parent and
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pytest
 from celery import chain, group
 from celery.exceptions import TaskRevokedError
 
 from celery_durable import WorkflowStatus
+from tests.support.canvas import seen
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("canvas_worker")
-
-
-def seen(rds: Any, tag: str) -> list[dict[str, Any]]:
-    return [json.loads(entry) for entry in rds.lrange(f"seen:{tag}", 0, -1)]
 
 
 def test_a_chain_runs_its_next_task_once_with_the_final_result_after_a_signal(canvas_app, rds, key):

@@ -19,18 +19,6 @@ from tests.support.workers import CeleryProcess, celery_command
 pytestmark = pytest.mark.usefixtures("canvas_worker")
 
 
-def seen(rds: Any, tag: str) -> list[dict[str, Any]]:
-    return [json.loads(entry) for entry in rds.lrange(f"seen:{tag}", 0, -1)]
-
-
-def owed(canvas: Any, run_id: str) -> bool:
-    """Whether the run's report to Celery is still owed (its outbox entry)."""
-    runs = canvas.durable.store.tables.runs
-    with canvas.durable.store.engine.connect() as conn:
-        query = sa.select(runs.c.outbox_at).where(runs.c.id == run_id)
-        return conn.execute(query).scalar_one() is not None
-
-
 def test_send_task_from_an_app_without_the_workflow_code_starts_the_run(canvas_app, key):
     canvas = canvas_app
     bare = Celery("bare", broker=BROKER_URL, backend=REDIS_URL)

@@ -3,29 +3,15 @@ mid-step, and a pool process SIGKILLed between a run's settle and its callback's
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-from typing import Any
 
-import sqlalchemy as sa
 from celery import chord
 
 from celery_durable.core import faults as points
+from tests.support.canvas import owed, seen
 from tests.support.faults import arm, fired
 from tests.support.waiting import wait_until
-
-
-def seen(rds: Any, tag: str) -> list[dict[str, Any]]:
-    return [json.loads(entry) for entry in rds.lrange(f"seen:{tag}", 0, -1)]
-
-
-def owed(canvas: Any, run_id: str) -> bool:
-    """Whether the run's report to Celery is still owed (its outbox entry)."""
-    runs = canvas.durable.store.tables.runs
-    with canvas.durable.store.engine.connect() as conn:
-        query = sa.select(runs.c.outbox_at).where(runs.c.id == run_id)
-        return conn.execute(query).scalar_one() is not None
 
 
 def test_a_chord_callback_runs_once_with_every_result_after_a_header_worker_dies(
