@@ -131,3 +131,9 @@ def parent(tag: str) -> int:
     """Starts ``tagged`` as a child with a link of its own."""
     child = tagged.start_child(5, tag, link=record.s(f"{tag}-child"))
     return int(child.result()["value"])
+
+
+@durable.workflow(name="tests.apps.canvas.summed")
+def summed(values: list[int], tag: str) -> int:
+    """A chord's body: the header's results, in order."""
+    return sum(doubled(value) for value in values) // 2

@@ -8,7 +8,7 @@ test checks how many times a callback ran, with what, and under which parent and
 from __future__ import annotations
 
 import pytest
-from celery import chain, group
+from celery import chain, chord, group
 from celery.exceptions import TaskRevokedError
 
 from celery_durable import WorkflowStatus
@@ -98,3 +98,14 @@ def test_a_child_workflow_s_link_fires_when_the_child_settles(canvas_app, rds, k
     [entry] = wait_until(lambda: seen(rds, f"{key}-child"), 30)
     child = canvas.durable.get_handle(entry["parent_id"]).record()
     assert (child.parent_id, entry["value"]) == (handle.id, {"value": 10, "tag": key})
+
+
+def test_a_workflow_is_a_chord_s_body_after_plain_tasks_and_after_workflows(canvas_app, key):
+    canvas = canvas_app
+    plain_header = chord([canvas.add.s(n, n) for n in range(4)], canvas.summed.s(key))
+    workflow_header = chord([canvas.square.s(n, key) for n in range(4)], canvas.summed.s(key))
+    after_plain, after_workflows = plain_header.apply_async(), workflow_header.apply_async()
+    assert after_plain.get(timeout=60) == sum(2 * n for n in range(4))
+    assert after_workflows.get(timeout=60) == sum(n * n for n in range(4))
+    body = canvas.durable.get_handle(after_workflows.id)  # the body is a run of its own
+    assert body.status() is WorkflowStatus.SUCCEEDED and body.get() == 14
