@@ -8,7 +8,6 @@ state carries the run's line in its result; a signal's wake-up says what it woke
 from __future__ import annotations
 
 import os
-import urllib.error
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,20 +36,9 @@ def events_worker(basic_app: Any) -> Iterator[Worker]:
 
 @pytest.fixture(scope="module")
 def flower(basic_app: Any, events_worker: Worker) -> Iterator[Flower]:
-    """Flower, once it captures events: it answers HTTP before its event consumer is up,
-    and events sent before that are lost to it. Probe runs show when it is."""
+    """Flower, once it captures events (probe runs show when it does)."""
     process = Flower("tests.apps.basic").wait_ready()
-
-    def captures() -> bool:
-        probe = basic_app.context_probe.delay(unique("probe"))
-        probe.wait(timeout=30)
-        try:
-            wait_until(lambda: task_info(process, probe.id), 5, 0.1)
-        except AssertionError:
-            return False  # sent before Flower listened: probe again
-        return True
-
-    wait_until(captures, 60, 0, "Flower to capture a probe run's events")
+    process.capturing(lambda: basic_app.context_probe.delay(unique("probe")))
     yield process
     process.stop()
 
@@ -65,13 +53,7 @@ def unblocked(key: str, rds: Any) -> Iterator[None]:
 
 
 def task_info(flower: Flower, task_id: str) -> dict[str, Any] | None:
-    try:
-        info: dict[str, Any] = flower.api("GET", f"/api/task/info/{task_id}")
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:  # Flower has not seen an event of it yet
-            return None
-        raise
-    return info
+    return flower.task(task_id)
 
 
 def shown(flower: Flower, task_id: str, state: str, *texts: str) -> dict[str, Any]:

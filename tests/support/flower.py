@@ -7,6 +7,7 @@ import json
 import socket
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from .waiting import wait_until
@@ -58,3 +59,30 @@ class Flower(CeleryProcess):
         with urllib.request.urlopen(request, timeout=10) as response:
             body = response.read().decode()
         return body if raw else json.loads(body)
+
+    def task(self, task_id: str) -> dict[str, Any] | None:
+        """What Flower shows of a task; None before it saw an event of it."""
+        try:
+            info: dict[str, Any] = self.api("GET", f"/api/task/info/{task_id}")
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+        return info
+
+    def capturing(self, start_probe: Callable[[], Any]) -> Flower:
+        """Wait until Flower captures events: it answers HTTP before its event consumer is
+        up, and events sent before that are lost to it. Probe runs (``start_probe()``
+        returns a started run's handle) show when it is."""
+
+        def captures() -> bool:
+            probe = start_probe()
+            probe.wait(timeout=30)
+            try:
+                wait_until(lambda: self.task(probe.id), 5, 0.1)
+            except AssertionError:
+                return False  # sent before Flower listened: probe again
+            return True
+
+        wait_until(captures, 60, 0, "Flower to capture a probe run's events")
+        return self
