@@ -204,7 +204,6 @@ def main(argv: list[str] | None = None) -> int:
         build_figures,
         build_targets,
         machine_info,
-        operations_targets,
         render,
         write_json,
     )
@@ -429,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "figures": {f.name: f.as_dict() for f in figures},
         "targets": build_targets(by_name, r["commits"]["clean"])
-        + operations_targets(r)
+        + operations.operations_targets(r)
         + longlived.longlived_targets(r),
         "methods": {**METHODS, **longlived.METHODS},
         "raw": r,
