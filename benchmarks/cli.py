@@ -146,8 +146,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--throughput-only",
         action="store_true",
-        help="only the empty-table throughput comparison (plain, strict, deferred); "
-        "prints it, writes no report",
+        help="only the empty-table throughput comparison (plain, strict with and without "
+        "the result backend's report, deferred); prints it, writes no report",
     )
     parser.add_argument(
         "--py-spy",
@@ -301,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                         throughput.plain_kind("plain_tasks"),
                         throughput.chain_kind("plain_chains"),
                         throughput.durable_kind("three_steps"),
+                        throughput.no_backend_kind(),  # beside it: the closest rounds
                         throughput.durable_kind("three_deferred"),
                     ],
                 ),
@@ -309,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         kinds = r["throughput"]["kinds"]
         r["plain_tasks"], r["plain_chains"] = kinds["plain_tasks"], kinds["plain_chains"]
         r["durable_empty"], r["deferred_empty"] = kinds["three_steps"], kinds["three_deferred"]
+        r["durable_no_backend"] = kinds[throughput.NO_BACKEND]
+        r["backend_report"] = throughput.backend_report(r["throughput"])
         measure.durable_latency(5)
         r["durable_latency"] = step(
             "durable latency", lambda: measure.durable_latency(scale.latency_samples), lat

@@ -68,6 +68,7 @@ def render(doc: dict[str, Any]) -> str:
         ("plain_tasks", "plain task"),
         ("plain_chains", "plain 3-task chain"),
         ("durable_empty", "durable 3-step, empty"),
+        ("durable_no_backend", "durable 3-step, no backend"),
         ("deferred_empty", "durable 3 deferred steps, empty"),
         ("durable_filled", "durable 3-step, filled"),
     ):
@@ -87,7 +88,13 @@ def render(doc: dict[str, Any]) -> str:
         )
     busy = max(
         raw[k]["other_cores_busy"]
-        for k in ("plain_tasks", "plain_chains", "durable_empty", "durable_filled")
+        for k in (
+            "plain_tasks",
+            "plain_chains",
+            "durable_empty",
+            "durable_no_backend",
+            "durable_filled",
+        )
     )
     if busy > 0.1:
         lines.append(

@@ -44,6 +44,8 @@ FIGURES = {
     "plain_task_throughput",
     "plain_chain_throughput",
     "durable_throughput",
+    "durable_throughput_no_backend",
+    "result_backend_ratio",
     "durable_throughput_filled",
     "plain_task_latency_p50",
     "plain_task_latency_p99",
@@ -120,10 +122,13 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
         for ratio in ("vs_plain_task", "vs_plain_chain"):
             assert figure[ratio] is None or _positive(figure[ratio]), f"{name}.{ratio}"
 
-    assert len(doc["targets"]) == 19
+    assert len(doc["targets"]) == 20
     for target in doc["targets"]:
         assert isinstance(target["pass"], bool)
         assert _positive(target["value"]), target
+    backend = doc["raw"]["backend_report"]  # the same rounds, with and without the report
+    assert backend["ratio_min"] <= backend["ratio"] <= backend["ratio_max"]
+    assert len(backend["ratios"]) == doc["throughput_method"]["rounds"]
     kill = doc["raw"]["kill"]
     for system in ("chord", "map"):
         assert isinstance(kill[system]["completed"], bool)
