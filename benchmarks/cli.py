@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         machine["other_celery_workers_end"] = other_celery_workers({w.proc.pid for w in workers})
         durable.stop()
         workers.remove(durable)
-        # -- fan-out: chord vs cd.map, then a SIGKILL of an item's worker -------------------
+        # -- fan-out: chord vs cd.map, then a SIGKILL of an item's worker, of a chord's -----
         r["fanout"] = fanout.run(
             b,
             start_worker,
@@ -382,6 +382,11 @@ def main(argv: list[str] | None = None) -> int:
             "SIGKILL during a fan-out",
             lambda: fanout.kill_comparison(b, env, log_dir, scale.kill_items, scale.kill_deadline),
             lambda x: f"chord: {x['chord']['outcome']}; map: {x['map']['outcome']}",
+        )
+        r["kill_chord"] = step(
+            "SIGKILL of a chord's header worker",
+            lambda: fanout.chord_kill_comparison(b, env, log_dir, deadline=scale.kill_deadline),
+            fanout.describe_chord_kill,
         )
         # -- long-lived: the sweeper among waiting runs, continue_as_new generations --------
         r["waiters"] = step(

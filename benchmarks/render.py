@@ -120,6 +120,7 @@ def render(doc: dict[str, Any]) -> str:
                 f"({k['items_running_at_kill']} items running at the kill, "
                 f"{k['items_finished']} item executions finished)"
             )
+    lines.extend(_chord_kill(raw.get("kill_chord")))
     lines.append("")
     lines.append("targets:")
     for t in doc["targets"]:
@@ -132,6 +133,27 @@ def render(doc: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"total runtime: {doc['runtime_s']:.0f} s; JSON: {doc.get('json_path', '-')}")
     return "\n".join(lines)
+
+
+def _chord_kill(kill: dict[str, Any] | None) -> list[str]:
+    """The chord of workflows against the chord of tasks, a header member's worker killed."""
+    if not kill:
+        return []
+    lines = [
+        "",
+        f"SIGKILL of the worker while members of a chord of {kill['items']} run, plain "
+        f"callback (fresh worker started, wait up to {kill['deadline_s']:.0f} s):",
+    ]
+    for system, label in (("durable", "of workflows"), ("plain", "of tasks")):
+        k = kill[system]
+        lines.append(
+            f"  chord {label:<12} completed={k['completed']}, callback ran "
+            f"{k['callback_runs']} time(s), all {kill['items']} results={k['all_results']}: "
+            f"{k['outcome']} ({k['items_running_at_kill']} members running at the kill, "
+            f"{k['items_started']} starts, {k['items_finished']} finished, "
+            f"{k['unacked_deliveries']} deliveries left unacknowledged)"
+        )
+    return lines
 
 
 def machine_info(postgres: dict[str, str], redis_version: str) -> dict[str, Any]:

@@ -79,6 +79,16 @@ METHODS = {
         "worker started, and a bounded wait for the callback or the run. The kill phase's "
         "workers use lock_timeout 5 s, poll_interval 0.5 s, dispatch_grace 5 s."
     ),
+    "kill_chord": (
+        "chord([block_flow.s(i, flag) for i in range(10)], chord_done.s(flag)), a chord of 10 "
+        "durable workflows whose one step blocks on a Redis flag, and the same chord of 10 "
+        "plain blocker tasks, each with the plain callback chord_done (it counts its runs "
+        "and keeps the results it got, in Redis); once two members run, SIGKILL of the "
+        "worker's process group, the flag set, a fresh worker, a bounded wait for the "
+        "callback, then 2 s more on that worker. Reported: completed, the callback's runs, "
+        "whether each had all 10 results, the time from the kill, the members that "
+        "succeeded (result backend). The same workers' settings as the kill phase."
+    ),
     "signal": (
         "Start the signal workflow, poll until WAITING, then from just before handle.signal() "
         "(driver time.time()) to the start of the next step (worker time.time() via Redis)."

@@ -133,6 +133,11 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
     for system in ("chord", "map"):
         assert isinstance(kill[system]["completed"], bool)
     assert kill["map"]["completed"] and kill["map"]["succeeded"]
+    chords = doc["raw"]["kill_chord"]  # the callback of a chord of workflows: once, all 10
+    assert chords["durable"]["completed"] and chords["durable"]["callback_runs"] == 1
+    assert chords["durable"]["all_results"] and chords["durable"]["header_succeeded"] == 10
+    assert isinstance(chords["plain"]["completed"], bool)
+    assert "SIGKILL of the worker while members of a chord of 10 run" in proc.stdout
     scale = doc["raw"]["scale"]
     assert {c["pool"] for c in scale["configs"]} == {"prefork", "threads"}
     assert any(c["workers"] == 2 for c in scale["configs"])
