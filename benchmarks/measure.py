@@ -180,6 +180,7 @@ def durable_throughput(
     seen = time.time()
     usage = _cpu_per_item(b, before, n, seen - start)
     wal_bytes = b.monitor.wal_position() - wal_before
+    b.result_ids.extend(ids)  # the runs' result-backend entries, deleted at the clean-up
     succeeded = b.monitor.count_status(ids, "SUCCEEDED")
     if succeeded != n:
         raise RuntimeError(f"only {succeeded} of {n} durable runs succeeded")
