@@ -298,8 +298,9 @@ def _kill_chord(
     unacked = sum(any(m in payload for m in members) for _, payload in b.rds.hscan_iter("unacked"))
     if x["completed"]:
         got = f"with all {len(expected)} results" if every else f"with {results!r}"
+        times = {1: "once", 2: "twice"}.get(calls, f"{calls} times")
         x["outcome"] = (
-            f"callback ran {calls} time(s), {got}, {x['seconds_after_kill']:.1f} s after the kill"
+            f"callback ran {times}, {got}, {x['seconds_after_kill']:.1f} s after the kill"
         )
     else:
         x["outcome"] = (

@@ -83,7 +83,7 @@ def render(doc: dict[str, Any]) -> str:
             else ""
         )
         lines.append(
-            f"  {label:<24} {parts}  ({x['cpu_cores_busy']:.2f} cores, "
+            f"  {label:<31} {parts}  ({x['cpu_cores_busy']:.2f} cores, "
             f"{x['other_cores_busy']:.2f} by others{wal})"
         )
     busy = max(
@@ -146,11 +146,16 @@ def _chord_kill(kill: dict[str, Any] | None) -> list[str]:
     ]
     for system, label in (("durable", "of workflows"), ("plain", "of tasks")):
         k = kill[system]
+        when = (
+            f"{k['seconds_after_kill']:.1f} s after the kill"
+            if k["completed"]
+            else f"no callback within {kill['deadline_s']:.0f} s of the fresh worker's start"
+        )
         lines.append(
-            f"  chord {label:<12} completed={k['completed']}, callback ran "
-            f"{k['callback_runs']} time(s), all {kill['items']} results={k['all_results']}: "
-            f"{k['outcome']} ({k['items_running_at_kill']} members running at the kill, "
-            f"{k['items_started']} starts, {k['items_finished']} finished, "
+            f"  chord {label:<12} completed={k['completed']}, callback runs={k['callback_runs']}"
+            f", all {kill['items']} results={k['all_results']}: {when} "
+            f"({k['items_running_at_kill']} members running at the kill, {k['items_started']} "
+            f"starts, {k['items_finished']} finished, {k['header_succeeded']} succeeded, "
             f"{k['unacked_deliveries']} deliveries left unacknowledged)"
         )
     return lines
