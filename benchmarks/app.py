@@ -13,6 +13,7 @@ machine's clock.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -92,9 +93,13 @@ def blocker(flag: str, i: int) -> int:
 
 
 @app.task(name="benchmarks.chord_done")
-def chord_done(_results: Any, flag: str) -> None:
-    """The chord callback of the SIGKILL comparison: sets ``<flag>:callback``."""
+def chord_done(results: Any, flag: str) -> None:
+    """The chord callback of the SIGKILL comparisons: sets ``<flag>:callback``, counts its
+    runs under ``<flag>:callbacks`` and pushes the results it got onto ``<flag>:results``
+    (JSON, one entry a run)."""
     _redis.set(f"{flag}:callback", "1", ex=3600)
+    _redis.incr(f"{flag}:callbacks")
+    _redis.rpush(f"{flag}:results", json.dumps(results))
 
 
 # -- durable --------------------------------------------------------------------------------
@@ -169,6 +174,13 @@ def block_step(flag: str, i: int) -> int:
     """A map item of the SIGKILL comparison."""
     block_on(flag)
     return i
+
+
+@durable.workflow(name="benchmarks.block_flow")
+def block_flow(i: int, flag: str) -> int:
+    """One step that blocks on ``flag``: a header member of the chord SIGKILL comparison,
+    ``chord([block_flow.s(i, flag) for i in range(10)], chord_done.s(flag))``."""
+    return block_step(flag, i)
 
 
 @durable.workflow(name="benchmarks.block_map")

@@ -146,8 +146,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--throughput-only",
         action="store_true",
-        help="only the empty-table throughput comparison (plain, strict, deferred); "
-        "prints it, writes no report",
+        help="only the empty-table throughput comparison (plain, strict with and without "
+        "the result backend's report, deferred); prints it, writes no report",
     )
     parser.add_argument(
         "--py-spy",
@@ -204,7 +204,6 @@ def main(argv: list[str] | None = None) -> int:
         build_figures,
         build_targets,
         machine_info,
-        operations_targets,
         render,
         write_json,
     )
@@ -302,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                         throughput.plain_kind("plain_tasks"),
                         throughput.chain_kind("plain_chains"),
                         throughput.durable_kind("three_steps"),
+                        throughput.no_backend_kind(),  # beside it: the closest rounds
                         throughput.durable_kind("three_deferred"),
                     ],
                 ),
@@ -310,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         kinds = r["throughput"]["kinds"]
         r["plain_tasks"], r["plain_chains"] = kinds["plain_tasks"], kinds["plain_chains"]
         r["durable_empty"], r["deferred_empty"] = kinds["three_steps"], kinds["three_deferred"]
+        r["durable_no_backend"] = kinds[throughput.NO_BACKEND]
+        r["backend_report"] = throughput.backend_report(r["throughput"])
         measure.durable_latency(5)
         r["durable_latency"] = step(
             "durable latency", lambda: measure.durable_latency(scale.latency_samples), lat
@@ -366,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         machine["other_celery_workers_end"] = other_celery_workers({w.proc.pid for w in workers})
         durable.stop()
         workers.remove(durable)
-        # -- fan-out: chord vs cd.map, then a SIGKILL of an item's worker -------------------
+        # -- fan-out: chord vs cd.map, then a SIGKILL of an item's worker, of a chord's -----
         r["fanout"] = fanout.run(
             b,
             start_worker,
@@ -380,6 +382,11 @@ def main(argv: list[str] | None = None) -> int:
             "SIGKILL during a fan-out",
             lambda: fanout.kill_comparison(b, env, log_dir, scale.kill_items, scale.kill_deadline),
             lambda x: f"chord: {x['chord']['outcome']}; map: {x['map']['outcome']}",
+        )
+        r["kill_chord"] = step(
+            "SIGKILL of a chord's header worker",
+            lambda: fanout.chord_kill_comparison(b, env, log_dir, deadline=scale.kill_deadline),
+            fanout.describe_chord_kill,
         )
         # -- long-lived: the sweeper among waiting runs, continue_as_new generations --------
         r["waiters"] = step(
@@ -429,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "figures": {f.name: f.as_dict() for f in figures},
         "targets": build_targets(by_name, r["commits"]["clean"])
-        + operations_targets(r)
+        + operations.operations_targets(r)
         + longlived.longlived_targets(r),
         "methods": {**METHODS, **longlived.METHODS},
         "raw": r,

@@ -152,6 +152,18 @@ class Monitor:
         ).fetchone()
         return int(row[0]) if row else 0
 
+    def count_reporting(self, ids: Sequence[str]) -> int:
+        """How many of ``ids`` store a canvas that reports to the result backend (the
+        ``report`` of ``runs.canvas``; ``ignore_result=True`` stores none)."""
+        row = self.execute(
+            sql.SQL(
+                "SELECT count(*) FROM {} WHERE namespace = %s AND id = ANY(%s) "
+                "AND (canvas::jsonb ->> 'report')::boolean"
+            ).format(self.runs),
+            (self.namespace, list(ids)),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
     def last_finished_at(self, ids: Sequence[str]) -> float:
         """The database-clock time the last of ``ids`` finished (epoch seconds)."""
         row = self.execute(

@@ -1,9 +1,11 @@
 """Fan-out: a durable ``cd.map`` of no-op items against a Celery ``chord`` of no-op tasks
 (throughput, latency, commits per item), and what each does when an item's worker is
-SIGKILLed."""
+SIGKILLed; and a chord of durable workflows against a chord of plain tasks, each with a
+plain callback, when a header member's worker is SIGKILLed."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -203,44 +205,172 @@ def kill_comparison(
     the worker's process group while two items run, release the items, start a fresh
     worker and wait up to ``deadline`` s for the callback (chord) or the run (map)."""
     out: dict[str, Any] = {"items": items, "deadline_s": deadline, "settings": KILL_SETTINGS}
-    for system in ("chord", "map"):
-        flag = b.key(f"kill-{system}")
-        first = _worker(b, env, log_dir, f"{system}-killed")
-        try:
-            if system == "chord":
-                group = [bench.blocker.s(flag, i) for i in range(items)]
-                result = chord(group)(bench.chord_done.s(flag))
-                _remember_chord(b, result)
-                run_id = None
-            else:
-                run_id = bench.block_map.delay(flag, items).id
-            wait_until(lambda f=flag: _count(b, f"{f}:started") >= 2, 30.0, 0.02, "items to run")
-            running = _count(b, f"{flag}:started")
-            os.killpg(first.proc.pid, signal.SIGKILL)
-            killed_at = time.monotonic()
-        finally:
-            first.stop()
-        b.rds.set(flag, "1", ex=3600)
-        second = _worker(b, env, log_dir, f"{system}-fresh")
-        try:
-            finished = _wait_outcome(b, system, flag, run_id, deadline)
-            after = time.monotonic() - killed_at
-        finally:
-            second.stop()
-        out[system] = {
-            "items_running_at_kill": running,
-            "items_finished": _count(b, f"{flag}:done"),
-            "completed": finished,
-            "seconds_after_kill": after if finished else None,
-            "outcome": (
-                f"completed {after:.1f} s after the kill"
-                if finished
-                else f"not completed {deadline:.0f} s after the fresh worker started"
-            ),
-        }
-        if run_id is not None:
-            out[system]["succeeded"] = b.monitor.count_status([run_id], "SUCCEEDED") == 1
+    chord_flag = b.key("kill-chord")
+    out["chord"] = _killed(
+        b,
+        env,
+        log_dir,
+        "chord",
+        chord_flag,
+        lambda: _start_chord(b, [bench.blocker.s(chord_flag, i) for i in range(items)], chord_flag),
+        lambda: bool(b.rds.exists(f"{chord_flag}:callback")),
+        deadline,
+    )
+    map_flag = b.key("kill-map")
+    ids: list[str] = []
+    out["map"] = _killed(
+        b,
+        env,
+        log_dir,
+        "map",
+        map_flag,
+        lambda: ids.append(bench.block_map.delay(map_flag, items).id),
+        lambda: not b.monitor.unfinished(ids),
+        deadline,
+    )
+    out["map"]["succeeded"] = b.monitor.count_status(ids, "SUCCEEDED") == 1
     return out
+
+
+def chord_kill_comparison(
+    b: Bench,
+    env: Mapping[str, str],
+    log_dir: Path,
+    items: int = 10,
+    deadline: float = 30.0,
+    linger: float = 2.0,
+) -> dict[str, Any]:
+    """A chord of ``items`` durable workflows (``block_flow``: one step that blocks on a
+    flag) and the same chord of plain ``blocker`` tasks, each with the plain callback
+    ``chord_done``: SIGKILL of the worker's process group while two header members run,
+    the flag set, a fresh worker, a wait of up to ``deadline`` s for the callback, then
+    ``linger`` s more (a second call would show). For each: completed, how many times the
+    callback ran, with which results, how many header members succeeded."""
+    out: dict[str, Any] = {
+        "items": items,
+        "deadline_s": deadline,
+        "linger_s": linger,
+        "settings": KILL_SETTINGS,
+    }
+    headers: dict[str, Callable[[str], list[Any]]] = {
+        "durable": lambda flag: [bench.block_flow.s(i, flag) for i in range(items)],
+        "plain": lambda flag: [bench.blocker.s(flag, i) for i in range(items)],
+    }
+    for system, header in headers.items():
+        out[system] = _kill_chord(b, env, log_dir, system, header, deadline, linger)
+    return out
+
+
+def describe_chord_kill(x: dict[str, Any]) -> str:
+    """One progress line: each chord's outcome."""
+    return f"chord of workflows: {x['durable']['outcome']}; chord of tasks: {x['plain']['outcome']}"
+
+
+def _kill_chord(
+    b: Bench,
+    env: Mapping[str, str],
+    log_dir: Path,
+    system: str,
+    header: Callable[[str], list[Any]],
+    deadline: float,
+    linger: float,
+) -> dict[str, Any]:
+    flag = b.key(f"kill-chord-{system}")
+    members: list[str] = []
+    x = _killed(
+        b,
+        env,
+        log_dir,
+        f"chord-{system}",
+        flag,
+        lambda: members.extend(_start_chord(b, header(flag), flag)),
+        lambda: bool(b.rds.exists(f"{flag}:callback")),
+        deadline,
+        linger,
+    )
+    results = [json.loads(v) for v in b.rds.lrange(f"{flag}:results", 0, -1)]
+    expected = list(range(len(members)))
+    calls = _count(b, f"{flag}:callbacks")
+    every = bool(results) and all(sorted(r) == expected for r in results)
+    succeeded = sum(bench.app.backend.get_task_meta(m)["status"] == "SUCCESS" for m in members)
+    # The killed members' deliveries: acks_late keeps them in kombu's Redis ``unacked``
+    # hash, redelivered only after the visibility timeout (1 h by default).
+    unacked = sum(any(m in payload for m in members) for _, payload in b.rds.hscan_iter("unacked"))
+    if x["completed"]:
+        got = f"with all {len(expected)} results" if every else f"with {results!r}"
+        times = {1: "once", 2: "twice"}.get(calls, f"{calls} times")
+        x["outcome"] = (
+            f"callback ran {times}, {got}, {x['seconds_after_kill']:.1f} s after the kill"
+        )
+    else:
+        x["outcome"] = (
+            f"no callback within {deadline:.0f} s of the fresh worker's start; "
+            f"{succeeded} of {len(members)} header members succeeded, {unacked} "
+            "deliveries left unacknowledged"
+        )
+    return {
+        **x,
+        "callback_runs": calls,
+        "all_results": every,
+        "callback_results": results,
+        "header_succeeded": succeeded,
+        "unacked_deliveries": unacked,
+    }
+
+
+def _start_chord(b: Bench, header: list[Any], flag: str) -> list[str]:
+    """``chord(header)(chord_done.s(flag))``; returns the header members' ids."""
+    result = chord(header)(bench.chord_done.s(flag))
+    _remember_chord(b, result)
+    return [child.id for child in result.parent.results]
+
+
+def _killed(
+    b: Bench,
+    env: Mapping[str, str],
+    log_dir: Path,
+    role: str,
+    flag: str,
+    start: Callable[[], Any],
+    done: Callable[[], bool],
+    deadline: float,
+    linger: float = 0.0,
+) -> dict[str, Any]:
+    """``start()`` a fan-out of items that block on ``flag`` on a worker, SIGKILL the
+    worker's process group once two items run, set the flag, start a fresh worker and
+    wait up to ``deadline`` s for ``done()``, then ``linger`` s more on that worker."""
+    first = _worker(b, env, log_dir, f"{role}-killed")
+    try:
+        start()
+        wait_until(lambda: _count(b, f"{flag}:started") >= 2, 30.0, 0.02, "items to run")
+        running = _count(b, f"{flag}:started")
+        os.killpg(first.proc.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+    finally:
+        first.stop()
+    b.rds.set(flag, "1", ex=3600)
+    second = _worker(b, env, log_dir, f"{role}-fresh")
+    ready_at = time.monotonic()
+    try:
+        finished = _wait(done, deadline, f"the {role} to complete")
+        now = time.monotonic()
+        if finished:
+            time.sleep(linger)
+    finally:
+        second.stop()
+    return {
+        "items_running_at_kill": running,
+        "items_started": _count(b, f"{flag}:started"),
+        "items_finished": _count(b, f"{flag}:done"),
+        "completed": finished,
+        "seconds_after_kill": now - killed_at if finished else None,
+        "seconds_after_fresh_worker": now - ready_at if finished else None,
+        "outcome": (
+            f"completed {now - killed_at:.1f} s after the kill"
+            if finished
+            else f"not completed {deadline:.0f} s after the fresh worker started"
+        ),
+    }
 
 
 def _worker(b: Bench, env: Mapping[str, str], log_dir: Path, role: str) -> WorkerProcess:
@@ -249,15 +379,9 @@ def _worker(b: Bench, env: Mapping[str, str], log_dir: Path, role: str) -> Worke
     return worker.wait_ready()
 
 
-def _wait_outcome(b: Bench, system: str, flag: str, run_id: str | None, deadline: float) -> bool:
-    def done() -> bool:
-        if system == "chord":
-            return bool(b.rds.exists(f"{flag}:callback"))
-        assert run_id is not None
-        return not b.monitor.unfinished([run_id])
-
+def _wait(done: Callable[[], bool], deadline: float, what: str) -> bool:
     try:
-        wait_until(done, deadline, 0.1, f"the {system} to complete")
+        wait_until(done, deadline, 0.1, what)
         return True
     except TimeoutError:
         return False

@@ -156,24 +156,31 @@ def wait_finished(b: Bench, ids: list[str], timeout: float, interval: float = 0.
 
 
 def durable_throughput(
-    b: Bench, n: int, checkpoint: bool = False, workflow: Any = None
+    b: Bench,
+    n: int,
+    checkpoint: bool = False,
+    workflow: Any = None,
+    options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """N ``three_steps.delay()`` (or ``workflow``'s); wait by polling the runs table; clock:
-    first ``.delay()`` to the last run's ``finished_at`` (database clock, same host).
-    ``checkpoint``: issue a CHECKPOINT first, so the measurement does not pay for flushing
-    earlier writes."""
+    """N ``three_steps.delay()`` (or ``workflow``'s; with ``options``, ``apply_async(
+    **options)``); wait by polling the runs table; clock: first start to the last run's
+    ``finished_at`` (database clock, same host). ``checkpoint``: issue a CHECKPOINT first,
+    so the measurement does not pay for flushing earlier writes. ``reporting``: how many
+    runs report to the result backend when they settle (``runs.canvas``)."""
     workflow = workflow or bench.three_steps
+    begin = (lambda: workflow.apply_async(**options)) if options else workflow.delay
     if checkpoint:
         b.monitor.execute("CHECKPOINT")
     wal_before = b.monitor.wal_position()
     before = cpu.snapshot(b.monitor.database)
     start = time.time()
-    ids = [workflow.delay().id for _ in range(n)]
+    ids = [begin().id for _ in range(n)]
     published = time.time()
     wait_finished(b, ids, timeout=max(120.0, n / 10.0))
     seen = time.time()
     usage = _cpu_per_item(b, before, n, seen - start)
     wal_bytes = b.monitor.wal_position() - wal_before
+    b.result_ids.extend(ids)  # the runs' result-backend entries, deleted at the clean-up
     succeeded = b.monitor.count_status(ids, "SUCCEEDED")
     if succeeded != n:
         raise RuntimeError(f"only {succeeded} of {n} durable runs succeeded")
@@ -186,6 +193,7 @@ def durable_throughput(
         "driver_saw_last_after_s": seen - start,
         "checkpoint_first": checkpoint,
         "wal_bytes_per_item": wal_bytes / n,
+        "reporting": b.monitor.count_reporting(ids),
         **usage,
     }
 

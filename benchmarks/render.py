@@ -68,6 +68,7 @@ def render(doc: dict[str, Any]) -> str:
         ("plain_tasks", "plain task"),
         ("plain_chains", "plain 3-task chain"),
         ("durable_empty", "durable 3-step, empty"),
+        ("durable_no_backend", "durable 3-step, no backend"),
         ("deferred_empty", "durable 3 deferred steps, empty"),
         ("durable_filled", "durable 3-step, filled"),
     ):
@@ -82,12 +83,18 @@ def render(doc: dict[str, Any]) -> str:
             else ""
         )
         lines.append(
-            f"  {label:<24} {parts}  ({x['cpu_cores_busy']:.2f} cores, "
+            f"  {label:<31} {parts}  ({x['cpu_cores_busy']:.2f} cores, "
             f"{x['other_cores_busy']:.2f} by others{wal})"
         )
     busy = max(
         raw[k]["other_cores_busy"]
-        for k in ("plain_tasks", "plain_chains", "durable_empty", "durable_filled")
+        for k in (
+            "plain_tasks",
+            "plain_chains",
+            "durable_empty",
+            "durable_no_backend",
+            "durable_filled",
+        )
     )
     if busy > 0.1:
         lines.append(
@@ -113,6 +120,7 @@ def render(doc: dict[str, Any]) -> str:
                 f"({k['items_running_at_kill']} items running at the kill, "
                 f"{k['items_finished']} item executions finished)"
             )
+    lines.extend(_chord_kill(raw.get("kill_chord")))
     lines.append("")
     lines.append("targets:")
     for t in doc["targets"]:
@@ -125,6 +133,32 @@ def render(doc: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"total runtime: {doc['runtime_s']:.0f} s; JSON: {doc.get('json_path', '-')}")
     return "\n".join(lines)
+
+
+def _chord_kill(kill: dict[str, Any] | None) -> list[str]:
+    """The chord of workflows against the chord of tasks, a header member's worker killed."""
+    if not kill:
+        return []
+    lines = [
+        "",
+        f"SIGKILL of the worker while members of a chord of {kill['items']} run, plain "
+        f"callback (fresh worker started, wait up to {kill['deadline_s']:.0f} s):",
+    ]
+    for system, label in (("durable", "of workflows"), ("plain", "of tasks")):
+        k = kill[system]
+        when = (
+            f"{k['seconds_after_kill']:.1f} s after the kill"
+            if k["completed"]
+            else f"no callback within {kill['deadline_s']:.0f} s of the fresh worker's start"
+        )
+        lines.append(
+            f"  chord {label:<12} completed={k['completed']}, callback runs={k['callback_runs']}"
+            f", all {kill['items']} results={k['all_results']}: {when} "
+            f"({k['items_running_at_kill']} members running at the kill, {k['items_started']} "
+            f"starts, {k['items_finished']} finished, {k['header_succeeded']} succeeded, "
+            f"{k['unacked_deliveries']} deliveries left unacknowledged)"
+        )
+    return lines
 
 
 def machine_info(postgres: dict[str, str], redis_version: str) -> dict[str, Any]:

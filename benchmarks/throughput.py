@@ -82,14 +82,36 @@ def chain_kind(name: str = "plain_chains") -> Kind:
     return Kind(name, measure.plain_chains)
 
 
-def durable_kind(name: str, workflow: Any = None) -> Kind:
-    """``workflow`` (default: the app's workflow of that name); each batch after a
-    CHECKPOINT, so that no batch pays for flushing another's writes."""
+def durable_kind(name: str, workflow: Any = None, **options: Any) -> Kind:
+    """``workflow`` (default: the app's workflow of that name), started with ``.delay()``
+    or, given ``options``, ``apply_async(**options)``; each batch after a CHECKPOINT, so
+    that no batch pays for flushing another's writes."""
     from benchmarks import app as bench
     from benchmarks import measure
 
     flow = workflow if workflow is not None else getattr(bench, name)
-    return Kind(name, lambda b, n: measure.durable_throughput(b, n, checkpoint=True, workflow=flow))
+    return Kind(
+        name,
+        lambda b, n: measure.durable_throughput(
+            b, n, checkpoint=True, workflow=flow, options=options
+        ),
+    )
+
+
+# The result-backend figure: the 3-step workflow as every durable kind starts it (its runs
+# store their final state in the app's Redis result backend when they settle) against the
+# same workflow started with ignore_result=True (no canvas, no report: as without a
+# backend), in the same comparison. The issue's target: within 10%.
+WITH_BACKEND = "three_steps"
+NO_BACKEND = "three_steps_no_backend"
+BACKEND_TARGET = 0.90
+
+
+def no_backend_kind(name: str = NO_BACKEND, workflow: str = WITH_BACKEND) -> Kind:
+    """The app's ``workflow`` started with ``ignore_result=True``: nothing to report."""
+    from benchmarks import app as bench
+
+    return durable_kind(name, getattr(bench, workflow), ignore_result=True)
 
 
 def compare(b: Bench, method: Method, kinds: Sequence[Kind]) -> dict[str, Any]:
@@ -144,18 +166,57 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def ratio_between(result: dict[str, Any], kind: str, other: str) -> dict[str, Any]:
+    """``kind``'s rate over ``other``'s, round by round, in one :func:`compare` (each pair
+    of batches seconds apart on the same worker): the median, its range, the ratios."""
+    kinds = result["kinds"]
+    ratios = [a / b for a, b in zip(kinds[kind]["rates"], kinds[other]["rates"], strict=True)]
+    return {
+        "of": kind,
+        "to": other,
+        "ratio": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "ratios": ratios,
+    }
+
+
+def backend_report(result: dict[str, Any]) -> dict[str, Any]:
+    """With the result backend / without, from a comparison of ``WITH_BACKEND`` and
+    ``NO_BACKEND``; refuses one whose runs did not report (or not report) as labelled."""
+    for name, reports in ((WITH_BACKEND, True), (NO_BACKEND, False)):
+        for x in result["kinds"][name]["rounds"]:
+            if x["reporting"] != (x["n"] if reports else 0):
+                raise RuntimeError(
+                    f"{name}: {x['reporting']} of {x['n']} runs report to the result backend"
+                )
+    ratio = ratio_between(result, WITH_BACKEND, NO_BACKEND)
+    return {**ratio, "target": BACKEND_TARGET, "pass": ratio["ratio"] >= BACKEND_TARGET}
+
+
+def show_backend(x: dict[str, Any]) -> str:
+    """``0.97 (0.95-0.99)``: with the backend / without, its range over rounds."""
+    return f"{x['ratio']:.2f} ({x['ratio_min']:.2f}-{x['ratio_max']:.2f})"
+
+
 def spread(summary: dict[str, Any]) -> str:
     """``0.93 (0.88-0.97)``: the median ratio to the reference and its range over rounds."""
     return f"{summary['vs_ref']:.2f} ({summary['vs_ref_min']:.2f}-{summary['vs_ref_max']:.2f})"
 
 
 def run_only(b: Bench, method: Method, progress: Callable[[str], None]) -> None:
-    """``--throughput-only``: plain tasks, strict and deferred 3-step workflows on the
-    running worker; prints the comparison and each kind's CPU per item by component."""
+    """``--throughput-only``: plain tasks, strict 3-step workflows with and without the
+    result backend's report, deferred ones, on the running worker; prints the comparison
+    and each kind's CPU per item by component."""
     result = compare(
         b,
         method,
-        [plain_kind("plain_tasks"), durable_kind("three_steps"), durable_kind("three_deferred")],
+        [
+            plain_kind("plain_tasks"),
+            durable_kind(WITH_BACKEND),
+            no_backend_kind(),
+            durable_kind("three_deferred"),
+        ],
     )
     progress(f"throughput (empty tables): {describe(result)}")
     for name, kind in result["kinds"].items():
@@ -170,6 +231,12 @@ def describe(result: dict[str, Any]) -> str:
         ratio = f" = {spread(x)} x {result['reference']}" if "vs_ref" in x else ""
         parts.append(
             f"{name} {x['rate_per_s']:.1f}/s{ratio} (others up to {x['other_cores_busy']:.2f})"
+        )
+    if {WITH_BACKEND, NO_BACKEND} <= set(result["kinds"]):
+        backend = backend_report(result)
+        parts.append(
+            f"{WITH_BACKEND} with / without the result backend = {show_backend(backend)} "
+            f"(target >= {BACKEND_TARGET:.2f})"
         )
     m = result["method"]
     return f"{'; '.join(parts)}; {m['rounds']} rounds of n={m['n']}"

@@ -44,6 +44,8 @@ FIGURES = {
     "plain_task_throughput",
     "plain_chain_throughput",
     "durable_throughput",
+    "durable_throughput_no_backend",
+    "result_backend_ratio",
     "durable_throughput_filled",
     "plain_task_latency_p50",
     "plain_task_latency_p99",
@@ -120,14 +122,22 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
         for ratio in ("vs_plain_task", "vs_plain_chain"):
             assert figure[ratio] is None or _positive(figure[ratio]), f"{name}.{ratio}"
 
-    assert len(doc["targets"]) == 19
+    assert len(doc["targets"]) == 20
     for target in doc["targets"]:
         assert isinstance(target["pass"], bool)
         assert _positive(target["value"]), target
+    backend = doc["raw"]["backend_report"]  # the same rounds, with and without the report
+    assert backend["ratio_min"] <= backend["ratio"] <= backend["ratio_max"]
+    assert len(backend["ratios"]) == doc["throughput_method"]["rounds"]
     kill = doc["raw"]["kill"]
     for system in ("chord", "map"):
         assert isinstance(kill[system]["completed"], bool)
     assert kill["map"]["completed"] and kill["map"]["succeeded"]
+    chords = doc["raw"]["kill_chord"]  # the callback of a chord of workflows: once, all 10
+    assert chords["durable"]["completed"] and chords["durable"]["callback_runs"] == 1
+    assert chords["durable"]["all_results"] and chords["durable"]["header_succeeded"] == 10
+    assert isinstance(chords["plain"]["completed"], bool)
+    assert "SIGKILL of the worker while members of a chord of 10 run" in proc.stdout
     scale = doc["raw"]["scale"]
     assert {c["pool"] for c in scale["configs"]} == {"prefork", "threads"}
     assert any(c["workers"] == 2 for c in scale["configs"])
