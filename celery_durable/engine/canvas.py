@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import group, signature, states
 from celery.app.task import Context
-from celery.backends.base import DisabledBackend
+from celery.backends.base import BaseKeyValueStoreBackend, DisabledBackend
 from celery.exceptions import TaskRevokedError
 from celery.utils.serialization import create_exception_cls
 from kombu.utils.json import dumps, loads
@@ -307,7 +307,25 @@ def _succeeded(app: Celery, run_id: str, name: str, canvas: Canvas, value: Any) 
         following.apply_async(
             (value,), chain=list(canvas.chain[:-1]), parent_id=run_id, root_id=root_id
         )
-    app.backend.mark_as_done(run_id, value, request)
+    _store_success(app.backend, run_id, value, request)
+
+
+def _store_success(backend: Any, run_id: str, value: Any, request: Context) -> None:
+    """``backend.mark_as_done``, in one round trip on a key-value backend (Redis): its
+    ``store_result`` reads the key first, so that a duplicate plain task never overwrites a
+    SUCCESS; a run settles once (its outcome is fenced in the database), so the read
+    would only cost a round trip."""
+    if not isinstance(backend, BaseKeyValueStoreBackend) or request.ignore_result:
+        backend.mark_as_done(run_id, value, request)
+        return
+    state = states.SUCCESS
+    meta = backend._get_result_meta(
+        result=backend.encode_result(value, state), state=state, traceback=None, request=request
+    )
+    meta["task_id"] = run_id
+    backend._set_with_state(backend.get_key_for_task(run_id), backend.encode(meta), state)
+    if request.chord:
+        backend.on_chord_part_return(request, state, value)
 
 
 def _failed(app: Celery, run_id: str, name: str, canvas: Canvas, error: str | None) -> None:
