@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from celery import Celery
 from celery import signals as celery_signals
 
+from celery_durable.body.limiter import Limiter, declare, named, workflow_limiter
 from celery_durable.body.step import DEFAULT_MAX_BACKOFF, Step, StepOptions
 from celery_durable.core import validate
 from celery_durable.core.config import DurableConfig
@@ -35,7 +36,11 @@ from celery_durable.engine.publish import Dispatch
 from celery_durable.engine.runtime import Runtime, WorkflowDefinition
 from celery_durable.engine.signals import SignalQueue, register_tasks, send_signal_via_broker
 from celery_durable.engine.sweeper import DurableSweeper, Sweeper
-from celery_durable.errors import ConfigurationError, DuplicateRegistration, WorkflowNotFound
+from celery_durable.errors import (
+    ConfigurationError,
+    DuplicateRegistration,
+    WorkflowNotFound,
+)
 from celery_durable.runs import admin as operations
 from celery_durable.runs.admin import BulkResume, RunPage
 from celery_durable.runs.handle import WorkflowHandle
@@ -132,6 +137,9 @@ class Durable:
         queue: str | None = None,
         max_attempts: int | None = None,
         retry_backoff: float | None = None,
+        limiter: Limiter | str | None = None,
+        concurrency: int | None = None,
+        concurrency_key: Callable[..., Any] | None = None,
         **task_options: Any,
     ) -> Callable[[F], Any]: ...
 
@@ -143,9 +151,17 @@ class Durable:
         queue: str | None = None,
         max_attempts: int | None = None,
         retry_backoff: float | None = None,
+        limiter: Limiter | str | None = None,
+        concurrency: int | None = None,
+        concurrency_key: Callable[..., Any] | None = None,
         **task_options: Any,
     ) -> Any:
-        """Register ``fn`` as a workflow: a Celery task named as Celery names tasks."""
+        """Register ``fn`` as a workflow: a Celery task named as Celery names tasks.
+
+        ``limiter``: each run takes a slot of it before its body runs, and waits PENDING
+        (no message, no worker) while none is free; ``concurrency`` (and
+        ``concurrency_key``, a function of the arguments) is the shorthand for a limiter of
+        the workflow's own."""
         if fn is None:
             return lambda f: self.workflow(
                 f,
@@ -153,6 +169,9 @@ class Durable:
                 queue=queue,
                 max_attempts=max_attempts,
                 retry_backoff=retry_backoff,
+                limiter=limiter,
+                concurrency=concurrency,
+                concurrency_key=concurrency_key,
                 **task_options,
             )
         if max_attempts is not None and max_attempts < 1:
@@ -167,7 +186,15 @@ class Durable:
         except (TypeError, ValueError):
             signature = None
         definition = WorkflowDefinition(
-            fn, task_name, queue, max_attempts, retry_backoff, signature
+            fn,
+            task_name,
+            queue,
+            max_attempts,
+            retry_backoff,
+            signature,
+            workflow_limiter(
+                self.runtime.limiters, task_name, limiter, concurrency, concurrency_key
+            ),
         )
         self.workflows[task_name] = definition
 
@@ -225,6 +252,7 @@ class Durable:
         queue: str | None = None,
         compensate: Callable[..., Any] | None = None,
         commit: str = "each",
+        limiter: Limiter | str | None = None,
     ) -> Callable[[F], Step[Any, Any]]: ...
 
     def step(
@@ -245,6 +273,8 @@ class Durable:
         step runs under its own ``max_attempts``).
         """
         # An unknown keyword is a TypeError here, before there is a function to decorate.
+        if "limiter" in options:
+            options["limiter"] = named(self.runtime.limiters, options["limiter"], f"step {name}")
         chosen = StepOptions(**options)
         if fn is None:
             return lambda f: self._register_step(f, name, chosen)
@@ -263,6 +293,20 @@ class Durable:
         register_item_task(self.app, step)
         self.steps[step_name] = step
         return step
+
+    def limiter(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        rate: str | None = None,
+        key: Callable[..., Any] | None = None,
+    ) -> Limiter:
+        """A fleet-wide limiter: ``concurrency`` slots and, with ``rate`` ("N/s", "N/m",
+        "N/h"), a token bucket, kept in the database and shared by every worker; with
+        ``key`` (a function of the arguments) each key has its own. Guards a step
+        (``@durable.step(limiter=...)``) or a workflow (``@durable.workflow(limiter=...)``)."""
+        return declare(self.runtime.limiters, name, concurrency, rate, key)
 
     # -- runs ---------------------------------------------------------------------------------
 

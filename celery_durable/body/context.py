@@ -105,6 +105,8 @@ class WorkflowContext:
     compensable: bool = False
     # What the run tells Celery when it settles (engine.canvas), as stored; None: nothing.
     canvas: str | None = None
+    # Orders its waits for a limiter's slot (apply_async(priority=)), highest first.
+    priority: int = 0
     # Records of deferred steps (commit="deferred") not written yet: they ride on the next
     # write, or go on their own once there are ``deferred_max_steps`` of them or the
     # oldest is ``deferred_max_age`` seconds old. A crash loses them: those steps run again.

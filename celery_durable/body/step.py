@@ -21,6 +21,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from celery_durable.body.context import FailedStep, WorkflowContext, enter_body
 from celery_durable.body.dispatch import dispatch
 from celery_durable.body.fanin import StepFuture
+from celery_durable.body.limiter import Limiter, release_slot, wait_for_slot
 from celery_durable.body.replay import (
     check_replay,
     confirm_lease,
@@ -33,6 +34,7 @@ from celery_durable.body.replay import (
 from celery_durable.core import faults, serialization, tracing
 from celery_durable.core.retry import backoff, retryable
 from celery_durable.errors import (
+    InvalidArgument,
     NotSerialisable,
 )
 from celery_durable.store import StepRecord
@@ -69,6 +71,9 @@ class StepOptions:
     compensate: Callable[..., Any] | None = None
     # "deferred": the record rides on the run's next write (see WorkflowContext.defer).
     commit: str = "each"
+    # A fleet-wide limiter (durable.limiter, or its name, which Durable.step looks up):
+    # each call takes a slot (and a token) first.
+    limiter: Limiter | str | None = None
 
     def __post_init__(self) -> None:
         # Any iterable of exception types will do, as before; isinstance() needs a tuple.
@@ -100,6 +105,11 @@ class StepOptions:
             raise ValueError(
                 f"step {name}: backoff={self.backoff} and max_backoff={self.max_backoff} "
                 "must not be negative"
+            )
+        if self.limiter is not None and not isinstance(self.limiter, Limiter):
+            raise InvalidArgument(
+                f"step {name}: limiter must be a durable.limiter(...) or the name of one, "
+                f"got {self.limiter!r}"
             )
 
 
@@ -196,7 +206,15 @@ class Step(Generic[P, R]):
                 # A failure that did not end an attempt (the body caught it) is final:
                 # replay the same exception. Only "retry" rows run again.
                 raise serialization.rebuild_exception(self.name, recorded.error or "{}")
-        return self._execute(ctx, index, step_input, args, kwargs)
+        limiter = self.options.limiter
+        if not isinstance(limiter, Limiter):  # checked at registration: None
+            return self._execute(ctx, index, step_input, args, kwargs)
+        key = limiter.key_of(f"step {self.name}", args, kwargs)
+        wait_for_slot(ctx, limiter, index, key)
+        try:
+            return self._execute(ctx, index, step_input, args, kwargs)
+        finally:
+            release_slot(ctx, limiter, index, key)
 
     def _execute(
         self,

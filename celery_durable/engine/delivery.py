@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from celery_durable.body.context import LeaseClock, WorkflowContext, activate, deactivate
 from celery_durable.core import faults, serialization, tracing, validate
 from celery_durable.core.logs import log_malformed, run_fields
-from celery_durable.engine import canvas, rollback, taskevents
+from celery_durable.engine import canvas, limits, rollback, taskevents
 from celery_durable.engine import policy as shutdown
 from celery_durable.engine.settle import settle_stop_or_error, settle_success
 from celery_durable.errors import ArgumentsRefused
@@ -113,6 +113,7 @@ def execute(
     tracing.claimed(claim.attempts, len(history))
     taskevents.resumed(runtime.app, ctx)
     ctx.canvas = claim.canvas
+    ctx.priority = claim.priority
     if claim.canvas is not None:
         canvas.report_started(runtime, ctx)
     args, kwargs = serialization.loads(claim.args)
@@ -131,6 +132,11 @@ def execute(
             taskevents.emit(runtime.app, run_id, taskevents.FAILING, result=f"rolled back {line}")
             raise taskevents.RunFailed(f"failed, rolled back {line}")
         raise taskevents.ended(runtime.app, run_id, None, "lease lost during the rollback")
+    try:
+        slot = limits.take_run_slot(runtime, definition, ctx, args, kwargs)
+    except BaseException:
+        runtime.leases.untrack(run_id)
+        raise
     token = activate(ctx)
     try:
         try:
@@ -152,6 +158,7 @@ def execute(
         return taskevents.finished(runtime.app, ctx, value)
     finally:
         runtime.leases.untrack(run_id)
+        limits.give_run_slot(runtime, definition, run_id, slot)
 
 
 def _settle_refused(

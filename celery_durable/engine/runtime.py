@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from celery import Celery, Task
 
+from celery_durable.body.limiter import Limiter
 from celery_durable.body.step import Step
 from celery_durable.core import logs, serialization, tracing
 from celery_durable.core.config import DurableConfig
@@ -40,6 +41,8 @@ class WorkflowDefinition:
     max_attempts: int | None
     retry_backoff: float | None
     signature: inspect.Signature | None
+    # The whole run takes a slot of it before its body runs (@durable.workflow(limiter=)).
+    limiter: Limiter | None = None
 
 
 class Runtime:
@@ -53,6 +56,7 @@ class Runtime:
         self._store: Store | None = None
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.steps: dict[str, Step[Any, Any]] = {}
+        self.limiters: dict[str, Limiter] = {}
         self.leases = LeaseKeeper(self)
         self.sweeper = Sweeper(self)
         self.dispatch = Dispatch(self)

@@ -28,6 +28,7 @@ from celery_durable.engine.apps import runtimes_of
 from celery_durable.engine.canvas import report_owed
 from celery_durable.engine.items import REVOKED, cancel, revoke_item
 from celery_durable.engine.leases import FailureLog
+from celery_durable.engine.limits import hand_off_slots
 from celery_durable.engine.publish import publish_or_leave, publish_woken
 from celery_durable.engine.queues import QueueWatch
 from celery_durable.store import FINISHED_STATUSES, TAKEOVER, DueItem, DueRun
@@ -143,6 +144,7 @@ class Sweeper:
             # A signal whose wake-up message was lost: the run still waits for it.
             published += self._publish(run, "woke workflow %s run %s for a stored signal")
         published += self.sweep_items(names)
+        published += hand_off_slots(runtime)
         self.report_owed()
         self.cancel_revoked()
         self.retain()

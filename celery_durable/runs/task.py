@@ -31,7 +31,7 @@ from celery_durable.core import serialization, tracing, validate
 from celery_durable.core.ids import time_ordered_id
 from celery_durable.core.logs import log_started, run_fields
 from celery_durable.core.retry import backoff
-from celery_durable.engine import taskevents
+from celery_durable.engine import limits, taskevents
 from celery_durable.engine.canvas import Canvas, neutralise
 from celery_durable.engine.delivery import (
     TRANSACTIONAL_HEADER,
@@ -41,7 +41,12 @@ from celery_durable.engine.delivery import (
 )
 from celery_durable.engine.publish import STORED_HEADER, publish_or_leave
 from celery_durable.engine.runtime import WorkflowDefinition
-from celery_durable.errors import ArgumentsRefused, RunNotPublished, WorkflowAlreadyExists
+from celery_durable.errors import (
+    ArgumentsRefused,
+    InvalidArgument,
+    RunNotPublished,
+    WorkflowAlreadyExists,
+)
 from celery_durable.runs.handle import WorkflowHandle
 from celery_durable.store import NewRun
 from celery_durable.store.db.outage import is_unreachable, unavailable
@@ -127,6 +132,8 @@ class WorkflowTask(Task):  # type: ignore[misc]
         log_started(definition.name, run_id, run.start_delay)
         if run.start_delay is not None:
             return handle  # the sweeper publishes it when due: no long ETA message
+        if not limits.park_new_run(runtime, definition, run_id, args, kwargs, run.priority):
+            return handle  # it waits for a slot, with no message: a hand-off publishes it
         if connection is None:
             self._publish_started(args, kwargs, run_id, options, handle)
         else:
@@ -194,6 +201,11 @@ class WorkflowTask(Task):  # type: ignore[misc]
             raise type(exc)(f"workflow {definition.name}: {exc}") from None
         if queue:
             options["queue"] = queue
+        priority = options.get("priority") or 0
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise InvalidArgument(
+                f"workflow {definition.name}: priority must be an integer, got {priority!r}"
+            )
         # Fired when the run settles, not when a message ends (see engine.canvas).
         canvas = Canvas.from_options(self.app, options).encode(f"workflow {definition.name}")
         return lambda run_id: NewRun(
@@ -210,6 +222,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
             dispatch_grace=config.dispatch_grace,
             start_delay=start_delay,
             canvas=canvas,
+            priority=priority,
         )
 
     def _resolve_queue(

@@ -124,6 +124,7 @@ class ItemOps:
                 parent_id=run_id,
                 parent_idx=idx,
                 canvas=child.canvas,
+                priority=child.priority or None,
             ),
         ).first()
         if inserted is None:

@@ -46,6 +46,8 @@ class NewRun:
     parent_idx: int | None = None
     # What it tells Celery when it settles (engine.canvas), as JSON; None: nothing.
     canvas: str | None = None
+    # Orders its waits for a limiter's slot, highest first.
+    priority: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +68,8 @@ class Claim:
     compensable: bool = False
     # What it tells Celery when it settles (engine.canvas), as JSON; None: nothing.
     canvas: str | None = None
+    # Orders its waits for a limiter's slot, highest first.
+    priority: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +154,8 @@ class RunRecord:
     continued_from: str | None = None
     continued_as: str | None = None
     canvas: str | None = None
+    wait_limiter: str | None = None
+    priority: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -451,3 +457,26 @@ class OwedReport:
     error: str | None
     cancel_reason: str | None
     canvas: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Limit:
+    """A limiter as its code declares it: ``concurrency`` slots per key (None: no cap),
+    ``rate`` tokens a second per key (None: no rate) in a bucket of ``capacity``."""
+
+    name: str
+    concurrency: int | None = None
+    rate: float | None = None
+    capacity: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LimiterUsage:
+    """One limiter key as operators see it."""
+
+    limiter: str
+    key: str
+    in_use: int
+    waiting: int
+    oldest_wait: float | None  # seconds the oldest waiter has waited
+    tokens: float | None  # tokens in its bucket now (None: no rate)

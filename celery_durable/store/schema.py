@@ -53,6 +53,8 @@ class Tables:
     signals: Table
     state: Table
     items: Table
+    limiter_keys: Table
+    limiter_grants: Table
 
 
 def settled_indexes(prefix: str) -> dict[str, tuple[str, ...]]:
@@ -127,6 +129,10 @@ def build_tables(prefix: str) -> Tables:
         # Its outbox entry: when it finished owing that report. The worker that settled
         # it reports it and clears this; the sweeper, once it is older than the grace.
         Column("outbox_at", Float),
+        # The limiter the run waits for (migration 0009): WAITING at a step, or PENDING
+        # with no message (the whole run is limited); and its waiters' order.
+        Column("wait_limiter", String(255)),
+        Column("priority", Integer),
     )
     # Only active runs carry due_at, so sweeps stay fast with millions of finished runs.
     Index(
@@ -209,7 +215,46 @@ def build_tables(prefix: str) -> Tables:
         sqlite_where=runs.c.wait_items == true(),
     )
     items = build_items(metadata, prefix)
-    return Tables(metadata, runs, steps, signals, state, items)
+    limiter_keys, limiter_grants = build_limiters(metadata, prefix)
+    return Tables(metadata, runs, steps, signals, state, items, limiter_keys, limiter_grants)
+
+
+def build_limiters(metadata: MetaData, prefix: str) -> tuple[Table, Table]:
+    """A limiter's keys (each its token bucket, and the row its grants lock) and grants
+    (a run's, or a run's step's, slot: ``held``, or waited for in ``priority`` then
+    ``requested_at`` order). ``idx`` is the step's index, -1 for a whole run's slot."""
+    keys = Table(
+        f"{prefix}limiter_keys",
+        metadata,
+        Column("namespace", String(200), primary_key=True),
+        Column("limiter", String(255), primary_key=True),
+        Column("key", String(255), primary_key=True),
+        Column("tokens", Float, nullable=False),
+        Column("refilled_at", Float, nullable=False),
+    )
+    grants = Table(
+        f"{prefix}limiter_grants",
+        metadata,
+        Column("namespace", String(200), primary_key=True),
+        Column("run_id", String(255), primary_key=True),
+        Column("idx", Integer, primary_key=True),
+        Column("limiter", String(255), primary_key=True),
+        Column("key", String(255), nullable=False),
+        Column("held", Boolean, nullable=False),
+        Column("priority", Integer, nullable=False),
+        Column("requested_at", Float, nullable=False),
+        Column("granted_at", Float),
+    )
+    Index(
+        f"ix_{prefix}limiter_grants_key",
+        grants.c.namespace,
+        grants.c.limiter,
+        grants.c.key,
+        grants.c.held,
+        grants.c.priority,
+        grants.c.requested_at,
+    )
+    return keys, grants
 
 
 def build_items(metadata: MetaData, prefix: str) -> Table:

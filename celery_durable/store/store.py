@@ -30,6 +30,7 @@ from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.db.listener import Listener
 from celery_durable.store.items import ItemOps
 from celery_durable.store.leases import LeaseOps
+from celery_durable.store.limiters import LimiterOps
 from celery_durable.store.long_lived import LongLivedOps
 from celery_durable.store.outbox import OutboxOps
 from celery_durable.store.records import (
@@ -50,7 +51,7 @@ from celery_durable.store.sql.statements import Statements
 from celery_durable.store.sweep import SweepOps
 
 
-class Store(ItemOps, SignalOps, SweepOps, LeaseOps, AdminOps, LongLivedOps, OutboxOps):
+class Store(ItemOps, SignalOps, SweepOps, LeaseOps, AdminOps, LongLivedOps, OutboxOps, LimiterOps):
     """The database side of one namespace; engines are created per process, lazily.
 
     Signals (``SignalOps``), the sweeper's statements (``SweepOps``), leases
@@ -121,6 +122,7 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, AdminOps, LongLivedOps, Outb
             grace=run.dispatch_grace,
             start_delay=run.start_delay,
             canvas=run.canvas,
+            priority=run.priority or None,
         )
         statement = self.sql.runs.insert_run
         try:
@@ -179,6 +181,7 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, AdminOps, LongLivedOps, Outb
             bool(row[9]),
             bool(row[10]),
             row[11],
+            int(row[12]),
         )
 
     def load_steps(self, run_id: str) -> dict[int, StepRecord]:

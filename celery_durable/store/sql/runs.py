@@ -71,6 +71,7 @@ class RunStatements(Builder):
             "updated_at": now,
             "dispatcher": dispatcher,
             "canvas": bindparam("p_canvas"),
+            "priority": bindparam("p_priority"),
         }
         self.insert_run = (
             self.insert(runs).values(new_run).on_conflict_do_nothing().returning(runs.c.id)
@@ -157,6 +158,7 @@ class RunStatements(Builder):
             runs.c.cancel_requested,
             runs.c.compensable,
             runs.c.canvas,
+            func.coalesce(runs.c.priority, 0).label("priority"),
         )
 
     def _settle(self) -> None:

@@ -19,6 +19,7 @@ from celery_durable.store.schema import Tables
 from celery_durable.store.sql.admin import AdminStatements
 from celery_durable.store.sql.carry import CarryStatements
 from celery_durable.store.sql.items import ItemStatements
+from celery_durable.store.sql.limiters import LimiterStatements
 from celery_durable.store.sql.long_lived import LongLivedStatements
 from celery_durable.store.sql.metrics import MetricStatements
 from celery_durable.store.sql.open_items import OpenItemStatements
@@ -50,4 +51,5 @@ class Statements:
         self.reads = ReadStatements(tables, dialect, namespace)
         self.metrics = MetricStatements(tables, dialect, namespace)
         self.outbox = OutboxStatements(tables, dialect, namespace, dispatcher)
+        self.limiters = LimiterStatements(tables, dialect, namespace)
         self.notify = self.runs.notify

@@ -1,0 +1,192 @@
+"""The Store's limiter operations: take a slot (and a token) or wait for one, in the same
+transaction as the suspension; hand freed slots to the next waiters; read the limiters for
+operators. Mixed into :class:`~celery_durable.store.store.Store`; the SQL is in
+``sql/limiters.py``.
+
+Every grant and hand-off of a limiter's key locks that key's row first, so that two
+workers never both take its last slot.
+
+Example::
+
+    outcome = store.acquire_slot(Limit("payments", concurrency=5), "", run_id, idx, fence=f)
+    woken = store.release_slot(Limit("payments", concurrency=5), "", run_id, idx, grace=60)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection
+
+from celery_durable.store.db.connections import Connections
+from celery_durable.store.records import DueRun, Limit, LimiterUsage, Outcome, StepRecord
+from celery_durable.store.sql.build import hold_run, params
+from celery_durable.store.sql.statements import Statements
+
+WHOLE_RUN = -1  # the step index of a whole run's slot (a limited workflow)
+
+
+class LimiterOps:
+    """A limiter's slots: taken, waited for, handed off, freed; and their usage."""
+
+    db: Connections
+    sql: Statements
+
+    def acquire_slot(
+        self,
+        limit: Limit,
+        key: str,
+        run_id: str,
+        idx: int = WHOLE_RUN,
+        *,
+        priority: int = 0,
+        fence: int | None = None,
+        park: str = "WAITING",
+        carried: Sequence[StepRecord] = (),
+    ) -> Outcome:
+        """Take a slot (and a token) of ``limit``'s ``key`` for the run's step ``idx``.
+
+        RECORDED: held, now or handed to it before. SUSPENDED: none is free (or waiters
+        come first), so the run waits for it, written in the same transaction: with
+        ``fence``, the running run gives its lease back, WAITING at its step (``park``
+        "WAITING") or PENDING with no message (``park`` "PENDING", a whole run); without,
+        a run not yet published keeps no due time. LEASE_LOST, CANCELLED: nothing written.
+        ``carried``: deferred steps' records, written with it.
+        """
+        sql = self.sql.limiters
+        values = params(
+            limiter=limit.name, key=key, run_id=run_id, idx=idx, priority=priority, fence=fence
+        )
+        with self.db.transaction() as conn:
+            if fence is not None:
+                refused = hold_run(conn, self.sql.steps, run_id, fence, carried)
+                if refused is not None:
+                    return refused
+            bucket = _lock_key(conn, sql, values)
+            grant = conn.execute(sql.grant_of, values).first()
+            if grant is not None and grant.held:
+                return Outcome.RECORDED
+            since = bucket.now if grant is None else grant.requested_at
+            tokens = _tokens(limit, bucket)
+            ahead = conn.execute(sql.count_waiters_ahead, {**values, "p_since": since}).scalar()
+            if (
+                not ahead
+                and _free(conn, sql, limit, values) > 0
+                and (tokens is None or tokens >= 1)
+            ):
+                conn.execute(sql.take_grant, values)
+                _spend(conn, sql, values, tokens, 1, bucket.now)
+                return Outcome.RECORDED
+            conn.execute(sql.add_waiter, values)
+            if fence is None:
+                statement = sql.park_new_run
+            else:
+                statement = sql.suspend_for_limiter if park == "WAITING" else sql.park_for_limiter
+            conn.execute(statement, values)
+            return Outcome.SUSPENDED
+
+    def release_slot(
+        self, limit: Limit, key: str, run_id: str, idx: int, grace: float
+    ) -> list[DueRun]:
+        """Give the slot back (the step finished; the run settled or suspended) and hand
+        it to the next waiters of ``key``; returns the runs woken, to publish."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                self.sql.limiters.release_grant,
+                params(limiter=limit.name, run_id=run_id, idx=idx),
+            )
+        return self.hand_off(limit, grace, key)
+
+    def hand_off(
+        self, limit: Limit, grace: float, key: str | None = None, most: int = 100
+    ) -> list[DueRun]:
+        """Hand the free slots (and tokens) of ``limit`` to its next waiters: per key, the
+        highest priority first, then the oldest; every key with waiters in turn (one
+        transaction each), the one whose oldest waiter waited longest first. Returns the
+        runs woken (due now), for the caller to publish."""
+        sql = self.sql.limiters
+        if key is None:
+            with self.db.transaction() as conn:
+                conn.execute(sql.free_lapsed_grants, params(limiter=limit.name))
+                keys = [
+                    row.key for row in conn.execute(sql.keys_waited_for, params(limiter=limit.name))
+                ]
+        else:
+            keys = [key]
+        woken: list[DueRun] = []
+        for each in keys:
+            with self.db.transaction() as conn:
+                woken += _hand_off_key(conn, sql, limit, each, grace, most)
+        return woken
+
+    def limiter_usage(self, limits: dict[str, Limit]) -> list[LimiterUsage]:
+        """Each key of each limiter: slots in use, waiters, the oldest wait, tokens left."""
+        sql = self.sql.limiters
+        with self.db.read() as conn:
+            usage = conn.execute(sql.limiter_usage).all()
+            buckets = {(b.limiter, b.key): b for b in conn.execute(sql.limiter_buckets)}
+        found: dict[tuple[str, str], LimiterUsage] = {}
+        for row in usage:
+            limit = limits.get(row.limiter, Limit(row.limiter))
+            bucket = buckets.get((row.limiter, row.key))
+            tokens = None if bucket is None else _tokens(limit, bucket)
+            oldest = None if row.since is None else max(0.0, row.now - row.since)
+            found[(row.limiter, row.key)] = LimiterUsage(
+                row.limiter, row.key, int(row.in_use), int(row.waiting), oldest, tokens
+            )
+        for (name, key), bucket in buckets.items():
+            if (name, key) not in found:
+                tokens = _tokens(limits.get(name, Limit(name)), bucket)
+                found[(name, key)] = LimiterUsage(name, key, 0, 0, None, tokens)
+        return [found[k] for k in sorted(found)]
+
+
+def _lock_key(conn: Connection, sql: Any, values: dict[str, Any]) -> Any:
+    conn.execute(sql.add_key, values)
+    return conn.execute(sql.lock_key, values).one()
+
+
+def _tokens(limit: Limit, bucket: Any) -> float | None:
+    """The tokens in the key's bucket now (None: the limiter has no rate)."""
+    if limit.rate is None:
+        return None
+    refilled = bucket.tokens + max(0.0, bucket.now - bucket.refilled_at) * limit.rate
+    return float(min(limit.capacity, refilled))
+
+
+def _free(conn: Connection, sql: Any, limit: Limit, values: dict[str, Any]) -> float:
+    if limit.concurrency is None:
+        return math.inf
+    return float(limit.concurrency - conn.execute(sql.count_in_use, values).scalar_one())
+
+
+def _spend(
+    conn: Connection, sql: Any, values: dict[str, Any], tokens: float | None, n: int, now: float
+) -> None:
+    if tokens is not None and n:
+        conn.execute(sql.spend_tokens, {**values, "p_tokens": tokens - n, "p_now": now})
+
+
+def _hand_off_key(
+    conn: Connection, sql: Any, limit: Limit, key: str, grace: float, most: int
+) -> list[DueRun]:
+    values = params(limiter=limit.name, key=key, grace=grace)
+    bucket = _lock_key(conn, sql, values)
+    tokens = _tokens(limit, bucket)
+    room = min(_free(conn, sql, limit, values), most)
+    if tokens is not None:
+        room = min(room, math.floor(tokens))
+    if room <= 0:
+        return []
+    picked = conn.execute(sql.next_waiters, {**values, "p_limit": int(room)}).all()
+    woken: list[DueRun] = []
+    for row in picked:
+        granted = {**values, "p_run_id": row.run_id, "p_idx": row.idx}
+        conn.execute(sql.hand_grant, granted)
+        found = conn.execute(sql.wake_waiter, granted).first()
+        if found is not None:
+            woken.append(DueRun(*found))
+    _spend(conn, sql, values, tokens, len(picked), bucket.now)
+    return woken

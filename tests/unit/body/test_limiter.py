@@ -1,0 +1,83 @@
+"""Limiters on the embedded default (SQLite, eager mode): a limited step or workflow waits
+for a slot holding nothing, and the slot's release hands it to the next waiter; bad
+declarations are refused naming what is wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from celery_durable import InvalidArgument, WorkflowStatus
+from celery_durable.body.limiter import parse_rate
+
+
+def test_bad_declarations_are_refused_naming_them(durable):
+    with pytest.raises(InvalidArgument, match="limiter 'a': concurrency must be an integer >= 1"):
+        durable.limiter("a", concurrency=0)
+    with pytest.raises(InvalidArgument, match="limiter 'b': rate must be \"N/s\""):
+        durable.limiter("b", rate="fast")
+    with pytest.raises(InvalidArgument, match="give concurrency, rate, or both"):
+        durable.limiter("c")
+    with pytest.raises(InvalidArgument, match="no limiter named 'nope'"):
+        durable.step(limiter="nope")(lambda: None)
+    with pytest.raises(InvalidArgument, match="give limiter or concurrency, not both"):
+        durable.workflow(limiter=durable.limiter("d", concurrency=1), concurrency=2)(lambda: 1)
+    assert parse_rate("20/s", "x") == 20.0 and parse_rate("30/m", "x") == 0.5
+
+    keyed = durable.limiter("tenants", concurrency=1, key=lambda tenant: tenant.upper())
+
+    @durable.step(limiter=keyed)
+    def work(tenant: object) -> None: ...
+
+    @durable.workflow(max_attempts=1)
+    def job(tenant: object) -> None:
+        work(tenant)
+
+    failed = job.delay(7)  # the key function raises on an int
+    assert failed.status() is WorkflowStatus.FAILED
+    assert "the key function of limiter 'tenants' raised" in (failed.traceback or "")
+
+
+def test_a_limited_step_waits_for_the_slot_and_gets_it_when_released(durable):
+    one = durable.limiter("one", concurrency=1)
+    order: list[str] = []
+
+    @durable.step(limiter=one)
+    def guarded(who: str) -> str:
+        order.append(f"{who} in")
+        if who == "first":
+            # While it holds the only slot, a second run reaches the step: it waits.
+            second = pipeline.delay("second")
+            assert second.status() is WorkflowStatus.WAITING
+            assert second.record().wait_limiter == "one"
+        order.append(f"{who} out")
+        return who
+
+    @durable.workflow
+    def pipeline(who: str) -> str:
+        return guarded(who)
+
+    first = pipeline.delay("first")
+    assert first.get(timeout=5) == "first"
+    # The release handed the slot on and published the waiter (eager: it ran at once).
+    assert order == ["first in", "first out", "second in", "second out"]
+    limits = {name: each.limit for name, each in durable.runtime.limiters.items()}
+    [usage] = durable.store.limiter_usage(limits)
+    assert (usage.limiter, usage.in_use, usage.waiting) == ("one", 0, 0)
+
+
+def test_a_limited_workflow_waits_pending_with_no_message_and_priority_orders_waiters(durable):
+    order: list[str] = []
+
+    @durable.workflow(concurrency=1)
+    def exclusive(who: str, children: list[tuple[str, int]]) -> str:
+        order.append(who)
+        for child, priority in children:
+            waiting = exclusive.apply_async((child, []), priority=priority)
+            run = waiting.record()
+            assert (run.status, run.wait_limiter) == ("PENDING", "workflow:" + exclusive.name)
+        return who
+
+    done = exclusive.delay("first", [("low", 0), ("high", 9), ("low2", 0)])
+    assert done.get(timeout=5) == "first"
+    durable.sweep_once()  # hands the freed slot on; each run's release hands the next
+    assert order == ["first", "high", "low", "low2"]
