@@ -38,6 +38,8 @@ OTHER_QUEUE = unique("oq-")
 GPU_QUEUE = unique("gpu-")
 # The queue of the canvas app (tests/apps/canvas.py: a result backend, chains, chords).
 CANVAS_QUEUE = unique("cq-")
+# The queue of the limiters' app (tests/apps/limited.py).
+LIMITED_QUEUE = unique("lq-")
 
 # The test app (tests/apps/basic.py) reads all of these, in this process and in workers.
 os.environ.update(
@@ -56,6 +58,7 @@ os.environ.update(
         "TEST_OTHER_QUEUE": OTHER_QUEUE,
         "TEST_GPU_QUEUE": GPU_QUEUE,
         "TEST_CANVAS_QUEUE": CANVAS_QUEUE,
+        "TEST_LIMITED_QUEUE": LIMITED_QUEUE,
     }
 )
 
@@ -98,7 +101,8 @@ def basic_app() -> Iterator[object]:
     yield basic
     basic.durable.store.dispose()
     drop_tables(PG_URL, PREFIX)
-    queues = [QUEUE, OTHER_QUEUE, GPU_QUEUE, CANVAS_QUEUE, basic.durable.config.signal_queue]
+    queues = [QUEUE, OTHER_QUEUE, GPU_QUEUE, CANVAS_QUEUE, LIMITED_QUEUE]
+    queues.append(basic.durable.config.signal_queue)
     delete_queues(BROKER_URL, queues)
 
 
@@ -219,6 +223,14 @@ def canvas_app(basic_app: object) -> object:
     from tests.apps import canvas
 
     return canvas
+
+
+@pytest.fixture(scope="session")
+def limited_app(basic_app: object) -> object:
+    """The limiters' app module, on the test app's tables."""
+    from tests.apps import limited
+
+    return limited
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,93 @@
+"""A worker app with fleet-wide limiters, on the same database and namespace as
+tests.apps.basic. Its steps note in Redis when they start and end (``limited:<key>:*``), so
+a test can tell how many ran at once, in which order, across workers and SIGKILLs."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import redis
+from celery import Celery
+
+from celery_durable import Durable
+
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+QUEUE = os.environ.get("TEST_LIMITED_QUEUE", "limited")
+
+app = Celery("limited", broker=os.environ.get("TEST_BROKER_URL", REDIS_URL))
+app.conf.update(
+    task_default_queue=QUEUE, worker_prefetch_multiplier=1, broker_connection_retry_on_startup=True
+)
+durable = Durable(app)  # the same CELERY_DURABLE_* settings as tests.apps.basic
+_redis = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+
+three = durable.limiter("tests.three", concurrency=3)
+one = durable.limiter("tests.one", concurrency=1)
+per_tenant = durable.limiter("tests.tenant", concurrency=1, key=lambda tenant, *_: tenant)
+ten_a_second = durable.limiter("tests.rate", rate="10/s")
+
+
+def running(key: str, label: str, seconds: float) -> None:
+    """Note the start (how many run at once, in what order), hold while ``hold:<key>`` is
+    set (at most a minute), sleep ``seconds``, note the end."""
+    _redis.rpush(f"limited:{key}:at_once", _redis.incr(f"limited:{key}:running"))
+    _redis.rpush(f"limited:{key}:order", label)
+    _redis.rpush(f"limited:{key}:started", repr(time.time()))
+    _redis.set(f"limited:{key}:pid:{label}", os.getpid())
+    deadline = time.monotonic() + 60
+    while _redis.exists(f"hold:{key}:{label}") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(seconds)
+    _redis.decr(f"limited:{key}:running")
+
+
+@durable.step(limiter=three)
+def three_at_once(key: str, n: int) -> int:
+    running(key, str(n), 0.5)
+    return n
+
+
+@durable.workflow(name="tests.apps.limited.in_threes")
+def in_threes(key: str, n: int) -> int:
+    return three_at_once(key, n)
+
+
+@durable.step(limiter=one)
+def alone(key: str, label: str) -> str:
+    running(key, label, 0.0)
+    return label
+
+
+@durable.workflow(name="tests.apps.limited.one_at_a_time")
+def one_at_a_time(key: str, label: str) -> str:
+    return alone(key, label)
+
+
+@durable.workflow(name="tests.apps.limited.tenant_import", limiter=per_tenant)
+def tenant_import(tenant: str, key: str, n: int) -> str:
+    running(f"{key}:{tenant}", f"{tenant}:{n}", 0.05)
+    _redis.rpush(f"limited:{key}:order", f"{tenant}:{n}")
+    return tenant
+
+
+@durable.step(limiter=ten_a_second)
+def rated(key: str, n: int) -> int:
+    _redis.rpush(f"limited:{key}:started", repr(time.time()))
+    return n
+
+
+@durable.workflow(name="tests.apps.limited.rate_run")
+def rate_run(key: str, n: int) -> int:
+    return rated(key, n)
+
+
+@durable.workflow(name="tests.apps.limited.pair", concurrency=2)
+def pair(key: str, n: int) -> int:
+    _redis.incr(f"limited:{key}:done")
+    return n
+
+
+@durable.workflow(name="tests.apps.limited.free")
+def free(key: str) -> str:
+    return f"free {key}"

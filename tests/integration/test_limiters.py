@@ -1,0 +1,131 @@
+"""Fleet-wide limiters with real workers: two workers of ``-c 4`` share one limiter of 3
+slots, a per-tenant limiter keeps one run per tenant and serves every tenant, a rate holds,
+a waiter holds nothing (its cancel and its priority), and a backlog leaves the pool free."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from celery_durable import WorkflowStatus
+from tests.support.services import BROKER_URL, queue_length, unique
+from tests.support.waiting import wait_until
+from tests.support.workers import Worker
+
+
+@pytest.fixture(scope="module")
+def workers(limited_app: Any) -> Iterator[list[Worker]]:
+    """Two workers of the limiters' app, -c 4 each."""
+    started = [
+        Worker(
+            "tests.apps.limited", {}, queues=limited_app.QUEUE, name=unique("lim"), concurrency=4
+        )
+        for _ in range(2)
+    ]
+    try:
+        yield [worker.wait_ready() for worker in started]
+    finally:
+        for worker in started:
+            worker.kill()
+
+
+def noted(rds: Any, key: str, what: str) -> list[str]:
+    return list(rds.lrange(f"limited:{key}:{what}", 0, -1))
+
+
+def all_succeed(handles: list[Any], timeout: float) -> None:
+    for handle in handles:
+        assert handle.get(timeout=timeout) is not None or handle.state == "SUCCESS"
+
+
+def test_two_workers_never_run_more_steps_at_once_than_the_limiter_has_slots(
+    limited_app, workers, rds, key
+):
+    handles = [limited_app.in_threes.delay(key, n) for n in range(30)]
+    assert [h.get(timeout=120) for h in handles] == list(range(30))
+    at_once = [int(n) for n in noted(rds, key, "at_once")]
+    assert len(at_once) == 30 and max(at_once) <= 3
+    assert max(at_once) == 3  # the limit was reached: eight pool processes wanted more
+
+
+def test_a_per_tenant_limiter_runs_one_per_tenant_and_serves_every_tenant(
+    limited_app, workers, rds, key
+):
+    tenants = ("acme", "globex", "initech")
+    handles = [
+        limited_app.tenant_import.delay(tenant, key, n) for n in range(10) for tenant in tenants
+    ]
+    for handle in handles:
+        handle.get(timeout=120)
+    for tenant in tenants:
+        assert max(int(n) for n in noted(rds, f"{key}:{tenant}", "at_once")) == 1
+    order = noted(rds, key, "order")
+    first = max(order.index(f"{tenant}:0") for tenant in tenants)
+    fifth = min(order.index(f"{tenant}:4") for tenant in tenants)
+    assert first < fifth  # every tenant started before any tenant's fifth run
+
+
+def test_a_rate_spreads_the_starts_fleet_wide(limited_app, workers, rds, key):
+    handles = [limited_app.rate_run.delay(key, n) for n in range(70)]
+    for handle in handles:
+        handle.get(timeout=120)
+    started = sorted(float(t) for t in noted(rds, key, "started"))
+    since = started[10]  # past the first second's start-up, in the steady state
+    in_five_seconds = sum(1 for t in started if since <= t < since + 5.0)
+    assert 45 <= in_five_seconds <= 55  # 10/s: about 50 (loosely; the benchmark measures it)
+
+
+def test_a_waiter_holds_nothing_its_cancel_frees_nothing_and_priority_goes_first(
+    limited_app, workers, rds, key
+):
+    rds.set(f"hold:{key}:holder", "1")
+    holder = limited_app.one_at_a_time.delay(key, "holder")
+    wait_until(lambda: noted(rds, key, "order") == ["holder"], 60, message="the holder")
+    waiters = [limited_app.one_at_a_time.delay(key, label) for label in ("a", "b", "c")]
+    for waiter in waiters:
+        wait_until(lambda w=waiter: w.status() is WorkflowStatus.WAITING, 60)
+        assert waiter.record().wait_limiter == "tests.one"
+    urgent = limited_app.one_at_a_time.apply_async((key, "urgent"), priority=9)
+    wait_until(lambda: urgent.status() is WorkflowStatus.WAITING, 60)
+    waiters[1].cancel("not needed")
+    assert waiters[1].status() is WorkflowStatus.CANCELLED
+    assert noted(rds, key, "order") == ["holder"]  # the cancel handed nothing on
+    # Waiting, they hold no worker: an unlimited workflow runs at once meanwhile.
+    assert limited_app.free.delay(key).get(timeout=60) == f"free {key}"
+    rds.delete(f"hold:{key}:holder")
+    for handle in (holder, urgent, waiters[0], waiters[2]):
+        handle.get(timeout=60)
+    assert noted(rds, key, "order") == ["holder", "urgent", "a", "c"]
+
+
+def test_a_backlog_on_a_limiter_keeps_the_queue_empty_and_the_pool_free(
+    limited_app, workers, rds, key
+):
+    backlog = [limited_app.pair.delay(key, n) for n in range(300)]
+    waiting = sum(1 for h in backlog[-50:] if h.record().wait_limiter is not None)
+    assert waiting >= 25  # the latest wait with no message
+    assert queue_length(BROKER_URL, limited_app.QUEUE) <= 10
+    assert limited_app.free.delay(key).get(timeout=60) == f"free {key}"
+    wait_until(lambda: int(rds.get(f"limited:{key}:done") or 0) == 300, 180, 0.2, "the backlog")
+    assert {h.status() for h in backlog} == {WorkflowStatus.SUCCEEDED}
+
+
+def test_a_slot_is_free_again_after_its_holder_s_worker_is_sigkilled(
+    limited_app, start_worker, rds, key
+):
+    queue = unique("lk-")
+    doomed = start_worker(name="lim", app="tests.apps.limited", queues=queue)
+    rds.set(f"hold:{key}:holder", "1")
+    holder = limited_app.one_at_a_time.apply_async((key, "holder"), queue=queue)
+    wait_until(lambda: noted(rds, key, "order") == ["holder"], 60, message="the holder")
+    waiter = limited_app.one_at_a_time.apply_async((key, "waiter"), queue=queue)
+    wait_until(lambda: waiter.status() is WorkflowStatus.WAITING, 60)
+    doomed.kill()  # SIGKILL of the whole worker, the slot's holder mid-step
+    rds.delete(f"hold:{key}:holder")
+    start_worker(name="lim", app="tests.apps.limited", queues=queue)
+    started = time.monotonic()
+    assert waiter.get(timeout=60) == "waiter" and holder.get(timeout=60) == "holder"
+    assert time.monotonic() - started < 45  # after the lease (3 s here), not never
