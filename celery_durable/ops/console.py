@@ -267,7 +267,10 @@ def step_json(step: StepRecord) -> dict[str, Any]:
 
 
 def waiting_of(run: RunRecord) -> dict[str, Any] | None:
-    """What a WAITING run waits for: a signal, its timer, or both (a timeout)."""
+    """What a WAITING run waits for: a signal, its timer, or both (a timeout); or a
+    limiter's slot (a WAITING run at a step, a PENDING one for the whole run)."""
+    if run.wait_limiter is not None and run.status in ("WAITING", "PENDING"):
+        return {"limiter": run.wait_limiter}
     if run.status != "WAITING":
         return None
     return {"signal": run.wait_signal, "until": iso(run.due_at)}
@@ -382,6 +385,8 @@ def wait_line(run: RunRecord) -> str | None:
     waiting = waiting_of(run)
     if waiting is None:
         return None
+    if "limiter" in waiting:
+        return f"waiting for a slot of limiter {run.wait_limiter!r}"
     until = f" until {iso(run.due_at, False)}" if run.due_at is not None else ""
     if run.wait_signal:
         return f"waiting for signal {run.wait_signal!r}{until}"

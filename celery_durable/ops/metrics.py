@@ -11,6 +11,8 @@ prefork children included, and survives restarts of the workers:
 - counters: ``celery_durable_runs_started_total``, ``..._succeeded_total``,
   ``..._failed_total``, ``..._recovered_total`` (per workflow);
 - gauges of fan-outs: ``celery_durable_items{step,status}``;
+- gauges of limiters: ``celery_durable_limiter_in_use{limiter,key}``, ``..._waiting``,
+  ``..._wait_seconds`` (the oldest waiter's wait);
 - histograms: ``celery_durable_step_duration_seconds{step}``,
   ``celery_durable_item_duration_seconds{step}``,
   ``celery_durable_signal_resume_latency_seconds{signal}``.
@@ -40,6 +42,8 @@ from prometheus_client.core import (
 )
 
 from celery_durable.engine.runtime import runtime_of
+from celery_durable.runs.admin import limiter_usage
+from celery_durable.store import LimiterUsage
 from celery_durable.store.db.outage import describe, summary
 from celery_durable.store.metrics import Histogram, RunFigures, StoreMetrics
 
@@ -106,6 +110,7 @@ class DurableCollector:
                 items = reader.item_figures()
                 item_durations = reader.item_durations()
                 signals = reader.signal_latencies()
+                limiters = limiter_usage(runtime)
             except Exception as exc:  # noqa: BLE001 - the endpoint stays up, says it
                 logger.error(
                     "reading metrics of namespace %r from %s failed: %s",
@@ -127,7 +132,29 @@ class DurableCollector:
                 families, "item_duration_seconds", "step", namespace, item_durations, "item"
             )
             self._histogram(families, "signal_resume_latency_seconds", "signal", namespace, signals)
+            self._limiters(families, namespace, limiters)
         return [up, *families.values()]
+
+    def _limiters(
+        self, families: dict[str, Metric], namespace: str, usages: list[LimiterUsage]
+    ) -> None:
+        labels = ["limiter", "key"]
+        in_use = self._family(families, GaugeMetricFamily, "limiter_in_use", "Slots held", labels)
+        waiting = self._family(
+            families, GaugeMetricFamily, "limiter_waiting", "Runs waiting for a slot", labels
+        )
+        waited = self._family(
+            families,
+            GaugeMetricFamily,
+            "limiter_wait_seconds",
+            "How long the oldest waiter has waited",
+            labels,
+        )
+        for usage in usages:
+            key = [namespace, usage.limiter, usage.key]
+            in_use.add_metric(key, usage.in_use)
+            waiting.add_metric(key, usage.waiting)
+            waited.add_metric(key, usage.oldest_wait or 0.0)
 
     def _family(
         self, families: dict[str, Metric], kind: type, name: str, text: str, labels: list[str]

@@ -38,6 +38,7 @@ from celery_durable.store import (
     FINISHED_STATUSES,
     Collected,
     Forked,
+    LimiterUsage,
     PendingSignal,
     Resumed,
     RunFilter,
@@ -155,6 +156,13 @@ class RunDetails:
     steps: list[StepRecord]
     pending_signals: list[PendingSignal]
     state_keys: list[StateKey]
+
+
+def limiter_usage(runtime: Runtime) -> list[LimiterUsage]:
+    """Each key of each limiter: in use, waiting, the oldest wait, tokens left; for the
+    limits this process declares (a limiter only another app declares shows its counts)."""
+    limits = {name: limiter.limit for name, limiter in runtime.limiters.items()}
+    return runtime.store.limiter_usage(limits)
 
 
 def describe_run(runtime: Runtime, run_id: str) -> RunDetails | None:

@@ -35,6 +35,8 @@ from celery_durable.errors import DurableError, WorkflowAlreadyExists
 from celery_durable.ops import console
 from celery_durable.ops.dashboard import pages, security
 from celery_durable.ops.dashboard.values import STATUS_ICONS
+from celery_durable.ops.limiters import usage_json
+from celery_durable.runs.admin import limiter_usage
 from celery_durable.store import ALL_STATUSES, is_unreachable
 
 logger = logging.getLogger("celery_durable.dashboard")
@@ -176,7 +178,9 @@ def create_app(
     @pages_bp.get("/workflows")
     def workflows() -> Any:
         rows = pages.workflows_page(durable, durable.stats())
-        return render_template("workflows.html", rows=rows)
+        limits = {name: each.limit for name, each in durable.runtime.limiters.items()}
+        limiters = [usage_json(u, limits) for u in limiter_usage(durable.runtime)]
+        return render_template("workflows.html", rows=rows, limiters=limiters)
 
     @pages_bp.post("/action/<name>")
     def action(name: str) -> Any:

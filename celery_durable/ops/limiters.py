@@ -1,0 +1,77 @@
+"""``celery -A app durable limiters``: each limiter key's slots in use, its waiters, the
+oldest wait and the tokens left; and the lines and JSON the command and the dashboard show.
+
+Example::
+
+    durable_group.add_command(limiters_command(find_durable))
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+from celery_durable.ops.console import span, table
+from celery_durable.runs.admin import limiter_usage
+from celery_durable.store import LimiterUsage
+
+
+def usage_json(usage: LimiterUsage, limits: dict[str, Any]) -> dict[str, Any]:
+    limit = limits.get(usage.limiter)
+    return {
+        "limiter": usage.limiter,
+        "key": usage.key,
+        "concurrency": None if limit is None else limit.concurrency,
+        "rate_per_second": None if limit is None else limit.rate,
+        "in_use": usage.in_use,
+        "waiting": usage.waiting,
+        "oldest_wait_seconds": usage.oldest_wait,
+        "tokens": usage.tokens,
+    }
+
+
+def usage_lines(usages: Sequence[LimiterUsage], limits: dict[str, Any]) -> list[str]:
+    if not usages:
+        return ["no limiter has been used yet"]
+    rows = []
+    for usage in usages:
+        limit = limits.get(usage.limiter)
+        slots = "" if limit is None or limit.concurrency is None else f"/{limit.concurrency}"
+        tokens = "-" if usage.tokens is None else f"{usage.tokens:.1f}"
+        rows.append(
+            [
+                usage.limiter,
+                usage.key or "-",
+                f"{usage.in_use}{slots}",
+                str(usage.waiting),
+                span(usage.oldest_wait) if usage.oldest_wait is not None else "-",
+                tokens,
+            ]
+        )
+    return table(["LIMITER", "KEY", "IN USE", "WAITING", "OLDEST WAIT", "TOKENS"], rows, right=4)
+
+
+def limiters_command(find: Callable[[click.Context], Any]) -> click.Command:
+    """The command, reading the Durable that ``find`` returns for the click context."""
+
+    @click.command(name="limiters", help="Each limiter: slots in use, waiters, tokens left.")
+    @click.option("--json", "as_json", is_flag=True, help="One JSON object per limiter key.")
+    @click.pass_context
+    def limiters(ctx: click.Context, as_json: bool) -> None:
+        instance = find(ctx)
+        limits = {name: each.limit for name, each in instance.runtime.limiters.items()}
+        try:
+            usages = limiter_usage(instance.runtime)
+        except Exception as exc:
+            raise click.ClickException(f"cannot read the limiters: {exc}") from None
+        if as_json:
+            for usage in usages:
+                click.echo(json.dumps(usage_json(usage, limits)))
+            return
+        for line in usage_lines(usages, limits):
+            click.echo(line)
+
+    return limiters
