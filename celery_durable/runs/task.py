@@ -13,7 +13,6 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import logging
 import math
@@ -42,11 +41,11 @@ from celery_durable.engine.delivery import (
 from celery_durable.engine.publish import STORED_HEADER, publish_or_leave
 from celery_durable.engine.runtime import WorkflowDefinition
 from celery_durable.errors import (
-    ArgumentsRefused,
     InvalidArgument,
     RunNotPublished,
     WorkflowAlreadyExists,
 )
+from celery_durable.runs.by_name import start_by_name
 from celery_durable.runs.handle import WorkflowHandle
 from celery_durable.store import NewRun
 from celery_durable.store.db.outage import is_unreachable, unavailable
@@ -310,7 +309,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
         carried = neutralise(self.app, request)
         by_name = None
         if not request_header(request, STORED_HEADER):
-            by_name = lambda: self._start_by_name(request, args, kwargs, carried)  # noqa: E731
+            by_name = lambda: start_by_name(self, request, args, kwargs, carried)  # noqa: E731
         with tracing.delivery(self.definition.name, request):
             try:
                 return execute(
@@ -320,51 +319,6 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 if request.is_eager:
                     raise unavailable.__cause__ or unavailable from None
                 self._redeliver_later(args, kwargs, unavailable)
-
-    def _start_by_name(
-        self, request: Any, args: tuple[Any, ...], kwargs: dict[str, Any], carried: Canvas
-    ) -> ArgumentsRefused | None:
-        """A message sent by name (``send_task``, ``celery call``, beat, another client)
-        whose run doesn't exist: store the run from it, with the task id as its id and
-        the canvas it carried, as if ``.delay()`` had started it (the insert is
-        idempotent: a duplicate delivery finds the run). Arguments the workflow can't
-        take are stored too, with the error returned: the run is to be settled FAILED."""
-        definition = self.definition
-        delivery = getattr(request, "delivery_info", None) or {}
-        options: dict[str, Any] = {"queue": delivery.get("routing_key") or definition.queue}
-        refused: ArgumentsRefused | None = None
-        try:
-            new_run = self._new_run(tuple(args), dict(kwargs), options)
-        except (TypeError, ValueError) as exc:
-            refused = ArgumentsRefused(
-                f"workflow {definition.name} run {request.id!r} was sent by name with "
-                f"arguments it can't take: {exc}"
-            )
-            new_run = self._refused_run(args, kwargs, options)
-        run = dataclasses.replace(new_run(request.id), canvas=carried.encode(definition.name))
-        if self.runtime.store.insert_run(run):
-            log_started(definition.name, request.id, None)
-        return refused
-
-    def _refused_run(
-        self, args: Any, kwargs: Any, options: dict[str, Any]
-    ) -> Callable[[str], NewRun]:
-        """The row of a run whose arguments were refused: they are kept as sent (as text
-        when JSON can't hold them), for the operator to read."""
-        try:
-            encoded = serialization.dumps([list(args or ()), dict(kwargs or {})])
-        except (TypeError, ValueError):
-            encoded = serialization.dumps([[safe_repr(args)], {"kwargs": safe_repr(kwargs)}])
-        config = self.runtime.config
-        return lambda run_id: NewRun(
-            id=run_id,
-            name=self.definition.name,
-            args=encoded,
-            queue=options.get("queue"),
-            max_attempts=1,
-            retry_backoff=config.retry_backoff,
-            dispatch_grace=config.dispatch_grace,
-        )
 
     def _redeliver_later(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], unavailable: ClaimUnavailable

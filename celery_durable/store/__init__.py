@@ -9,6 +9,7 @@ Example::
 from celery_durable.store.db.outage import is_unreachable
 from celery_durable.store.items import DISPATCH_BATCH
 from celery_durable.store.items_first import CLAIM, RUN, SKIP, OpenItem
+from celery_durable.store.limiters import Limit, LimiterUsage
 from celery_durable.store.records import (
     Cancellation,
     Claim,
@@ -22,8 +23,6 @@ from celery_durable.store.records import (
     ItemFailure,
     ItemRow,
     ItemWrite,
-    Limit,
-    LimiterUsage,
     LostItem,
     NewRun,
     OldestRun,

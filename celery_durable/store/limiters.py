@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -21,11 +22,34 @@ from typing import Any
 from sqlalchemy import Connection
 
 from celery_durable.store.db.connections import Connections
-from celery_durable.store.records import DueRun, Limit, LimiterUsage, Outcome, StepRecord
+from celery_durable.store.records import DueRun, Outcome, StepRecord
 from celery_durable.store.sql.build import hold_run, params
 from celery_durable.store.sql.statements import Statements
 
 WHOLE_RUN = -1  # the step index of a whole run's slot (a limited workflow)
+
+
+@dataclasses.dataclass(frozen=True)
+class Limit:
+    """A limiter as its code declares it: ``concurrency`` slots per key (None: no cap),
+    ``rate`` tokens a second per key (None: no rate) in a bucket of ``capacity``."""
+
+    name: str
+    concurrency: int | None = None
+    rate: float | None = None
+    capacity: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LimiterUsage:
+    """One limiter key as operators see it."""
+
+    limiter: str
+    key: str
+    in_use: int
+    waiting: int
+    oldest_wait: float | None  # seconds the oldest waiter has waited
+    tokens: float | None  # tokens in its bucket now (None: no rate)
 
 
 class LimiterOps:

@@ -457,26 +457,3 @@ class OwedReport:
     error: str | None
     cancel_reason: str | None
     canvas: str | None
-
-
-@dataclasses.dataclass(frozen=True)
-class Limit:
-    """A limiter as its code declares it: ``concurrency`` slots per key (None: no cap),
-    ``rate`` tokens a second per key (None: no rate) in a bucket of ``capacity``."""
-
-    name: str
-    concurrency: int | None = None
-    rate: float | None = None
-    capacity: float = 1.0
-
-
-@dataclasses.dataclass(frozen=True)
-class LimiterUsage:
-    """One limiter key as operators see it."""
-
-    limiter: str
-    key: str
-    in_use: int
-    waiting: int
-    oldest_wait: float | None  # seconds the oldest waiter has waited
-    tokens: float | None  # tokens in its bucket now (None: no rate)

@@ -1,0 +1,81 @@
+"""Runs started by name: a workflow message with no run behind it (``send_task`` from a
+process without the workflow's code, ``celery call``, beat, another language's client)
+creates its run on its first delivery, from the message.
+
+Example::
+
+    refused = start_by_name(task, request, args, kwargs, carried)   # in run_workflow
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from kombu.utils.encoding import safe_repr
+
+from celery_durable.core import serialization
+from celery_durable.core.logs import log_started
+from celery_durable.engine.canvas import Canvas
+from celery_durable.engine.runtime import Runtime, WorkflowDefinition
+from celery_durable.errors import ArgumentsRefused
+from celery_durable.store import NewRun
+
+
+class Starter(Protocol):
+    """What of the workflow's task a start by name needs (WorkflowTask has it)."""
+
+    runtime: Runtime
+    definition: WorkflowDefinition
+
+    def _new_run(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any]
+    ) -> Callable[[str], NewRun]: ...
+
+
+def start_by_name(
+    task: Starter, request: Any, args: tuple[Any, ...], kwargs: dict[str, Any], carried: Canvas
+) -> ArgumentsRefused | None:
+    """A message sent by name (``send_task``, ``celery call``, beat, another client)
+    whose run doesn't exist: store the run from it, with the task id as its id and
+    the canvas it carried, as if ``.delay()`` had started it (the insert is
+    idempotent: a duplicate delivery finds the run). Arguments the workflow can't
+    take are stored too, with the error returned: the run is to be settled FAILED."""
+    definition = task.definition
+    delivery = getattr(request, "delivery_info", None) or {}
+    options: dict[str, Any] = {"queue": delivery.get("routing_key") or definition.queue}
+    refused: ArgumentsRefused | None = None
+    try:
+        new_run = task._new_run(tuple(args), dict(kwargs), options)
+    except (TypeError, ValueError) as exc:
+        refused = ArgumentsRefused(
+            f"workflow {definition.name} run {request.id!r} was sent by name with "
+            f"arguments it can't take: {exc}"
+        )
+        new_run = _refused_run(task, args, kwargs, options)
+    run = dataclasses.replace(new_run(request.id), canvas=carried.encode(definition.name))
+    if task.runtime.store.insert_run(run):
+        log_started(definition.name, request.id, None)
+    return refused
+
+
+def _refused_run(
+    task: Starter, args: Any, kwargs: Any, options: dict[str, Any]
+) -> Callable[[str], NewRun]:
+    """The row of a run whose arguments were refused: they are kept as sent (as text
+    when JSON can't hold them), for the operator to read."""
+    try:
+        encoded = serialization.dumps([list(args or ()), dict(kwargs or {})])
+    except (TypeError, ValueError):
+        encoded = serialization.dumps([[safe_repr(args)], {"kwargs": safe_repr(kwargs)}])
+    config = task.runtime.config
+    return lambda run_id: NewRun(
+        id=run_id,
+        name=task.definition.name,
+        args=encoded,
+        queue=options.get("queue"),
+        max_attempts=1,
+        retry_backoff=config.retry_backoff,
+        dispatch_grace=config.dispatch_grace,
+    )
