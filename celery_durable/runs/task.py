@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import math
@@ -46,6 +47,7 @@ from celery_durable.errors import (
     WorkflowAlreadyExists,
 )
 from celery_durable.runs.by_name import start_by_name
+from celery_durable.runs.dedup import Dedup
 from celery_durable.runs.handle import WorkflowHandle
 from celery_durable.store import NewRun
 from celery_durable.store.db.outage import is_unreachable, unavailable
@@ -86,18 +88,25 @@ class WorkflowTask(Task):  # type: ignore[misc]
         task_id: str | None = None,
         *,
         workflow_id: str | None = None,
-        if_exists: str = "error",
+        if_exists: str | None = None,
         connection: Connection | Session | None = None,
         **options: Any,
     ) -> WorkflowHandle:
         """Insert the run, then publish it; returns a :class:`WorkflowHandle`.
 
         ``workflow_id`` (or Celery's ``task_id``) names the run; a taken id raises
-        WorkflowAlreadyExists unless ``if_exists="return"``. With ``connection`` (a
-        SQLAlchemy Connection or Session) the run is inserted in the caller's transaction
-        and published only once it commits.
+        WorkflowAlreadyExists unless ``if_exists="return"``. ``dedup_key``: while a run of
+        this workflow with that key is active, its handle comes back instead (raises with
+        ``if_exists="error"``); ``debounce`` (seconds) with it: until that run starts,
+        each call moves its start that far and gives it this call's arguments
+        (``debounce_max_wait`` caps the delay). With ``connection`` (a SQLAlchemy
+        Connection or Session) the run is inserted in the caller's transaction and
+        published only once it commits.
         """
         runtime, definition = self.runtime, self.definition
+        dedup = Dedup.from_options(f"workflow {definition.name}", options)
+        if if_exists is None:
+            if_exists = "return" if dedup.key is not None else "error"
         if if_exists not in ("error", "return"):
             raise ValueError(
                 f'workflow {definition.name}: if_exists must be "error" or "return", '
@@ -113,19 +122,18 @@ class WorkflowTask(Task):  # type: ignore[misc]
             )
         run_id = workflow_id or task_id or time_ordered_id()
         args, kwargs = tuple(args or ()), dict(kwargs or {})
-        run = self._new_run(args, kwargs, options)(run_id)
+        run = dataclasses.replace(self._new_run(args, kwargs, options)(run_id), dedup_key=dedup.key)
         bind = connection.connection() if isinstance(connection, Session) else connection
-        try:
-            inserted = runtime.store.insert_run(run, bind)
-        except Exception as exc:
-            if bind is None and is_unreachable(exc):  # the caller's connection: theirs to report
-                what = f"workflow {definition.name} run {run_id!r} was not started"
-                raise unavailable(exc, runtime.store.url, what) from exc
-            raise
+        for _ in range(2):  # a dedup key's run that ended between the insert and the look
+            inserted = self._insert(run, bind)
+            existing = None if inserted else dedup.existing(runtime, definition.name, run.args)
+            if inserted or existing is not None or dedup.key is None:
+                break
         if not inserted:
+            taken = existing or run_id
             if if_exists == "return":
-                return WorkflowHandle(runtime, run_id, definition.name)
-            raise WorkflowAlreadyExists(run_id)
+                return WorkflowHandle(runtime, taken, definition.name)
+            raise WorkflowAlreadyExists(taken)
         tracing.add_start_headers(options)  # the caller's trace goes on in the first attempt
         handle = WorkflowHandle(runtime, run_id, definition.name)
         log_started(definition.name, run_id, run.start_delay)
@@ -141,6 +149,16 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 connection, lambda: self._publish_started(args, kwargs, run_id, options)
             )
         return handle
+
+    def _insert(self, run: NewRun, bind: Connection | None) -> bool:
+        runtime = self.runtime
+        try:
+            return runtime.store.insert_run(run, bind)
+        except Exception as exc:
+            if bind is None and is_unreachable(exc):  # the caller's connection: theirs to report
+                what = f"workflow {self.definition.name} run {run.id!r} was not started"
+                raise unavailable(exc, runtime.store.url, what) from exc
+            raise
 
     def start_child(
         self,

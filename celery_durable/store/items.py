@@ -125,6 +125,8 @@ class ItemOps:
                 parent_idx=idx,
                 canvas=child.canvas,
                 priority=child.priority or None,
+                dedup_key=child.dedup_key,
+                timeout=child.timeout,
             ),
         ).first()
         if inserted is None:

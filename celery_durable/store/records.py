@@ -48,6 +48,10 @@ class NewRun:
     canvas: str | None = None
     # Orders its waits for a limiter's slot, highest first.
     priority: int = 0
+    # Names an active run of its workflow (apply_async(dedup_key=)); its deadline, in
+    # seconds from the start (timeout=).
+    dedup_key: str | None = None
+    timeout: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +160,8 @@ class RunRecord:
     canvas: str | None = None
     wait_limiter: str | None = None
     priority: int | None = None
+    dedup_key: str | None = None
+    deadline_at: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

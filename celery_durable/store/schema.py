@@ -133,6 +133,9 @@ def build_tables(prefix: str) -> Tables:
         # with no message (the whole run is limited); and its waiters' order.
         Column("wait_limiter", String(255)),
         Column("priority", Integer),
+        # The run's dedup key, unique per workflow among active runs, and its deadline.
+        Column("dedup_key", String(255)),
+        Column("deadline_at", Float),
     )
     # Only active runs carry due_at, so sweeps stay fast with millions of finished runs.
     Index(
@@ -148,6 +151,25 @@ def build_tables(prefix: str) -> Tables:
         runs.c.outbox_at,
         postgresql_where=runs.c.outbox_at.isnot(None),
         sqlite_where=runs.c.outbox_at.isnot(None),
+    )
+    active = runs.c.status.in_(ACTIVE_STATUSES)
+    deduped = and_(runs.c.dedup_key.isnot(None), active)
+    Index(
+        f"ux_{prefix}runs_dedup",
+        runs.c.namespace,
+        runs.c.name,
+        runs.c.dedup_key,
+        unique=True,
+        postgresql_where=deduped,
+        sqlite_where=deduped,
+    )
+    timed = and_(runs.c.deadline_at.isnot(None), active)
+    Index(
+        f"ix_{prefix}runs_deadline",
+        runs.c.namespace,
+        runs.c.deadline_at,
+        postgresql_where=timed,
+        sqlite_where=timed,
     )
     settled = runs.c.status.in_(SETTLED_STATUSES)
     for name, columns in settled_indexes(prefix).items():

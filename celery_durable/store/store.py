@@ -48,10 +48,21 @@ from celery_durable.store.signals import SignalOps
 from celery_durable.store.sql.build import params, step_params, write_carried
 from celery_durable.store.sql.carry import carried_params
 from celery_durable.store.sql.statements import Statements
+from celery_durable.store.starts import StartOps
 from celery_durable.store.sweep import SweepOps
 
 
-class Store(ItemOps, SignalOps, SweepOps, LeaseOps, AdminOps, LongLivedOps, OutboxOps, LimiterOps):
+class Store(
+    ItemOps,
+    SignalOps,
+    SweepOps,
+    LeaseOps,
+    AdminOps,
+    LongLivedOps,
+    OutboxOps,
+    LimiterOps,
+    StartOps,
+):
     """The database side of one namespace; engines are created per process, lazily.
 
     Signals (``SignalOps``), the sweeper's statements (``SweepOps``), leases
@@ -123,6 +134,8 @@ class Store(ItemOps, SignalOps, SweepOps, LeaseOps, AdminOps, LongLivedOps, Outb
             start_delay=run.start_delay,
             canvas=run.canvas,
             priority=run.priority or None,
+            dedup_key=run.dedup_key,
+            timeout=run.timeout,
         )
         statement = self.sql.runs.insert_run
         try:

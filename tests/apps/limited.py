@@ -91,3 +91,10 @@ def pair(key: str, n: int) -> int:
 @durable.workflow(name="tests.apps.limited.free")
 def free(key: str) -> str:
     return f"free {key}"
+
+
+@durable.workflow(name="tests.apps.limited.synced")
+def synced(key: str, value: int) -> int:
+    """A deduplicated (or debounced) start: notes the arguments it ran with."""
+    _redis.rpush(f"limited:{key}:synced", value)
+    return value

@@ -129,3 +129,29 @@ def test_a_slot_is_free_again_after_its_holder_s_worker_is_sigkilled(
     started = time.monotonic()
     assert waiter.get(timeout=60) == "waiter" and holder.get(timeout=60) == "holder"
     assert time.monotonic() - started < 45  # after the lease (3 s here), not never
+
+
+def test_twenty_concurrent_starts_with_one_dedup_key_make_one_run(limited_app, workers, rds, key):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def start(n: int) -> str:
+        return str(limited_app.synced.apply_async((key, n), dedup_key=key, debounce=1).id)
+
+    with ThreadPoolExecutor(20) as pool:
+        ids = set(pool.map(start, range(20)))
+    assert len(ids) == 1
+    [run_id] = ids
+    done = limited_app.durable.get_handle(run_id).get(timeout=60)
+    assert noted(rds, key, "synced") == [str(done)]  # one run, with one call's arguments
+
+
+def test_ten_debounced_calls_a_tenth_of_a_second_apart_make_one_run_with_the_last(
+    limited_app, workers, rds, key
+):
+    handles = []
+    for n in range(10):
+        handles.append(limited_app.synced.apply_async((key, n), dedup_key=key, debounce=1))
+        time.sleep(0.1)  # the calls' pace, as a client sends them (not a wait on a result)
+    assert len({h.id for h in handles}) == 1
+    assert handles[0].get(timeout=60) == 9
+    assert noted(rds, key, "synced") == ["9"]

@@ -41,6 +41,7 @@ class RunStatements(Builder):
     ) -> None:
         super().__init__(tables, dialect, namespace, dispatcher)
         self._start()
+        self._dedup()
         self._claim()
         self._settle()
         self._leases()
@@ -72,6 +73,8 @@ class RunStatements(Builder):
             "dispatcher": dispatcher,
             "canvas": bindparam("p_canvas"),
             "priority": bindparam("p_priority"),
+            "dedup_key": bindparam("p_dedup_key"),
+            "deadline_at": now + bindparam("p_timeout", type_=Float),
         }
         self.insert_run = (
             self.insert(runs).values(new_run).on_conflict_do_nothing().returning(runs.c.id)
@@ -88,6 +91,29 @@ class RunStatements(Builder):
                 }
             )
             .on_conflict_do_nothing()
+            .returning(runs.c.id)
+        )
+
+    def _dedup(self) -> None:
+        """The active run of a dedup key; a debounced start that moves and replaces it."""
+        runs, now = self.tables.runs, self.now
+        self.find_active_dedup = select(runs.c.id, runs.c.status).where(
+            self.ns,
+            runs.c.name == bindparam("p_name"),
+            runs.c.dedup_key == bindparam("p_dedup_key"),
+            # Equalities, not IN: the hot path's statements are compiled once, without
+            # SQLAlchemy's expanding parameters.
+            or_(*(runs.c.status == status for status in ACTIVE_STATUSES)),
+        )
+        # Not started yet: its start moves to ``delay`` from now (no later than
+        # ``max_wait`` after its first call) and it takes this call's arguments.
+        later = now + bindparam("p_delay", type_=Float)
+        capped = func.coalesce(runs.c.created_at + bindparam("p_max_wait", type_=Float), later)
+        start = case((capped < later, capped), else_=later)
+        self.debounce_run = (
+            update(runs)
+            .where(self.run_is, runs.c.status == "PENDING", runs.c.started_at.is_(None))
+            .values(args=bindparam("p_args"), ready_at=start, due_at=start, updated_at=now)
             .returning(runs.c.id)
         )
 
