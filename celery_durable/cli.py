@@ -291,6 +291,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 @click.option("--since", default=None, help=f"With --workflow: created at or after. {_WHEN_HELP}")
 @click.option("--until", default=None, help=f"With --workflow: created before. {_WHEN_HELP}")
 @click.option("--dry-run", is_flag=True, help="With --workflow: print what would be resumed.")
+@click.option("--timeout", default=None, help="A new deadline from now: 90s, 15m, 2h.")
 @click.pass_context
 def resume(
     ctx: click.Context,
@@ -300,6 +301,7 @@ def resume(
     since: str | None,
     until: str | None,
     dry_run: bool,
+    timeout: str | None,
 ) -> None:
     instance = _only_durable(ctx)
     bulk = workflow is not None
@@ -313,7 +315,7 @@ def resume(
             _check_id(workflow_id)
             try:
                 with _one_line_errors(instance, "resume", workflow_id):
-                    resumed = resume_run(instance.runtime, workflow_id)
+                    resumed = resume_run(instance.runtime, workflow_id, timeout)
             except click.ClickException as exc:
                 click.echo(f"Error: {exc.message}", err=True)
                 refused += 1
@@ -345,13 +347,16 @@ def resume(
     help="The first step to run again (0-based, as show numbers them).",
 )
 @click.option("--workflow-id", "new_id", default=None, help="The new run's id (default: new).")
+@click.option("--timeout", default=None, help="The new run's deadline from now: 90s, 2h.")
 @click.pass_context
-def fork(ctx: click.Context, workflow_id: str, from_step: int, new_id: str | None) -> None:
+def fork(
+    ctx: click.Context, workflow_id: str, from_step: int, new_id: str | None, timeout: str | None
+) -> None:
     instance = _only_durable(ctx)
     _check_id(workflow_id)
     with _one_line_errors(instance, "fork", workflow_id):
         try:
-            forked = fork_run(instance.runtime, workflow_id, from_step, new_id)
+            forked = fork_run(instance.runtime, workflow_id, from_step, new_id, timeout)
         except WorkflowAlreadyExists as exc:
             raise DurableError(f"a run with id {exc.workflow_id!r} already exists") from None
         steps = instance.store.load_steps(workflow_id)

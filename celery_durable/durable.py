@@ -140,6 +140,7 @@ class Durable:
         limiter: Limiter | str | None = None,
         concurrency: int | None = None,
         concurrency_key: Callable[..., Any] | None = None,
+        timeout: Any = None,
         **task_options: Any,
     ) -> Callable[[F], Any]: ...
 
@@ -154,6 +155,7 @@ class Durable:
         limiter: Limiter | str | None = None,
         concurrency: int | None = None,
         concurrency_key: Callable[..., Any] | None = None,
+        timeout: Any = None,
         **task_options: Any,
     ) -> Any:
         """Register ``fn`` as a workflow: a Celery task named as Celery names tasks.
@@ -161,7 +163,8 @@ class Durable:
         ``limiter``: each run takes a slot of it before its body runs, and waits PENDING
         (no message, no worker) while none is free; ``concurrency`` (and
         ``concurrency_key``, a function of the arguments) is the shorthand for a limiter of
-        the workflow's own."""
+        the workflow's own. ``timeout`` (seconds, "2h", a timedelta): each run's deadline,
+        at which it is cancelled ("deadline exceeded"; its compensations run)."""
         if fn is None:
             return lambda f: self.workflow(
                 f,
@@ -172,6 +175,7 @@ class Durable:
                 limiter=limiter,
                 concurrency=concurrency,
                 concurrency_key=concurrency_key,
+                timeout=timeout,
                 **task_options,
             )
         if max_attempts is not None and max_attempts < 1:
@@ -195,6 +199,7 @@ class Durable:
             workflow_limiter(
                 self.runtime.limiters, task_name, limiter, concurrency, concurrency_key
             ),
+            None if timeout is None else validate.parse_duration(timeout, f"{task_name}: timeout"),
         )
         self.workflows[task_name] = definition
 
@@ -253,6 +258,7 @@ class Durable:
         compensate: Callable[..., Any] | None = None,
         commit: str = "each",
         limiter: Limiter | str | None = None,
+        terminate_on_timeout: bool = False,
     ) -> Callable[[F], Step[Any, Any]]: ...
 
     def step(

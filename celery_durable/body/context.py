@@ -52,6 +52,10 @@ class Dispatcher(Protocol):
         """Publish a stored run's task message (a child, a woken parent)."""
         ...
 
+    def terminate(self, run_id: str) -> None:
+        """Celery's revoke with terminate of the run's task: stop the step running now."""
+        ...
+
 
 @dataclasses.dataclass
 class LeaseClock:
@@ -107,6 +111,8 @@ class WorkflowContext:
     canvas: str | None = None
     # Orders its waits for a limiter's slot (apply_async(priority=)), highest first.
     priority: int = 0
+    # When the run is cancelled, "deadline exceeded" (epoch seconds); None: no deadline.
+    deadline_at: float | None = None
     # Records of deferred steps (commit="deferred") not written yet: they ride on the next
     # write, or go on their own once there are ``deferred_max_steps`` of them or the
     # oldest is ``deferred_max_age`` seconds old. A crash loses them: those steps run again.

@@ -28,7 +28,8 @@ from celery_durable.store import Limit, Outcome
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*([smh])\s*$")
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
-DEFAULT_GRACE = 60.0  # a body without a dispatcher: the sweeper's default dispatch grace
+DEFAULT_GRACE = 60.0
+BURST = 0.25  # seconds' worth of tokens a limiter's bucket holds  # a body without a dispatcher: the sweeper's default dispatch grace
 
 
 def parse_rate(rate: str, owner: str) -> float:
@@ -66,9 +67,9 @@ class Limiter:
         if key is not None and not callable(key):
             raise InvalidArgument(f"{owner}: key must be a function of the arguments, got {key!r}")
         per_second = None if rate is None else parse_rate(rate, owner)
-        # One second's worth of tokens at most: a limiter idle for a while allows no burst
-        # beyond what one second at its rate would.
-        capacity = 1.0 if per_second is None else max(1.0, math.ceil(per_second))
+        # A quarter second's worth of tokens at most: an idle limiter allows a small burst,
+        # not a second's worth at once; slots freed and each sweep hand the tokens out.
+        capacity = 1.0 if per_second is None else max(1.0, math.ceil(per_second * BURST))
         self.name = name
         self.key = key
         self.rate = rate

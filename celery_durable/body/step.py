@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from celery_durable.body.context import FailedStep, WorkflowContext, enter_body
@@ -74,6 +76,9 @@ class StepOptions:
     # A fleet-wide limiter (durable.limiter, or its name, which Durable.step looks up):
     # each call takes a slot (and a token) first.
     limiter: Limiter | str | None = None
+    # At the run's deadline (timeout=), stop this step at once (Celery's revoke with
+    # terminate), instead of cancelling the run at its next step.
+    terminate_on_timeout: bool = False
 
     def __post_init__(self) -> None:
         # Any iterable of exception types will do, as before; isinstance() needs a tuple.
@@ -179,6 +184,24 @@ class Step(Generic[P, R]):
             dispatch(ctx, started, self.name, self.options.queue, [encoded])
         return StepFuture(index, self.name)
 
+    @contextmanager
+    def _deadline_guard(self, ctx: WorkflowContext) -> Iterator[None]:
+        """With ``terminate_on_timeout``: at the run's deadline, the step is stopped at once
+        (the run is then cancelled: "deadline exceeded")."""
+        dispatcher = ctx.dispatcher
+        if not self.options.terminate_on_timeout or ctx.deadline_at is None or dispatcher is None:
+            yield
+            return
+        timer = threading.Timer(
+            max(0.0, ctx.deadline_at - time.time()), dispatcher.terminate, (ctx.workflow_id,)
+        )
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+
     def retryable(self, exc: BaseException) -> bool:
         return retryable(exc, self.options.retry_on, self.options.dont_retry_on)
 
@@ -229,7 +252,7 @@ class Step(Generic[P, R]):
         # publish would cost the round trip deferring saves.
         if ctx.on_step is not None and self.options.commit == "each":
             ctx.on_step(index, self.name)
-        with tracing.step(self.name, index, ctx.workflow_id):
+        with tracing.step(self.name, index, ctx.workflow_id), self._deadline_guard(ctx):
             attempt = 0
             started = time.monotonic()  # the step's duration includes its in-process retries
             while True:

@@ -114,6 +114,7 @@ def execute(
     taskevents.resumed(runtime.app, ctx)
     ctx.canvas = claim.canvas
     ctx.priority = claim.priority
+    ctx.deadline_at = claim.deadline_at
     if claim.canvas is not None:
         canvas.report_started(runtime, ctx)
     args, kwargs = serialization.loads(claim.args)

@@ -124,6 +124,9 @@ class Dispatch:
     def publish_run(self, run: DueRun) -> None:
         self.runtime.publish(run.id, run.name, run.args, run.queue)
 
+    def terminate(self, run_id: str) -> None:
+        self.runtime.app.control.revoke(run_id, terminate=True, signal="SIGTERM")
+
 
 def publish_woken(runtime: Runtime, woken: DueRun | None, why: str) -> None:
     """Publish a parent an item (or child) woke; a lost publish is the sweeper's."""

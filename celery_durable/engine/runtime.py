@@ -43,6 +43,8 @@ class WorkflowDefinition:
     signature: inspect.Signature | None
     # The whole run takes a slot of it before its body runs (@durable.workflow(limiter=)).
     limiter: Limiter | None = None
+    # Seconds from its start to its deadline (@durable.workflow(timeout=)); None: none.
+    timeout: float | None = None
 
 
 class Runtime:

@@ -26,6 +26,7 @@ from celery_durable.core.retry import backoff
 from celery_durable.engine import retention
 from celery_durable.engine.apps import runtimes_of
 from celery_durable.engine.canvas import report_owed
+from celery_durable.engine.deadlines import cancel_overdue
 from celery_durable.engine.items import REVOKED, cancel, revoke_item
 from celery_durable.engine.leases import FailureLog
 from celery_durable.engine.limits import hand_off_slots
@@ -145,6 +146,7 @@ class Sweeper:
             published += self._publish(run, "woke workflow %s run %s for a stored signal")
         published += self.sweep_items(names)
         published += hand_off_slots(runtime)
+        cancel_overdue(runtime, config.sweep_batch)
         self.report_owed()
         self.cancel_revoked()
         self.retain()

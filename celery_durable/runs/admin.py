@@ -176,10 +176,12 @@ def describe_run(runtime: Runtime, run_id: str) -> RunDetails | None:
     return RunDetails(run, steps, store.pending_signals(run_id), store.state_keys(run_id))
 
 
-def resume_run(runtime: Runtime, run_id: str) -> Resumed:
-    """FAILED or CANCELLED -> PENDING, published; see :meth:`WorkflowHandle.resume`."""
+def resume_run(runtime: Runtime, run_id: str, timeout: Any = None) -> Resumed:
+    """FAILED or CANCELLED -> PENDING, published; see :meth:`WorkflowHandle.resume`.
+    ``timeout``: its new deadline from now (seconds, "2h", a timedelta); None: none."""
     validate.check_workflow_id(run_id)
-    resumed = runtime.store.resume_run(run_id, runtime.config.dispatch_grace)
+    seconds = None if timeout is None else validate.parse_duration(timeout, "timeout")
+    resumed = runtime.store.resume_run(run_id, runtime.config.dispatch_grace, seconds)
     if resumed.status is None:
         raise WorkflowNotFound(run_id)
     if resumed.run is None:
@@ -265,7 +267,11 @@ def resume_runs(
 
 
 def fork_run(
-    runtime: Runtime, run_id: str, from_step: int, workflow_id: str | None = None
+    runtime: Runtime,
+    run_id: str,
+    from_step: int,
+    workflow_id: str | None = None,
+    timeout: Any = None,
 ) -> Forked:
     """A new run keeping ``run_id``'s steps before ``from_step`` and its unconsumed
     signals; see :meth:`WorkflowHandle.fork`. Returns the fork (``run``, published, and
@@ -276,7 +282,10 @@ def fork_run(
     if workflow_id is None:
         workflow_id = time_ordered_id()
     validate.check_workflow_id(workflow_id)
-    forked = runtime.store.fork_run(run_id, workflow_id, from_step, runtime.config.dispatch_grace)
+    seconds = None if timeout is None else validate.parse_duration(timeout, "timeout")
+    forked = runtime.store.fork_run(
+        run_id, workflow_id, from_step, runtime.config.dispatch_grace, seconds
+    )
     if forked.status is None:
         raise WorkflowNotFound(run_id)
     if forked.taken:

@@ -328,20 +328,23 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
                 "its cancel rolls it back",
             )
 
-    def resume(self) -> WorkflowStatus:
+    def resume(self, timeout: Any = None) -> WorkflowStatus:
         """Continue a FAILED or CANCELLED run from its first unfinished step, with a fresh
         attempt budget: it becomes PENDING and is published like any dispatch, so it runs
         on today's code through the normal claim (never twice). Its recorded steps stay,
         except the failed step that ended it, which runs again.
 
-        Raises WorkflowNotResumable (naming the status) for any other run.
+        Raises WorkflowNotResumable (naming the status) for any other run. ``timeout``:
+        its new deadline from now (its old one, if any, is gone).
         Example: ``durable.get_handle("order-42").resume()`` after deploying a fix.
         """
         with self._outage_named("resuming workflow run"):
-            resume_run(self.runtime, self.id)
+            resume_run(self.runtime, self.id, timeout)
         return WorkflowStatus.PENDING
 
-    def fork(self, from_step: int, workflow_id: str | None = None) -> WorkflowHandle:
+    def fork(
+        self, from_step: int, workflow_id: str | None = None, timeout: Any = None
+    ) -> WorkflowHandle:
         """Start a new run of this workflow, with the same arguments, that keeps this run's
         steps before ``from_step`` (0-based, as ``durable show`` numbers them) and runs the
         rest on today's code; it records this run as its origin (``forked_from``). It
@@ -350,10 +353,11 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
 
         ``workflow_id`` names the new run (default: a new id). Raises InvalidArgument when
         ``from_step`` is beyond this run's finished steps, WorkflowAlreadyExists for a
-        taken id. Example: ``handle.fork(from_step=2).get(timeout=30)``.
+        taken id. ``timeout``: the new run's deadline from now.
+        Example: ``handle.fork(from_step=2).get(timeout=30)``.
         """
         with self._outage_named("forking workflow run"):
-            forked = fork_run(self.runtime, self.id, from_step, workflow_id)
+            forked = fork_run(self.runtime, self.id, from_step, workflow_id, timeout)
         assert forked.run is not None  # a refused fork raised
         return WorkflowHandle(self.runtime, forked.run.id, forked.run.name)
 

@@ -17,6 +17,7 @@ import dataclasses
 import datetime as dt
 import logging
 import math
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -26,6 +27,7 @@ from kombu.utils.encoding import safe_repr
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
+from celery_durable.body.context import WorkflowContext
 from celery_durable.body.fanout import ChildHandle, start_child
 from celery_durable.core import serialization, tracing, validate
 from celery_durable.core.ids import time_ordered_id
@@ -179,6 +181,12 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 workflow_id, f"{self.definition.name}.start_child(workflow_id)"
             )
         call_args, call_kwargs = tuple(args), dict(kwargs or {})
+        parent = WorkflowContext.current()
+        if "timeout" not in options and parent is not None and parent.deadline_at is not None:
+            # A child inherits what is left of its parent's deadline (or its own, if sooner).
+            left = max(0.0, parent.deadline_at - time.time())
+            own = self.definition.timeout
+            options["timeout"] = left if own is None else min(left, own)
         new_run = self._new_run(call_args, call_kwargs, options)
 
         def publish(child_id: str) -> None:
@@ -218,6 +226,9 @@ class WorkflowTask(Task):  # type: ignore[misc]
             raise type(exc)(f"workflow {definition.name}: {exc}") from None
         if queue:
             options["queue"] = queue
+        timeout = options.pop("timeout", None)
+        owner = f"workflow {definition.name}: timeout"
+        timeout = definition.timeout if timeout is None else validate.parse_duration(timeout, owner)
         priority = options.get("priority") or 0
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise InvalidArgument(
@@ -240,6 +251,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
             start_delay=start_delay,
             canvas=canvas,
             priority=priority,
+            timeout=timeout,
         )
 
     def _resolve_queue(

@@ -139,12 +139,13 @@ class AdminOps:
             rows = conn.execute(self.sql.admin.state_keys, params(run_id=run_id)).all()
         return [StateKey(*row) for row in rows]
 
-    def resume_run(self, run_id: str, grace: float) -> Resumed:
+    def resume_run(self, run_id: str, grace: float, timeout: float | None = None) -> Resumed:
         """A FAILED or CANCELLED run becomes PENDING with a fresh attempt (and recovery)
         budget, due in ``grace`` seconds; the caller publishes it. Its recorded steps stay,
         except the failed step that ended it (its "error" record would replay the failure).
-        Any other status is returned unchanged, for the caller to refuse."""
-        values = params(run_id=run_id, grace=grace)
+        Any other status is returned unchanged, for the caller to refuse. ``timeout``: its
+        new deadline, in seconds from now (None: none)."""
+        values = params(run_id=run_id, grace=grace, timeout=timeout)
         sql = self.sql.admin
         with self.db.transaction() as conn:
             found = conn.execute(sql.resume_run_lock, values).first()
@@ -164,12 +165,16 @@ class AdminOps:
             dropped_step=dropped,
         )
 
-    def fork_run(self, run_id: str, new_id: str, from_step: int, grace: float) -> Forked:
+    def fork_run(
+        self, run_id: str, new_id: str, from_step: int, grace: float, timeout: float | None = None
+    ) -> Forked:
         """A new PENDING run ``new_id`` of the same workflow and arguments that keeps the
         steps of ``run_id`` before ``from_step`` and its unconsumed signals (both copied)
         and links to its origin; the caller publishes it. Refused (``run`` None) when
         ``from_step`` is beyond the origin's finished steps, or ``new_id`` is taken."""
-        values = params(run_id=run_id, new_id=new_id, from_step=from_step, grace=grace)
+        values = params(
+            run_id=run_id, new_id=new_id, from_step=from_step, grace=grace, timeout=timeout
+        )
         sql = self.sql.admin
         with self.db.transaction() as conn:
             origin = conn.execute(sql.fork_run_lock, values).first()

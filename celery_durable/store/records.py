@@ -74,6 +74,8 @@ class Claim:
     canvas: str | None = None
     # Orders its waits for a limiter's slot, highest first.
     priority: int = 0
+    # When it is cancelled, "deadline exceeded" (epoch seconds, the database's clock).
+    deadline_at: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""The Store's operations of a start that names an active run: the run of a dedup key, and
-a debounced start that moves it and replaces its arguments. Mixed into
+"""The Store's operations of a start that names an active run (the run of a dedup key, a
+debounced start that moves it and replaces its arguments) or limits its time (the runs past
+their deadline). Mixed into
 :class:`~celery_durable.store.store.Store`; the SQL is in ``sql/runs.py``.
 
 Example::
@@ -33,3 +34,8 @@ class StartOps:
         values = params(run_id=run_id, args=args, delay=delay, max_wait=max_wait)
         with self.db.write() as conn:
             return conn.execute(self.sql.runs.debounce_run, values).first() is not None
+
+    def overdue_runs(self, limit: int) -> list[str]:
+        """Active runs past their deadline (``timeout=``) and not told to stop yet."""
+        with self.db.read() as conn:
+            return list(conn.execute(self.sql.runs.overdue_runs, params(limit=limit)).scalars())

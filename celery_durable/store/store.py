@@ -195,6 +195,7 @@ class Store(
             bool(row[10]),
             row[11],
             int(row[12]),
+            row[13],
         )
 
     def load_steps(self, run_id: str) -> dict[int, StepRecord]:

@@ -10,6 +10,7 @@ import time
 import redis
 from celery import Celery
 
+import celery_durable as cd
 from celery_durable import Durable
 
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -98,3 +99,21 @@ def synced(key: str, value: int) -> int:
     """A deduplicated (or debounced) start: notes the arguments it ran with."""
     _redis.rpush(f"limited:{key}:synced", value)
     return value
+
+
+@durable.step
+def refund(key: str, result: str) -> None:
+    _redis.rpush(f"limited:{key}:compensated", result)
+
+
+@durable.step(compensate=refund)
+def reserve(key: str) -> str:
+    return f"reserved {key}"
+
+
+@durable.workflow(name="tests.apps.limited.timed", timeout=2)
+def timed(key: str) -> object:
+    """Reserves (compensated), then waits for a signal that never comes: its deadline
+    cancels it, and the reservation is refunded."""
+    reserve(key)
+    return cd.wait_for_signal("never", timeout=60)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from celery_durable import WorkflowStatus
+from celery_durable import WorkflowCancelled, WorkflowStatus
 from tests.support.services import BROKER_URL, queue_length, unique
 from tests.support.waiting import wait_until
 from tests.support.workers import Worker
@@ -155,3 +155,16 @@ def test_ten_debounced_calls_a_tenth_of_a_second_apart_make_one_run_with_the_las
     assert len({h.id for h in handles}) == 1
     assert handles[0].get(timeout=60) == 9
     assert noted(rds, key, "synced") == ["9"]
+
+
+def test_a_waiting_run_is_cancelled_at_its_deadline_and_its_compensations_run(
+    limited_app, workers, rds, key
+):
+    handle = limited_app.timed.delay(key)
+    wait_until(lambda: handle.status() is WorkflowStatus.WAITING, 60, message="the wait")
+    with pytest.raises(WorkflowCancelled, match="deadline exceeded"):
+        handle.get(timeout=60)
+    run = handle.record()
+    assert run.deadline_at is not None and run.finished_at is not None
+    assert run.finished_at - run.deadline_at < 2.0  # within a poll or so (0.2 s here)
+    wait_until(lambda: noted(rds, key, "compensated") == [f"reserved {key}"], 30)

@@ -151,6 +151,8 @@ class AdminStatements(Builder):
                 finished_at=None,
                 due_at=now + bindparam("p_grace"),
                 updated_at=now,
+                # A new deadline (resume --timeout), or none: the old one has passed.
+                deadline_at=now + bindparam("p_timeout", type_=Float),
             )
             .returning(*columns_of(runs, DueRun))
         )
@@ -296,6 +298,7 @@ class AdminStatements(Builder):
             "updated_at": now,
             "forked_from": runs.c.id,
             "forked_from_step": bindparam("p_from_step", type_=Integer),
+            "deadline_at": now + bindparam("p_timeout", type_=Float),
             # Started by this app: its broker's sweepers dispatch it.
             "dispatcher": (
                 runs.c.dispatcher if self.dispatcher is None else literal(self.dispatcher, String)

@@ -42,6 +42,7 @@ class RunStatements(Builder):
         super().__init__(tables, dialect, namespace, dispatcher)
         self._start()
         self._dedup()
+        self._deadlines()
         self._claim()
         self._settle()
         self._leases()
@@ -117,6 +118,22 @@ class RunStatements(Builder):
             .returning(runs.c.id)
         )
 
+    def _deadlines(self) -> None:
+        """The active runs past their deadline, not yet told to stop."""
+        runs = self.tables.runs
+        self.overdue_runs = (
+            select(runs.c.id)
+            .where(
+                self.ns,
+                runs.c.deadline_at.isnot(None),
+                runs.c.deadline_at <= self.dialect.stable_now,
+                runs.c.status.in_(ACTIVE_STATUSES),
+                runs.c.cancel_requested == false(),
+            )
+            .order_by(runs.c.deadline_at)
+            .limit(bindparam("p_limit"))
+        )
+
     def _claim(self) -> None:
         """Take a pending run, or a running one whose lease expired."""
         runs, steps, now = self.tables.runs, self.tables.steps, self.now
@@ -185,6 +202,7 @@ class RunStatements(Builder):
             runs.c.compensable,
             runs.c.canvas,
             func.coalesce(runs.c.priority, 0).label("priority"),
+            runs.c.deadline_at,
         )
 
     def _settle(self) -> None:
