@@ -28,8 +28,8 @@ from celery_durable.store import Limit, Outcome
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*([smh])\s*$")
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
-DEFAULT_GRACE = 60.0
-BURST = 0.25  # seconds' worth of tokens a limiter's bucket holds  # a body without a dispatcher: the sweeper's default dispatch grace
+DEFAULT_GRACE = 60.0  # a body without a dispatcher: the sweeper's default dispatch grace
+BURST = 0.25  # seconds' worth of tokens a limiter's bucket holds
 
 
 def parse_rate(rate: str, owner: str) -> float:
