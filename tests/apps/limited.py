@@ -117,3 +117,14 @@ def timed(key: str) -> object:
     cancels it, and the reservation is refunded."""
     reserve(key)
     return cd.wait_for_signal("never", timeout=60)
+
+
+@durable.step(terminate_on_timeout=True)
+def long_call(key: str) -> str:
+    running(key, "long", 0.0)  # held by the test for up to a minute
+    return "finished"
+
+
+@durable.workflow(name="tests.apps.limited.timed_call", timeout=2)
+def timed_call(key: str) -> str:
+    return long_call(key)

@@ -104,12 +104,12 @@ def test_a_waiter_holds_nothing_its_cancel_frees_nothing_and_priority_goes_first
 def test_a_backlog_on_a_limiter_keeps_the_queue_empty_and_the_pool_free(
     limited_app, workers, rds, key
 ):
-    backlog = [limited_app.pair.delay(key, n) for n in range(300)]
+    backlog = [limited_app.pair.delay(key, n) for n in range(1000)]
     waiting = sum(1 for h in backlog[-50:] if h.record().wait_limiter is not None)
     assert waiting >= 25  # the latest wait with no message
     assert queue_length(BROKER_URL, limited_app.QUEUE) <= 10
     assert limited_app.free.delay(key).get(timeout=60) == f"free {key}"
-    wait_until(lambda: int(rds.get(f"limited:{key}:done") or 0) == 300, 180, 0.2, "the backlog")
+    wait_until(lambda: int(rds.get(f"limited:{key}:done") or 0) == 1000, 300, 0.2, "the backlog")
     assert {h.status() for h in backlog} == {WorkflowStatus.SUCCEEDED}
 
 
@@ -168,3 +168,18 @@ def test_a_waiting_run_is_cancelled_at_its_deadline_and_its_compensations_run(
     assert run.deadline_at is not None and run.finished_at is not None
     assert run.finished_at - run.deadline_at < 2.0  # within a poll or so (0.2 s here)
     wait_until(lambda: noted(rds, key, "compensated") == [f"reserved {key}"], 30)
+
+
+def test_a_step_that_terminates_on_timeout_is_stopped_at_the_deadline(
+    limited_app, workers, rds, key
+):
+    rds.set(f"hold:{key}:long", "1")  # the step would block for a minute
+    try:
+        handle = limited_app.timed_call.delay(key)
+        with pytest.raises(WorkflowCancelled, match="deadline exceeded"):
+            handle.get(timeout=45)
+        run = handle.record()
+        assert noted(rds, key, "order") == ["long"]  # it was running when stopped
+        assert run.finished_at is not None and run.finished_at - run.deadline_at < 20
+    finally:
+        rds.delete(f"hold:{key}:long")
