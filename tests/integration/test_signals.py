@@ -321,7 +321,7 @@ def test_a_thousand_sleeping_workflows_do_not_block_new_work(basic_app, shared_w
 
     wait_until(all_waiting, 120, 0.5, message="1,000 workflows to be sleeping")
     # Had the sleepers kept their slots, this would wait an hour behind them.
-    assert basic_app.five_steps.delay(key).get(timeout=30) == [10, 20, 30, 40, 50]
+    assert basic_app.five_steps.delay(key).get(timeout=90) == [10, 20, 30, 40, 50]
     for handle in sleepers:
         handle.cancel("test over")
 
