@@ -142,11 +142,12 @@ def workflow_limiter(
     return declare(limiters, f"workflow:{workflow}", concurrency or 1, None, concurrency_key)
 
 
-def wait_for_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> None:
+def wait_for_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> bool:
     """Before a limited step runs (never on replay): take a slot, or suspend the run,
-    WAITING "for limiter NAME", until a hand-off gives it one."""
+    WAITING "for limiter NAME", until a hand-off gives it one. True: others may wait for
+    the slot, so :func:`hand_on` must follow the step's record."""
     with store_guard(ctx):
-        outcome = ctx.store.acquire_slot(
+        taken = ctx.store.acquire_slot(
             limiter.limit,
             key,
             ctx.workflow_id,
@@ -155,17 +156,17 @@ def wait_for_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) 
             fence=ctx.fence,
             carried=ctx.take_deferred(),
         )
-    if outcome is Outcome.RECORDED:
-        return
-    if outcome is not Outcome.SUSPENDED:
+    if taken.outcome is Outcome.RECORDED:
+        return taken.contended
+    if taken.outcome is not Outcome.SUSPENDED:
         stop_writing(ctx)
     faults.reach(faults.AFTER_SUSPEND, **ctx.log_fields(index))
     raise ctx.stop(Suspended(f"waiting for limiter {limiter.name!r}"))
 
 
-def release_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> None:
-    """The limited step is done (recorded, or failed): give its slot to the next waiter,
-    and publish the run woken by it."""
+def hand_on(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> None:
+    """The limited step is done (its record freed the slot; or it failed or was stopped):
+    give its slot to the next waiter, and publish the run woken by it."""
     dispatcher = ctx.dispatcher
     grace = DEFAULT_GRACE if dispatcher is None else dispatcher.dispatch_grace
     with store_guard(ctx):

@@ -23,7 +23,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from celery_durable.body.context import FailedStep, WorkflowContext, enter_body
 from celery_durable.body.dispatch import dispatch
 from celery_durable.body.fanin import StepFuture
-from celery_durable.body.limiter import Limiter, release_slot, wait_for_slot
+from celery_durable.body.limiter import Limiter, hand_on, wait_for_slot
 from celery_durable.body.replay import (
     check_replay,
     confirm_lease,
@@ -233,11 +233,17 @@ class Step(Generic[P, R]):
         if not isinstance(limiter, Limiter):  # checked at registration: None
             return self._execute(ctx, index, step_input, args, kwargs)
         key = limiter.key_of(f"step {self.name}", args, kwargs)
-        wait_for_slot(ctx, limiter, index, key)
+        contended = wait_for_slot(ctx, limiter, index, key)
         try:
-            return self._execute(ctx, index, step_input, args, kwargs)
-        finally:
-            release_slot(ctx, limiter, index, key)
+            value = self._execute(ctx, index, step_input, args, kwargs)
+            if self.options.commit == "deferred":
+                flush_deferred(ctx)  # its record is what frees the slot
+        except BaseException:
+            hand_on(ctx, limiter, index, key)
+            raise
+        if contended:
+            hand_on(ctx, limiter, index, key)
+        return value
 
     def _execute(
         self,

@@ -3,13 +3,14 @@ every grant of that key takes), the grants (slots held and waited for), and the 
 wait for one.
 
 A slot counts while its holder is live: running under its lease, or pending within the
-dispatch grace of the publish that handed it the slot. So a dead worker's slot is free once
-its lease is out, whoever notices first; ``free_lapsed_grants`` only tidies the rows.
+dispatch grace of the publish that handed it the slot, and a step's slot until its result is
+recorded. So a dead worker's slot is free once its lease is out, whoever notices first, and
+a finished step's is free at its record's commit; ``free_lapsed_grants`` only tidies rows.
 
 Example::
 
     sql = LimiterStatements(build_tables("durable_"), dialect_of("postgresql"), "default")
-    sql.lock_key          # SELECT tokens, refilled_at, now ... FOR UPDATE
+    sql.lock_key          # INSERT ... ON CONFLICT DO UPDATE ... RETURNING tokens, ...
 """
 
 from __future__ import annotations
@@ -42,12 +43,15 @@ class LimiterStatements(Builder):
     def __init__(self, tables: Tables, dialect: Dialect, namespace: str) -> None:
         super().__init__(tables, dialect, namespace)
         runs, keys, grants, now = tables.runs, tables.limiter_keys, tables.limiter_grants, self.now
+        steps = tables.steps
         of_key = and_(
             keys.c.namespace == namespace,
             keys.c.limiter == bindparam("p_limiter"),
             keys.c.key == bindparam("p_key"),
         )
-        self.add_key = (
+        # The key's row, made on first use and locked (an upsert locks the row it meets) so
+        # that grants and hand-offs of one key queue up behind each other.
+        self.lock_key = (
             self.insert(keys)
             .values(
                 namespace=namespace,
@@ -56,10 +60,11 @@ class LimiterStatements(Builder):
                 tokens=0.0,  # a new bucket fills at the rate: no burst at first use
                 refilled_at=now,
             )
-            .on_conflict_do_nothing()
-        )
-        self.lock_key = dialect.for_update(
-            select(keys.c.tokens, keys.c.refilled_at, now.label("now")).where(of_key)
+            .on_conflict_do_update(
+                index_elements=[keys.c.namespace, keys.c.limiter, keys.c.key],
+                set_={"tokens": keys.c.tokens},
+            )
+            .returning(keys.c.tokens, keys.c.refilled_at, now.label("now"))
         )
         self.spend_tokens = (
             update(keys)
@@ -77,8 +82,10 @@ class LimiterStatements(Builder):
             grants.c.limiter == bindparam("p_limiter"),
             grants.c.key == bindparam("p_key"),
         )
-        # A holder is live while running under its lease or pending within the grace of
-        # the publish that handed it its slot (due_at is either).
+        # A slot counts while its holder is live (running under its lease, or pending
+        # within the grace of the publish that handed it the slot: due_at is either) and,
+        # for a step's slot, until the step's result is recorded: the record's own commit
+        # frees it, with no statement of its own.
         holder_live = exists().where(
             runs.c.namespace == grants.c.namespace,
             runs.c.id == grants.c.run_id,
@@ -86,15 +93,28 @@ class LimiterStatements(Builder):
             runs.c.due_at.isnot(None),
             runs.c.due_at > now,
         )
-        self.grant_of = select(grants.c.held, grants.c.priority, grants.c.requested_at).where(
-            grant_is
+        step_recorded = exists().where(
+            steps.c.namespace == grants.c.namespace,
+            steps.c.run_id == grants.c.run_id,
+            steps.c.idx == grants.c.idx,
+            steps.c.status == "ok",
         )
-        self.count_in_use = select(func.count()).where(
-            of_grants_key, grants.c.held == true(), holder_live
+        in_use = and_(grants.c.held == true(), holder_live, not_(step_recorded))
+        self.count_in_use = select(func.count()).where(of_grants_key, in_use)
+        # The caller's grant, if any, and what stands before it: the slots in use and the
+        # waiters ahead of it (higher priority, or as high and older), in one round trip.
+        mine = grants.alias("mine")
+        mine_is = and_(
+            mine.c.namespace == namespace,
+            mine.c.run_id == bindparam("p_run_id"),
+            mine.c.idx == bindparam("p_idx"),
+            mine.c.limiter == bindparam("p_limiter"),
+        )
+        mine_since = func.coalesce(
+            select(mine.c.requested_at).where(mine_is).scalar_subquery(), now
         )
         mine_priority: Any = bindparam("p_priority")
-        mine_since: Any = bindparam("p_since")
-        self.count_waiters_ahead = select(func.count()).where(
+        waiters_ahead = select(func.count()).where(
             of_grants_key,
             grants.c.held == false(),
             not_(
@@ -104,6 +124,13 @@ class LimiterStatements(Builder):
                 grants.c.priority > mine_priority,
                 and_(grants.c.priority == mine_priority, grants.c.requested_at < mine_since),
             ),
+        )
+        self.slot_state = select(
+            func.coalesce(select(mine.c.held).where(mine_is).scalar_subquery(), false()).label(
+                "held"
+            ),
+            self.count_in_use.scalar_subquery().label("in_use"),
+            waiters_ahead.scalar_subquery().label("ahead"),
         )
         new_grant = {
             "namespace": namespace,
@@ -192,7 +219,7 @@ class LimiterStatements(Builder):
         )
         # Rows of no use: slots of holders no longer live, waits of runs that finished.
         lapsed = or_(
-            and_(grants.c.held == true(), not_(holder_live)),
+            and_(grants.c.held == true(), not_(in_use)),
             and_(
                 grants.c.held == false(),
                 not_(
@@ -221,7 +248,7 @@ class LimiterStatements(Builder):
             select(
                 grants.c.limiter,
                 grants.c.key,
-                func.count().filter(and_(grants.c.held == true(), holder_live)).label("in_use"),
+                func.count().filter(in_use).label("in_use"),
                 func.count().filter(grants.c.held == false()).label("waiting"),
                 func.min(grants.c.requested_at).filter(grants.c.held == false()).label("since"),
                 now.label("now"),
