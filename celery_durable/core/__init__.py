@@ -1,5 +1,6 @@
 """Core: what every layer may use, and which imports nothing of celery_durable but
 ``errors``: settings (``config``), JSON encoding (``serialization``), checks of what callers
-hand over (``validate``), redaction, fault-injection points, log fields, tracing spans and
-the retry policy (``retry``: backoff delays, what is worth another try).
+hand over (``validate``), redaction, fault-injection points, log fields, tracing spans,
+the retry policy (``retry``: backoff delays, what is worth another try) and the firing
+times of periodic schedules (``slots``: cron expressions and intervals, DST included).
 """
