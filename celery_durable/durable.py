@@ -39,11 +39,14 @@ from celery_durable.engine.sweeper import DurableSweeper, Sweeper
 from celery_durable.errors import (
     ConfigurationError,
     DuplicateRegistration,
+    InvalidArgument,
     WorkflowNotFound,
 )
 from celery_durable.runs import admin as operations
 from celery_durable.runs.admin import BulkResume, RunPage
+from celery_durable.runs.firing import declare as declare_schedule
 from celery_durable.runs.handle import WorkflowHandle
+from celery_durable.runs.schedules import from_beat as beat_entries
 from celery_durable.runs.task import WorkflowTask
 from celery_durable.store import Collected, RunStats, Store
 
@@ -313,6 +316,30 @@ class Durable:
         ``key`` (a function of the arguments) each key has its own. Guards a step
         (``@durable.step(limiter=...)``) or a workflow (``@durable.workflow(limiter=...)``)."""
         return declare(self.runtime.limiters, name, concurrency, rate, key)
+
+    def schedule(self, workflow: Any = None, /, **options: Any) -> Any:
+        """Start ``workflow`` once per slot of ``cron=`` (5 fields, or 6 with seconds
+        first) or ``every=`` (a timedelta, seconds or "15m"), in ``tz`` (IANA, default
+        UTC), with ``args``/``kwargs``/``options``; ``overlap`` ("skip", "buffer_one",
+        "allow", "cancel_previous"), ``catchup`` ("latest", "all", "none") and
+        ``catchup_window``; ``name`` (default: the workflow's). Without ``workflow``, a
+        decorator over ``@durable.workflow``. The run's id is
+        ``schedule:<name>:<slot in UTC>``; a workflow with a ``scheduled_for`` parameter
+        gets the slot there, an aware datetime in ``tz``."""
+        if workflow is None:
+            return lambda task: (declare_schedule(self.runtime, task, **options), task)[1]
+        return declare_schedule(self.runtime, workflow, **options)
+
+    def schedules_from_beat(self, beat_schedule: dict[str, Any]) -> list[str]:
+        """Declare the ``beat_schedule`` entries that name workflows as schedules; returns
+        their names. InvalidArgument naming every entry it can't express, before any is
+        declared."""
+        declared, refused = beat_entries(
+            beat_schedule, self.runtime.workflows, self.app.conf.timezone
+        )
+        if refused:
+            raise InvalidArgument("; ".join(refused))
+        return [declare_schedule(self.runtime, **each).name for each in declared]
 
     # -- runs ---------------------------------------------------------------------------------
 

@@ -7,10 +7,12 @@ Example::
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery_durable.body.context import LeaseClock, WorkflowContext, activate, deactivate
 from celery_durable.core import faults, serialization, tracing, validate
@@ -118,6 +120,8 @@ def execute(
     if claim.canvas is not None:
         canvas.report_started(runtime, ctx)
     args, kwargs = serialization.loads(claim.args)
+    if definition.name in runtime.slot_workflows:
+        kwargs = given_slot(kwargs)
     runtime.leases.track(run_id, ctx.lease)
     ctx.compensable = claim.compensable
     if rollback.resumable(ctx, claim):  # a saga cancelled while idle, or died rolling back
@@ -219,3 +223,17 @@ def _log_unclaimed(
             extra=fields,
         )
     return run
+
+
+def given_slot(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A schedule's run keeps its slot as ISO 8601 text (arguments are JSON); its body
+    gets it as the timezone-aware datetime it is."""
+    slot = kwargs.get("scheduled_for")
+    if not isinstance(slot, str) or not slot.endswith("]") or "[" not in slot:
+        return kwargs
+    moment, _, tz = slot[:-1].partition("[")
+    try:
+        given = dt.datetime.fromisoformat(moment).astimezone(ZoneInfo(tz))
+    except (ValueError, ZoneInfoNotFoundError):
+        return kwargs  # not a slot a schedule wrote: the body gets what it was given
+    return {**kwargs, "scheduled_for": given}

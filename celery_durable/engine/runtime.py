@@ -59,6 +59,11 @@ class Runtime:
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.steps: dict[str, Step[Any, Any]] = {}
         self.limiters: dict[str, Limiter] = {}
+        # Declared above the engine (runs.schedules.ScheduleSpec by name), fired by a pass
+        # that layer adds to ``sweep_passes``: the sweeper runs each one every poll.
+        self.schedules: dict[str, Any] = {}
+        self.slot_workflows: set[str] = set()  # workflows given ``scheduled_for``
+        self.sweep_passes: list[Callable[[], int]] = []
         self.leases = LeaseKeeper(self)
         self.sweeper = Sweeper(self)
         self.dispatch = Dispatch(self)

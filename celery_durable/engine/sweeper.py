@@ -147,6 +147,8 @@ class Sweeper:
         published += self.sweep_items(names)
         published += hand_off_slots(runtime)
         cancel_overdue(runtime, config.sweep_batch)
+        for each in list(runtime.sweep_passes):
+            published += each()
         self.report_owed()
         self.cancel_revoked()
         self.retain()

@@ -152,6 +152,31 @@ class WorkflowTask(Task):  # type: ignore[misc]
             )
         return handle
 
+    def start_in(
+        self,
+        conn: Connection,
+        run_id: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: dict[str, Any],
+    ) -> Callable[[], None] | None:
+        """Insert the run on ``conn``, in the caller's transaction (a schedule's firing);
+        returns what publishes it once that has committed (None: the id was taken). A
+        publish lost with its process is the sweeper's after the dispatch grace."""
+        options = dict(options)
+        run = self._new_run(args, kwargs, options)(run_id)
+        if not self.runtime.store.insert_run(run, conn):
+            return None
+
+        def publish() -> None:
+            log_started(self.definition.name, run_id, run.start_delay)
+            if run.start_delay is None and limits.park_new_run(
+                self.runtime, self.definition, run_id, args, kwargs, run.priority
+            ):
+                self._publish_started(args, kwargs, run_id, options)
+
+        return publish
+
     def _insert(self, run: NewRun, bind: Connection | None) -> bool:
         runtime = self.runtime
         try:

@@ -55,6 +55,8 @@ class Tables:
     items: Table
     limiter_keys: Table
     limiter_grants: Table
+    schedules: Table
+    schedule_slots: Table
 
 
 def settled_indexes(prefix: str) -> dict[str, tuple[str, ...]]:
@@ -238,7 +240,64 @@ def build_tables(prefix: str) -> Tables:
     )
     items = build_items(metadata, prefix)
     limiter_keys, limiter_grants = build_limiters(metadata, prefix)
-    return Tables(metadata, runs, steps, signals, state, items, limiter_keys, limiter_grants)
+    schedules, schedule_slots = build_schedules(metadata, prefix)
+    return Tables(
+        metadata,
+        runs,
+        steps,
+        signals,
+        state,
+        items,
+        limiter_keys,
+        limiter_grants,
+        schedules,
+        schedule_slots,
+    )
+
+
+def build_schedules(metadata: MetaData, prefix: str) -> tuple[Table, Table]:
+    """A schedule as its code last declared it (``cron`` or ``every``, in ``tz``; the
+    start's ``args`` and ``options`` as JSON; ``definition``, a digest of them all), its
+    operators' ``paused``, its ``disabled_at`` once the code dropped it, and where it
+    stands; and the slots it fired, skipped or buffered (the key that fires a slot once)."""
+    schedules = Table(
+        f"{prefix}schedules",
+        metadata,
+        Column("namespace", String(200), primary_key=True),
+        Column("name", String(255), primary_key=True),
+        Column("workflow", String(255), nullable=False),
+        Column("cron", String(255)),
+        Column("every", Float),
+        Column("tz", String(64), nullable=False),
+        Column("args", Text, nullable=False),
+        Column("options", Text, nullable=False),
+        Column("overlap", String(16), nullable=False),
+        Column("catchup", String(8), nullable=False),
+        Column("catchup_window", Float, nullable=False),
+        Column("definition", String(64), nullable=False),
+        Column("paused", Boolean, nullable=False, server_default=false()),
+        Column("disabled_at", Float),
+        Column("next_slot", Float),
+        Column("last_slot", Float),
+        Column("last_run_id", String(255)),
+        Column("buffered_slot", Float),
+        Column("missed", Integer, nullable=False, server_default=text("0")),
+        Column("skipped", Integer, nullable=False, server_default=text("0")),
+        Column("declared_at", Float, nullable=False),
+        Column("updated_at", Float, nullable=False),
+    )
+    Index(f"ix_{prefix}schedules_due", schedules.c.namespace, schedules.c.next_slot)
+    slots = Table(
+        f"{prefix}schedule_slots",
+        metadata,
+        Column("namespace", String(200), primary_key=True),
+        Column("schedule", String(255), primary_key=True),
+        Column("slot", Float, primary_key=True),
+        Column("outcome", String(16), nullable=False),
+        Column("run_id", String(255)),
+        Column("fired_at", Float, nullable=False),
+    )
+    return schedules, slots
 
 
 def build_limiters(metadata: MetaData, prefix: str) -> tuple[Table, Table]:

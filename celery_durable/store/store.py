@@ -43,6 +43,7 @@ from celery_durable.store.records import (
     StepRecord,
     StepWrite,
 )
+from celery_durable.store.schedules import ScheduleOps
 from celery_durable.store.schema import FINISHED_STATUSES, Tables, build_tables
 from celery_durable.store.signals import SignalOps
 from celery_durable.store.sql.build import params, step_params, write_carried
@@ -61,6 +62,7 @@ class Store(
     LongLivedOps,
     OutboxOps,
     LimiterOps,
+    ScheduleOps,
     StartOps,
 ):
     """The database side of one namespace; engines are created per process, lazily.

@@ -26,6 +26,7 @@ from celery_durable.store.sql.open_items import OpenItemStatements
 from celery_durable.store.sql.outbox import OutboxStatements
 from celery_durable.store.sql.reads import ReadStatements
 from celery_durable.store.sql.runs import RunStatements
+from celery_durable.store.sql.schedules import ScheduleStatements
 from celery_durable.store.sql.signals import SignalStatements
 from celery_durable.store.sql.state import StateStatements
 from celery_durable.store.sql.steps import StepStatements
@@ -52,4 +53,5 @@ class Statements:
         self.metrics = MetricStatements(tables, dialect, namespace)
         self.outbox = OutboxStatements(tables, dialect, namespace, dispatcher)
         self.limiters = LimiterStatements(tables, dialect, namespace)
+        self.schedules = ScheduleStatements(tables, dialect, namespace)
         self.notify = self.runs.notify

@@ -1,0 +1,293 @@
+"""Firing schedules: each poll, a sweeper locks the schedules with a slot due (another
+sweeper skips them), decides what each due slot comes to (catch-up, overlap), and in the
+same transaction records each slot and inserts its run, whose id,
+``schedule:<name>:<slot in UTC>``, is the same in every process. The runs are published
+once that commits; a publish lost with its worker is the sweeper's, as for any run.
+
+So a slot fires once however many workers and app processes declare the schedule: the
+slot's row and the run's id are both taken by one transaction only.
+
+Example::
+
+    started = fire_due(runtime)           # the sweeper's pass
+    handle = trigger(runtime, "report-eu")  # an operator's run, now
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection
+
+from celery_durable.core import serialization
+from celery_durable.core.ids import time_ordered_id
+from celery_durable.core.slots import UTC, Schedule, slot_text, zone
+from celery_durable.engine.items import cancel
+from celery_durable.errors import InvalidArgument
+from celery_durable.runs.schedules import (
+    SLOT_ARGUMENT,
+    ScheduleSpec,
+    build_spec,
+    register,
+    sync,
+    timing_of,
+)
+from celery_durable.runs.task import WorkflowTask
+from celery_durable.store import ACTIVE_STATUSES
+from celery_durable.store.schedules import ScheduleRow
+
+if TYPE_CHECKING:
+    from celery_durable.engine.runtime import Runtime
+
+logger = logging.getLogger("celery_durable.schedules")
+
+BATCH = 100  # schedules locked by one transaction
+MOST_SLOTS = 100  # slots of one schedule fired by one poll ("all" catches up over polls)
+ON_TIME = 10.0  # catchup "none": a slot fired later than this (seconds) counts as missed
+COUNTED = 1000  # missed slots counted per gap, at most
+_TICK = dt.timedelta(microseconds=1)
+
+Publish = Callable[[], None]
+
+
+def run_id_of(name: str, slot: dt.datetime) -> str:
+    return f"schedule:{name}:{slot_text(slot)}"
+
+
+@dataclasses.dataclass
+class _Firing:
+    """One schedule's state while its due slots are decided."""
+
+    row: ScheduleRow
+    active: bool
+    last_slot: float | None
+    last_run_id: str | None
+    buffered: float | None
+    skipped: int = 0
+    missed: int = 0
+
+
+def fire_due(runtime: Runtime, batch: int = BATCH, now: float | None = None) -> int:
+    """The sweeper's pass: fire every due slot of the schedules this worker can start,
+    as of ``now`` (None: the database's clock; tests inject one); returns the runs
+    started."""
+    publishes: list[Publish] = []
+    cancels: list[tuple[str, str]] = []
+    with runtime.store.due_schedules(batch, now) as (conn, due):
+        for row in due:
+            task = _task(runtime, row.workflow)
+            if task is None:
+                continue  # a worker whose code has the workflow fires it
+            publishes += _fire(runtime, conn, task, row, cancels)
+    for run_id, name in cancels:
+        cancel(runtime, run_id, f"cancelled by the next slot of schedule {name!r}")
+    for publish in publishes:
+        publish()
+    return len(publishes)
+
+
+def _task(runtime: Runtime, workflow: str) -> WorkflowTask | None:
+    task = runtime.app.tasks.get(workflow) if workflow in runtime.workflows else None
+    return task if isinstance(task, WorkflowTask) else None
+
+
+def _due_slots(row: ScheduleRow, timing: Schedule, state: _Firing) -> Iterator[dt.datetime]:
+    """The slots to fire now, oldest first, by the catch-up policy; counts the missed."""
+    if row.next_slot is None or row.next_slot > row.now:
+        return
+    now = dt.datetime.fromtimestamp(row.now, UTC)
+    after = dt.datetime.fromtimestamp(row.next_slot, UTC) - _TICK
+    if row.catchup == "all":
+        floor = max(after, now - dt.timedelta(seconds=row.catchup_window))
+        state.missed += len(timing.between(after, floor, COUNTED)) if floor > after else 0
+        slot = timing.next_after(floor)
+        for _ in range(MOST_SLOTS):
+            if slot > now:
+                return
+            yield slot
+            slot = timing.next_after(slot)
+        return
+    found = timing.between(after, now, 1)
+    if not found:
+        return
+    latest = found[0]
+    state.missed += len(timing.between(after, latest - _TICK, COUNTED))
+    if row.catchup == "none" and (now - latest).total_seconds() > ON_TIME:
+        state.missed += 1
+        return
+    yield latest
+
+
+def _fire(
+    runtime: Runtime,
+    conn: Connection,
+    task: WorkflowTask,
+    row: ScheduleRow,
+    cancels: list[tuple[str, str]],
+) -> list[Publish]:
+    store, timing = runtime.store, timing_of(row)
+    state = _Firing(
+        row, row.last_status in ACTIVE_STATUSES, row.last_slot, row.last_run_id, row.buffered_slot
+    )
+    publishes: list[Publish] = []
+    if state.buffered is not None and not state.active:
+        slot = dt.datetime.fromtimestamp(state.buffered, UTC)
+        state.buffered = None
+        publishes += _start(runtime, conn, task, row, slot, state)
+    fired_last: dt.datetime | None = None
+    for slot in _due_slots(row, timing, state):
+        fired_last = slot
+        if state.active and row.overlap == "skip":
+            _skip(store, conn, row, slot, state)
+        elif state.active and row.overlap == "buffer_one":
+            if state.buffered is None:
+                state.buffered = slot.timestamp()
+            else:
+                _skip(store, conn, row, slot, state)
+        else:
+            if state.active and row.overlap == "cancel_previous" and state.last_run_id:
+                cancels.append((state.last_run_id, row.name))
+            publishes += _start(runtime, conn, task, row, slot, state)
+    now = dt.datetime.fromtimestamp(row.now, UTC)
+    next_slot = row.next_slot
+    if fired_last is not None or (row.next_slot is not None and row.next_slot <= row.now):
+        # "all" may leave slots of its window for the next poll: start after the last one.
+        after = fired_last if fired_last is not None and row.catchup == "all" else now
+        next_slot = timing.next_after(after).timestamp()
+    store.advance_schedule(
+        conn,
+        row.name,
+        next_slot=next_slot,
+        last_slot=state.last_slot,
+        last_run_id=state.last_run_id,
+        buffered_slot=state.buffered,
+        missed=state.missed,
+        skipped=state.skipped,
+    )
+    return publishes
+
+
+def _skip(
+    store: Any, conn: Connection, row: ScheduleRow, slot: dt.datetime, state: _Firing
+) -> None:
+    if store.add_slot(conn, row.name, slot.timestamp(), "skipped", None):
+        state.skipped += 1
+        logger.info(
+            "schedule %r skipped its slot %s: run %s is still active (overlap=%r)",
+            row.name,
+            slot_text(slot),
+            state.last_run_id,
+            row.overlap,
+        )
+
+
+def _start(
+    runtime: Runtime,
+    conn: Connection,
+    task: WorkflowTask,
+    row: ScheduleRow,
+    slot: dt.datetime,
+    state: _Firing,
+    outcome: str = "started",
+    run_id: str | None = None,
+) -> list[Publish]:
+    run_id = run_id or run_id_of(row.name, slot)
+    if not runtime.store.add_slot(conn, row.name, slot.timestamp(), outcome, run_id):
+        return []  # fired before (a backfill over it, or a sweeper that got there first)
+    publish = task.start_in(conn, run_id, *_arguments(runtime, row, slot))
+    state.active, state.last_slot, state.last_run_id = True, slot.timestamp(), run_id
+    return [] if publish is None else [publish]
+
+
+def _arguments(
+    runtime: Runtime, row: ScheduleRow, slot: dt.datetime
+) -> tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]:
+    args, kwargs = serialization.loads(row.args)
+    if row.workflow in runtime.slot_workflows:
+        # ISO 8601 with the zone's name after it (RFC 9557), so the body gets the zone.
+        local = slot.astimezone(zone(row.tz))
+        kwargs = {**kwargs, SLOT_ARGUMENT: f"{local.isoformat()}[{row.tz}]"}
+    return tuple(args), kwargs, dict(serialization.loads(row.options))
+
+
+def trigger(runtime: Runtime, name: str) -> str:
+    """Start the schedule's run now, with an id of its own (overlap does not apply);
+    returns the run's id."""
+    now = dt.datetime.now(UTC)
+    return _by_hand(runtime, name, [now], "triggered", unique=True)[0]
+
+
+def backfill(runtime: Runtime, name: str, start: dt.datetime, end: dt.datetime) -> list[str]:
+    """Start the schedule's slots in ``[start, end]`` that never fired, each once (a slot
+    fired, skipped or backfilled before is left); returns the runs started."""
+    with runtime.store.locked_schedule(name) as (_, row):
+        if row is None:
+            raise InvalidArgument(f"no schedule named {name!r}")
+    if end < start:
+        raise InvalidArgument(f"backfill of schedule {name!r}: --to is before --from")
+    slots = timing_of(row).between(start - _TICK, end, 10_000)
+    return _by_hand(runtime, name, slots, "backfilled", unique=False)
+
+
+def _by_hand(
+    runtime: Runtime, name: str, slots: list[dt.datetime], outcome: str, unique: bool
+) -> list[str]:
+    """Runs an operator starts: outside the series, so the schedule's own state (its next
+    slot, its last run for overlap) stays as it was."""
+    publishes: list[Publish] = []
+    started: list[str] = []
+    with runtime.store.locked_schedule(name) as (conn, row):
+        if row is None:
+            raise InvalidArgument(f"no schedule named {name!r}")
+        task = _task(runtime, row.workflow)
+        if task is None:
+            raise InvalidArgument(
+                f"schedule {name!r}: workflow {row.workflow} is not declared in this app"
+            )
+        state = _Firing(row, False, None, None, None)
+        for slot in slots:
+            run_id = f"schedule:{name}:manual:{time_ordered_id()}" if unique else None
+            before = state.last_run_id
+            publishes += _start(runtime, conn, task, row, slot, state, outcome, run_id)
+            if state.last_run_id != before and state.last_run_id is not None:
+                started.append(state.last_run_id)
+    for publish in publishes:
+        publish()
+    return started
+
+
+def declare(runtime: Runtime, workflow: Any, **options: Any) -> ScheduleSpec:
+    """Declare a schedule of ``workflow`` (a workflow task, or its name) in ``runtime``:
+    checked now, upserted by every worker as it starts, fired by its sweeper."""
+    name = getattr(workflow, "name", workflow)
+    definition = runtime.workflows.get(name) if isinstance(name, str) else None
+    if definition is None:
+        raise InvalidArgument(
+            f"schedule: {workflow!r} is not a workflow of this app; declare it with "
+            "@durable.workflow first (below @durable.schedule)"
+        )
+    spec = register(runtime.schedules, build_spec(name, definition.signature, **options))
+    if spec.takes_slot:
+        runtime.slot_workflows.add(name)
+    if not any(isinstance(p, SchedulePass) for p in runtime.sweep_passes):
+        runtime.sweep_passes.append(SchedulePass(runtime))
+    return spec
+
+
+class SchedulePass:
+    """The sweeper's schedule pass: the code's schedules upserted at the first poll of
+    the process (a worker's start), then the due slots fired every poll."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.synced = False
+
+    def __call__(self) -> int:
+        if not self.synced:
+            sync(self.runtime)
+            self.synced = True
+        return fire_due(self.runtime)
