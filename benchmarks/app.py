@@ -216,6 +216,65 @@ def signalled(key: str) -> float:
     return stamp(key)
 
 
+# -- flow control (issue 23): the limiter figures of ``benchmarks/limits.py`` --------------
+
+# Ample: never full in a batch, so every call takes a slot at once (the limiter's own cost).
+ample = durable.limiter("benchmarks.ample", concurrency=10000)
+ample_runs = durable.limiter("benchmarks.ample_runs", concurrency=10000)
+# A backlog: runs wait for one of 2 slots, handed on as each frees.
+backlog_runs = durable.limiter("benchmarks.backlog_runs", concurrency=2)
+backlog_slots = durable.limiter("benchmarks.backlog_steps", concurrency=2)
+# Rate accuracy: tokens only, no cap on concurrency.
+RATE_PER_S = 20.0
+rated = durable.limiter("benchmarks.rated", rate=f"{RATE_PER_S:g}/s")
+
+
+@durable.step(name="benchmarks.noop_limited", limiter=ample)
+def noop_limited(i: int) -> int:
+    return i
+
+
+@durable.workflow(name="benchmarks.three_limited_steps")
+def three_limited_steps() -> int:
+    """``three_steps`` whose steps each take a slot of the ample limiter first."""
+    return sum(noop_limited(i) for i in range(3))
+
+
+@durable.workflow(name="benchmarks.three_steps_limited_run", limiter=ample_runs)
+def three_steps_limited_run() -> int:
+    """``three_steps`` whose run takes a slot of the ample run limiter before its body."""
+    return sum(noop_step(i) for i in range(3))
+
+
+@durable.workflow(name="benchmarks.backlog_run", limiter=backlog_runs)
+def backlog_run() -> int:
+    """Three no-op steps in a run that needs one of 2 slots: the run backlog."""
+    return sum(noop_step(i) for i in range(3))
+
+
+@durable.step(name="benchmarks.noop_backlog", limiter=backlog_slots)
+def noop_backlog(i: int) -> int:
+    return i
+
+
+@durable.workflow(name="benchmarks.backlog_steps")
+def backlog_steps() -> int:
+    """Three no-op steps, each needing one of 2 slots: the step backlog."""
+    return sum(noop_backlog(i) for i in range(3))
+
+
+@durable.step(name="benchmarks.rate_stamp", limiter=rated)
+def rate_stamp(key: str) -> float:
+    """A step behind the rate limiter that records when it started (``<key>:start``)."""
+    return mark(key, "start")
+
+
+@durable.workflow(name="benchmarks.rate_flow")
+def rate_flow(key: str) -> float:
+    """One step behind ``rated``: the rate-accuracy figure."""
+    return rate_stamp(key)
+
+
 @task_prerun.connect
 def _mark_replay_attempt(sender: Any = None, args: Any = None, **_: Any) -> None:
     if sender is not None and sender.name == replay.name and args:

@@ -150,6 +150,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "the result backend's report, deferred); prints it, writes no report",
     )
     parser.add_argument(
+        "--limits-only",
+        action="store_true",
+        help="only the limiter figures (throughput under ample limiters against none, "
+        "commits, backlog dispatch, rate accuracy); prints them and writes the JSON",
+    )
+    parser.add_argument(
         "--py-spy",
         type=Path,
         metavar="DIR",
@@ -196,7 +202,16 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(env)
     # Imported after the environment is set: the app reads it at import.
     from benchmarks import app as bench
-    from benchmarks import fanout, longlived, measure, operations, scale_report, throughput, windows
+    from benchmarks import (
+        fanout,
+        limits,
+        longlived,
+        measure,
+        operations,
+        scale_report,
+        throughput,
+        windows,
+    )
     from benchmarks import scale as scaling
     from benchmarks.db import Monitor
     from benchmarks.report import (
@@ -255,6 +270,19 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             teardown()
         return 0
+    if args.limits_only:
+        return limits.run_only(
+            args,
+            b,
+            method,
+            limits.scale_for(args.quick, scale.commit_workflows),
+            scale.idle_seconds,
+            start_worker,
+            teardown,
+            machine,
+            progress,
+            wall_start,
+        )
     if args.fanout_only:
         try:
             bench.durable.migrate()
@@ -345,6 +373,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"({x['commits_per_workflow_beyond_start']:.2f} beyond the start)"
                 f"{'' if x['clean'] else ' (NOT CLEAN)'}"
             ),
+        )
+        # -- flow control: ample limiters against none, backlogs, the rate (same worker) --
+        r["limits"] = limits.run(
+            b,
+            method,
+            limits.scale_for(args.quick, scale.commit_workflows),
+            r["commits"]["idle_commits_per_s"],
+            progress,
         )
         r["fill"] = fill(monitor, scale, queue)
         progress(f"filled {scale.fill_runs:,} finished runs in {r['fill']['seconds']:.1f}s")
@@ -437,8 +473,9 @@ def main(argv: list[str] | None = None) -> int:
         "figures": {f.name: f.as_dict() for f in figures},
         "targets": build_targets(by_name, r["commits"]["clean"])
         + operations.operations_targets(r)
-        + longlived.longlived_targets(r),
-        "methods": {**METHODS, **longlived.METHODS},
+        + longlived.longlived_targets(r)
+        + limits.limits_targets(r),
+        "methods": {**METHODS, **longlived.METHODS, **limits.METHODS},
         "raw": r,
         "worker_logs": str(log_dir),
         "runtime_s": time.time() - wall_start,

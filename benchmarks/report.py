@@ -255,6 +255,9 @@ def build_figures(r: dict[str, Any]) -> list[Figure]:
     from benchmarks.longlived import longlived_figures  # imports the library: on use
 
     figures.extend(longlived_figures(r))
+    from benchmarks.limits import limits_figures
+
+    figures.extend(limits_figures(r))
     return figures
 
 

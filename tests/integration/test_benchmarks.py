@@ -77,6 +77,14 @@ FIGURES = {
     "io_task_throughput",
     "io_workflow_throughput_three_io",
     "io_workflow_throughput_three_io_deferred",
+    "limiter_three_limited_steps_vs_unlimited",
+    "limiter_three_steps_limited_run_vs_unlimited",
+    "limiter_commits_three_steps",
+    "limiter_commits_three_limited_steps",
+    "limiter_commits_three_steps_limited_run",
+    "limiter_backlog_run",
+    "limiter_backlog_step",
+    "limiter_rate",
 }
 
 
@@ -122,13 +130,19 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
         for ratio in ("vs_plain_task", "vs_plain_chain"):
             assert figure[ratio] is None or _positive(figure[ratio]), f"{name}.{ratio}"
 
-    assert len(doc["targets"]) == 20
+    assert len(doc["targets"]) == 23  # 3 of them the limiter's (benchmarks/limits.py)
     for target in doc["targets"]:
         assert isinstance(target["pass"], bool)
         assert _positive(target["value"]), target
     backend = doc["raw"]["backend_report"]  # the same rounds, with and without the report
     assert backend["ratio_min"] <= backend["ratio"] <= backend["ratio_max"]
     assert len(backend["ratios"]) == doc["throughput_method"]["rounds"]
+    limits = doc["raw"]["limits"]  # one comparison: the same rounds for the three kinds
+    for name in ("three_limited_steps", "three_steps_limited_run"):
+        ratio = limits["ratios"][name]
+        assert ratio["ratio_min"] <= ratio["ratio"] <= ratio["ratio_max"]
+        assert len(ratio["ratios"]) == doc["throughput_method"]["rounds"]
+    assert limits["rate"]["starts_in_window"] > 0
     kill = doc["raw"]["kill"]
     for system in ("chord", "map"):
         assert isinstance(kill[system]["completed"], bool)
