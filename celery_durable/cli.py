@@ -41,6 +41,7 @@ from celery_durable.errors import (
 from celery_durable.ops import console
 from celery_durable.ops.dashboard.command import dashboard_command
 from celery_durable.ops.limiters import limiters_command
+from celery_durable.ops.schedules import schedules_command
 from celery_durable.runs.admin import RunDetails, cursor_of, describe_run, fork_run, resume_run
 from celery_durable.store import FINISHED_STATUSES, ItemRow
 from celery_durable.store.db.outage import is_unreachable, retry_while_unreachable, unavailable
@@ -444,3 +445,4 @@ def metrics(ctx: click.Context, port: int, address: str, interval: float) -> Non
 
 durable.add_command(dashboard_command(_only_durable))
 durable.add_command(limiters_command(_only_durable))
+durable.add_command(schedules_command(_only_durable))

@@ -29,7 +29,10 @@ from celery_durable.store import Limit, Outcome
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*([smh])\s*$")
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
 DEFAULT_GRACE = 60.0  # a body without a dispatcher: the sweeper's default dispatch grace
-BURST = 0.25  # seconds' worth of tokens a limiter's bucket holds
+# Seconds' worth of tokens a limiter's bucket holds: a poll interval's (the default
+# durable_poll_interval). Once runs wait for tokens, each sweep hands out what the bucket
+# holds, so a smaller bucket would cap the rate at a bucket per poll.
+BURST = 1.0
 
 
 def parse_rate(rate: str, owner: str) -> float:
@@ -67,8 +70,7 @@ class Limiter:
         if key is not None and not callable(key):
             raise InvalidArgument(f"{owner}: key must be a function of the arguments, got {key!r}")
         per_second = None if rate is None else parse_rate(rate, owner)
-        # A quarter second's worth of tokens at most: an idle limiter allows a small burst,
-        # not a second's worth at once; slots freed and each sweep hand the tokens out.
+        # A new bucket starts empty (no burst at first use); an idle one refills to BURST.
         capacity = 1.0 if per_second is None else max(1.0, math.ceil(per_second * BURST))
         self.name = name
         self.key = key
@@ -164,13 +166,17 @@ def wait_for_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) 
     raise ctx.stop(Suspended(f"waiting for limiter {limiter.name!r}"))
 
 
-def hand_on(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> None:
-    """The limited step is done (its record freed the slot; or it failed or was stopped):
-    give its slot to the next waiter, and publish the run woken by it."""
+def hand_on(ctx: WorkflowContext, limiter: Limiter, index: int, key: str, *, freed: bool) -> None:
+    """The limited step is done: its slot goes to the next waiter (``freed``: its record
+    gave it back already; else it failed or was stopped and gives it back now), and the
+    run woken by it is published."""
     dispatcher = ctx.dispatcher
     grace = DEFAULT_GRACE if dispatcher is None else dispatcher.dispatch_grace
     with store_guard(ctx):
-        woken = ctx.store.release_slot(limiter.limit, key, ctx.workflow_id, index, grace)
+        if freed:
+            woken = ctx.store.hand_off(limiter.limit, grace, key)
+        else:
+            woken = ctx.store.release_slot(limiter.limit, key, ctx.workflow_id, index, grace)
     for run in woken:
         if dispatcher is not None:  # else the sweeper publishes it after the grace
             dispatcher.publish_run(run)

@@ -234,15 +234,17 @@ class Step(Generic[P, R]):
             return self._execute(ctx, index, step_input, args, kwargs)
         key = limiter.key_of(f"step {self.name}", args, kwargs)
         contended = wait_for_slot(ctx, limiter, index, key)
+        ctx.frees = limiter.name  # the step's record gives the slot back, in its commit
         try:
             value = self._execute(ctx, index, step_input, args, kwargs)
             if self.options.commit == "deferred":
-                flush_deferred(ctx)  # its record is what frees the slot
+                flush_deferred(ctx)
         except BaseException:
-            hand_on(ctx, limiter, index, key)
+            ctx.frees = None
+            hand_on(ctx, limiter, index, key, freed=False)
             raise
         if contended:
-            hand_on(ctx, limiter, index, key)
+            hand_on(ctx, limiter, index, key, freed=True)
         return value
 
     def _execute(

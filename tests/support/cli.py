@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import types
 from collections.abc import Mapping
+from typing import Any
 
 from tests.support.workers import ROOT
 
@@ -31,3 +33,15 @@ def revoke_by_cli(task_id: str) -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def invoke(durable: Any, *args: str) -> str:
+    """``celery -A app durable ARGS`` in-process, on ``durable``'s app (click's runner);
+    its output, the command having succeeded."""
+    from click.testing import CliRunner  # noqa: PLC0415 - only the in-process tests need it
+
+    from celery_durable.cli import durable as durable_group  # noqa: PLC0415
+
+    done = CliRunner().invoke(durable_group, list(args), obj=types.SimpleNamespace(app=durable.app))
+    assert done.exit_code == 0, done.output
+    return str(done.output)

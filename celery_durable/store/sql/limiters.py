@@ -3,9 +3,9 @@ every grant of that key takes), the grants (slots held and waited for), and the 
 wait for one.
 
 A slot counts while its holder is live: running under its lease, or pending within the
-dispatch grace of the publish that handed it the slot, and a step's slot until its result is
-recorded. So a dead worker's slot is free once its lease is out, whoever notices first, and
-a finished step's is free at its record's commit; ``free_lapsed_grants`` only tidies rows.
+dispatch grace of the publish that handed it the slot. So a dead worker's slot is free once
+its lease is out, whoever notices first; a finished step's grant goes with its record's
+commit, and ``free_lapsed_grants`` only tidies rows.
 
 Example::
 
@@ -43,7 +43,6 @@ class LimiterStatements(Builder):
     def __init__(self, tables: Tables, dialect: Dialect, namespace: str) -> None:
         super().__init__(tables, dialect, namespace)
         runs, keys, grants, now = tables.runs, tables.limiter_keys, tables.limiter_grants, self.now
-        steps = tables.steps
         of_key = and_(
             keys.c.namespace == namespace,
             keys.c.limiter == bindparam("p_limiter"),
@@ -82,10 +81,9 @@ class LimiterStatements(Builder):
             grants.c.limiter == bindparam("p_limiter"),
             grants.c.key == bindparam("p_key"),
         )
-        # A slot counts while its holder is live (running under its lease, or pending
-        # within the grace of the publish that handed it the slot: due_at is either) and,
-        # for a step's slot, until the step's result is recorded: the record's own commit
-        # frees it, with no statement of its own.
+        # A slot counts while its holder is live: running under its lease, or pending
+        # within the grace of the publish that handed it the slot (due_at is either). A
+        # step's record deletes its grant in the same transaction (Store.record_step).
         holder_live = exists().where(
             runs.c.namespace == grants.c.namespace,
             runs.c.id == grants.c.run_id,
@@ -93,13 +91,7 @@ class LimiterStatements(Builder):
             runs.c.due_at.isnot(None),
             runs.c.due_at > now,
         )
-        step_recorded = exists().where(
-            steps.c.namespace == grants.c.namespace,
-            steps.c.run_id == grants.c.run_id,
-            steps.c.idx == grants.c.idx,
-            steps.c.status == "ok",
-        )
-        in_use = and_(grants.c.held == true(), holder_live, not_(step_recorded))
+        in_use = and_(grants.c.held == true(), holder_live)
         self.count_in_use = select(func.count()).where(of_grants_key, in_use)
         # The caller's grant, if any, and what stands before it: the slots in use and the
         # waiters ahead of it (higher priority, or as high and older), in one round trip.

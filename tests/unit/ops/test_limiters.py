@@ -5,20 +5,12 @@ waits for, the dashboard's panel, and the Prometheus gauges."""
 from __future__ import annotations
 
 import json
-import types
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from celery_durable import Durable
-from celery_durable.cli import durable as durable_group
-
-
-def cli(durable: Durable, *args: str) -> Any:
-    done = CliRunner().invoke(durable_group, list(args), obj=types.SimpleNamespace(app=durable.app))
-    assert done.exit_code == 0, done.output
-    return done.output
+from tests.support.cli import invoke as cli
 
 
 def a_waiter(durable: Durable) -> Any:
