@@ -44,6 +44,7 @@ from celery_durable.errors import (
 )
 from celery_durable.runs import admin as operations
 from celery_durable.runs.admin import BulkResume, RunPage
+from celery_durable.runs.firing import SchedulePass
 from celery_durable.runs.firing import declare as declare_schedule
 from celery_durable.runs.handle import WorkflowHandle
 from celery_durable.runs.schedules import from_beat as beat_entries
@@ -81,6 +82,7 @@ class Durable:
         # other sources (env, app.conf) are checked once they are merged, on first use.
         DurableConfig.check_keywords(settings)
         self.runtime = Runtime(app, settings)
+        self.runtime.sweep_passes.append(SchedulePass(self.runtime))
         app.steps["worker"].add(DurableSweeper)
         app.steps["worker"].add(SignalQueue)
         register_tasks(app)

@@ -47,7 +47,6 @@ logger = logging.getLogger("celery_durable.schedules")
 
 BATCH = 100  # schedules locked by one transaction
 MOST_SLOTS = 100  # slots of one schedule fired by one poll ("all" catches up over polls)
-ON_TIME = 10.0  # catchup "none": a slot fired later than this (seconds) counts as missed
 COUNTED = 1000  # missed slots counted per gap, at most
 _TICK = dt.timedelta(microseconds=1)
 
@@ -77,7 +76,8 @@ def fire_due(runtime: Runtime, batch: int = BATCH, now: float | None = None) -> 
     started."""
     publishes: list[Publish] = []
     cancels: list[tuple[str, str]] = []
-    with runtime.store.due_schedules(batch, now) as (conn, due):
+    workflows = sorted(runtime.workflows)
+    with runtime.store.due_schedules(workflows, batch, now) as (conn, due):
         for row in due:
             task = _task(runtime, row.workflow)
             if task is None:
@@ -95,31 +95,41 @@ def _task(runtime: Runtime, workflow: str) -> WorkflowTask | None:
     return task if isinstance(task, WorkflowTask) else None
 
 
-def _due_slots(row: ScheduleRow, timing: Schedule, state: _Firing) -> Iterator[dt.datetime]:
-    """The slots to fire now, oldest first, by the catch-up policy; counts the missed."""
+def _due_slots(
+    row: ScheduleRow, timing: Schedule, state: _Firing, on_time: float
+) -> Iterator[dt.datetime]:
+    """The slots to fire now, oldest first. A slot up to ``on_time`` seconds late (two
+    poll intervals) fires whatever the policy; an older one was missed (every worker, or
+    the database, was down), and the catch-up policy decides: "all" fires those of its
+    window, "latest" the most recent if no slot is on time, "none" nothing."""
     if row.next_slot is None or row.next_slot > row.now:
         return
     now = dt.datetime.fromtimestamp(row.now, UTC)
     after = dt.datetime.fromtimestamp(row.next_slot, UTC) - _TICK
-    if row.catchup == "all":
-        floor = max(after, now - dt.timedelta(seconds=row.catchup_window))
-        state.missed += len(timing.between(after, floor, COUNTED)) if floor > after else 0
-        slot = timing.next_after(floor)
-        for _ in range(MOST_SLOTS):
-            if slot > now:
-                return
-            yield slot
-            slot = timing.next_after(slot)
-        return
-    found = timing.between(after, now, 1)
-    if not found:
-        return
-    latest = found[0]
-    state.missed += len(timing.between(after, latest - _TICK, COUNTED))
-    if row.catchup == "none" and (now - latest).total_seconds() > ON_TIME:
-        state.missed += 1
-        return
-    yield latest
+    late = max(after, now - dt.timedelta(seconds=on_time))
+    punctual = _walk(timing, late, now)
+    missed: list[dt.datetime] = []
+    if late > after:
+        if row.catchup == "all":
+            floor = max(after, now - dt.timedelta(seconds=row.catchup_window))
+            state.missed += len(timing.between(after, floor, COUNTED)) if floor > after else 0
+            missed = _walk(timing, floor, late)
+        else:
+            gap = timing.between(after, late, COUNTED)
+            keep = 1 if row.catchup == "latest" and not punctual and gap else 0
+            missed = gap[len(gap) - keep :]
+            state.missed += len(gap) - keep
+    yield from (missed + punctual)[:MOST_SLOTS]
+
+
+def _walk(timing: Schedule, after: dt.datetime, until: dt.datetime) -> list[dt.datetime]:
+    """The slots in ``(after, until]``, oldest first, at most MOST_SLOTS."""
+    slots: list[dt.datetime] = []
+    slot = timing.next_after(after)
+    while slot <= until and len(slots) < MOST_SLOTS:
+        slots.append(slot)
+        slot = timing.next_after(slot)
+    return slots
 
 
 def _fire(
@@ -139,7 +149,8 @@ def _fire(
         state.buffered = None
         publishes += _start(runtime, conn, task, row, slot, state)
     fired_last: dt.datetime | None = None
-    for slot in _due_slots(row, timing, state):
+    on_time = 2 * runtime.config.poll_interval
+    for slot in _due_slots(row, timing, state, on_time):
         fired_last = slot
         if state.active and row.overlap == "skip":
             _skip(store, conn, row, slot, state)
@@ -273,14 +284,13 @@ def declare(runtime: Runtime, workflow: Any, **options: Any) -> ScheduleSpec:
     spec = register(runtime.schedules, build_spec(name, definition.signature, **options))
     if spec.takes_slot:
         runtime.slot_workflows.add(name)
-    if not any(isinstance(p, SchedulePass) for p in runtime.sweep_passes):
-        runtime.sweep_passes.append(SchedulePass(runtime))
     return spec
 
 
 class SchedulePass:
-    """The sweeper's schedule pass: the code's schedules upserted at the first poll of
-    the process (a worker's start), then the due slots fired every poll."""
+    """The sweeper's schedule pass (every Durable has one, so that a deploy which drops
+    its last schedule still disables it): the code's schedules upserted at the first poll
+    of the process (a worker's start), then the due slots fired every poll."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime

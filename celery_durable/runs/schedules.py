@@ -204,7 +204,7 @@ def sync(runtime: Runtime) -> list[str]:
     from their next slot; the namespace's others are disabled. Returns those disabled."""
     now = dt.datetime.now(dt.timezone.utc)
     declared = [spec.declared(now) for spec in runtime.schedules.values()]
-    disabled = runtime.store.declare_schedules(declared)
+    disabled = runtime.store.declare_schedules(declared, sorted(runtime.workflows))
     for name in disabled:
         logger.warning("schedule %r is no longer declared in code: disabled", name)
     return disabled

@@ -104,30 +104,31 @@ class ScheduleOps:
     sql: Statements
 
     def declare_schedules(
-        self, declared: Sequence[DeclaredSchedule], *, disable_others: bool = True
+        self, declared: Sequence[DeclaredSchedule], workflows: Sequence[str] = ()
     ) -> list[str]:
-        """Upsert the code's schedules (a changed one starts from its next slot) and, with
-        ``disable_others``, disable the namespace's schedules the code no longer has
-        (their rows and runs stay); returns the names disabled now."""
+        """Upsert the code's schedules (a changed one starts from its next slot) and
+        disable the schedules of ``workflows`` (the code's) that it no longer declares;
+        their rows and runs stay. Another app's schedules on the namespace are its own.
+        Returns the names disabled now."""
         sql = self.sql.schedules
         with self.db.transaction() as conn:
             for each in declared:
                 values = {f"p_{c}": getattr(each, c) for c in DECLARED}
                 conn.execute(sql.declare_schedule, {**values, "p_name": each.name})
-            if not disable_others:
+            if not workflows:
                 return []
-            names = [each.name for each in declared] or [""]
-            return [r.name for r in conn.execute(sql.disable_undeclared, {"p_names": names})]
+            values = {"p_names": [each.name for each in declared] or [""], "p_workflows": workflows}
+            return [r.name for r in conn.execute(sql.disable_undeclared, values)]
 
     @contextmanager
     def due_schedules(
-        self, limit: int, now: float | None = None
+        self, workflows: Sequence[str], limit: int, now: float | None = None
     ) -> Iterator[tuple[Connection, list[ScheduleRow]]]:
-        """The active schedules with a slot due (or a buffered slot) at ``now`` (None: the
-        database's clock), locked for this transaction; another sweeper skips them
-        meanwhile. Commits when the block ends."""
+        """The active schedules of ``workflows`` with a slot due (or a buffered slot) at
+        ``now`` (None: the database's clock), locked for this transaction; another
+        sweeper skips them meanwhile. Commits when the block ends."""
         with self.db.transaction() as conn:
-            values = params(limit=limit, now=now)
+            values = params(limit=limit, now=now, workflows=list(workflows) or [""])
             rows = conn.execute(self.sql.schedules.lock_due, values).all()
             yield conn, [_row(r) for r in rows]
 

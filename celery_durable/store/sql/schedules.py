@@ -73,6 +73,7 @@ class ScheduleStatements(Builder):
             .where(
                 mine,
                 schedules.c.disabled_at.is_(None),
+                schedules.c.workflow.in_(bindparam("p_workflows", expanding=True)),
                 schedules.c.name.notin_(bindparam("p_names", expanding=True)),
             )
             .values(disabled_at=now, updated_at=now)
@@ -89,7 +90,9 @@ class ScheduleStatements(Builder):
         # ``p_now``: a clock of the caller's (tests inject one); None: the database's.
         clock = func.coalesce(bindparam("p_now", type_=Float), now)
         due = or_(schedules.c.next_slot <= clock, schedules.c.buffered_slot.isnot(None))
-        locked = select(*row, clock.label("now")).where(active, due)
+        # Only what this worker can start: another app on the namespace fires its own.
+        mine_to_fire = schedules.c.workflow.in_(bindparam("p_workflows", expanding=True))
+        locked = select(*row, clock.label("now")).where(active, due, mine_to_fire)
         locked = locked.order_by(schedules.c.next_slot).limit(bindparam("p_limit"))
         if dialect.locks_rows:
             locked = locked.with_for_update(skip_locked=True, of=schedules)
