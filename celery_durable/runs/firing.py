@@ -48,6 +48,8 @@ logger = logging.getLogger("celery_durable.schedules")
 BATCH = 100  # schedules locked by one transaction
 MOST_SLOTS = 100  # slots of one schedule fired by one poll ("all" catches up over polls)
 COUNTED = 1000  # missed slots counted per gap, at most
+# Seconds the oldest due slot may be late before its schedule counts as having missed it.
+ON_TIME = 5.0
 _TICK = dt.timedelta(microseconds=1)
 
 Publish = Callable[[], None]
@@ -98,28 +100,27 @@ def _task(runtime: Runtime, workflow: str) -> WorkflowTask | None:
 def _due_slots(
     row: ScheduleRow, timing: Schedule, state: _Firing, on_time: float
 ) -> Iterator[dt.datetime]:
-    """The slots to fire now, oldest first. A slot up to ``on_time`` seconds late (two
-    poll intervals) fires whatever the policy; an older one was missed (every worker, or
-    the database, was down), and the catch-up policy decides: "all" fires those of its
-    window, "latest" the most recent if no slot is on time, "none" nothing."""
+    """The slots to fire now, oldest first. While the oldest slot due is at most
+    ``on_time`` seconds late, the schedule kept up (a slow poll): every due slot fires.
+    Later than that, every worker (or the database) was down, and the catch-up policy
+    decides: "latest" fires the most recent slot only, "all" those of its window, "none"
+    only the slots not yet ``on_time`` late."""
     if row.next_slot is None or row.next_slot > row.now:
         return
     now = dt.datetime.fromtimestamp(row.now, UTC)
     after = dt.datetime.fromtimestamp(row.next_slot, UTC) - _TICK
-    late = max(after, now - dt.timedelta(seconds=on_time))
-    punctual = _walk(timing, late, now)
-    missed: list[dt.datetime] = []
-    if late > after:
-        if row.catchup == "all":
-            floor = max(after, now - dt.timedelta(seconds=row.catchup_window))
-            state.missed += len(timing.between(after, floor, COUNTED)) if floor > after else 0
-            missed = _walk(timing, floor, late)
-        else:
-            gap = timing.between(after, late, COUNTED)
-            keep = 1 if row.catchup == "latest" and not punctual and gap else 0
-            missed = gap[len(gap) - keep :]
-            state.missed += len(gap) - keep
-    yield from (missed + punctual)[:MOST_SLOTS]
+    if row.now - row.next_slot <= on_time:
+        yield from _walk(timing, after, now)
+        return
+    if row.catchup == "latest":
+        gap = timing.between(after, now, COUNTED)
+        state.missed += len(gap) - 1
+        yield from gap[-1:]
+        return
+    kept = on_time if row.catchup == "none" else row.catchup_window
+    floor = max(after, now - dt.timedelta(seconds=kept))
+    state.missed += len(timing.between(after, floor, COUNTED)) if floor > after else 0
+    yield from _walk(timing, floor, now)
 
 
 def _walk(timing: Schedule, after: dt.datetime, until: dt.datetime) -> list[dt.datetime]:
@@ -149,7 +150,7 @@ def _fire(
         state.buffered = None
         publishes += _start(runtime, conn, task, row, slot, state)
     fired_last: dt.datetime | None = None
-    on_time = 2 * runtime.config.poll_interval
+    on_time = max(ON_TIME, 3 * runtime.config.poll_interval)
     for slot in _due_slots(row, timing, state, on_time):
         fired_last = slot
         if state.active and row.overlap == "skip":

@@ -181,3 +181,15 @@ def test_trigger_and_backfill_start_runs_by_hand_each_slot_once(durable):
     assert slot_outcomes(durable.store, "hourly") == {"triggered": 1, "backfilled": len(first)}
     with pytest.raises(InvalidArgument, match="no schedule named 'nope'"):
         firing.trigger(durable.runtime, "nope")
+
+
+def test_a_slow_poll_loses_no_slot_whatever_the_catchup(durable):
+    @durable.workflow
+    def tick() -> None: ...
+
+    durable.schedule(tick, every=1, catchup="latest", overlap="allow")
+    due = next_slot(durable, tick.name)
+    fire_at(durable, due + 2.5)  # three slots due, the oldest 2.5 s late: not a gap
+    assert [s.slot - due for s in runs_of(durable.store, tick.name)] == [0.0, 1.0, 2.0]
+    (row,) = durable.store.list_schedules()
+    assert row.missed == 0
