@@ -40,6 +40,8 @@ GPU_QUEUE = unique("gpu-")
 CANVAS_QUEUE = unique("cq-")
 # The queue of the limiters' app (tests/apps/limited.py).
 LIMITED_QUEUE = unique("lq-")
+# The queue of the schedules' app (tests/apps/scheduled.py) and its Redis notes' prefix.
+SCHEDULED_QUEUE = unique("sq-")
 
 # The test app (tests/apps/basic.py) reads all of these, in this process and in workers.
 os.environ.update(
@@ -59,6 +61,8 @@ os.environ.update(
         "TEST_GPU_QUEUE": GPU_QUEUE,
         "TEST_CANVAS_QUEUE": CANVAS_QUEUE,
         "TEST_LIMITED_QUEUE": LIMITED_QUEUE,
+        "TEST_SCHEDULED_QUEUE": SCHEDULED_QUEUE,
+        "TEST_SCHEDULED_KEY": unique("scheduled-"),
     }
 )
 
@@ -101,7 +105,7 @@ def basic_app() -> Iterator[object]:
     yield basic
     basic.durable.store.dispose()
     drop_tables(PG_URL, PREFIX)
-    queues = [QUEUE, OTHER_QUEUE, GPU_QUEUE, CANVAS_QUEUE, LIMITED_QUEUE]
+    queues = [QUEUE, OTHER_QUEUE, GPU_QUEUE, CANVAS_QUEUE, LIMITED_QUEUE, SCHEDULED_QUEUE]
     queues.append(basic.durable.config.signal_queue)
     delete_queues(BROKER_URL, queues)
 
@@ -231,6 +235,14 @@ def limited_app(basic_app: object) -> object:
     from tests.apps import limited
 
     return limited
+
+
+@pytest.fixture(scope="session")
+def scheduled_app(basic_app: object) -> object:
+    """The schedules' app module, on the test app's tables."""
+    from tests.apps import scheduled
+
+    return scheduled
 
 
 @pytest.fixture(scope="module")

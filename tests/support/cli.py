@@ -12,9 +12,11 @@ from typing import Any
 from tests.support.workers import ROOT
 
 
-def celery(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def celery(
+    *args: str, env: Mapping[str, str] | None = None, app: str = "tests.apps.basic"
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "tests.apps.basic", *args],
+        [sys.executable, "-m", "celery", "-A", app, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

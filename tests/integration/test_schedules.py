@@ -1,0 +1,114 @@
+"""Schedules with real workers: two workers (and this process) fire each one-second slot
+once; a slot slower than its interval is skipped and the command line shows it; after
+every worker was down, each catch-up policy fires what it says, each slot at most once.
+
+Slots are read back from the store (``schedule_slots``) and from what each run's step
+noted in Redis: a slot noted twice fired twice."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from tests.support.cli import celery
+from tests.support.schedules import runs_of, slot_outcomes
+from tests.support.services import unique
+from tests.support.waiting import wait_until
+from tests.support.workers import Worker
+
+
+def worker_of(app: Any) -> Worker:
+    return Worker("tests.apps.scheduled", {}, queues=app.QUEUE, name=unique("sch"), concurrency=2)
+
+
+def noted(rds: Any, app: Any, schedule: str) -> list[str]:
+    return list(rds.lrange(f"{app.KEY}:{schedule}", 0, -1))
+
+
+def started_after(app: Any, schedule: str, since: float) -> list[Any]:
+    return [s for s in runs_of(app.durable.store, schedule) if s.slot > since]
+
+
+def test_two_workers_and_a_third_process_fire_each_slot_once(scheduled_app, rds):
+    app = scheduled_app
+    since = time.time()
+    workers = [worker_of(app) for _ in range(2)]
+    done = threading.Event()
+
+    def third_process() -> None:  # this process declares and sweeps the schedules too
+        while not done.is_set():
+            app.durable.sweep_once()
+            time.sleep(0.2)
+
+    sweeping = threading.Thread(target=third_process, daemon=True)
+    try:
+        for worker in workers:
+            worker.wait_ready()
+        sweeping.start()
+        wait_until(lambda: len(started_after(app, "tick", since)) >= 12, 60, message="12 ticks")
+        done.set()
+        sweeping.join(10)
+        slots = [s.slot for s in started_after(app, "tick", since)]
+        # Past the start-up, every second has its run: none missing, none twice.
+        steady = slots[2:]
+        assert [b - a for a, b in zip(steady, steady[1:], strict=False)] == [1.0] * (
+            len(steady) - 1
+        )
+        wait_until(lambda: len(noted(rds, app, "tick")) >= len(slots), 60, message="ran")
+        seen = noted(rds, app, "tick")
+        assert len(seen) == len(set(seen)), "a slot ran twice"
+        # The slow schedule's run takes 2.5 s: the slots meanwhile are skipped, and shown.
+        wait_until(lambda: slot_outcomes(app.durable.store, "slow").get("skipped", 0) >= 2, 60)
+        listed = celery("durable", "schedules", "--json", app="tests.apps.scheduled")
+        assert listed.returncode == 0, listed.stderr
+        rows = {row["name"]: row for row in map(json.loads, listed.stdout.splitlines())}
+        assert rows["slow"]["skipped"] >= 2 and rows["slow"]["overlap"] == "skip"
+        assert rows["tick"]["status"] == "active" and rows["tick"]["timing"] == "every 1s"
+        table = celery("durable", "schedules", app="tests.apps.scheduled").stdout
+        assert "slow" in table and "SKIPPED" in table
+    finally:
+        done.set()
+        for worker in workers:
+            worker.kill()
+
+
+def test_after_every_worker_was_down_each_catchup_policy_fires_what_it_says(scheduled_app, rds):
+    app = scheduled_app
+    worker = worker_of(app).wait_ready()
+    policies = ("latest", "all", "none")
+    try:
+        for policy in policies:
+            wait_until(lambda p=policy: noted(rds, app, f"gap-{p}"), 60, message=f"gap-{policy}")
+    finally:
+        worker.stop()
+    last = {p: runs_of(app.durable.store, f"gap-{p}")[-1].slot for p in policies}
+    down = time.time()
+    wait_until(lambda: time.time() >= down + 8, 20, message="8 s of downtime")
+    worker = worker_of(app).wait_ready()
+    back = time.time()
+    try:
+        for policy in policies:
+            wait_until(
+                lambda p=policy: [s for s in started_after(app, f"gap-{p}", back + 1)],
+                60,
+                message=f"gap-{policy} after the restart",
+            )
+    finally:
+        worker.kill()
+    gap = {p: started_after(app, f"gap-{p}", last[p]) for p in policies}
+    rows = {row.name: row for row in app.durable.store.list_schedules()}
+    # latest: the gap's most recent slot only, then each slot on time again.
+    first = gap["latest"][0]
+    assert first.slot - last["latest"] >= 8 and rows["gap-latest"].missed >= 7
+    # all: every slot of the gap, each once, in order.
+    slots = [s.slot for s in gap["all"]]
+    assert slots[: int(back - last["all"])] == [
+        last["all"] + k + 1 for k in range(int(back - last["all"]))
+    ]
+    # none: none of the gap's slots more than the on-time 5 s late.
+    assert gap["none"][0].slot >= back - 5.5 and rows["gap-none"].missed >= 2
+    for policy in policies:
+        seen = noted(rds, app, f"gap-{policy}")
+        assert len(seen) == len(set(seen)), f"gap-{policy}: a slot ran twice"
