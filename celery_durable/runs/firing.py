@@ -301,4 +301,6 @@ class SchedulePass:
         if not self.synced:
             sync(self.runtime)
             self.synced = True
+        if not self.runtime.schedules:
+            return 0  # nothing this code declares can be due: no statement per poll
         return fire_due(self.runtime)

@@ -88,7 +88,8 @@ class ScheduleStatements(Builder):
         row = (*schedules.c, last_status)
         active = and_(mine, schedules.c.paused == false(), schedules.c.disabled_at.is_(None))
         # ``p_now``: a clock of the caller's (tests inject one); None: the database's.
-        clock = func.coalesce(bindparam("p_now", type_=Float), now)
+        # A subquery, so Postgres reads the (volatile) clock once, not once a row.
+        clock = select(func.coalesce(bindparam("p_now", type_=Float), now)).scalar_subquery()
         due = or_(schedules.c.next_slot <= clock, schedules.c.buffered_slot.isnot(None))
         # Only what this worker can start: another app on the namespace fires its own.
         mine_to_fire = schedules.c.workflow.in_(bindparam("p_workflows", expanding=True))
