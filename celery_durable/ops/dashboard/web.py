@@ -1,7 +1,8 @@
 """The dashboard as a Flask (WSGI) application: pages, partials for live refresh, actions.
 
 Every action is a POST that carries the CSRF token, is refused in read-only mode, and
-redirects to the run's page with one line saying what happened.
+redirects to the run's page (a schedule's: the schedules page) with one line saying what
+happened.
 
 Example::
 
