@@ -13,6 +13,8 @@ prefork children included, and survives restarts of the workers:
 - gauges of fan-outs: ``celery_durable_items{step,status}``;
 - gauges of limiters: ``celery_durable_limiter_in_use{limiter,key}``, ``..._waiting``,
   ``..._wait_seconds`` (the oldest waiter's wait);
+- gauges of schedules: ``celery_durable_schedule_lag_seconds{schedule}``, how late each
+  schedule's last started slot fired (none until one has);
 - histograms: ``celery_durable_step_duration_seconds{step}``,
   ``celery_durable_item_duration_seconds{step}``,
   ``celery_durable_signal_resume_latency_seconds{signal}``.
@@ -46,6 +48,7 @@ from celery_durable.runs.admin import limiter_usage
 from celery_durable.store import LimiterUsage
 from celery_durable.store.db.outage import describe, summary
 from celery_durable.store.metrics import Histogram, RunFigures, StoreMetrics
+from celery_durable.store.schedules import ScheduleRow
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime import HasRuntime, Runtime
@@ -111,6 +114,7 @@ class DurableCollector:
                 item_durations = reader.item_durations()
                 signals = reader.signal_latencies()
                 limiters = limiter_usage(runtime)
+                schedules = runtime.store.list_schedules()
             except Exception as exc:  # noqa: BLE001 - the endpoint stays up, says it
                 logger.error(
                     "reading metrics of namespace %r from %s failed: %s",
@@ -133,6 +137,7 @@ class DurableCollector:
             )
             self._histogram(families, "signal_resume_latency_seconds", "signal", namespace, signals)
             self._limiters(families, namespace, limiters)
+            self._schedules(families, namespace, schedules)
         return [up, *families.values()]
 
     def _limiters(
@@ -155,6 +160,20 @@ class DurableCollector:
             in_use.add_metric(key, usage.in_use)
             waiting.add_metric(key, usage.waiting)
             waited.add_metric(key, usage.oldest_wait or 0.0)
+
+    def _schedules(
+        self, families: dict[str, Metric], namespace: str, rows: list[ScheduleRow]
+    ) -> None:
+        lag = self._family(
+            families,
+            GaugeMetricFamily,
+            "schedule_lag_seconds",
+            "How late the schedule's last started slot fired",
+            ["schedule"],
+        )
+        for row in rows:
+            if row.last_lag is not None:
+                lag.add_metric([namespace, row.name], row.last_lag)
 
     def _family(
         self, families: dict[str, Metric], kind: type, name: str, text: str, labels: list[str]

@@ -342,3 +342,44 @@ def test_the_readme_example_live_in_the_dashboard(
         board.stop()
     assert failed.get(timeout=5) == {"receipt": "receipt-3-2500", "parcel": "parcel-3"}
     assert refund.get(timeout=5) == "refunded 1 (alice)"
+
+
+@pytest.fixture
+def embedded_board(durable: Any) -> Iterator[Any]:
+    """The embedded default's dashboard (SQLite, eager mode) served from a thread, with
+    the same basic auth as ``board``: for pages that need no worker."""
+    import threading
+
+    from werkzeug.serving import make_server
+
+    user, password = Dashboard.user, Dashboard.password
+    server = make_server("127.0.0.1", 0, durable.dashboard_app(basic_auth=f"{user}:{password}"))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    yield type("EmbeddedBoard", (), {"url": url, "user": user, "password": password})()
+    server.shutdown()
+    thread.join(timeout=10)
+
+
+def test_pause_a_schedule_from_its_page(browser, durable, embedded_board):
+    from tests.support.schedules import next_slot
+
+    @durable.workflow
+    def report(scheduled_for: Any) -> None:
+        return None
+
+    durable.schedule(report, every=60, name="report-eu")
+    next_slot(durable, "report-eu")  # upserted, as a worker does when it starts
+    with page_of(browser, embedded_board) as page:
+        page.goto("/")
+        page.get_by_role("link", name="Schedules").click()
+        row = page.locator("tr[data-schedule='report-eu']")
+        expect(row).to_contain_text("every 1m")
+        expect(row.locator("[data-status]")).to_have_text("active")
+        row.get_by_role("button", name="Pause report-eu").click()  # confirmed by page_of
+        expect(page.locator(".notice-ok")).to_contain_text("Paused 'report-eu'")
+        expect(row.locator("[data-status]")).to_have_text("paused")
+        expect(row.get_by_role("button", name="Resume report-eu")).to_be_visible()
+    [stored] = [r for r in durable.store.list_schedules() if r.name == "report-eu"]
+    assert stored.paused

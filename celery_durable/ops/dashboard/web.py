@@ -1,7 +1,8 @@
 """The dashboard as a Flask (WSGI) application: pages, partials for live refresh, actions.
 
 Every action is a POST that carries the CSRF token, is refused in read-only mode, and
-redirects to the run's page with one line saying what happened.
+redirects to the run's page (a schedule's: the schedules page) with one line saying what
+happened.
 
 Example::
 
@@ -34,6 +35,7 @@ from celery_durable.core.redact import redactor_of
 from celery_durable.errors import DurableError, WorkflowAlreadyExists
 from celery_durable.ops import console
 from celery_durable.ops.dashboard import pages, security
+from celery_durable.ops.dashboard.schedules import ACTIONS, act_on_schedule, schedules_page
 from celery_durable.ops.dashboard.values import STATUS_ICONS
 from celery_durable.ops.limiters import usage_json
 from celery_durable.runs.admin import limiter_usage
@@ -181,6 +183,23 @@ def create_app(
         limits = {name: each.limit for name, each in durable.runtime.limiters.items()}
         limiters = [usage_json(u, limits) for u in limiter_usage(durable.runtime)]
         return render_template("workflows.html", rows=rows, limiters=limiters)
+
+    @pages_bp.get("/schedules")
+    def schedules() -> Any:
+        return render_template("schedules.html", rows=schedules_page(durable))
+
+    @pages_bp.post("/schedules/<verb>")
+    def schedule_action(verb: str) -> Any:
+        if read_only:
+            return Response("Refused: the dashboard is read-only\n", 403)
+        if verb not in ACTIONS:
+            abort(404)
+        name = request.form.get("name", "")
+        try:
+            flash(act_on_schedule(durable, verb, name), "ok")
+        except DurableError as exc:
+            flash(f"Cannot {verb}: {exc}", "error")
+        return redirect(url_for("durable.schedules"), 303)
 
     @pages_bp.post("/action/<name>")
     def action(name: str) -> Any:
