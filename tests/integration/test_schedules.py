@@ -68,6 +68,29 @@ def test_two_workers_and_a_third_process_fire_each_slot_once(scheduled_app, rds)
         assert rows["tick"]["status"] == "active" and rows["tick"]["timing"] == "every 1s"
         table = celery("durable", "schedules", app="tests.apps.scheduled").stdout
         assert "slow" in table and "SKIPPED" in table
+        # An operator's pause, trigger, backfill and resume, from the command line.
+        store = app.durable.store
+
+        def command(*args: str) -> Any:
+            done = celery("durable", "schedules", *args, "--json", app="tests.apps.scheduled")
+            assert done.returncode == 0, done.stderr
+            return json.loads(done.stdout)
+
+        assert command("pause", "slow")["paused"] is True
+        assert {row.name: row.paused for row in store.list_schedules()}["slow"] is True
+        triggered = command("trigger", "slow")["run_id"]
+        assert app.durable.get_handle(triggered).get(timeout=60)
+        past = time.time() - 3600
+        first = time.strftime("%Y-%m-%dT%H:%M:00Z", time.gmtime(past))
+        last = time.strftime("%Y-%m-%dT%H:%M:02Z", time.gmtime(past))
+        filled = command("backfill", "tick", "--from", first, "--to", last)["run_ids"]
+        assert (
+            len(filled) == 3
+            and command("backfill", "tick", "--from", first, "--to", last)["run_ids"] == []
+        )
+        for run_id in filled:
+            app.durable.get_handle(run_id).get(timeout=60)
+        assert command("resume", "slow")["paused"] is False
     finally:
         done.set()
         for worker in workers:
