@@ -29,10 +29,10 @@ from celery_durable.store import Limit, Outcome
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*([smh])\s*$")
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
 DEFAULT_GRACE = 60.0  # a body without a dispatcher: the sweeper's default dispatch grace
-# Seconds' worth of tokens a limiter's bucket holds: a poll interval's (the default
-# durable_poll_interval). Once runs wait for tokens, each sweep hands out what the bucket
-# holds, so a smaller bucket would cap the rate at a bucket per poll.
-BURST = 1.0
+# Seconds' worth of tokens a limiter's bucket holds: a small burst. Once runs wait for
+# tokens, each sweep hands out at most a bucket, so a bucket smaller than the rate times
+# durable_poll_interval caps the rate there (a known limit: see the README).
+BURST = 0.25
 
 
 def parse_rate(rate: str, owner: str) -> float:
