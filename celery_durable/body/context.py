@@ -89,8 +89,6 @@ class WorkflowContext:
     lease: LeaseClock = dataclasses.field(default_factory=lambda: LeaseClock(float("inf")))
     next_index: int = 0
     in_step: bool = False
-    # The limiter whose slot the running step holds: its record gives the slot back.
-    frees: str | None = None
     # Set once the body must stop (suspended, lease lost, cancelled): steps and waits in
     # the user's finally/with blocks re-raise it instead of running.
     stopping: BaseException | None = None

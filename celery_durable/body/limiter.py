@@ -29,10 +29,7 @@ from celery_durable.store import Limit, Outcome
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*([smh])\s*$")
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
 DEFAULT_GRACE = 60.0  # a body without a dispatcher: the sweeper's default dispatch grace
-# Seconds' worth of tokens a limiter's bucket holds: a small burst. Once runs wait for
-# tokens, each sweep hands out at most a bucket, so a bucket smaller than the rate times
-# durable_poll_interval caps the rate there (a known limit: see the README).
-BURST = 0.25
+BURST = 0.25  # seconds' worth of tokens a limiter's bucket holds
 
 
 def parse_rate(rate: str, owner: str) -> float:
@@ -70,7 +67,8 @@ class Limiter:
         if key is not None and not callable(key):
             raise InvalidArgument(f"{owner}: key must be a function of the arguments, got {key!r}")
         per_second = None if rate is None else parse_rate(rate, owner)
-        # A new bucket starts empty (no burst at first use); an idle one refills to BURST.
+        # A quarter second's worth of tokens at most: an idle limiter allows a small burst,
+        # not a second's worth at once; slots freed and each sweep hand the tokens out.
         capacity = 1.0 if per_second is None else max(1.0, math.ceil(per_second * BURST))
         self.name = name
         self.key = key
@@ -144,12 +142,11 @@ def workflow_limiter(
     return declare(limiters, f"workflow:{workflow}", concurrency or 1, None, concurrency_key)
 
 
-def wait_for_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> bool:
+def wait_for_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> None:
     """Before a limited step runs (never on replay): take a slot, or suspend the run,
-    WAITING "for limiter NAME", until a hand-off gives it one. True: others may wait for
-    the slot, so :func:`hand_on` must follow the step's record."""
+    WAITING "for limiter NAME", until a hand-off gives it one."""
     with store_guard(ctx):
-        taken = ctx.store.acquire_slot(
+        outcome = ctx.store.acquire_slot(
             limiter.limit,
             key,
             ctx.workflow_id,
@@ -158,25 +155,21 @@ def wait_for_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) 
             fence=ctx.fence,
             carried=ctx.take_deferred(),
         )
-    if taken.outcome is Outcome.RECORDED:
-        return taken.contended
-    if taken.outcome is not Outcome.SUSPENDED:
+    if outcome is Outcome.RECORDED:
+        return
+    if outcome is not Outcome.SUSPENDED:
         stop_writing(ctx)
     faults.reach(faults.AFTER_SUSPEND, **ctx.log_fields(index))
     raise ctx.stop(Suspended(f"waiting for limiter {limiter.name!r}"))
 
 
-def hand_on(ctx: WorkflowContext, limiter: Limiter, index: int, key: str, *, freed: bool) -> None:
-    """The limited step is done: its slot goes to the next waiter (``freed``: its record
-    gave it back already; else it failed or was stopped and gives it back now), and the
-    run woken by it is published."""
+def release_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> None:
+    """The limited step is done (recorded, or failed): give its slot to the next waiter,
+    and publish the run woken by it."""
     dispatcher = ctx.dispatcher
     grace = DEFAULT_GRACE if dispatcher is None else dispatcher.dispatch_grace
     with store_guard(ctx):
-        if freed:
-            woken = ctx.store.hand_off(limiter.limit, grace, key)
-        else:
-            woken = ctx.store.release_slot(limiter.limit, key, ctx.workflow_id, index, grace)
+        woken = ctx.store.release_slot(limiter.limit, key, ctx.workflow_id, index, grace)
     for run in woken:
         if dispatcher is not None:  # else the sweeper publishes it after the grace
             dispatcher.publish_run(run)

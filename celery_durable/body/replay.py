@@ -107,11 +107,8 @@ def record(ctx: WorkflowContext, step: StepRecord) -> StepRecord:
     """Persist a step under the run's fencing token, with the deferred steps' records the
     run holds; stop the body if the lease is gone."""
     carried = ctx.take_deferred()
-    frees, ctx.frees = ctx.frees, None
     with store_guard(ctx):
-        written = ctx.store.record_step(
-            ctx.workflow_id, ctx.fence, step, carried=carried, frees=frees
-        )
+        written = ctx.store.record_step(ctx.workflow_id, ctx.fence, step, carried=carried)
     if written.outcome is Outcome.RECORDED:
         ctx.history[step.idx] = step
         for each in (*carried, step):

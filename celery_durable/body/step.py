@@ -23,7 +23,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from celery_durable.body.context import FailedStep, WorkflowContext, enter_body
 from celery_durable.body.dispatch import dispatch
 from celery_durable.body.fanin import StepFuture
-from celery_durable.body.limiter import Limiter, hand_on, wait_for_slot
+from celery_durable.body.limiter import Limiter, release_slot, wait_for_slot
 from celery_durable.body.replay import (
     check_replay,
     confirm_lease,
@@ -233,19 +233,11 @@ class Step(Generic[P, R]):
         if not isinstance(limiter, Limiter):  # checked at registration: None
             return self._execute(ctx, index, step_input, args, kwargs)
         key = limiter.key_of(f"step {self.name}", args, kwargs)
-        contended = wait_for_slot(ctx, limiter, index, key)
-        ctx.frees = limiter.name  # the step's record gives the slot back, in its commit
+        wait_for_slot(ctx, limiter, index, key)
         try:
-            value = self._execute(ctx, index, step_input, args, kwargs)
-            if self.options.commit == "deferred":
-                flush_deferred(ctx)
-        except BaseException:
-            ctx.frees = None
-            hand_on(ctx, limiter, index, key, freed=False)
-            raise
-        if contended:
-            hand_on(ctx, limiter, index, key, freed=True)
-        return value
+            return self._execute(ctx, index, step_input, args, kwargs)
+        finally:
+            release_slot(ctx, limiter, index, key)
 
     def _execute(
         self,

@@ -5,52 +5,26 @@ from the sweeper.
 
 Example::
 
-    slot = take_run_slot(runtime, definition, ctx, args, kwargs)   # in execute()
-    give_run_slot(runtime, definition, ctx.workflow_id, slot)
+    key = take_run_slot(runtime, definition, ctx, args, kwargs)   # in execute()
+    give_run_slot(runtime, definition, ctx.workflow_id, key)
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.body.context import WorkflowContext
-from celery_durable.body.limiter import Limiter
 from celery_durable.core.logs import run_fields
 from celery_durable.engine import taskevents
 from celery_durable.engine.publish import publish_woken
-from celery_durable.store import Outcome, SlotTaken
+from celery_durable.store import Outcome
 from celery_durable.store.limiters import WHOLE_RUN
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime import Runtime, WorkflowDefinition
 
 logger = logging.getLogger("celery_durable.workflow")
-
-
-@dataclasses.dataclass(frozen=True)
-class RunSlot:
-    """The slot a limited run holds while its body runs: the key, and whether others may
-    wait for it (then it is handed on as the delivery ends)."""
-
-    key: str
-    contended: bool
-
-
-def _take(
-    runtime: Runtime,
-    definition: WorkflowDefinition,
-    run_id: str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    **options: Any,
-) -> tuple[Limiter, str, SlotTaken] | None:
-    limiter = definition.limiter
-    if limiter is None:
-        return None
-    key = limiter.key_of(f"workflow {definition.name}", args, kwargs)
-    return limiter, key, runtime.store.acquire_slot(limiter.limit, key, run_id, **options)
 
 
 def park_new_run(
@@ -63,10 +37,13 @@ def park_new_run(
 ) -> bool:
     """A run just started: take its slot now (True: publish it), or leave it PENDING with
     no message until a slot is handed to it (False)."""
-    taking = _take(runtime, definition, run_id, args, kwargs, priority=priority)
-    if taking is None or taking[2].outcome is Outcome.RECORDED:
+    limiter = definition.limiter
+    if limiter is None:
         return True
-    limiter, key, _ = taking
+    key = limiter.key_of(f"workflow {definition.name}", args, kwargs)
+    outcome = runtime.store.acquire_slot(limiter.limit, key, run_id, priority=priority)
+    if outcome is Outcome.RECORDED:
+        return True
     logger.info(
         "workflow %s run %s waits for limiter %r (key %r): no free slot",
         definition.name,
@@ -84,44 +61,35 @@ def take_run_slot(
     ctx: WorkflowContext,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-) -> RunSlot | None:
-    """Before a limited run's body: its slot, or the delivery ends with the run PENDING
-    and no message, its lease and attempt given back."""
-    taking = _take(
-        runtime,
-        definition,
-        ctx.workflow_id,
-        args,
-        kwargs,
-        priority=ctx.priority,
-        fence=ctx.fence,
-        park="PENDING",
-    )
-    if taking is None:
+) -> str | None:
+    """Before a limited run's body: its slot (the key it holds), or the delivery ends with
+    the run PENDING and no message, its lease and attempt given back."""
+    limiter = definition.limiter
+    if limiter is None:
         return None
-    limiter, key, taken = taking
-    if taken.outcome is Outcome.RECORDED:
-        return RunSlot(key, taken.contended)
+    key = limiter.key_of(f"workflow {definition.name}", args, kwargs)
+    outcome = runtime.store.acquire_slot(
+        limiter.limit, key, ctx.workflow_id, priority=ctx.priority, fence=ctx.fence, park="PENDING"
+    )
+    if outcome is Outcome.RECORDED:
+        return key
     text = f"waiting for limiter {limiter.name!r} (key {key!r}) {taskevents.ctx_line(ctx)}"
-    if taken.outcome is Outcome.SUSPENDED:
+    if outcome is Outcome.SUSPENDED:
         logger.info("workflow %s run %s is %s", definition.name, ctx.workflow_id, text)
         raise taskevents.ended(runtime.app, ctx.workflow_id, taskevents.SCHEDULED, text)
-    raise taskevents.ended(runtime.app, ctx.workflow_id, None, f"not run: {taken.outcome.value}")
+    raise taskevents.ended(runtime.app, ctx.workflow_id, None, f"not run: {outcome.value}")
 
 
 def give_run_slot(
-    runtime: Runtime, definition: WorkflowDefinition, run_id: str, slot: RunSlot | None
+    runtime: Runtime, definition: WorkflowDefinition, run_id: str, key: str | None
 ) -> None:
-    """The delivery ended (settled, suspended, retrying): the slot is given back, and
-    handed to the next run if others may wait for it."""
+    """The delivery ended (settled, suspended, retrying): the slot goes to the next run."""
     limiter = definition.limiter
-    if limiter is None or slot is None:
+    if limiter is None or key is None:
         return
     grace = runtime.config.dispatch_grace
     try:
-        woken = runtime.store.release_slot(
-            limiter.limit, slot.key, run_id, WHOLE_RUN, grace, hand=slot.contended
-        )
+        woken = runtime.store.release_slot(limiter.limit, key, run_id, WHOLE_RUN, grace)
     except Exception:  # noqa: BLE001 - the slot is free anyway once the run isn't live
         logger.warning(
             "run %s: could not give its slot of %r back", run_id, limiter.name, exc_info=True

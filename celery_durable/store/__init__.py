@@ -9,7 +9,7 @@ Example::
 from celery_durable.store.db.outage import is_unreachable
 from celery_durable.store.items import DISPATCH_BATCH
 from celery_durable.store.items_first import CLAIM, RUN, SKIP, OpenItem
-from celery_durable.store.limiters import Limit, LimiterUsage, SlotTaken
+from celery_durable.store.limiters import Limit, LimiterUsage
 from celery_durable.store.records import (
     Cancellation,
     Claim,
@@ -63,7 +63,6 @@ __all__ = [
     "DueRun",
     "Limit",
     "LimiterUsage",
-    "SlotTaken",
     "OwedReport",
     "FanOut",
     "FanOutState",

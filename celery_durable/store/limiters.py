@@ -8,7 +8,7 @@ workers never both take its last slot.
 
 Example::
 
-    taken = store.acquire_slot(Limit("payments", concurrency=5), "", run_id, idx, fence=f)
+    outcome = store.acquire_slot(Limit("payments", concurrency=5), "", run_id, idx, fence=f)
     woken = store.release_slot(Limit("payments", concurrency=5), "", run_id, idx, grace=60)
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -38,13 +38,6 @@ class Limit:
     concurrency: int | None = None
     rate: float | None = None
     capacity: float = 1.0
-
-
-class SlotTaken(NamedTuple):
-    """What taking a slot came to, and whether its holder must hand it on when done."""
-
-    outcome: Outcome
-    contended: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +69,7 @@ class LimiterOps:
         fence: int | None = None,
         park: str = "WAITING",
         carried: Sequence[StepRecord] = (),
-    ) -> SlotTaken:
+    ) -> Outcome:
         """Take a slot (and a token) of ``limit``'s ``key`` for the run's step ``idx``.
 
         RECORDED: held, now or handed to it before. SUSPENDED: none is free (or waiters
@@ -85,9 +78,6 @@ class LimiterOps:
         "WAITING") or PENDING with no message (``park`` "PENDING", a whole run); without,
         a run not yet published keeps no due time. LEASE_LOST, CANCELLED: nothing written.
         ``carried``: deferred steps' records, written with it.
-
-        ``contended``: the slot was handed to it, or it took the key's last slot or token,
-        so others may come to wait: its holder hands the slot on when it is done.
         """
         sql = self.sql.limiters
         values = params(
@@ -97,38 +87,41 @@ class LimiterOps:
             if fence is not None:
                 refused = hold_run(conn, self.sql.steps, run_id, fence, carried)
                 if refused is not None:
-                    return SlotTaken(refused)
-            bucket = conn.execute(sql.lock_key, values).one()
-            state = conn.execute(sql.slot_state, values).one()
-            if state.held:
-                return SlotTaken(Outcome.RECORDED, contended=True)
-            free = math.inf if limit.concurrency is None else limit.concurrency - state.in_use
+                    return refused
+            bucket = _lock_key(conn, sql, values)
+            grant = conn.execute(sql.grant_of, values).first()
+            if grant is not None and grant.held:
+                return Outcome.RECORDED
+            since = bucket.now if grant is None else grant.requested_at
             tokens = _tokens(limit, bucket)
-            if not state.ahead and free > 0 and (tokens is None or tokens >= 1):
+            ahead = conn.execute(sql.count_waiters_ahead, {**values, "p_since": since}).scalar()
+            if (
+                not ahead
+                and _free(conn, sql, limit, values) > 0
+                and (tokens is None or tokens >= 1)
+            ):
                 conn.execute(sql.take_grant, values)
                 _spend(conn, sql, values, tokens, 1, bucket.now)
-                last = free <= 1 or (tokens is not None and tokens < 2)
-                return SlotTaken(Outcome.RECORDED, contended=last)
+                return Outcome.RECORDED
             conn.execute(sql.add_waiter, values)
             if fence is None:
                 statement = sql.park_new_run
             else:
                 statement = sql.suspend_for_limiter if park == "WAITING" else sql.park_for_limiter
             conn.execute(statement, values)
-            return SlotTaken(Outcome.SUSPENDED)
+            return Outcome.SUSPENDED
 
     def release_slot(
-        self, limit: Limit, key: str, run_id: str, idx: int, grace: float, *, hand: bool = True
+        self, limit: Limit, key: str, run_id: str, idx: int, grace: float
     ) -> list[DueRun]:
-        """Give the slot back (the step failed or was stopped; the run settled or
-        suspended) and, with ``hand``, hand it to the next waiters of ``key``; returns the
-        runs woken, to publish."""
+        """Give the slot back (the step finished; the run settled or suspended) and hand
+        it to the next waiters of ``key``; returns the runs woken, to publish."""
         with self.db.transaction() as conn:
             conn.execute(
                 self.sql.limiters.release_grant,
                 params(limiter=limit.name, run_id=run_id, idx=idx),
             )
-        return self.hand_off(limit, grace, key) if hand else []
+        return self.hand_off(limit, grace, key)
 
     def hand_off(
         self, limit: Limit, grace: float, key: str | None = None, most: int = 100
@@ -174,6 +167,11 @@ class LimiterOps:
         return [found[k] for k in sorted(found)]
 
 
+def _lock_key(conn: Connection, sql: Any, values: dict[str, Any]) -> Any:
+    conn.execute(sql.add_key, values)
+    return conn.execute(sql.lock_key, values).one()
+
+
 def _tokens(limit: Limit, bucket: Any) -> float | None:
     """The tokens in the key's bucket now (None: the limiter has no rate)."""
     if limit.rate is None:
@@ -199,7 +197,7 @@ def _hand_off_key(
     conn: Connection, sql: Any, limit: Limit, key: str, grace: float, most: int
 ) -> list[DueRun]:
     values = params(limiter=limit.name, key=key, grace=grace)
-    bucket = conn.execute(sql.lock_key, values).one()
+    bucket = _lock_key(conn, sql, values)
     tokens = _tokens(limit, bucket)
     room = min(_free(conn, sql, limit, values), most)
     if tokens is not None:

@@ -4,13 +4,12 @@ wait for one.
 
 A slot counts while its holder is live: running under its lease, or pending within the
 dispatch grace of the publish that handed it the slot. So a dead worker's slot is free once
-its lease is out, whoever notices first; a finished step's grant goes with its record's
-commit, and ``free_lapsed_grants`` only tidies rows.
+its lease is out, whoever notices first; ``free_lapsed_grants`` only tidies the rows.
 
 Example::
 
     sql = LimiterStatements(build_tables("durable_"), dialect_of("postgresql"), "default")
-    sql.lock_key          # INSERT ... ON CONFLICT DO UPDATE ... RETURNING tokens, ...
+    sql.lock_key          # SELECT tokens, refilled_at, now ... FOR UPDATE
 """
 
 from __future__ import annotations
@@ -48,9 +47,7 @@ class LimiterStatements(Builder):
             keys.c.limiter == bindparam("p_limiter"),
             keys.c.key == bindparam("p_key"),
         )
-        # The key's row, made on first use and locked (an upsert locks the row it meets) so
-        # that grants and hand-offs of one key queue up behind each other.
-        self.lock_key = (
+        self.add_key = (
             self.insert(keys)
             .values(
                 namespace=namespace,
@@ -59,11 +56,10 @@ class LimiterStatements(Builder):
                 tokens=0.0,  # a new bucket fills at the rate: no burst at first use
                 refilled_at=now,
             )
-            .on_conflict_do_update(
-                index_elements=[keys.c.namespace, keys.c.limiter, keys.c.key],
-                set_={"tokens": keys.c.tokens},
-            )
-            .returning(keys.c.tokens, keys.c.refilled_at, now.label("now"))
+            .on_conflict_do_nothing()
+        )
+        self.lock_key = dialect.for_update(
+            select(keys.c.tokens, keys.c.refilled_at, now.label("now")).where(of_key)
         )
         self.spend_tokens = (
             update(keys)
@@ -81,9 +77,8 @@ class LimiterStatements(Builder):
             grants.c.limiter == bindparam("p_limiter"),
             grants.c.key == bindparam("p_key"),
         )
-        # A slot counts while its holder is live: running under its lease, or pending
-        # within the grace of the publish that handed it the slot (due_at is either). A
-        # step's record deletes its grant in the same transaction (Store.record_step).
+        # A holder is live while running under its lease or pending within the grace of
+        # the publish that handed it its slot (due_at is either).
         holder_live = exists().where(
             runs.c.namespace == grants.c.namespace,
             runs.c.id == grants.c.run_id,
@@ -91,22 +86,15 @@ class LimiterStatements(Builder):
             runs.c.due_at.isnot(None),
             runs.c.due_at > now,
         )
-        in_use = and_(grants.c.held == true(), holder_live)
-        self.count_in_use = select(func.count()).where(of_grants_key, in_use)
-        # The caller's grant, if any, and what stands before it: the slots in use and the
-        # waiters ahead of it (higher priority, or as high and older), in one round trip.
-        mine = grants.alias("mine")
-        mine_is = and_(
-            mine.c.namespace == namespace,
-            mine.c.run_id == bindparam("p_run_id"),
-            mine.c.idx == bindparam("p_idx"),
-            mine.c.limiter == bindparam("p_limiter"),
+        self.grant_of = select(grants.c.held, grants.c.priority, grants.c.requested_at).where(
+            grant_is
         )
-        mine_since = func.coalesce(
-            select(mine.c.requested_at).where(mine_is).scalar_subquery(), now
+        self.count_in_use = select(func.count()).where(
+            of_grants_key, grants.c.held == true(), holder_live
         )
         mine_priority: Any = bindparam("p_priority")
-        waiters_ahead = select(func.count()).where(
+        mine_since: Any = bindparam("p_since")
+        self.count_waiters_ahead = select(func.count()).where(
             of_grants_key,
             grants.c.held == false(),
             not_(
@@ -116,13 +104,6 @@ class LimiterStatements(Builder):
                 grants.c.priority > mine_priority,
                 and_(grants.c.priority == mine_priority, grants.c.requested_at < mine_since),
             ),
-        )
-        self.slot_state = select(
-            func.coalesce(select(mine.c.held).where(mine_is).scalar_subquery(), false()).label(
-                "held"
-            ),
-            self.count_in_use.scalar_subquery().label("in_use"),
-            waiters_ahead.scalar_subquery().label("ahead"),
         )
         new_grant = {
             "namespace": namespace,
@@ -211,7 +192,7 @@ class LimiterStatements(Builder):
         )
         # Rows of no use: slots of holders no longer live, waits of runs that finished.
         lapsed = or_(
-            and_(grants.c.held == true(), not_(in_use)),
+            and_(grants.c.held == true(), not_(holder_live)),
             and_(
                 grants.c.held == false(),
                 not_(
@@ -240,7 +221,7 @@ class LimiterStatements(Builder):
             select(
                 grants.c.limiter,
                 grants.c.key,
-                func.count().filter(in_use).label("in_use"),
+                func.count().filter(and_(grants.c.held == true(), holder_live)).label("in_use"),
                 func.count().filter(grants.c.held == false()).label("waiting"),
                 func.min(grants.c.requested_at).filter(grants.c.held == false()).label("since"),
                 now.label("now"),

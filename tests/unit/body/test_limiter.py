@@ -81,29 +81,3 @@ def test_a_limited_workflow_waits_pending_with_no_message_and_priority_orders_wa
     assert done.get(timeout=5) == "first"
     durable.sweep_once()  # hands the freed slot on; each run's release hands the next
     assert order == ["first", "high", "low", "low2"]
-
-
-def test_a_finished_step_frees_its_slot_at_its_record_deferred_ones_included(durable):
-    # No release statement follows an uncontended step: its record's commit frees the slot.
-    # A deferred step's record is written at once, so the slot isn't held until the settle.
-    one = durable.limiter("solo", concurrency=2)  # uncontended: 1 of 2 slots taken
-    limits = {"solo": one.limit}
-
-    @durable.step(limiter=one)
-    def strict(i: int) -> int:
-        return i
-
-    @durable.step(limiter=one, commit="deferred")
-    def deferred(i: int) -> int:
-        return i
-
-    def in_use() -> int:
-        return sum(usage.in_use for usage in durable.store.limiter_usage(limits))
-
-    @durable.workflow
-    def both() -> list[int]:
-        seen = [strict(1), in_use(), strict(2), deferred(3), in_use()]
-        return [*seen, deferred(4)]
-
-    assert both.delay().get(timeout=5) == [1, 0, 2, 3, 0, 4]
-    assert in_use() == 0
