@@ -192,9 +192,19 @@ class Step(Generic[P, R]):
         if not self.options.terminate_on_timeout or ctx.deadline_at is None or dispatcher is None:
             yield
             return
-        timer = threading.Timer(
-            max(0.0, ctx.deadline_at - time.time()), dispatcher.terminate, (ctx.workflow_id,)
-        )
+
+        def stop() -> None:
+            # The cancel first, so that its reason is the deadline, not the revoke that
+            # stops the step (the sweeper leaves a run being cancelled to that cancel).
+            try:
+                ctx.store.cancel_run(
+                    ctx.workflow_id, "deadline exceeded", dispatcher.dispatch_grace
+                )
+            except Exception:  # noqa: BLE001 - the sweeper's deadline pass cancels it anyway
+                logger.warning("run %s: could not cancel it at its deadline", ctx.workflow_id)
+            dispatcher.terminate(ctx.workflow_id)
+
+        timer = threading.Timer(max(0.0, ctx.deadline_at - time.time()), stop)
         timer.daemon = True
         timer.start()
         try:

@@ -293,6 +293,9 @@ class Sweeper:
             if revoke_item(self.runtime, run_id):
                 cancelled.append(run_id)
                 continue
+            run = self.runtime.store.get_run(run_id)
+            if run is not None and run.cancel_requested:
+                continue  # being cancelled already, for its own reason (a deadline's stop)
             done = cancel(self.runtime, run_id, REVOKED)
             requested, status = done.requested, done.status
             if requested:
