@@ -79,8 +79,10 @@ def total(self: Any, values: list[Any], tag: str) -> Any:
 @durable.step
 def slow_square(n: int, tag: str) -> int:
     """Held while the test holds ``hold:<tag>:<n>``; ``pid:<tag>:<n>`` names its process."""
-    _redis.set(f"pid:{tag}:{n}", os.getpid())
+    # Counted before the pid is named: the test kills as soon as it sees the pid, and a
+    # kill between the two would leave this run uncounted.
     _redis.incr(f"squares:{tag}:{n}")
+    _redis.set(f"pid:{tag}:{n}", os.getpid())
     deadline = time.monotonic() + 60
     while _redis.exists(f"hold:{tag}:{n}") and time.monotonic() < deadline:
         time.sleep(0.02)
