@@ -6,6 +6,10 @@ operators. Mixed into :class:`~celery_durable.store.store.Store`; the SQL is in
 Every grant and hand-off of a limiter's key locks that key's row first, so that two
 workers never both take its last slot.
 
+A rate's bucket holds ``capacity`` tokens: that caps what an idle key saves up for a burst.
+While runs wait for tokens, the key is not idle: each hand-off gives them every token minted
+since the last one, uncapped, so the rate holds however seldom the sweeper hands them out.
+
 Example::
 
     outcome = store.acquire_slot(Limit("payments", concurrency=5), "", run_id, idx, fence=f)
@@ -93,17 +97,25 @@ class LimiterOps:
             if grant is not None and grant.held:
                 return Outcome.RECORDED
             since = bucket.now if grant is None else grant.requested_at
-            tokens = _tokens(limit, bucket)
             ahead = conn.execute(sql.count_waiters_ahead, {**values, "p_since": since}).scalar()
+            # Waiters behind this one keep the bucket busy (their tokens are uncapped); with
+            # none, the key was idle and its bucket starts again from what it holds, capped.
+            busy = bool(ahead) or (
+                limit.rate is not None
+                and bool(conn.execute(sql.count_other_waiters, values).scalar())
+            )
+            tokens = _tokens(limit, bucket, uncapped=busy)
             if (
                 not ahead
                 and _free(conn, sql, limit, values) > 0
                 and (tokens is None or tokens >= 1)
             ):
                 conn.execute(sql.take_grant, values)
-                _spend(conn, sql, values, tokens, 1, bucket.now)
+                _spend(conn, sql, limit, values, tokens, 1, bucket.now)
                 return Outcome.RECORDED
             conn.execute(sql.add_waiter, values)
+            if not busy:  # the first waiter: tokens owed to waiters are minted from now
+                _spend(conn, sql, limit, values, tokens, 0, bucket.now)
             if fence is None:
                 statement = sql.park_new_run
             else:
@@ -172,12 +184,13 @@ def _lock_key(conn: Connection, sql: Any, values: dict[str, Any]) -> Any:
     return conn.execute(sql.lock_key, values).one()
 
 
-def _tokens(limit: Limit, bucket: Any) -> float | None:
-    """The tokens in the key's bucket now (None: the limiter has no rate)."""
+def _tokens(limit: Limit, bucket: Any, *, uncapped: bool = False) -> float | None:
+    """The tokens in the key's bucket now (None: the limiter has no rate); ``uncapped``
+    while runs wait for them, every token minted since the bucket was last written."""
     if limit.rate is None:
         return None
     refilled = bucket.tokens + max(0.0, bucket.now - bucket.refilled_at) * limit.rate
-    return float(min(limit.capacity, refilled))
+    return float(refilled if uncapped else min(limit.capacity, refilled))
 
 
 def _free(conn: Connection, sql: Any, limit: Limit, values: dict[str, Any]) -> float:
@@ -187,10 +200,18 @@ def _free(conn: Connection, sql: Any, limit: Limit, values: dict[str, Any]) -> f
 
 
 def _spend(
-    conn: Connection, sql: Any, values: dict[str, Any], tokens: float | None, n: int, now: float
+    conn: Connection,
+    sql: Any,
+    limit: Limit,
+    values: dict[str, Any],
+    tokens: float | None,
+    n: int,
+    now: float,
 ) -> None:
-    if tokens is not None and n:
-        conn.execute(sql.spend_tokens, {**values, "p_tokens": tokens - n, "p_now": now})
+    """Write the bucket as of ``now``, ``n`` tokens spent; what is left is capped again."""
+    if tokens is not None:
+        left = min(limit.capacity, tokens - n)
+        conn.execute(sql.spend_tokens, {**values, "p_tokens": left, "p_now": now})
 
 
 def _hand_off_key(
@@ -198,7 +219,7 @@ def _hand_off_key(
 ) -> list[DueRun]:
     values = params(limiter=limit.name, key=key, grace=grace)
     bucket = _lock_key(conn, sql, values)
-    tokens = _tokens(limit, bucket)
+    tokens = _tokens(limit, bucket, uncapped=True)  # handed to waiters, if it has any
     room = min(_free(conn, sql, limit, values), most)
     if tokens is not None:
         room = min(room, math.floor(tokens))
@@ -212,5 +233,6 @@ def _hand_off_key(
         found = conn.execute(sql.wake_waiter, granted).first()
         if found is not None:
             woken.append(DueRun(*found))
-    _spend(conn, sql, values, tokens, len(picked), bucket.now)
+    if picked:
+        _spend(conn, sql, limit, values, tokens, len(picked), bucket.now)
     return woken

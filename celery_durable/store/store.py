@@ -210,29 +210,21 @@ class Store(
         fence: int,
         step: StepRecord,
         carried: Sequence[StepRecord] = (),
-        *,
-        frees: str | None = None,
     ) -> StepWrite:
         """Write a step if this worker still holds the run's lease (fencing token).
 
         EXISTS (with the stored row) when an earlier write of this very step committed,
         e.g. one interrupted after the server's commit. ``carried``: deferred steps'
-        records, written in the same transaction (one round trip on Postgres). ``frees``:
-        the limiter whose slot the step held, given back in that transaction too.
+        records, written in the same transaction (one round trip on Postgres).
         """
         values = step_params(run_id, fence, step)
-        after = [] if frees is None else [self._release(frees, run_id, step.idx)]
         if self.dialect.locks_rows:  # the statement checks the lease itself
-            row = self._one_carrying(
-                self.sql.steps.record_step, values, run_id, fence, carried, after
-            )
+            row = self._one_carrying(self.sql.steps.record_step, values, run_id, fence, carried)
             written = row is not None
         else:
             with self.db.write() as conn:
                 self._carry(conn, run_id, fence, carried)
                 written = self._record_step_on(conn, values)
-                for stmt, more in after:
-                    conn.execute(stmt, more)
         if written:
             return StepWrite(Outcome.RECORDED)
         return self._diagnose_step(run_id, fence, step.idx)
@@ -244,28 +236,19 @@ class Store(
         run_id: str,
         fence: int,
         carried: Sequence[StepRecord],
-        after: Sequence[tuple[Any, dict[str, Any]]] = (),
     ) -> Any:
-        """``stmt``'s first row; with ``carried`` records (and the statements ``after``
-        it), all in one transaction: on Postgres one pipelined round trip, on SQLite one
-        BEGIN IMMEDIATE transaction."""
-        if not carried and not after:
+        """``stmt``'s first row; with ``carried`` records, all in one transaction: on
+        Postgres one pipelined round trip, on SQLite one BEGIN IMMEDIATE transaction."""
+        if not carried:
             return self.db.one(stmt, values, retry=True)
         if not self.dialect.pipelines:
             with self.db.write() as conn:
                 self._carry(conn, run_id, fence, carried)
-                found = conn.execute(stmt, values).first()
-                for more, more_values in after:
-                    conn.execute(more, more_values)
-                return found
+                return conn.execute(stmt, values).first()
         record_step = self.sql.steps.record_step
         writes = [(record_step, step_params(run_id, fence, step)) for step in carried]
-        rows = self.db.transaction_pipeline([*writes, (stmt, values), *after])
+        rows = self.db.transaction_pipeline([*writes, (stmt, values)])
         return rows[len(writes)]
-
-    def _release(self, limiter: str, run_id: str, idx: int) -> tuple[Any, dict[str, Any]]:
-        values = params(limiter=limiter, run_id=run_id, idx=idx)
-        return self.sql.limiters.release_grant, values
 
     def _carry(
         self, conn: Connection, run_id: str, fence: int, carried: Sequence[StepRecord]

@@ -114,6 +114,13 @@ class LimiterStatements(Builder):
             "priority": bindparam("p_priority"),
             "requested_at": now,
         }
+        self.count_other_waiters = select(func.count()).where(
+            of_grants_key,
+            grants.c.held == false(),
+            not_(
+                and_(grants.c.run_id == bindparam("p_run_id"), grants.c.idx == bindparam("p_idx"))
+            ),
+        )
         self.add_waiter = (
             self.insert(grants).values(**new_grant, held=False).on_conflict_do_nothing()
         )

@@ -8,6 +8,7 @@ import pytest
 
 from celery_durable import InvalidArgument, WorkflowStatus
 from celery_durable.body.limiter import parse_rate
+from tests.support.waiting import wait_until
 
 
 def test_bad_declarations_are_refused_naming_them(durable):
@@ -81,3 +82,31 @@ def test_a_limited_workflow_waits_pending_with_no_message_and_priority_orders_wa
     assert done.get(timeout=5) == "first"
     durable.sweep_once()  # hands the freed slot on; each run's release hands the next
     assert order == ["first", "high", "low", "low2"]
+
+
+def test_a_rated_limiter_hands_its_waiters_the_tokens_of_the_time_since_the_last_hand_off(
+    durable,
+):
+    """The bucket caps what an idle limiter saves up, not what its waiters are owed: a
+    sweep a second after the waiters parked hands out a second's worth of tokens, not just
+    the bucket's quarter second (at 20/s, 20 starts, not 5)."""
+    rated = durable.limiter("rated", rate="20/s")
+    started: list[int] = []
+
+    @durable.step(limiter=rated)
+    def stamp(n: int) -> int:
+        started.append(n)
+        return n
+
+    @durable.workflow
+    def one(n: int) -> int:
+        return stamp(n)
+
+    store = durable.store
+    parked_at = store.now()
+    runs = [one.delay(n) for n in range(40)]  # a new bucket is empty: every run waits
+    assert not started and {r.status() for r in runs} == {WorkflowStatus.WAITING}
+    wait_until(lambda: store.now() >= parked_at + 1.0, 5, message="a second of tokens")
+    durable.sweep_once()
+    minted = (store.now() - parked_at) * 20.0
+    assert 0.75 * 20 <= len(started) <= minted, (len(started), minted)
