@@ -127,13 +127,12 @@ class LimiterOps:
         self, limit: Limit, key: str, run_id: str, idx: int, grace: float
     ) -> list[DueRun]:
         """Give the slot back (the step finished; the run settled or suspended) and hand
-        it to the next waiters of ``key``; returns the runs woken, to publish."""
+        it to the next waiters of ``key``, in the same transaction; returns the runs woken,
+        to publish."""
+        sql = self.sql.limiters
         with self.db.transaction() as conn:
-            conn.execute(
-                self.sql.limiters.release_grant,
-                params(limiter=limit.name, run_id=run_id, idx=idx),
-            )
-        return self.hand_off(limit, grace, key)
+            conn.execute(sql.release_grant, params(limiter=limit.name, run_id=run_id, idx=idx))
+            return _hand_off_key(conn, sql, limit, key, grace, most=100)
 
     def hand_off(
         self, limit: Limit, grace: float, key: str | None = None, most: int = 100
