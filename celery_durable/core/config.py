@@ -21,7 +21,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from celery_durable.core.validate import DURATION_FORMS, duration_seconds, show
@@ -50,6 +50,13 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "sqlite:///celery_durable.sqlite3",
         help="SQLAlchemy URL of the store (Postgres via psycopg 3, or SQLite)",
+    ),
+    Setting(
+        "database",
+        str,
+        "default",
+        help="the Django database alias the store uses when no durable_database_url is "
+        "given (with celery_durable.contrib.django installed)",
     ),
     Setting("lock_timeout", float, 30.0, 1.0, "how long a worker's lease lasts", duration=True),
     Setting("poll_interval", float, 1.0, 0.05, "time between two sweeps", duration=True),
@@ -158,11 +165,29 @@ class Given:
         return f"{self.origin}={show(self.raw)}"
 
 
+# Where a framework's own database settings give the store's URL when no source names one:
+# each takes the alias (durable_database) and returns (url, where it came from), or None.
+# celery_durable.contrib.django adds the one that reads DATABASES.
+DatabaseUrlSource = Callable[[str], "tuple[str, str] | None"]
+DATABASE_URL_SOURCES: list[DatabaseUrlSource] = []
+
+
+def _url_of_framework(values: dict[str, Any], given: dict[str, Given]) -> None:
+    for source in DATABASE_URL_SOURCES:
+        found = source(values["database"])
+        if found is not None:
+            url, origin = found
+            values["database_url"] = url
+            given["database_url"] = Given(url, url, url, origin)
+            return
+
+
 @dataclasses.dataclass
 class DurableConfig:
     """Validated settings of one :class:`~celery_durable.Durable` instance."""
 
     database_url: str = "sqlite:///celery_durable.sqlite3"
+    database: str = "default"
     lock_timeout: float = 30.0
     poll_interval: float = 1.0
     max_attempts: int = 3
@@ -226,6 +251,8 @@ class DurableConfig:
                     _number(used),
                     extra={"setting": f"durable_{setting.name}"},
                 )
+        if "database_url" not in given:
+            _url_of_framework(values, given)
         if not values["signal_queue"]:
             # Apps of two namespaces on one broker must not take each other's signals.
             values["signal_queue"] = default_signal_queue(values["namespace"])

@@ -52,6 +52,7 @@ from celery_durable.runs.by_name import start_by_name
 from celery_durable.runs.dedup import Dedup
 from celery_durable.runs.handle import WorkflowHandle
 from celery_durable.store import NewRun
+from celery_durable.store.db.foreign import ForeignTransaction, caller_transaction
 from celery_durable.store.db.outage import is_unreachable, unavailable
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
         *,
         workflow_id: str | None = None,
         if_exists: str | None = None,
-        connection: Connection | Session | None = None,
+        connection: Connection | Session | ForeignTransaction | None = None,
         **options: Any,
     ) -> WorkflowHandle:
         """Insert the run, then publish it; returns a :class:`WorkflowHandle`.
@@ -103,7 +104,8 @@ class WorkflowTask(Task):  # type: ignore[misc]
         each call moves its start that far and gives it this call's arguments
         (``debounce_max_wait`` caps the delay). With ``connection`` (a SQLAlchemy
         Connection or Session) the run is inserted in the caller's transaction and
-        published only once it commits.
+        published only once it commits. Without one, inside a framework's open transaction
+        on the store's database (Django's ``atomic()``), the same holds for that one.
         """
         runtime, definition = self.runtime, self.definition
         dedup = Dedup.from_options(f"workflow {definition.name}", options)
@@ -125,6 +127,8 @@ class WorkflowTask(Task):  # type: ignore[misc]
         run_id = workflow_id or task_id or time_ordered_id()
         args, kwargs = tuple(args or ()), dict(kwargs or {})
         run = dataclasses.replace(self._new_run(args, kwargs, options)(run_id), dedup_key=dedup.key)
+        if connection is None:
+            connection = caller_transaction(runtime.config)
         bind = connection.connection() if isinstance(connection, Session) else connection
         for _ in range(2):  # a dedup key's run that ended between the insert and the look
             inserted = self._insert(run, bind)
@@ -177,7 +181,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
 
         return publish
 
-    def _insert(self, run: NewRun, bind: Connection | None) -> bool:
+    def _insert(self, run: NewRun, bind: Connection | ForeignTransaction | None) -> bool:
         runtime = self.runtime
         try:
             return runtime.store.insert_run(run, bind)
@@ -440,7 +444,12 @@ def _start_delay(countdown: Any, eta: Any) -> float | None:
     return None
 
 
-def _publish_after_commit(connection: Connection | Session, publish: Callable[[], None]) -> None:
+def _publish_after_commit(
+    connection: Connection | Session | ForeignTransaction, publish: Callable[[], None]
+) -> None:
+    if isinstance(connection, ForeignTransaction):
+        connection.on_commit(publish)
+        return
     state = {"open": True}
 
     def on_commit(*_: Any) -> None:

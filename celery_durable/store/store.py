@@ -27,6 +27,7 @@ from celery_durable.errors import ConfigurationError
 from celery_durable.store.admin import AdminOps
 from celery_durable.store.db.connections import Connections, parse_listen_url, parse_url
 from celery_durable.store.db.dialect import Dialect
+from celery_durable.store.db.foreign import ForeignTransaction
 from celery_durable.store.db.listener import Listener
 from celery_durable.store.items import ItemOps
 from celery_durable.store.leases import LeaseOps
@@ -123,7 +124,9 @@ class Store(
 
     # -- start ---------------------------------------------------------------------------
 
-    def insert_run(self, run: NewRun, connection: Connection | Session | None = None) -> bool:
+    def insert_run(
+        self, run: NewRun, connection: Connection | Session | ForeignTransaction | None = None
+    ) -> bool:
         """Insert a PENDING run; False when the id is taken. ``connection``: the caller's tx."""
         values = params(
             id=run.id,

@@ -1,0 +1,11 @@
+"""celery_durable inside a Django project: add ``"celery_durable.contrib.django"`` to
+``INSTALLED_APPS``.
+
+- With no ``CELERY_DURABLE_DATABASE_URL``, the store uses ``DATABASES["default"]`` (or the
+  alias ``CELERY_DURABLE_DATABASE`` names): ``database``.
+- Inside ``transaction.atomic()`` on that alias, a start inserts the run on Django's own
+  connection and publishes it from ``transaction.on_commit``: ``transactions``.
+- ``manage.py migrate`` creates and upgrades the durable tables (the library's Alembic
+  revisions, run by a Django migration), and ``manage.py durable ...`` is
+  ``celery -A app durable ...``.
+"""

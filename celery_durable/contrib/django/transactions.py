@@ -1,0 +1,42 @@
+"""Starts in Django's transaction: inside ``transaction.atomic()`` on the store's alias,
+``.delay()`` inserts the run on Django's connection, in the caller's transaction, and
+publishes it from ``transaction.on_commit``; a rollback (of the block, or of the savepoint
+the start was in) means the run never existed. Outside a block (autocommit) a start is as
+anywhere else.
+
+Only a store built from ``DATABASES`` joins: a store given its own
+``CELERY_DURABLE_DATABASE_URL`` is another connection, even to the same database, and
+starts there commit at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections, transaction
+
+from celery_durable.contrib.django.database import from_django
+from celery_durable.store.db import foreign
+
+BACKENDS = {"postgresql": "postgresql", "sqlite": "sqlite"}
+
+
+def django_transaction(durable_config: Any) -> foreign.ForeignTransaction | None:
+    """Django's open transaction on the store's alias, if the caller is in one."""
+    alias = from_django(durable_config)
+    if alias is None:
+        return None
+    connection = connections[alias]
+    if not connection.in_atomic_block:
+        return None
+
+    def on_commit(publish: Callable[[], None]) -> None:
+        transaction.on_commit(publish, using=alias)
+
+    return foreign.ForeignTransaction(connection.cursor, BACKENDS[connection.vendor], on_commit)
+
+
+def install() -> None:
+    if django_transaction not in foreign.CALLER_TRANSACTIONS:
+        foreign.CALLER_TRANSACTIONS.append(django_transaction)
