@@ -52,7 +52,7 @@ from celery_durable.runs.by_name import start_by_name
 from celery_durable.runs.dedup import Dedup
 from celery_durable.runs.handle import WorkflowHandle
 from celery_durable.store import NewRun
-from celery_durable.store.db.foreign import ForeignTransaction, caller_transaction
+from celery_durable.store.db.foreign import ForeignTransaction, after_commit, caller_transaction
 from celery_durable.store.db.outage import is_unreachable, unavailable
 
 if TYPE_CHECKING:
@@ -155,6 +155,24 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 connection, lambda: self._publish_started(args, kwargs, run_id, options)
             )
         return handle
+
+    def delay_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """Celery's ``DjangoTask.delay_on_commit``: ``apply_async_on_commit(args, kwargs)``."""
+        self.apply_async_on_commit(args, kwargs)
+
+    def apply_async_on_commit(self, args: Any = None, kwargs: Any = None, **options: Any) -> None:
+        """Celery's ``DjangoTask.apply_async_on_commit``: the whole start (insert and
+        publish) waits until the host framework's open transaction commits (Django's, on
+        the store's alias), and never happens if it rolls back; returns None, as Celery's
+        does. ``.delay()`` inside ``atomic()`` already commits or rolls back with it."""
+        def start() -> None:
+            self.apply_async(args, kwargs, **options)
+
+        defer = after_commit(self.runtime.config)
+        if defer is None:
+            start()
+        else:
+            defer(start)
 
     def start_in(
         self,

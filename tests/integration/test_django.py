@@ -14,7 +14,7 @@ import pytest
 
 from celery_durable.store import Store
 from tests.support.django import ADMIN_DSN, APP, Project, project, require_django
-from tests.support.services import BROKER_URL, queue_length
+from tests.support.services import BROKER_URL, delete_queues, queue_length, unique
 from tests.support.waiting import wait_until
 from tests.support.workers import Worker
 
@@ -51,6 +51,33 @@ def test_a_run_started_in_a_rolled_back_savepoint_never_existed(pg_project):
     ids = pg_project.run_ids()
     assert placed["run"] in ids and placed["rolled_back_run"] not in ids
     wait_until(lambda: queue_length(BROKER_URL, pg_project.queue) == 1, 10, message="one message")
+
+
+def test_delay_on_commit_starts_only_once_the_view_commits(pg_project):
+    before = set(pg_project.run_ids())
+    failed = pg_project.manage_json("place_order", "--on-commit", "--fail")
+    assert failed["failed"] and set(pg_project.run_ids()) == before
+    pg_project.manage_json("place_order", "--on-commit")
+    assert len(set(pg_project.run_ids()) - before) == 1
+
+
+def test_in_a_django_test_case_the_run_is_visible_and_published_by_the_captured_commit(
+    pg_project,
+):
+    # Django's runner makes and drops a test database of its own (test_<name>): the store
+    # follows DATABASES there, and lets it be dropped.
+    queue = unique("dj-t")
+    try:
+        said = pg_project.manage(
+            "test",
+            "tests.apps.django_project.shop",
+            "--noinput",
+            env={"TEST_DJANGO_QUEUE": queue},
+            check=False,
+        )
+    finally:
+        delete_queues(BROKER_URL, [queue])
+    assert "Ran 1 test" in said and "\nOK" in said, said
 
 
 @pytest.mark.broker

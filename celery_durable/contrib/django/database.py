@@ -30,9 +30,11 @@ ORIGIN = "DATABASES[{alias!r}]"
 def url_of_alias(alias: str) -> str:
     """The SQLAlchemy URL of ``DATABASES[alias]``: its engine, name, host, port, user,
     password and OPTIONS. ConfigurationError for an unknown alias or engine."""
-    from django.conf import settings  # noqa: PLC0415 - read when the config is first used
+    from django.db import connections  # noqa: PLC0415 - read when the config is first used
 
-    databases: dict[str, dict[str, Any]] = settings.DATABASES
+    # The connections' settings, not settings.DATABASES alone: Django's test runner points
+    # them at the test database, and so the store follows it there.
+    databases: dict[str, dict[str, Any]] = {a: connections.settings[a] for a in connections}
     if alias not in databases:
         raise ConfigurationError(
             f"durable_database (CELERY_DURABLE_DATABASE): no database alias {alias!r} in "

@@ -37,6 +37,19 @@ def django_transaction(durable_config: Any) -> foreign.ForeignTransaction | None
     return foreign.ForeignTransaction(connection.cursor, BACKENDS[connection.vendor], on_commit)
 
 
+def django_on_commit(durable_config: Any) -> Callable[[Callable[[], None]], None]:
+    """``transaction.on_commit`` on the store's alias (``durable_database``), for
+    ``delay_on_commit``: at once outside a transaction, never after a rollback."""
+    alias = durable_config.database
+
+    def on_commit(start: Callable[[], None]) -> None:
+        transaction.on_commit(start, using=alias)
+
+    return on_commit
+
+
 def install() -> None:
     if django_transaction not in foreign.CALLER_TRANSACTIONS:
         foreign.CALLER_TRANSACTIONS.append(django_transaction)
+    if django_on_commit not in foreign.AFTER_COMMIT:
+        foreign.AFTER_COMMIT.append(django_on_commit)

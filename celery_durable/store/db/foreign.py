@@ -26,6 +26,20 @@ from sqlalchemy.engine.interfaces import Dialect as SqlDialect
 CALLER_TRANSACTIONS: list[Callable[[Any], ForeignTransaction | None]] = []
 
 
+# Each takes a store's config and returns the host framework's "run this once the open
+# transaction commits" (Django's transaction.on_commit on the store's alias), or None.
+AFTER_COMMIT: list[Callable[[Any], Callable[[Callable[[], None]], None] | None]] = []
+
+
+def after_commit(config: Any) -> Callable[[Callable[[], None]], None] | None:
+    """The host framework's on-commit hook for a config, if one is installed."""
+    for source in AFTER_COMMIT:
+        found = source(config)
+        if found is not None:
+            return found
+    return None
+
+
 def caller_transaction(config: Any) -> ForeignTransaction | None:
     """The framework transaction a start joins, if the caller is in one."""
     for source in CALLER_TRANSACTIONS:

@@ -21,6 +21,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--fail", action="store_true", help="raise after .delay()")
         parser.add_argument(
+            "--on-commit", action="store_true", help="delay_on_commit instead of delay"
+        )
+        parser.add_argument(
             "--savepoint", action="store_true", help="start a second run in a savepoint rolled back"
         )
 
@@ -30,7 +33,10 @@ class Command(BaseCommand):
             with transaction.atomic():
                 order = Order.objects.create()
                 out["order"] = order.pk
-                out["run"] = checkout.delay(order.pk).id
+                if options["on_commit"]:
+                    checkout.delay_on_commit(order.pk)  # None, as Celery's: no handle
+                else:
+                    out["run"] = checkout.delay(order.pk).id
                 if options["savepoint"]:
                     try:
                         with transaction.atomic():
