@@ -93,6 +93,14 @@ class Runtime:
             )
         return self._store
 
+    def reopen(self) -> None:
+        """Forget the merged config and the store (their connections closed): the next use
+        reads the settings again, e.g. once a test runner has moved the database."""
+        if self._store is not None:
+            self._store.dispose()
+        self._store = None
+        self._config = None
+
     @property
     def store_opened(self) -> bool:
         """Whether this process has used the store (nothing to release otherwise)."""

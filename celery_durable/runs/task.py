@@ -165,6 +165,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
         publish) waits until the host framework's open transaction commits (Django's, on
         the store's alias), and never happens if it rolls back; returns None, as Celery's
         does. ``.delay()`` inside ``atomic()`` already commits or rolls back with it."""
+
         def start() -> None:
             self.apply_async(args, kwargs, **options)
 

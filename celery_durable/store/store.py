@@ -52,6 +52,7 @@ from celery_durable.store.sql.carry import carried_params
 from celery_durable.store.sql.statements import Statements
 from celery_durable.store.starts import StartOps
 from celery_durable.store.sweep import SweepOps
+from celery_durable.store.timers import TimerOps
 
 
 class Store(
@@ -65,6 +66,7 @@ class Store(
     LimiterOps,
     ScheduleOps,
     StartOps,
+    TimerOps,
 ):
     """The database side of one namespace; engines are created per process, lazily.
 
@@ -109,6 +111,7 @@ class Store(
 
     def dispose(self) -> None:
         self.db.dispose()
+        Listener.close_cached(self.db)
 
     def listener(self) -> Listener:
         """Wait for runs to change (LISTEN/NOTIFY on Postgres, polling on SQLite)."""

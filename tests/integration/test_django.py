@@ -19,6 +19,7 @@ from tests.support.waiting import wait_until
 from tests.support.workers import Worker
 
 require_django()
+pytestmark = pytest.mark.broker  # every test publishes, or checks nothing was published
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +40,11 @@ def test_migrate_makes_the_durable_tables_and_then_has_nothing_to_do(pg_project)
     assert pg_project.manage("durable", "list", "--json").strip() == ""  # a line per run
 
 
-def test_a_rolled_back_view_leaves_no_run_and_no_message(pg_project):
-    failed = pg_project.manage_json("place_order", "--fail")
-    assert failed["failed"] and failed["orders"] == []
-    assert failed["run"] not in pg_project.run_ids()
+@pytest.mark.parametrize("how", ["--rollback", "--fail"])
+def test_a_rolled_back_view_leaves_no_run_and_no_message(pg_project, how):
+    undone = pg_project.manage_json("place_order", how)  # --fail: raises after .delay()
+    assert undone["order"] not in undone["orders"] and undone.get("failed", False) == (how == "--fail")
+    assert undone["run"] not in pg_project.run_ids()
     assert queue_length(BROKER_URL, pg_project.queue) == 0  # no worker serves it yet
 
 
@@ -80,7 +82,11 @@ def test_in_a_django_test_case_the_run_is_visible_and_published_by_the_captured_
     assert "Ran 1 test" in said and "\nOK" in said, said
 
 
-@pytest.mark.broker
+def test_the_eager_fixture_runs_a_workflow_with_a_signal_a_timer_and_a_fan_out(pg_project):
+    done = pg_project.pytest("tests/apps/django_project/shop/eager_checks.py")
+    assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
+
+
 def test_a_committed_view_starts_a_run_that_a_worker_completes(pg_project):
     worker = Worker(APP, pg_project.env, queues=pg_project.queue, name="dj", concurrency=2)
     try:

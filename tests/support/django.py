@@ -71,6 +71,19 @@ class Project:
             assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout + ("" if check else done.stderr)
 
+    def pytest(self, path: str) -> subprocess.CompletedProcess[str]:
+        """pytest with pytest-django on a file of the project (no conftest of this suite:
+        it configures the suite's own app)."""
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest"]
+            + ["-p", "pytest_django", "-o", "django_find_project=false", path],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**os.environ, **self.env},
+        )
+
     def manage_json(self, *args: str) -> Any:
         return json.loads(self.manage(*args).strip().splitlines()[-1])
 

@@ -11,7 +11,9 @@ starts there commit at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import connections, transaction
@@ -22,10 +24,29 @@ from celery_durable.store.db import foreign
 BACKENDS = {"postgresql": "postgresql", "sqlite": "sqlite"}
 
 
+_NOT_JOINING = threading.local()
+
+
+@contextmanager
+def not_joining() -> Iterator[None]:
+    """Starts in this thread use the store's own connections, even inside ``atomic()``:
+    an eager run (``testing``) executes at once, and must see the row it runs."""
+    depth = getattr(_NOT_JOINING, "depth", 0)
+    _NOT_JOINING.depth = depth + 1
+    try:
+        yield
+    finally:
+        _NOT_JOINING.depth = depth
+
+
+def _joining_off() -> bool:
+    return bool(getattr(_NOT_JOINING, "depth", 0))
+
+
 def django_transaction(durable_config: Any) -> foreign.ForeignTransaction | None:
     """Django's open transaction on the store's alias, if the caller is in one."""
     alias = from_django(durable_config)
-    if alias is None:
+    if alias is None or _joining_off():
         return None
     connection = connections[alias]
     if not connection.in_atomic_block:

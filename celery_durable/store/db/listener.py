@@ -47,6 +47,19 @@ class Listener:
         self._pause = self.first_poll
         self._key = ""
 
+    @classmethod
+    def close_cached(cls, connections: Connections) -> None:
+        """Close this thread's LISTEN connections to ``connections``' database (a disposed
+        store must hold none: a test runner drops its database after the tests)."""
+        conns: dict[str, Any] = getattr(cls._local, "conns", None) or {}
+        mine = f"{os.getpid()}|{connections.url}|"
+        for key in [k for k in conns if k.startswith(mine)]:
+            conn = conns.pop(key)
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+
     def __enter__(self) -> Listener:
         if not self.connections.can_listen:
             return self

@@ -31,6 +31,7 @@ from celery_durable.store.sql.signals import SignalStatements
 from celery_durable.store.sql.state import StateStatements
 from celery_durable.store.sql.steps import StepStatements
 from celery_durable.store.sql.sweep import SweepStatements
+from celery_durable.store.sql.timers import TimerStatements
 
 
 class Statements:
@@ -54,4 +55,5 @@ class Statements:
         self.outbox = OutboxStatements(tables, dialect, namespace, dispatcher)
         self.limiters = LimiterStatements(tables, dialect, namespace)
         self.schedules = ScheduleStatements(tables, dialect, namespace)
+        self.timers = TimerStatements(tables, dialect, namespace)
         self.notify = self.runs.notify

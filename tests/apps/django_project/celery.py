@@ -27,3 +27,24 @@ def mark_paid(order_id: int) -> str:
 @durable.workflow(name="django_project.checkout")
 def checkout(order_id: int) -> dict[str, object]:
     return {"order": order_id, "status": mark_paid(order_id)}
+
+
+@durable.step
+def double(n: int) -> int:
+    return 2 * n
+
+
+@durable.workflow(name="django_project.approval")
+def approval(order_id: int) -> dict[str, object]:
+    """Waits for a signal, then an hour, then fans out: the eager fixture's test."""
+    import celery_durable as cd  # noqa: PLC0415 - the body's API, as users write it
+
+    decision = cd.wait_for_signal("approved")
+    cd.sleep(3600)
+    doubled = cd.map(double, [1, 2, 3])
+    return {
+        "order": order_id,
+        "by": decision["by"],
+        "doubled": doubled,
+        "paid": mark_paid(order_id),
+    }

@@ -21,6 +21,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--fail", action="store_true", help="raise after .delay()")
         parser.add_argument(
+            "--rollback", action="store_true", help="mark the block for rollback, no error"
+        )
+        parser.add_argument(
             "--on-commit", action="store_true", help="delay_on_commit instead of delay"
         )
         parser.add_argument(
@@ -44,6 +47,8 @@ class Command(BaseCommand):
                             raise Failed("the savepoint")
                     except Failed:
                         pass
+                if options["rollback"]:
+                    transaction.set_rollback(True)
                 if options["fail"]:
                     raise Failed("after .delay()")
         except Failed:
