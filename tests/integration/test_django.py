@@ -43,7 +43,9 @@ def test_migrate_makes_the_durable_tables_and_then_has_nothing_to_do(pg_project)
 @pytest.mark.parametrize("how", ["--rollback", "--fail"])
 def test_a_rolled_back_view_leaves_no_run_and_no_message(pg_project, how):
     undone = pg_project.manage_json("place_order", how)  # --fail: raises after .delay()
-    assert undone["order"] not in undone["orders"] and undone.get("failed", False) == (how == "--fail")
+    assert undone["order"] not in undone["orders"] and undone.get("failed", False) == (
+        how == "--fail"
+    )
     assert undone["run"] not in pg_project.run_ids()
     assert queue_length(BROKER_URL, pg_project.queue) == 0  # no worker serves it yet
 
