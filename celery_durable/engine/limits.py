@@ -68,6 +68,8 @@ def take_run_slot(
     if limiter is None:
         return None
     key = limiter.key_of(f"workflow {definition.name}", args, kwargs)
+    if runtime.store.holds_slot(limiter.limit, ctx.workflow_id):
+        return key  # taken at its start, or handed to it: no lock, no commit
     outcome = runtime.store.acquire_slot(
         limiter.limit, key, ctx.workflow_id, priority=ctx.priority, fence=ctx.fence, park="PENDING"
     )

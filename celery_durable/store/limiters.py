@@ -123,6 +123,13 @@ class LimiterOps:
             conn.execute(statement, values)
             return Outcome.SUSPENDED
 
+    def holds_slot(self, limit: Limit, run_id: str, idx: int = WHOLE_RUN) -> bool:
+        """Whether the run's step ``idx`` holds a slot of ``limit`` (taken at its start, or
+        handed to it): one read, no lock."""
+        values = params(limiter=limit.name, run_id=run_id, idx=idx)
+        found = self.db.one(self.sql.limiters.grant_of, values)
+        return found is not None and bool(found[0])
+
     def release_slot(
         self, limit: Limit, key: str, run_id: str, idx: int, grace: float
     ) -> list[DueRun]:
