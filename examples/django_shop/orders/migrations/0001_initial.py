@@ -1,0 +1,24 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    initial = True
+    dependencies: list[tuple[str, str]] = []
+    operations = [
+        migrations.CreateModel(
+            name="Order",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("item", models.CharField(max_length=100)),
+                ("quantity", models.PositiveIntegerField(default=1)),
+                ("status", models.CharField(default="new", max_length=20)),
+                ("receipt", models.CharField(blank=True, max_length=100)),
+                ("created", models.DateTimeField(auto_now_add=True)),
+            ],
+        )
+    ]

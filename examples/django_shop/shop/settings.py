@@ -1,0 +1,55 @@
+"""Settings of the example shop. SQLite (``db.sqlite3`` next to manage.py) unless
+``SHOP_DATABASE=postgres``; the broker is ``CELERY_BROKER_URL`` (default: local Redis)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# An example's key: set DJANGO_SECRET_KEY for anything but a local try-out.
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "django-shop-example-only")
+DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    # Its migration creates the durable tables; it adds `manage.py durable ...`.
+    "celery_durable.contrib.django",
+    "orders",
+]
+MIDDLEWARE = ["django.middleware.common.CommonMiddleware"]
+ROOT_URLCONF = "shop.urls"
+WSGI_APPLICATION = "shop.wsgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
+    }
+]
+
+if os.environ.get("SHOP_DATABASE", "sqlite") == "postgres":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": os.environ.get("SHOP_PG_NAME", "django_shop"),
+            "HOST": os.environ.get("SHOP_PG_HOST", "127.0.0.1"),
+            "PORT": os.environ.get("SHOP_PG_PORT", "5432"),
+            "USER": os.environ.get("SHOP_PG_USER", "postgres"),
+            "PASSWORD": os.environ.get("SHOP_PG_PASSWORD", ""),
+        }
+    }
+else:
+    # The web server and the worker are separate processes: a file both open, not :memory:.
+    DATABASES = {
+        "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DIR / "db.sqlite3"}
+    }
+
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+# A queue of the shop's own, so other projects on the same broker don't take its tasks.
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("SHOP_QUEUE", "django_shop")
