@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -383,13 +382,10 @@ class Durable:
 
     @property
     def database_configured(self) -> bool:
-        """Whether a database URL was given (keyword, env var or app.conf), rather than the
-        embedded default: a broker-only producer must not store signals in a local file."""
-        return bool(
-            self._settings.get("database_url")
-            or os.environ.get("CELERY_DURABLE_DATABASE_URL")
-            or self.app.conf.get("durable_database_url")
-        )
+        """Whether a database URL was given (keyword, env var, app.conf, or a framework's
+        database settings such as Django's DATABASES), rather than the embedded default: a
+        broker-only producer must not store signals in a local file."""
+        return "database_url" in self.config.given
 
     # -- operations ---------------------------------------------------------------------------
 

@@ -107,17 +107,27 @@ class Project:
 
 
 @contextmanager
+def postgres_database(name: str | None) -> Iterator[None]:
+    """A Postgres database of its own (none for ``None``), dropped afterwards even while
+    a process still holds a connection to it."""
+    if name is not None:
+        with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield
+    finally:
+        if name is not None:
+            with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
 def project(database: str, tmp: Path) -> Iterator[Project]:
     """A configuration of the project with its own database (Postgres) or file (SQLite),
     dropped afterwards, as is its queue."""
     made = Project(database, tmp)
-    if database == "postgres":
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{made.pg_name}"')
     try:
-        yield made
+        with postgres_database(made.pg_name if database == "postgres" else None):
+            yield made
     finally:
-        if database == "postgres":
-            with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{made.pg_name}" WITH (FORCE)')
         delete_queues(BROKER_URL, [made.queue])

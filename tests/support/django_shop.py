@@ -21,10 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import sqlalchemy as sa
 
-from tests.support.django import ADMIN_DSN
+from tests.support.django import postgres_database
 from tests.support.services import BROKER_URL, PG_URL, delete_queues, unique
 from tests.support.waiting import wait_until
 from tests.support.workers import ROOT, clean_env
@@ -219,15 +218,10 @@ def shop(database: str, tmp: Path) -> Iterator[Shop]:
     folder = tmp / "django_shop"
     shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("db.sqlite3", "__pycache__"))
     made = Shop(database, folder)
-    if database == "postgres":
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{made.pg_name}"')
-    try:
-        yield made
-    finally:
-        for process in made.processes:
-            process.kill()
-        if database == "postgres":
-            with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{made.pg_name}" WITH (FORCE)')
-        delete_queues(BROKER_URL, [made.queue, f"celery_durable.signals.{made.namespace}"])
+    with postgres_database(made.pg_name if database == "postgres" else None):
+        try:
+            yield made
+        finally:
+            for process in made.processes:
+                process.kill()
+            delete_queues(BROKER_URL, [made.queue, f"celery_durable.signals.{made.namespace}"])

@@ -236,3 +236,23 @@ def test_async_workflows_and_steps_are_refused_at_registration():
     with pytest.raises(TypeError, match=r"workflow .*fetch: async def"):
         durable.workflow(fetch)
     assert not durable.steps and not durable.workflows
+
+
+def test_a_framework_s_database_setting_gives_the_url_only_when_no_source_does(monkeypatch):
+    from celery_durable.core import config as config_module  # noqa: PLC0415
+
+    def framework(alias: str) -> tuple[str, str]:
+        return f"sqlite:////tmp/{alias}.sqlite3", f"DATABASES[{alias!r}]"
+
+    monkeypatch.setattr(config_module, "DATABASE_URL_SOURCES", [framework])
+    monkeypatch.delenv("CELERY_DURABLE_DATABASE_URL", raising=False)
+    found = DurableConfig.from_sources({}, {"durable_database": "reports"}, {})
+    assert found.database_url == "sqlite:////tmp/reports.sqlite3"
+    assert found.given["database_url"].origin == "DATABASES['reports']"
+    given = DurableConfig.from_sources({"database_url": "sqlite:////tmp/mine.sqlite3"}, {}, {})
+    assert given.database_url == "sqlite:////tmp/mine.sqlite3"
+    # A producer whose store comes from the framework's settings has a database: its
+    # signals are stored first, not sent through the broker alone.
+    app = Celery("framework", broker="memory://")
+    app.conf.durable_database = "reports"
+    assert Durable(app).database_configured
