@@ -8,6 +8,7 @@ rollback, on the session's broker)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,7 +43,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
 def checkouts(made: Project) -> Iterator[str]:
     """Runs started as the project starts them, all at once (a subprocess each costs a
     second): each test takes the ones it needs."""
-    return iter(start_checkouts(made, 6))
+    return iter(start_checkouts(made, 8))
 
 
 @pytest.fixture(scope="module")
@@ -218,3 +219,45 @@ def test_the_admin_cancels_after_confirming_as_the_cli_does_then_resumes(
         selected(page, [by_admin], "Resume selected runs")
         page.get_by_role("button", name="Yes, I’m sure").click()
         expect(page.locator(".messagelist .error")).to_contain_text(f"{by_admin}: not done")
+
+
+# Django's test client in the project's process: settings that need no server of their own.
+SETTINGS_CHECKS = """
+import json
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+def status_as(username, path, **post):
+    client = Client()
+    client.force_login(User.objects.get(username=username))
+    response = client.post(path, post) if post else client.get(path)
+    return response.status_code, response.content.decode()
+
+plain = User.objects.get(username="plain")
+plain.user_permissions.add(Permission.objects.get(codename="view_order"))
+run_page = status_as("plain", "/durable/run/RUN")
+print(json.dumps({
+    "staff": status_as("staff", "/durable/")[0],
+    "plain": run_page[0],
+    "cancel_shown": "Cancel run" in run_page[1],
+    "post": status_as("plain", "/durable/action/cancel", id="RUN")[0],
+}))
+"""
+
+
+def test_a_named_permission_replaces_staff_and_read_only_shows_no_action(made, checkouts, store):
+    run_id = next(checkouts)
+    code = SETTINGS_CHECKS.replace("RUN", run_id)
+    named = {"TEST_DJANGO_DASHBOARD_PERMISSION": "shop.view_order"}
+    said = json.loads(made.manage("shell", "-c", code, env=named).strip().splitlines()[-1])
+    assert said == {"staff": 403, "plain": 200, "cancel_shown": True, "post": 303}
+    cancelled = store.get_run(run_id)
+    assert cancelled is not None and cancelled.status == "CANCELLED"
+
+    other = next(checkouts)
+    code = SETTINGS_CHECKS.replace("RUN", other)
+    read_only = {**named, "TEST_DJANGO_DASHBOARD_READ_ONLY": "1"}
+    said = json.loads(made.manage("shell", "-c", code, env=read_only).strip().splitlines()[-1])
+    assert said == {"staff": 403, "plain": 200, "cancel_shown": False, "post": 403}
+    untouched = store.get_run(other)
+    assert untouched is not None and untouched.status == "PENDING"

@@ -2,7 +2,7 @@
 ``TEST_DJANGO_PG_NAME``) or SQLite (a file), and no database URL for celery_durable. The
 admin, and the dashboard at ``/durable/`` (``urls.py``), behind Django's login at
 ``/accounts/login/``; ``TEST_DJANGO_DASHBOARD_PERMISSION`` names the permission it needs
-(unset: staff)."""
+(unset: staff), ``TEST_DJANGO_DASHBOARD_READ_ONLY=1`` makes it read-only."""
 
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ ROOT_URLCONF = "tests.apps.django_project.urls"
 LOGIN_URL = "/accounts/login/"
 STATIC_URL = "/static/"  # the admin's; served by `runserver --insecure` in the tests
 CELERY_DURABLE_DASHBOARD_PERMISSION = os.environ.get("TEST_DJANGO_DASHBOARD_PERMISSION") or None
+CELERY_DURABLE_DASHBOARD_READ_ONLY = os.environ.get("TEST_DJANGO_DASHBOARD_READ_ONLY") == "1"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 if os.environ.get("TEST_DJANGO_DB", "postgres") == "postgres":
