@@ -8,4 +8,7 @@
 - ``manage.py migrate`` creates and upgrades the durable tables (the library's Alembic
   revisions, run by a Django migration), and ``manage.py durable ...`` is
   ``celery -A app durable ...``.
+- ``path("durable/", include("celery_durable.contrib.django.urls"))`` serves the dashboard
+  behind Django's login, permission (``access``) and CSRF: ``views``.
+- The runs are in the admin, read-only, with cancel and resume actions: ``admin``.
 """

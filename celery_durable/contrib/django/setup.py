@@ -1,6 +1,6 @@
-"""The project's Durable instances, for ``migrate`` and ``manage.py durable``: those bound to
-Celery's current app (the one the project's ``celery.py`` makes), or, with none, one made
-from the Django settings alone (``CELERY_DURABLE_*``)."""
+"""The project's Durable instances, for ``migrate``, ``manage.py durable``, the dashboard
+and the admin: those bound to Celery's current app (the one the project's ``celery.py``
+makes), or, with none, one made from the Django settings alone (``CELERY_DURABLE_*``)."""
 
 from __future__ import annotations
 
@@ -22,3 +22,9 @@ def durables() -> list[Durable]:
 
     app.config_from_object(settings, namespace="CELERY")
     return [Durable(app)]
+
+
+def durable() -> Durable:
+    """The Durable the dashboard and the admin show: the first the project made (the one
+    of the first namespace, when it made several)."""
+    return durables()[0]

@@ -2,7 +2,9 @@
 
 ``--basic-auth`` takes what Flower's does: ``user:password``, several separated by
 commas. CSRF uses a double-submit token: a random value in a ``SameSite=Strict`` cookie
-that every POST form must repeat; a POST from another origin is refused too.
+that every POST form must repeat; a POST from another origin is refused too. Mounted in a
+framework with CSRF of its own (Django), that framework checks the POSTs instead and
+hands the dashboard the field and token its forms carry (``HOST_CSRF``).
 
 Example::
 
@@ -20,6 +22,9 @@ from urllib.parse import urlsplit
 
 CSRF_COOKIE = "durable_csrf"
 CSRF_FIELD = "csrf_token"
+# Set by the host framework's view (``create_app(host_csrf=True)``) to ``(field, token)``.
+# A client can't put it there: a WSGI server turns request headers into HTTP_* keys only.
+HOST_CSRF = "celery_durable.host_csrf"
 # No inline script or style may run: even an escaping bug could not execute a payload.
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -71,6 +76,15 @@ def csrf_ok(cookie: str | None, submitted: str | None) -> bool:
     if not cookie or not submitted:
         return False
     return hmac.compare_digest(cookie.encode(), submitted.encode())
+
+
+def host_csrf(environ: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The ``(field, token)`` the host framework put in the environ, if it did."""
+    given = environ.get(HOST_CSRF)
+    if not (isinstance(given, tuple) and len(given) == 2):
+        return None
+    field, token = given
+    return (field, token) if isinstance(field, str) and isinstance(token, str) else None
 
 
 def same_origin(origin: str | None, host: str | None) -> bool:

@@ -56,12 +56,17 @@ def create_app(
     url_prefix: str = "",
     secret_key: bytes | str | None = None,
     refresh_seconds: float = 3.0,
+    host_csrf: bool = False,
 ) -> Flask:
     """The dashboard for ``durable`` as a Flask app (a WSGI callable).
 
     ``basic_auth``: Flower's ``user:password[,user:password]``; ``url_prefix``: where its
     pages live (``/durable``); ``secret_key``: signs the one-line notices after actions
-    (random by default; give one when several processes serve the dashboard)."""
+    (random by default; give one when several processes serve the dashboard).
+    ``host_csrf``: the web framework it is mounted in checks every POST's CSRF token before
+    calling it, and puts the form field and token to render in the WSGI environ
+    (:data:`~celery_durable.ops.dashboard.security.HOST_CSRF`); the dashboard's own
+    double-submit check is then off, and a POST arriving without that key is refused."""
     users = security.parse_basic_auth(basic_auth)
     prefix = "/" + url_prefix.strip("/") if url_prefix.strip("/") else ""
     app = Flask(__name__, static_folder=None, template_folder=os.path.join(HERE, "templates"))
@@ -89,6 +94,12 @@ def create_app(
                 401,
                 {"WWW-Authenticate": 'Basic realm="celery_durable", charset="UTF-8"'},
             )
+        if host_csrf:
+            given = security.host_csrf(request.environ)
+            if given is None and request.method == "POST":
+                return Response("Refused: the host checked no CSRF token\n", 403)
+            g.csrf_field, g.host_csrf = given or (security.CSRF_FIELD, "")
+            return None
         g.csrf = request.cookies.get(security.CSRF_COOKIE) or security.new_token()
         if request.method == "POST":
             submitted = request.form.get(security.CSRF_FIELD)
@@ -116,8 +127,8 @@ def create_app(
     @app.context_processor
     def helpers() -> dict[str, Any]:
         return {
-            "csrf_token": lambda: g.get("csrf", ""),
-            "csrf_field": security.CSRF_FIELD,
+            "csrf_token": lambda: g.get("host_csrf") or g.get("csrf", ""),
+            "csrf_field": g.get("csrf_field", security.CSRF_FIELD),
             "read_only": read_only,
             "statuses": ALL_STATUSES,
             "refresh_ms": int(refresh_seconds * 1000),

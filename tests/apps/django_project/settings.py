@@ -1,5 +1,8 @@
 """Settings of the test project: Postgres (``TEST_DJANGO_DB=postgres``, the database
-``TEST_DJANGO_PG_NAME``) or SQLite (a file), and no database URL for celery_durable."""
+``TEST_DJANGO_PG_NAME``) or SQLite (a file), and no database URL for celery_durable. The
+admin, and the dashboard at ``/durable/`` (``urls.py``), behind Django's login at
+``/accounts/login/``; ``TEST_DJANGO_DASHBOARD_PERMISSION`` names the permission it needs
+(unset: staff), ``TEST_DJANGO_DASHBOARD_READ_ONLY=1`` makes it read-only."""
 
 from __future__ import annotations
 
@@ -10,11 +13,42 @@ DEBUG = False
 ALLOWED_HOSTS = ["*"]
 USE_TZ = True
 INSTALLED_APPS = [
+    "django.contrib.admin",
     "django.contrib.contenttypes",
     "django.contrib.auth",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
     "celery_durable.contrib.django",
     "tests.apps.django_project.shop",
 ]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+ROOT_URLCONF = "tests.apps.django_project.urls"
+LOGIN_URL = "/accounts/login/"
+STATIC_URL = "/static/"  # the admin's; served by `runserver --insecure` in the tests
+CELERY_DURABLE_DASHBOARD_PERMISSION = os.environ.get("TEST_DJANGO_DASHBOARD_PERMISSION") or None
+CELERY_DURABLE_DASHBOARD_READ_ONLY = os.environ.get("TEST_DJANGO_DASHBOARD_READ_ONLY") == "1"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 if os.environ.get("TEST_DJANGO_DB", "postgres") == "postgres":
