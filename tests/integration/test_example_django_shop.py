@@ -5,6 +5,7 @@ database the test makes) and on SQLite (the example's default), on the session's
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 from pathlib import Path
@@ -63,3 +64,10 @@ def test_a_posted_order_is_paid_by_its_checkout_and_a_rollback_leaves_nothing(
         assert made.orders() == [(placed["order"], "paid")]
         listed = made.durable("list", "--json").stdout.splitlines()
         assert [json.loads(line)["id"] for line in listed] == [placed["run"]]
+        # The dashboard is mounted, behind Django's login.
+        dashboard = http.client.HTTPConnection("127.0.0.1", made.port, timeout=10)
+        dashboard.request("GET", "/durable/")
+        answer = dashboard.getresponse()
+        assert answer.status == 302 and answer.getheader("Location", "").startswith(
+            "/admin/login/"
+        ), (answer.status, answer.getheader("Location"))

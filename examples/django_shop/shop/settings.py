@@ -16,20 +16,40 @@ USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 INSTALLED_APPS = [
+    "django.contrib.admin",
     "django.contrib.contenttypes",
     "django.contrib.auth",
-    # Its migration creates the durable tables; it adds `manage.py durable ...`.
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    # Its migration creates the durable tables; it adds `manage.py durable ...`, the
+    # dashboard (shop/urls.py) and the runs in the admin.
     "celery_durable.contrib.django",
     "orders",
 ]
-MIDDLEWARE = ["django.middleware.common.CommonMiddleware"]
+# The dashboard and the admin need sessions, users and Django's CSRF check.
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+LOGIN_URL = "/admin/login/"  # where the dashboard sends a visitor who isn't logged in
+STATIC_URL = "/static/"
 ROOT_URLCONF = "shop.urls"
 WSGI_APPLICATION = "shop.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
         "APP_DIRS": True,
-        "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
     }
 ]
 

@@ -1,20 +1,16 @@
 """``POST /orders/`` places an order, ``GET /orders/<id>/`` shows it, ``/durable/`` is the
-dashboard of the runs."""
+dashboard of the runs, ``/admin/`` has them too."""
 
 from __future__ import annotations
 
+from django.contrib import admin
 from django.urls import URLPattern, URLResolver, include, path
 from orders import views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("orders/", views.place_order, name="place-order"),
     path("orders/<int:pk>/", views.order_detail, name="order-detail"),
+    # Staff only (python manage.py createsuperuser), behind Django's login and CSRF check.
+    path("durable/", include("celery_durable.contrib.django.urls")),
+    path("admin/", admin.site.urls),
 ]
-
-try:
-    import celery_durable.contrib.django.urls  # noqa: F401
-except ImportError:
-    # A celery_durable without the Django dashboard: the shop works without it.
-    pass
-else:
-    urlpatterns.append(path("durable/", include("celery_durable.contrib.django.urls")))
