@@ -14,9 +14,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import logging
-import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -24,7 +22,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from celery import Task
 from celery.exceptions import Reject
 from kombu.utils.encoding import safe_repr
-from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from celery_durable.body.context import WorkflowContext
@@ -51,6 +48,7 @@ from celery_durable.errors import (
 from celery_durable.runs.by_name import start_by_name
 from celery_durable.runs.dedup import Dedup
 from celery_durable.runs.handle import WorkflowHandle
+from celery_durable.runs.starting import publish_after_commit, start_delay_of
 from celery_durable.store import NewRun
 from celery_durable.store.db.foreign import ForeignTransaction, after_commit, caller_transaction
 from celery_durable.store.db.outage import is_unreachable, unavailable
@@ -151,7 +149,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
             self._publish_started(args, kwargs, run_id, options, handle)
         else:
             options.setdefault("headers", {})[TRANSACTIONAL_HEADER] = True
-            _publish_after_commit(
+            publish_after_commit(
                 connection, lambda: self._publish_started(args, kwargs, run_id, options)
             )
         return handle
@@ -269,7 +267,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
         )
         queue = self._resolve_queue(args, kwargs, options)
         try:
-            start_delay = _start_delay(options.pop("countdown", None), options.pop("eta", None))
+            start_delay = start_delay_of(options.pop("countdown", None), options.pop("eta", None))
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"workflow {definition.name}: {exc}") from None
         if queue:
@@ -439,50 +437,3 @@ class WorkflowTask(Task):  # type: ignore[misc]
         text = f"the database is unreachable; delivering run {request.id} again in {delay:.1f}s"
         cause = safe_repr(unavailable.__cause__)
         raise taskevents.ended(self.app, request.id, taskevents.RETRIED, text, exception=cause)
-
-
-def _start_delay(countdown: Any, eta: Any) -> float | None:
-    """countdown/eta become a start time kept in the database, never an ETA message."""
-    if countdown is not None and eta is not None:
-        raise ValueError("pass countdown or eta, not both")
-    if countdown is not None:
-        if (
-            isinstance(countdown, bool)
-            or not isinstance(countdown, int | float)
-            or not math.isfinite(countdown)
-        ):
-            raise TypeError(f"countdown must be a finite number of seconds, got {countdown!r}")
-        return float(countdown) if countdown > 0 else None
-    if eta is not None:
-        if not isinstance(eta, dt.datetime):
-            raise TypeError(f"eta must be a datetime, got {type(eta).__name__}")
-        if eta.tzinfo is None:
-            eta = eta.replace(tzinfo=dt.timezone.utc)
-        delay = (eta - dt.datetime.now(dt.timezone.utc)).total_seconds()
-        return delay if delay > 0 else None
-    return None
-
-
-def _publish_after_commit(
-    connection: Connection | Session | ForeignTransaction, publish: Callable[[], None]
-) -> None:
-    if isinstance(connection, ForeignTransaction):
-        connection.on_commit(publish)
-        return
-    state = {"open": True}
-
-    def on_commit(*_: Any) -> None:
-        if state["open"]:
-            state["open"] = False
-            publish()
-
-    def on_rollback(*_: Any) -> None:
-        state["open"] = False
-
-    if isinstance(connection, Session):
-        event.listen(connection, "after_commit", on_commit, once=True)
-        event.listen(connection, "after_rollback", on_rollback, once=True)
-    else:
-        # Connection has no after-commit hook; the worker waits briefly for the row.
-        event.listen(connection, "commit", on_commit, once=True)
-        event.listen(connection, "rollback", on_rollback, once=True)
