@@ -85,6 +85,12 @@ def rate_run(key: str, n: int) -> int:
 
 @durable.workflow(name="tests.apps.limited.pair", concurrency=2)
 def pair(key: str, n: int) -> int:
+    """A negative ``n`` holds its slot while the test holds ``hold:<key>:pair``."""
+    if n < 0:
+        _redis.rpush(f"limited:{key}:holding", n)
+        deadline = time.monotonic() + 120
+        while _redis.exists(f"hold:{key}:pair") and time.monotonic() < deadline:
+            time.sleep(0.02)
     _redis.incr(f"limited:{key}:done")
     return n
 
