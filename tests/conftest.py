@@ -255,6 +255,16 @@ def canvas_worker(canvas_app: object) -> Iterator[Worker]:
         worker.kill()
 
 
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """One Chromium for a test process's whole session: Playwright's sync API runs one
+    instance per thread, so every browser test of the process shares it."""
+    from tests.support.dashboard import chromium  # noqa: PLC0415 - only browser tests need it
+
+    with chromium() as launched:
+        yield launched
+
+
 @pytest.fixture
 def flower(basic_app: object) -> Iterator[object]:
     """A real Flower on the test app's broker (basic auth ops:s3cret)."""

@@ -30,22 +30,9 @@ from tests.support.workers import ROOT
 pytestmark = pytest.mark.skipif(
     BROKER != "redis", reason="browser tests run in the Redis pass (no broker-specific path)"
 )
-CHROMIUM = "/usr/bin/chromium"
 # The README example's runs go here: no worker of the test app takes them.
 QUEUE_OF_ORDERS = unique("orders-")
 SECONDS = 1000  # Playwright's timeouts are in milliseconds
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
-    """One Chromium for the whole session (Debian's: Playwright's download doesn't work)."""
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    if not os.path.exists(CHROMIUM) and not os.environ.get("CI"):
-        pytest.skip(f"no {CHROMIUM}: apt-get install -y chromium")
-    with playwright_api.sync_playwright() as driver:
-        launched = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield launched
-        launched.close()
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ from tests.support.builders import new_run
 from tests.support.django import Project, project, require_django
 from tests.support.django_site import (
     Site,
-    chromium,
     cookies_of,
     make_users,
     page_of,
@@ -51,12 +50,6 @@ def site(made: Project) -> Iterator[Site]:
     served = Site(made).wait_ready()
     yield served
     served.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with chromium() as launched:
-        yield launched
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,15 @@ Example::
 from __future__ import annotations
 
 import base64
+import importlib
+import os
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
 
 from .flower import free_port
 from .waiting import wait_until
@@ -58,3 +64,24 @@ class Dashboard(CeleryProcess):
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """Debian's Chromium driven by Playwright (whose own download doesn't work here);
+    skipped without either, naming what installs it, except under CI=true, where it fails."""
+    if os.environ.get("CI") == "true":
+        playwright_api: Any = importlib.import_module("playwright.sync_api")
+    else:
+        playwright_api = pytest.importorskip("playwright.sync_api")
+        if not os.path.exists(CHROMIUM):
+            pytest.skip(f"no {CHROMIUM}: apt-get install -y chromium")
+    with playwright_api.sync_playwright() as driver:
+        launched = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()

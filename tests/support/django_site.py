@@ -24,14 +24,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from .django import MANAGE, Project
 from .flower import free_port
 from .waiting import wait_until
 from .workers import ROOT
 
-CHROMIUM = "/usr/bin/chromium"
 USERS = {"staff": "staff-pw-1", "plain": "plain-pw-1"}  # a staff user and one who isn't
 MAKE_USERS = """
 from django.contrib.auth.models import User
@@ -131,20 +128,6 @@ def start_checkouts(made: Project, count: int) -> list[str]:
     )
     ids: list[str] = made.manage_json("shell", "-c", code)
     return ids
-
-
-@contextmanager
-def chromium() -> Iterator[Any]:
-    """Debian's Chromium through Playwright; skipped without either, except under CI."""
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    if not os.path.exists(CHROMIUM) and not os.environ.get("CI"):
-        pytest.skip(f"no {CHROMIUM}: apt-get install -y chromium")
-    with playwright_api.sync_playwright() as driver:
-        launched = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 @contextmanager
