@@ -141,22 +141,17 @@ class LimiterOps:
             conn.execute(sql.release_grant, params(limiter=limit.name, run_id=run_id, idx=idx))
             return _hand_off_key(conn, sql, limit, key, grace, most=100)
 
-    def hand_off(
-        self, limit: Limit, grace: float, key: str | None = None, most: int = 100
-    ) -> list[DueRun]:
+    def hand_off(self, limit: Limit, grace: float, most: int = 100) -> list[DueRun]:
         """Hand the free slots (and tokens) of ``limit`` to its next waiters: per key, the
         highest priority first, then the oldest; every key with waiters in turn (one
         transaction each), the one whose oldest waiter waited longest first. Returns the
         runs woken (due now), for the caller to publish."""
         sql = self.sql.limiters
-        if key is None:
-            with self.db.transaction() as conn:
-                conn.execute(sql.free_lapsed_grants, params(limiter=limit.name))
-                keys = [
-                    row.key for row in conn.execute(sql.keys_waited_for, params(limiter=limit.name))
-                ]
-        else:
-            keys = [key]
+        with self.db.transaction() as conn:
+            conn.execute(sql.free_lapsed_grants, params(limiter=limit.name))
+            keys = [
+                row.key for row in conn.execute(sql.keys_waited_for, params(limiter=limit.name))
+            ]
         woken: list[DueRun] = []
         for each in keys:
             with self.db.transaction() as conn:

@@ -21,9 +21,6 @@ from django.db import connections, transaction
 from celery_durable.contrib.django.database import from_django
 from celery_durable.store.db import foreign
 
-BACKENDS = {"postgresql": "postgresql", "sqlite": "sqlite"}
-
-
 _NOT_JOINING = threading.local()
 
 
@@ -51,20 +48,20 @@ def django_transaction(durable_config: Any) -> foreign.ForeignTransaction | None
     connection = connections[alias]
     if not connection.in_atomic_block:
         return None
-
-    def on_commit(publish: Callable[[], None]) -> None:
-        transaction.on_commit(publish, using=alias)
-
-    return foreign.ForeignTransaction(connection.cursor, BACKENDS[connection.vendor], on_commit)
+    # Django's vendor names are the store's backend names ("postgresql", "sqlite"): the
+    # store was built from this alias, which only those engines pass.
+    on_commit = django_on_commit(durable_config)
+    return foreign.ForeignTransaction(connection.cursor, connection.vendor, on_commit)
 
 
 def django_on_commit(durable_config: Any) -> Callable[[Callable[[], None]], None]:
-    """``transaction.on_commit`` on the store's alias (``durable_database``), for
-    ``delay_on_commit``: at once outside a transaction, never after a rollback."""
+    """``transaction.on_commit`` on the store's alias (``durable_database``): the publish
+    of a start in Django's transaction, and ``delay_on_commit``'s start. At once outside a
+    transaction, never after a rollback."""
     alias = durable_config.database
 
-    def on_commit(start: Callable[[], None]) -> None:
-        transaction.on_commit(start, using=alias)
+    def on_commit(then: Callable[[], None]) -> None:
+        transaction.on_commit(then, using=alias)
 
     return on_commit
 

@@ -385,12 +385,20 @@ class Connections:
 
     def listen_connection(self) -> Any:
         """A new autocommit psycopg connection for LISTEN, outside the pool."""
-        url = (self.listen_url or self.url).set(drivername="postgresql")
-        extra: dict[str, Any] = _keepalives(url)
-        if "application_name" not in url.query:
-            extra["application_name"] = APP_NAME
+        extra: dict[str, Any] = {}
         if self.pgbouncer and self.listen_url is None:
             extra["prepare_threshold"] = None
+        return self._own_connection(extra)
+
+    def _own_connection(self, extra: dict[str, Any]) -> Any:
+        """A new autocommit psycopg connection outside the pool, to ``listen_url`` if set:
+        client keepalives and the store's application name unless the URL sets them."""
+        url = (self.listen_url or self.url).set(drivername="postgresql")
+        extra = {**_keepalives(url), **extra}
+        if "application_name" not in url.query:
+            extra["application_name"] = APP_NAME
+        if "options" in url.query:
+            extra.pop("options", None)  # the URL's own server options win
         return psycopg.connect(url.render_as_string(hide_password=False), autocommit=True, **extra)
 
     @property
@@ -403,15 +411,8 @@ class Connections:
         """A new autocommit psycopg connection of its own, straight to the server, whose
         session ends within seconds of its host being cut off: the server probes the
         idle socket (the tcp_keepalives settings of the session), not only the client."""
-        url = (self.listen_url or self.url).set(drivername="postgresql")
-        extra: dict[str, Any] = _keepalives(url)
-        if "application_name" not in url.query:
-            extra["application_name"] = APP_NAME
-        if "options" not in url.query:
-            extra["options"] = " ".join(
-                f"-c tcp_keepalives_{name}={value}" for name, value in _SERVER_KEEPALIVES
-            )
-        return psycopg.connect(url.render_as_string(hide_password=False), autocommit=True, **extra)
+        server = " ".join(f"-c tcp_keepalives_{name}={value}" for name, value in _SERVER_KEEPALIVES)
+        return self._own_connection({"options": server})
 
     def execute_on(self, driver: Any, stmt: Any, params: dict[str, Any]) -> Any:
         """Run ``stmt`` on a psycopg connection of one's own; its first row (or None)."""

@@ -15,11 +15,13 @@ Django app adds one); ``caller_transaction`` asks them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine.interfaces import Dialect as SqlDialect
+
+T = TypeVar("T")
 
 # Each takes a store's config and returns the caller's open transaction on that store's
 # database, or None (no framework transaction: the store uses its own connections).
@@ -31,22 +33,22 @@ CALLER_TRANSACTIONS: list[Callable[[Any], ForeignTransaction | None]] = []
 AFTER_COMMIT: list[Callable[[Any], Callable[[Callable[[], None]], None] | None]] = []
 
 
-def after_commit(config: Any) -> Callable[[Callable[[], None]], None] | None:
-    """The host framework's on-commit hook for a config, if one is installed."""
-    for source in AFTER_COMMIT:
+def _first_found(sources: Sequence[Callable[[Any], T | None]], config: Any) -> T | None:
+    for source in sources:
         found = source(config)
         if found is not None:
             return found
     return None
+
+
+def after_commit(config: Any) -> Callable[[Callable[[], None]], None] | None:
+    """The host framework's on-commit hook for a config, if one is installed."""
+    return _first_found(AFTER_COMMIT, config)
 
 
 def caller_transaction(config: Any) -> ForeignTransaction | None:
     """The framework transaction a start joins, if the caller is in one."""
-    for source in CALLER_TRANSACTIONS:
-        found = source(config)
-        if found is not None:
-            return found
-    return None
+    return _first_found(CALLER_TRANSACTIONS, config)
 
 
 def _format_dialect(backend: str) -> SqlDialect:
