@@ -66,6 +66,8 @@ def execute(
         raise taskevents.ended(runtime.app, run_id, None, f"malformed message: {text}")
     owner = runtime.leases.owner
     try:
+        if not runtime.leases.prove_alive():
+            raise ClaimUnavailable(f"the proof of life of {owner} is held by another session")
         claim = store.claim_run(run_id, owner, config.lock_timeout, config.max_recoveries)
         if claim is None and request_header(request, TRANSACTIONAL_HEADER):
             claim = _claim_when_visible(

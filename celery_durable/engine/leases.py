@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from celery_durable.body.context import LeaseClock
 from celery_durable.core.retry import backoff
-from celery_durable.store import OpenItem
+from celery_durable.store import OpenItem, ProofOfLife
 from celery_durable.store.db.outage import describe, is_unreachable, summary
 
 if TYPE_CHECKING:
@@ -85,6 +85,8 @@ class LeaseKeeper:
         self.runtime = runtime
         self._pid = -1
         self._owner = ""
+        self._proof: ProofOfLife | None = None
+        self._proof_taken = False
         self._runs: Counter[str] = Counter()
         self._clocks: dict[str, list[LeaseClock]] = {}
         # Items this process runs: (run id, step index, item, claim token).
@@ -103,14 +105,39 @@ class LeaseKeeper:
 
     @property
     def owner(self) -> str:
-        """This process's owner id, recorded on the runs it claims."""
+        """This process's owner id, recorded on the runs it claims; it says whether the
+        process holds a proof of life (``store.proof_of_life``)."""
         if self._pid != os.getpid():
             self._reset_after_fork()
+        if not self._owner:
+            base = f"{socket.gethostname()}:{self._pid}:{uuid.uuid4().hex[:8]}"
+            self._proof = self.runtime.store.proof_of_life(base)
+            self._owner = base if self._proof is None else self._proof.owner
         return self._owner
 
+    def prove_alive(self, tries: int = 5) -> bool:
+        """Hold the proof of life before a claim records this process's owner id: a run
+        is never leased to an owner that claims one and holds none. False: its key was
+        busy each time (a claimant checking it); the claim waits. Raises when the
+        database is unreachable. No round trip once held."""
+        self.owner  # noqa: B018 - resets state in a freshly forked child
+        proof = self._proof
+        if proof is None:
+            return True
+        for attempt in range(tries):
+            if proof.hold():
+                self._proof_taken = True
+                return True
+            time.sleep(0.05 * (attempt + 1))
+        return False
+
     def _reset_after_fork(self) -> None:
+        # The parent's proof of life is its own: its connection is left alone (closing
+        # it here would end the parent's session), the child takes one of its own.
         self._pid = os.getpid()
-        self._owner = f"{socket.gethostname()}:{self._pid}:{uuid.uuid4().hex[:8]}"
+        self._owner = ""
+        self._proof = None
+        self._proof_taken = False
         self._runs = Counter()
         self._clocks = {}
         self._items = set()
@@ -216,6 +243,8 @@ class LeaseKeeper:
             delay = period
             store = self.runtime.store
             try:
+                if self._proof is not None and self._proof_taken:
+                    self._proof.check()  # its connection dropped: taken again
                 self._convert_long_items(period)
                 self._clear_reported()
                 runs, items = self.running(), self.items()
@@ -253,6 +282,9 @@ class LeaseKeeper:
         except Exception:
             logger.exception("could not give back the leases of %s", self._owner)
             return []
+        finally:
+            if self._proof is not None:
+                self._proof.release()
         if released:
             logger.warning(
                 "gave back the leases of %d run(s) on exit: %s", len(released), ", ".join(released)

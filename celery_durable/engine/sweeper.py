@@ -133,6 +133,9 @@ class Sweeper:
                 names,
                 config.max_recoveries,
                 self.takeover,
+                # Leases run at most lock_timeout ahead; twice that covers a renewal made
+                # as the sweep's transaction started.
+                2 * config.lock_timeout,
             )
             for run in due:
                 if run.status in FINISHED_STATUSES:

@@ -10,6 +10,7 @@ from celery_durable.store.db.outage import is_unreachable
 from celery_durable.store.items import DISPATCH_BATCH
 from celery_durable.store.items_first import CLAIM, RUN, SKIP, OpenItem
 from celery_durable.store.limiters import Limit, LimiterUsage
+from celery_durable.store.liveness import ProofOfLife
 from celery_durable.store.records import (
     Cancellation,
     Claim,
@@ -62,6 +63,7 @@ __all__ = [
     "DueItem",
     "DueRun",
     "Limit",
+    "ProofOfLife",
     "LimiterUsage",
     "OwedReport",
     "FanOut",

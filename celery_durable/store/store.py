@@ -32,6 +32,7 @@ from celery_durable.store.db.listener import Listener
 from celery_durable.store.items import ItemOps
 from celery_durable.store.leases import LeaseOps
 from celery_durable.store.limiters import LimiterOps
+from celery_durable.store.liveness import LivenessOps
 from celery_durable.store.long_lived import LongLivedOps
 from celery_durable.store.outbox import OutboxOps
 from celery_durable.store.records import (
@@ -60,6 +61,7 @@ class Store(
     SignalOps,
     SweepOps,
     LeaseOps,
+    LivenessOps,
     AdminOps,
     LongLivedOps,
     OutboxOps,

@@ -31,6 +31,7 @@ class SweepOps:
         names: Sequence[str],
         max_recoveries: int = 10,
         takeover: float = TAKEOVER,
+        lease_window: float = 0.0,
     ) -> list[DueRun]:
         """Take the due runs of the workflows ``names`` for the sweeper to publish again;
         several sweepers never share one. Only the runs of this store's broker (its
@@ -39,7 +40,9 @@ class SweepOps:
 
         An expired lease gives its attempt back and counts a recovery; a run at
         ``max_recoveries`` becomes FAILED with ``lost_error`` here (the poison guard). Such
-        runs are returned with that status and must not be published.
+        runs are returned with that status and must not be published. A lease due within
+        ``lease_window`` seconds whose owner died (its proof of life is gone) counts as
+        expired.
         """
         values = params(
             limit=limit,
@@ -48,6 +51,7 @@ class SweepOps:
             names=list(names),
             max_recoveries=max_recoveries,
             takeover=takeover,
+            lease_window=lease_window,
         )
         with self.db.write() as conn:
             rows = conn.execute(self.sql.sweep.sweep_due_runs, values).all()

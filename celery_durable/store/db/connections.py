@@ -210,6 +210,7 @@ class Connections:
             args["application_name"] = APP_NAME  # how the store shows in pg_stat_activity
         if self.pgbouncer:
             args["prepare_threshold"] = None  # PgBouncer < 1.21 can't pool prepared statements
+        args.update(_keepalives(self.url))
         return args
 
     def _create_engine(self) -> Engine:
@@ -384,10 +385,56 @@ class Connections:
 
     def listen_connection(self) -> Any:
         """A new autocommit psycopg connection for LISTEN, outside the pool."""
-        url = (self.listen_url or self.url).set(drivername="postgresql")
         extra: dict[str, Any] = {}
-        if "application_name" not in url.query:
-            extra["application_name"] = APP_NAME
         if self.pgbouncer and self.listen_url is None:
             extra["prepare_threshold"] = None
+        return self._own_connection(extra)
+
+    def _own_connection(self, extra: dict[str, Any]) -> Any:
+        """A new autocommit psycopg connection outside the pool, to ``listen_url`` if set:
+        client keepalives and the store's application name unless the URL sets them."""
+        url = (self.listen_url or self.url).set(drivername="postgresql")
+        extra = {**_keepalives(url), **extra}
+        if "application_name" not in url.query:
+            extra["application_name"] = APP_NAME
+        if "options" in url.query:
+            extra.pop("options", None)  # the URL's own server options win
         return psycopg.connect(url.render_as_string(hide_password=False), autocommit=True, **extra)
+
+    @property
+    def holds_sessions(self) -> bool:
+        """A connection of its own keeps a session (and its locks) on the server:
+        Postgres, and not through PgBouncer (unless ``listen_url``, the server itself)."""
+        return self.dialect.session_locks and (self.listen_url is not None or not self.pgbouncer)
+
+    def session_connection(self) -> Any:
+        """A new autocommit psycopg connection of its own, straight to the server, whose
+        session ends within seconds of its host being cut off: the server probes the
+        idle socket (the tcp_keepalives settings of the session), not only the client."""
+        server = " ".join(f"-c tcp_keepalives_{name}={value}" for name, value in _SERVER_KEEPALIVES)
+        return self._own_connection({"options": server})
+
+    def execute_on(self, driver: Any, stmt: Any, params: dict[str, Any]) -> Any:
+        """Run ``stmt`` on a psycopg connection of one's own; its first row (or None)."""
+        sql, defaults = self._compile(stmt)
+        with driver.cursor() as cursor:
+            cursor.execute(sql, {**defaults, **params})
+            return cursor.fetchone()
+
+
+# TCP keepalive of every store connection (unless the URL sets its own): a connection to
+# a server that went away fails within seconds, not after the kernel's two hours.
+_CLIENT_KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+}
+# The server's side of a session connection: idle, interval, count (about 11 s in all).
+_SERVER_KEEPALIVES = (("idle", 5), ("interval", 2), ("count", 3))
+
+
+def _keepalives(url: URL) -> dict[str, Any]:
+    if any(name in url.query for name in _CLIENT_KEEPALIVES):
+        return {}
+    return dict(_CLIENT_KEEPALIVES)

@@ -39,6 +39,9 @@ class Dialect:
     # Transaction-level advisory locks: the first delivery of an item runs in one
     # transaction (``store/items_first.py``).
     advisory_locks: bool
+    # Session-level advisory locks, which end with their session: a process's proof of
+    # life (``store/liveness.py``), so a claimant sees at once that a lease's owner died.
+    session_locks: bool
     # Several statements travel in one round trip (psycopg's pipeline mode).
     pipelines: bool
     # The planner takes settings in a transaction (SET LOCAL jit, enable_seqscan).
@@ -76,6 +79,7 @@ class Postgres(Dialect):
     round_trips = True
     writes_in_ctes = True
     advisory_locks = True
+    session_locks = True
     pipelines = True
     planner_settings = True
     explain = "EXPLAIN "
@@ -99,6 +103,7 @@ class SQLite(Dialect):
     round_trips = False
     writes_in_ctes = False
     advisory_locks = False
+    session_locks = False
     pipelines = False
     planner_settings = False
     explain = "EXPLAIN QUERY PLAN "

@@ -102,6 +102,18 @@ def columns_of(table: Any, record: type, **computed: Any) -> tuple[Any, ...]:
     )
 
 
+# The end of the owner id of a process that holds a proof of life (``store/liveness.py``):
+# only its leases are taken over when no session holds its lock. Other owners (older
+# workers, SQLite, PgBouncer without listen_url) keep the lease.
+PROOF_OF_LIFE = ":live"
+
+
+def proof_of_life_key(owner: Any) -> Any:
+    """The advisory lock key (bigint) of an owner id: 64 bits, so two live owners' keys
+    never meet in practice (and if they did, a dead one would keep its lease: no harm)."""
+    return func.hashtextextended(owner, 0)
+
+
 class Builder:
     """What every area's statements share: the dialect, the clock and the fencing guard.
 
@@ -144,6 +156,21 @@ class Builder:
         runs = self.tables.runs
         overdue = due_at <= due_by - bindparam("p_takeover", type_=Float)
         return or_(self.here(runs.c.dispatcher), overdue)
+
+    def owner_is_gone(self) -> Any:
+        """The run's lease owner declared a proof of life and no session holds it: the
+        process died (or its connection did), its lease can be taken over at once.
+
+        Trying the lock, not reading pg_locks: no copy of the lock table per row, and a
+        lock the owner holds is refused. The transaction-level lock ends with the
+        claimant's statement. Never true where sessions hold no locks (SQLite)."""
+        if not self.dialect.session_locks:
+            return false()
+        owner = self.tables.runs.c.owner
+        return and_(
+            owner.like(f"%{PROOF_OF_LIFE}"),
+            func.pg_try_advisory_xact_lock(proof_of_life_key(owner)),
+        )
 
     def outbox_entry(self, finishes: Any, at: Any = None) -> Any:
         """``outbox_at`` for a statement that ``finishes`` a run: a run with a canvas owes

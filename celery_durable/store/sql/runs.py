@@ -135,7 +135,7 @@ class RunStatements(Builder):
         )
 
     def _claim(self) -> None:
-        """Take a pending run, or a running one whose lease expired."""
+        """Take a pending run, or a running one whose lease expired or whose owner died."""
         runs, steps, now = self.tables.runs, self.tables.steps, self.now
         namespace, dispatcher = self.namespace, self.dispatcher
         # A saga whose cancellation was requested is still claimed: it rolls back first.
@@ -148,8 +148,10 @@ class RunStatements(Builder):
                 ),
                 and_(
                     runs.c.status == "RUNNING",
-                    runs.c.due_at < now,
                     runs.c.recoveries + 1 < bindparam("p_max_recoveries"),
+                    # Its lease expired, or its owner died (tried only while the lease
+                    # lasts: a pending run's claim never gets here).
+                    or_(runs.c.due_at < now, self.owner_is_gone()),
                 ),
             ),
         )

@@ -20,6 +20,7 @@ from celery_durable.store.sql.admin import AdminStatements
 from celery_durable.store.sql.carry import CarryStatements
 from celery_durable.store.sql.items import ItemStatements
 from celery_durable.store.sql.limiters import LimiterStatements
+from celery_durable.store.sql.liveness import LivenessStatements
 from celery_durable.store.sql.long_lived import LongLivedStatements
 from celery_durable.store.sql.metrics import MetricStatements
 from celery_durable.store.sql.open_items import OpenItemStatements
@@ -56,4 +57,5 @@ class Statements:
         self.limiters = LimiterStatements(tables, dialect, namespace)
         self.schedules = ScheduleStatements(tables, dialect, namespace)
         self.timers = TimerStatements(tables, dialect, namespace)
+        self.liveness = LivenessStatements(tables, dialect, namespace)
         self.notify = self.runs.notify

@@ -56,21 +56,25 @@ class SweepStatements(Builder):
         """What is due: expired leases, lost publishes, backoffs and timers that passed."""
         runs, now = self.tables.runs, self.now
         registered, due_by = self._registered, self._due_by
+        # An expired lease, or one whose owner died: the worker was lost.
+        lost = runs.c.status == "RUNNING"
         due = (
             select(runs.c.id)
             .where(
                 self.ns,
                 registered,
                 runs.c.due_at.isnot(None),
-                runs.c.due_at <= due_by,
+                # Due, or a lease (due within p_lease_window) whose owner died: one range
+                # of ix_runs_due either way.
+                runs.c.due_at <= due_by + bindparam("p_lease_window", type_=Float),
+                or_(runs.c.due_at <= due_by, and_(lost, self.owner_is_gone())),
                 self.dispatched_here(runs.c.due_at, due_by),
             )
             .order_by(runs.c.due_at)
             .limit(bindparam("p_limit"))
         )
-        # An expired lease: the worker was lost. Not the run's fault, so the attempt is
-        # given back; the recoveries budget (durable_max_recoveries) stops a poison run.
-        lost = runs.c.status == "RUNNING"
+        # Not the run's fault, so the attempt is given back; the recoveries budget
+        # (durable_max_recoveries) stops a poison run.
         exhausted = and_(lost, runs.c.recoveries + 1 >= bindparam("p_max_recoveries"))
         # A cancelled saga is published (it rolls back), not ended here.
         cancelled = and_(runs.c.cancel_requested == true(), runs.c.compensable == false())
