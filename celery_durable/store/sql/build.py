@@ -23,6 +23,7 @@ from sqlalchemy import (
     false,
     func,
     literal,
+    literal_column,
     or_,
     select,
     true,
@@ -157,18 +158,27 @@ class Builder:
         overdue = due_at <= due_by - bindparam("p_takeover", type_=Float)
         return or_(self.here(runs.c.dispatcher), overdue)
 
-    def owner_is_gone(self) -> Any:
+    def owner_is_gone(self, lease: Any) -> Any:
         """The run's lease owner declared a proof of life and no session holds it: the
         process died (or its connection did), its lease can be taken over at once.
 
         Trying the lock, not reading pg_locks: no copy of the lock table per row, and a
         lock the owner holds is refused. The transaction-level lock ends with the
-        claimant's statement. Never true where sessions hold no locks (SQLite)."""
+        claimant's statement. Never true where sessions hold no locks (SQLite).
+
+        A server restart ends every session, live owners' too, and they take their locks
+        again only at their next beat: until the server has been up for ``lease`` (the
+        longest a live owner goes without a beat), a missing lock proves nothing, and the
+        lease decides, as without a proof of life."""
         if not self.dialect.session_locks:
             return false()
         owner = self.tables.runs.c.owner
+        started: Any = literal_column(
+            "CAST(EXTRACT(EPOCH FROM pg_postmaster_start_time()) AS DOUBLE PRECISION)"
+        )
         return and_(
             owner.like(f"%{PROOF_OF_LIFE}"),
+            started < self.now - lease,
             func.pg_try_advisory_xact_lock(proof_of_life_key(owner)),
         )
 

@@ -151,7 +151,7 @@ class RunStatements(Builder):
                     runs.c.recoveries + 1 < bindparam("p_max_recoveries"),
                     # Its lease expired, or its owner died (tried only while the lease
                     # lasts: a pending run's claim never gets here).
-                    or_(runs.c.due_at < now, self.owner_is_gone()),
+                    or_(runs.c.due_at < now, self.owner_is_gone(bindparam("p_lease"))),
                 ),
             ),
         )

@@ -9,6 +9,8 @@ Example::
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     Float,
     and_,
@@ -58,6 +60,8 @@ class SweepStatements(Builder):
         registered, due_by = self._registered, self._due_by
         # An expired lease, or one whose owner died: the worker was lost.
         lost = runs.c.status == "RUNNING"
+        lease_window: Any = bindparam("p_lease_window", type_=Float)
+        lease_window_end = due_by + lease_window
         due = (
             select(runs.c.id)
             .where(
@@ -66,8 +70,8 @@ class SweepStatements(Builder):
                 runs.c.due_at.isnot(None),
                 # Due, or a lease (due within p_lease_window) whose owner died: one range
                 # of ix_runs_due either way.
-                runs.c.due_at <= due_by + bindparam("p_lease_window", type_=Float),
-                or_(runs.c.due_at <= due_by, and_(lost, self.owner_is_gone())),
+                runs.c.due_at <= lease_window_end,
+                or_(runs.c.due_at <= due_by, and_(lost, self.owner_is_gone(lease_window))),
                 self.dispatched_here(runs.c.due_at, due_by),
             )
             .order_by(runs.c.due_at)

@@ -98,3 +98,21 @@ def test_a_proof_of_life_whose_session_was_ended_is_taken_again(pg_store, proof)
 
 def test_no_proof_of_life_where_sessions_hold_no_locks(store):
     assert (store.proof_of_life("host:4:x") is None) == (not store.is_postgres)
+
+
+def test_a_missing_proof_of_life_proves_nothing_until_the_server_has_been_up_a_lease(pg_store):
+    # A restart ends every session, live owners' too: until the server has been up for a
+    # lease, their leases decide. Here the lease is made longer than the server's uptime.
+    engine = sa.create_engine(pg_store.url)
+    with engine.connect() as conn:
+        uptime = conn.execute(
+            sa.text("SELECT EXTRACT(EPOCH FROM now() - pg_postmaster_start_time())")
+        ).scalar_one()
+    engine.dispose()
+    longer = float(uptime) + 3600.0
+    assert pg_store.insert_run(new_run("r7"))
+    assert pg_store.claim_run("r7", "host:5:abcdef03:live", longer) is not None  # no lock
+    assert pg_store.claim_run("r7", "next:live", longer) is None
+    due = pg_store.sweep_due_runs(100, 60, "{}", ["wf"], 10, 3600.0, lease_window=longer)
+    assert "r7" not in {r.id for r in due}
+    assert pg_store.claim_run("r7", "next:live", LEASE) is not None  # up longer than this
