@@ -19,6 +19,7 @@ from celery_durable.core import faults, serialization, tracing, validate
 from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.engine import canvas, limits, rollback, taskevents
 from celery_durable.engine import policy as shutdown
+from celery_durable.engine.liveness import take_over_from_gone_owner
 from celery_durable.engine.settle import settle_stop_or_error, settle_success
 from celery_durable.errors import ArgumentsRefused
 from celery_durable.store import Claim, OwedReport, RunRecord, Store, is_unreachable
@@ -69,6 +70,8 @@ def execute(
         if not runtime.leases.prove_alive():
             raise ClaimUnavailable(f"the proof of life of {owner} is held by another session")
         claim = store.claim_run(run_id, owner, config.lock_timeout, config.max_recoveries)
+        if claim is None:  # leased by another owner: did it die?
+            claim = take_over_from_gone_owner(runtime, run_id, owner)
         if claim is None and request_header(request, TRANSACTIONAL_HEADER):
             claim = _claim_when_visible(
                 store, run_id, owner, config.lock_timeout, config.max_recoveries

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from celery_durable.body.context import LeaseClock
 from celery_durable.core.retry import backoff
+from celery_durable.engine.liveness import watch_proof
 from celery_durable.store import OpenItem, ProofOfLife
 from celery_durable.store.db.outage import describe, is_unreachable, summary
 
@@ -126,7 +127,9 @@ class LeaseKeeper:
             return True
         for attempt in range(tries):
             if proof.hold():
-                self._proof_taken = True
+                if not self._proof_taken:
+                    self._proof_taken = True
+                    watch_proof(proof, self._stop)
                 return True
             time.sleep(0.05 * (attempt + 1))
         return False
@@ -243,8 +246,6 @@ class LeaseKeeper:
             delay = period
             store = self.runtime.store
             try:
-                if self._proof is not None and self._proof_taken:
-                    self._proof.check()  # its connection dropped: taken again
                 self._convert_long_items(period)
                 self._clear_reported()
                 runs, items = self.running(), self.items()

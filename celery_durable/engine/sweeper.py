@@ -30,6 +30,7 @@ from celery_durable.engine.deadlines import cancel_overdue
 from celery_durable.engine.items import REVOKED, cancel, revoke_item
 from celery_durable.engine.leases import FailureLog
 from celery_durable.engine.limits import hand_off_slots
+from celery_durable.engine.liveness import LOOK_EVERY, GoneOwners, lease_window
 from celery_durable.engine.publish import publish_or_leave, publish_woken
 from celery_durable.engine.queues import QueueWatch
 from celery_durable.store import FINISHED_STATUSES, TAKEOVER, DueItem, DueRun
@@ -76,6 +77,7 @@ class Sweeper:
         self._warned: dict[str, float] = {}
         self.failures = FailureLog(runtime, "celery_durable sweep")
         self._next_retention = 0.0
+        self.gone_owners = GoneOwners(runtime)
 
     @functools.cached_property
     def queues(self) -> QueueWatch:
@@ -107,7 +109,26 @@ class Sweeper:
                 self.failures.succeeded()
             except Exception as exc:
                 self.failures.failed(exc, backoff(interval, self.failures.count + 1, 30 * interval))
-            self._stop.wait(self.delay(interval))
+            self._wait_for_next_sweep(self.delay(interval))
+
+    def _wait_for_next_sweep(self, delay: float) -> None:
+        """Wait ``delay`` s, looking for dead owners every ``LOOK_EVERY`` s meanwhile (a
+        short read, where sessions hold locks): sweep at once when one is confirmed."""
+        end = time.monotonic() + delay
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            suspect = self.gone_owners.next_look_in()
+            if self._stop.wait(min(left, LOOK_EVERY if suspect is None else suspect)):
+                return
+            if time.monotonic() >= end or self.failures.count:
+                continue  # a failing sweep backs off: no looks in between
+            try:
+                if self.gone_owners.confirmed():
+                    return
+            except Exception:  # noqa: BLE001 - the next sweep reports the database's trouble
+                logger.debug("could not look for dead owners", exc_info=True)
 
     @property
     def takeover(self) -> float:
@@ -125,6 +146,7 @@ class Sweeper:
         names = sorted(runtime.workflows)
         lost_error = worker_lost_error(config.max_recoveries)
         published = 0
+        gone_owners = self.gone_owners.confirmed()
         while True:
             due = runtime.store.sweep_due_runs(
                 config.sweep_batch,
@@ -133,9 +155,8 @@ class Sweeper:
                 names,
                 config.max_recoveries,
                 self.takeover,
-                # Leases run at most lock_timeout ahead; twice that covers a renewal made
-                # as the sweep's transaction started.
-                2 * config.lock_timeout,
+                lease_window(runtime),
+                gone_owners,
             )
             for run in due:
                 if run.status in FINISHED_STATUSES:

@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import os
+import select
 import threading
 from typing import Any
 
@@ -35,6 +36,7 @@ class ProofOfLife:
         self._pid = os.getpid()
         self._conn: Any = None
         self._lock = threading.Lock()
+        self.released = False
 
     @property
     def held(self) -> bool:
@@ -50,10 +52,13 @@ class ProofOfLife:
             raise RuntimeError("a proof of life belongs to the process that made it")
         if self.held:
             return True
+        if self.released:
+            return False
         with self._lock:
             if self.held:
                 return True
-            self._drop()
+            if self._conn is not None:
+                self._lost()
             conn = self.db.session_connection()
             try:
                 taken = self.db.execute_on(
@@ -70,18 +75,39 @@ class ProofOfLife:
 
     def check(self) -> bool:
         """A round trip on the lock's connection: a dropped one is taken again."""
-        if self.held:
-            try:
-                self._conn.execute("SELECT 1")
-            except Exception:  # noqa: BLE001 - any failure means the session is gone
-                self._drop()
+        with self._lock:
+            if self.held:
+                try:
+                    self._conn.execute("SELECT 1")
+                except Exception:  # noqa: BLE001 - any failure means the session is gone
+                    self._lost()
         return self.hold()
+
+    def wait_for_news(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the lock's connection to hear from the server, as
+        it does when the server ends the session (a FATAL error, then EOF): no round trip.
+        True: something came, or the lock isn't held; ``check()`` says which."""
+        conn = self._conn
+        if conn is None or not self.held:
+            return True
+        try:
+            readable, _, _ = select.select([conn.fileno()], [], [], timeout)
+        except (OSError, ValueError):  # closed under us
+            return True
+        return bool(readable)
 
     def release(self) -> None:
         """Give the lock back (process exit, after the leases): the session ends."""
         with self._lock:
+            self.released = True
             if self._pid == os.getpid():
                 self._drop()
+
+    def _lost(self) -> None:
+        # The server ended the session: so may it have ended others', and this process
+        # trusts no missing proof of life for a while (``ConnectionLosses``).
+        self.db.losses.note()
+        self._drop()
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
@@ -104,3 +130,32 @@ class LivenessOps:
         if not self.db.holds_sessions:
             return None
         return ProofOfLife(self.db, self.sql, owner)
+
+    def liveness_trusted(self, lease: float) -> bool:
+        """A missing proof of life may mean its owner died: sessions hold locks here, and
+        this process lost no store connection in the last ``lease`` seconds (had it, the
+        server may have dropped live owners' sessions too)."""
+        return self.db.holds_sessions and self.db.losses.quiet_for(lease)
+
+    def find_gone_owners(self, lease_window: float) -> list[str]:
+        """The owners of leases due within ``lease_window`` s whose proof of life no
+        session holds: dead, or their connection dropped a moment ago."""
+        if not self.db.holds_sessions:
+            return []
+        with self.db.read() as conn:
+            rows = conn.execute(
+                self.sql.liveness.find_gone_owners, params(lease_window=lease_window)
+            ).all()
+        return [row[0] for row in rows]
+
+    def gone_owner_of_run(self, run_id: str, lease_window: float) -> str | None:
+        """The owner of the run's lease (due within ``lease_window`` s) if no session holds
+        its proof of life."""
+        if not self.db.holds_sessions:
+            return None
+        with self.db.read() as conn:
+            row = conn.execute(
+                self.sql.liveness.find_gone_owner_of_run,
+                params(run_id=run_id, lease_window=lease_window),
+            ).first()
+        return None if row is None else str(row[0])

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from celery_durable.errors import ConfigurationError
 from celery_durable.store.admin import AdminOps
+from celery_durable.store.claims import ClaimOps
 from celery_durable.store.db.connections import Connections, parse_listen_url, parse_url
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.db.foreign import ForeignTransaction
@@ -37,7 +38,6 @@ from celery_durable.store.long_lived import LongLivedOps
 from celery_durable.store.outbox import OutboxOps
 from celery_durable.store.records import (
     Cancellation,
-    Claim,
     DueRun,
     NewRun,
     Outcome,
@@ -57,6 +57,7 @@ from celery_durable.store.timers import TimerOps
 
 
 class Store(
+    ClaimOps,
     ItemOps,
     SignalOps,
     SweepOps,
@@ -173,40 +174,6 @@ class Store(
             ) from exc
 
     # -- run -----------------------------------------------------------------------------
-
-    def claim_run(
-        self, run_id: str, owner: str, lease: float, max_recoveries: int = 10
-    ) -> Claim | None:
-        """Take the run if it is pending and ready, or running with an expired lease (a
-        recovery, while the run has had fewer than ``max_recoveries``)."""
-        # Asynchronous commit: the claim needs no fsync of its own. Every later write of the
-        # run is a synchronous commit, which flushes the WAL up to and including the claim;
-        # if the database crashes before that, the claim is lost, the run is as before it,
-        # and the fencing token of the lost claim (unique) matches nothing.
-        row = self.db.one(
-            self.sql.runs.claim_run,
-            params(run_id=run_id, owner=owner, lease=lease, max_recoveries=max_recoveries),
-            relaxed=True,
-        )
-        if row is None:
-            return None
-        fence, attempts, max_attempts, retry_backoff, args, queue, parent_id, parent_idx = row[:8]
-        return Claim(
-            fence,
-            attempts,
-            max_attempts,
-            retry_backoff,
-            args,
-            bool(row[8]),
-            queue,
-            parent_id,
-            parent_idx,
-            bool(row[9]),
-            bool(row[10]),
-            row[11],
-            int(row[12]),
-            row[13],
-        )
 
     def load_steps(self, run_id: str) -> dict[int, StepRecord]:
         rows = self._all(self.sql.steps.load_steps, run_id=run_id)

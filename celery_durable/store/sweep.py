@@ -32,6 +32,7 @@ class SweepOps:
         max_recoveries: int = 10,
         takeover: float = TAKEOVER,
         lease_window: float = 0.0,
+        gone_owners: Sequence[str] = (),
     ) -> list[DueRun]:
         """Take the due runs of the workflows ``names`` for the sweeper to publish again;
         several sweepers never share one. Only the runs of this store's broker (its
@@ -41,8 +42,8 @@ class SweepOps:
         An expired lease gives its attempt back and counts a recovery; a run at
         ``max_recoveries`` becomes FAILED with ``lost_error`` here (the poison guard). Such
         runs are returned with that status and must not be published. A lease due within
-        ``lease_window`` seconds whose owner died (its proof of life is gone) counts as
-        expired.
+        ``lease_window`` seconds whose owner is one of ``gone_owners`` and whose proof of
+        life is still gone counts as expired.
         """
         values = params(
             limit=limit,
@@ -51,9 +52,14 @@ class SweepOps:
             names=list(names),
             max_recoveries=max_recoveries,
             takeover=takeover,
-            lease_window=lease_window,
+            lease_window=lease_window if gone_owners else 0.0,
+            gone_owners=list(gone_owners),
         )
         with self.db.write() as conn:
+            if gone_owners and not self.db.losses.quiet_for(lease_window):
+                # Its checkout replaced a dropped connection: so may every session have
+                # been dropped, live owners' too (engine/liveness.py). Leases decide.
+                values.update(params(lease_window=0.0, gone_owners=[]))
             rows = conn.execute(self.sql.sweep.sweep_due_runs, values).all()
         return [DueRun(*r) for r in rows]
 

@@ -34,6 +34,7 @@ from sqlalchemy.engine import URL, make_url
 
 from celery_durable.errors import ConfigurationError
 from celery_durable.store.db.dialect import dialect_of
+from celery_durable.store.db.losses import ConnectionLosses
 from celery_durable.store.db.pool import ProcessPool, borrowing
 
 try:  # the Postgres driver is optional: SQLite needs none
@@ -169,6 +170,7 @@ class Connections:
         self._compiled: dict[tuple[int, bool], tuple[bytes, dict[str, Any]]] = {}
         self._pid = -1
         self._lock = threading.Lock()
+        self.losses = ConnectionLosses()
         _ALL.add(self)
 
     def _after_fork_in_child(self) -> None:
@@ -215,13 +217,17 @@ class Connections:
 
     def _create_engine(self) -> Engine:
         if self.is_postgres:
-            return create_engine(
+            engine = create_engine(
                 self.url,
                 isolation_level="AUTOCOMMIT",
                 poolclass=ProcessPool,
                 pool_reset_on_return=None,
                 connect_args=self.connect_args(),
             )
+            # Every broken pooled connection ends invalidated (the hot path's _recover,
+            # SQLAlchemy's disconnect handling): the liveness path's guard.
+            event.listen(engine, "invalidate", lambda *_: self.losses.note())
+            return engine
         engine = create_engine(self.url, connect_args={"timeout": 30, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")
@@ -412,7 +418,10 @@ class Connections:
         session ends within seconds of its host being cut off: the server probes the
         idle socket (the tcp_keepalives settings of the session), not only the client."""
         server = " ".join(f"-c tcp_keepalives_{name}={value}" for name, value in _SERVER_KEEPALIVES)
-        return self._own_connection({"options": server})
+        extra: dict[str, Any] = {"options": server}
+        if "connect_timeout" not in self.url.query:
+            extra["connect_timeout"] = 5  # its watcher retries; it must not hang on a dead host
+        return self._own_connection(extra)
 
     def execute_on(self, driver: Any, stmt: Any, params: dict[str, Any]) -> Any:
         """Run ``stmt`` on a psycopg connection of one's own; its first row (or None)."""

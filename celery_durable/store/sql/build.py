@@ -158,9 +158,10 @@ class Builder:
         overdue = due_at <= due_by - bindparam("p_takeover", type_=Float)
         return or_(self.here(runs.c.dispatcher), overdue)
 
-    def owner_is_gone(self, lease: Any) -> Any:
-        """The run's lease owner declared a proof of life and no session holds it: the
-        process died (or its connection did), its lease can be taken over at once.
+    def owner_is_gone(self, lease: Any, owner: Any = None) -> Any:
+        """The run's lease ``owner`` (default: the runs row's) declared a proof of life
+        and no session holds it: the process died, or its connection did (the claimant
+        tells these apart: ``engine/liveness.py``).
 
         Trying the lock, not reading pg_locks: no copy of the lock table per row, and a
         lock the owner holds is refused. The transaction-level lock ends with the
@@ -172,7 +173,8 @@ class Builder:
         lease decides, as without a proof of life."""
         if not self.dialect.session_locks:
             return false()
-        owner = self.tables.runs.c.owner
+        if owner is None:
+            owner = self.tables.runs.c.owner
         started: Any = literal_column(
             "CAST(EXTRACT(EPOCH FROM pg_postmaster_start_time()) AS DOUBLE PRECISION)"
         )

@@ -135,7 +135,18 @@ class RunStatements(Builder):
         )
 
     def _claim(self) -> None:
-        """Take a pending run, or a running one whose lease expired or whose owner died."""
+        """Take a pending run, or a running one whose lease expired (``claim_run``) or
+        whose owner, named by the claimant, died (``take_over_run``)."""
+        runs = self.tables.runs
+        self.claim_run = self._claim_when(runs.c.due_at < self.now)
+        # Tried only while the lease lasts, on an owner the claimant saw gone twice.
+        gone = and_(
+            runs.c.owner == bindparam("p_gone_owner"), self.owner_is_gone(bindparam("p_lease"))
+        )
+        self.take_over_run = self._claim_when(gone)
+
+    def _claim_when(self, taken_over: Any) -> Any:
+        """The claim of a pending run, or of a running one where ``taken_over`` holds."""
         runs, steps, now = self.tables.runs, self.tables.steps, self.now
         namespace, dispatcher = self.namespace, self.dispatcher
         # A saga whose cancellation was requested is still claimed: it rolls back first.
@@ -149,9 +160,7 @@ class RunStatements(Builder):
                 and_(
                     runs.c.status == "RUNNING",
                     runs.c.recoveries + 1 < bindparam("p_max_recoveries"),
-                    # Its lease expired, or its owner died (tried only while the lease
-                    # lasts: a pending run's claim never gets here).
-                    or_(runs.c.due_at < now, self.owner_is_gone(bindparam("p_lease"))),
+                    taken_over,
                 ),
             ),
         )
@@ -197,7 +206,7 @@ class RunStatements(Builder):
             )
         else:
             has_steps = literal(True)  # SQLite: one more read costs nothing
-        self.claim_run = claim.returning(
+        return claim.returning(
             *returning,
             has_steps.label("has_steps"),
             runs.c.cancel_requested,

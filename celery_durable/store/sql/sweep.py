@@ -69,9 +69,17 @@ class SweepStatements(Builder):
                 registered,
                 runs.c.due_at.isnot(None),
                 # Due, or a lease (due within p_lease_window) whose owner died: one range
-                # of ix_runs_due either way.
+                # of ix_runs_due either way. The sweeper names the owners it saw gone twice
+                # (engine/liveness.py); none, and the window is 0.
                 runs.c.due_at <= lease_window_end,
-                or_(runs.c.due_at <= due_by, and_(lost, self.owner_is_gone(lease_window))),
+                or_(
+                    runs.c.due_at <= due_by,
+                    and_(
+                        lost,
+                        runs.c.owner.in_(bindparam("p_gone_owners", expanding=True)),
+                        self.owner_is_gone(lease_window),
+                    ),
+                ),
                 self.dispatched_here(runs.c.due_at, due_by),
             )
             .order_by(runs.c.due_at)

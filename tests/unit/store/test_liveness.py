@@ -1,6 +1,8 @@
-"""A process's proof of life (``store/liveness.py``) on Postgres: a claim or a sweep takes
-over at once the lease of an owner whose lock no session holds; a live owner's lease, and
-the lease of an owner that never declared a proof of life, stand until they expire."""
+"""A process's proof of life (``store/liveness.py``) on Postgres: a claimant finds the
+owners whose lock no session holds, and takes their runs over with a new fence while the
+lease still runs; a live owner's lease, and that of an owner that never declared a proof
+of life, stand until they expire; and a process that lost a connection of its own
+trusts no missing lock for a while (the server may have dropped live owners' sessions)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from tests.support.services import unique
 from tests.support.waiting import wait_until
 
 LEASE = 30.0
+WINDOW = 2 * LEASE
 
 
 @pytest.fixture
@@ -25,20 +28,35 @@ def proof(pg_store: Store) -> Iterator[ProofOfLife]:
     made.release()
 
 
-def swept(store: Store) -> set[str]:
-    due = store.sweep_due_runs(100, 60, "{}", ["wf"], 10, 3600.0, lease_window=2 * LEASE)
+def swept(store: Store, gone: list[str]) -> set[str]:
+    due = store.sweep_due_runs(100, 60, "{}", ["wf"], 10, 3600.0, WINDOW, gone)
     return {r.id for r in due}
 
 
-def test_a_dead_owner_s_run_is_taken_over_at_once_with_a_new_fence(pg_store, proof):
+def terminate_sessions(store: Store, where: str, **values: str) -> int:
+    engine = sa.create_engine(store.url)
+    with engine.connect() as conn:
+        ended = conn.execute(
+            sa.text(f"SELECT pg_terminate_backend(pid, 10000) FROM {where}"), values
+        ).all()
+    engine.dispose()
+    return len(ended)
+
+
+def test_a_dead_owner_s_run_is_taken_over_with_a_new_fence(pg_store, proof):
     assert pg_store.insert_run(new_run("r1"))
     first = pg_store.claim_run("r1", proof.owner, LEASE)
     assert first is not None and first.attempts == 1
     proof.release()  # the session ends, as when the process dies
+    # The plain claim leaves a running lease alone: only a named gone owner is taken over.
+    assert pg_store.claim_run("r1", "next:live", LEASE) is None
     # The server ends the backend (and its locks) a moment after the socket closes.
-    taken = wait_until(lambda: pg_store.claim_run("r1", "next:live", LEASE), 10)
+    assert wait_until(lambda: pg_store.gone_owner_of_run("r1", WINDOW), 10) == proof.owner
+    assert proof.owner in pg_store.find_gone_owners(WINDOW)
+    assert pg_store.take_over_run("r1", "next:live", "other:live", LEASE) is None
+    taken = pg_store.take_over_run("r1", "next:live", proof.owner, LEASE, quiet_for=WINDOW)
     # A recovery, not an attempt; the dead owner's fence matches nothing any more.
-    assert taken.attempts == 1 and taken.fence > first.fence
+    assert taken is not None and taken.attempts == 1 and taken.fence > first.fence
     run = pg_store.get_run("r1")
     assert (run.owner, run.recoveries) == ("next:live", 1)
     assert not pg_store.renew_lease("r1", first.fence, LEASE)
@@ -47,32 +65,37 @@ def test_a_dead_owner_s_run_is_taken_over_at_once_with_a_new_fence(pg_store, pro
 def test_a_live_owner_keeps_its_lease(pg_store, proof):
     assert pg_store.insert_run(new_run("r2"))
     assert pg_store.claim_run("r2", proof.owner, LEASE) is not None
-    assert pg_store.claim_run("r2", "next:live", LEASE) is None
-    assert swept(pg_store) == set()
+    assert pg_store.gone_owner_of_run("r2", WINDOW) is None
+    assert proof.owner not in pg_store.find_gone_owners(WINDOW)
+    assert pg_store.take_over_run("r2", "next:live", proof.owner, LEASE) is None
+    assert swept(pg_store, [proof.owner]) == set()
     assert pg_store.get_run("r2").owner == proof.owner
-    # The claimant's check took the key for its statement only: the owner takes it again.
-    proof.release()
-    assert wait_until(proof.hold, 10)
+    # The claimants' tries took the key for their statements only: the owner still holds it.
+    assert proof.check()
+    assert pg_store.gone_owner_of_run("r2", WINDOW) is None
 
 
 def test_an_owner_without_a_proof_of_life_keeps_its_lease(pg_store):
     # An older worker (or one behind PgBouncer without listen_url): no lock to look for.
     assert pg_store.insert_run(new_run("r3"))
     assert pg_store.claim_run("r3", "host:2:abcdef01", LEASE) is not None
-    assert pg_store.claim_run("r3", "next:live", LEASE) is None
-    assert swept(pg_store) == set()
+    assert pg_store.gone_owner_of_run("r3", WINDOW) is None
+    assert pg_store.take_over_run("r3", "next:live", "host:2:abcdef01", LEASE) is None
+    assert swept(pg_store, ["host:2:abcdef01"]) == set()
     # And an owner that declared one but never took it is dead by that token.
     assert pg_store.insert_run(new_run("r4"))
     assert pg_store.claim_run("r4", "host:3:abcdef02:live", LEASE) is not None
-    assert pg_store.claim_run("r4", "next:live", LEASE) is not None
+    assert pg_store.gone_owner_of_run("r4", WINDOW) == "host:3:abcdef02:live"
 
 
-def test_the_sweeper_takes_a_dead_owner_s_run_within_the_lease_window(pg_store, proof):
+def test_the_sweeper_takes_only_the_gone_owners_it_names(pg_store, proof):
     assert pg_store.insert_run(new_run("r5"))
     assert pg_store.claim_run("r5", proof.owner, LEASE) is not None
-    assert swept(pg_store) == set()
+    assert swept(pg_store, [proof.owner]) == set()
     proof.release()
-    assert wait_until(lambda: swept(pg_store), 10) == {"r5"}
+    wait_until(lambda: pg_store.find_gone_owners(WINDOW), 10)
+    assert swept(pg_store, []) == set()  # not named: its lease decides
+    assert swept(pg_store, [proof.owner]) == {"r5"}
     run = pg_store.get_run("r5")
     assert (run.status, run.owner, run.attempts, run.recoveries) == ("PENDING", None, 0, 1)
 
@@ -80,24 +103,42 @@ def test_the_sweeper_takes_a_dead_owner_s_run_within_the_lease_window(pg_store, 
 def test_a_proof_of_life_whose_session_was_ended_is_taken_again(pg_store, proof):
     assert pg_store.insert_run(new_run("r6"))
     assert pg_store.claim_run("r6", proof.owner, LEASE) is not None
-    engine = sa.create_engine(pg_store.url)
-    with engine.connect() as conn:
-        ended = conn.execute(
-            sa.text(
-                "SELECT pg_terminate_backend(pid, 10000) FROM pg_locks "
-                "WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
-                "AND ((classid::bigint << 32) | objid::bigint) = hashtextextended(:o, 0)"
-            ),
-            {"o": proof.owner},
-        ).all()
-    engine.dispose()
-    assert ended == [(True,)]  # and its backend exited
-    assert proof.check()  # the heartbeat's beat: the dropped session is replaced
-    assert pg_store.claim_run("r6", "next:live", LEASE) is None
+    assert pg_store.liveness_trusted(WINDOW)
+    ended = terminate_sessions(
+        pg_store,
+        "pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
+        "AND ((classid::bigint << 32) | objid::bigint) = hashtextextended(:o, 0)",
+        o=proof.owner,
+    )
+    assert ended == 1
+    assert wait_until(lambda: proof.wait_for_news(0.1), 10)  # heard without a round trip
+    assert proof.check()  # the dropped session is replaced
+    assert pg_store.gone_owner_of_run("r6", WINDOW) is None
+    # This process lost a connection: for a while it trusts no missing proof of life.
+    assert not pg_store.liveness_trusted(WINDOW)
+
+
+def test_a_process_that_lost_a_pooled_connection_takes_nothing_over(pg_store):
+    assert pg_store.insert_run(new_run("r7"))
+    owner = "host:4:abcdef04:live"  # declared, never taken: gone
+    assert pg_store.claim_run("r7", owner, LEASE) is not None
+    assert pg_store.liveness_trusted(WINDOW)
+    with pg_store.db.read() as conn:  # the pool's one connection (last in, first out)
+        pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+    # The server drops it (a restart, an idle killer): the next checkout replaces it.
+    assert terminate_sessions(pg_store, "(SELECT CAST(:pid AS int) AS pid) AS p", pid=str(pid)) == 1
+    assert pg_store.get_run("r7").owner == owner
+    assert not pg_store.liveness_trusted(WINDOW)
+    assert pg_store.gone_owner_of_run("r7", WINDOW) == owner  # still gone, but not trusted
+    assert pg_store.take_over_run("r7", "next:live", owner, LEASE, quiet_for=WINDOW) is None
+    assert swept(pg_store, [owner]) == set()
+    assert pg_store.get_run("r7").owner == owner
 
 
 def test_no_proof_of_life_where_sessions_hold_no_locks(store):
     assert (store.proof_of_life("host:4:x") is None) == (not store.is_postgres)
+    assert store.find_gone_owners(WINDOW) == [] or store.is_postgres
+    assert store.liveness_trusted(WINDOW) == store.is_postgres
 
 
 def test_a_missing_proof_of_life_proves_nothing_until_the_server_has_been_up_a_lease(pg_store):
@@ -110,9 +151,11 @@ def test_a_missing_proof_of_life_proves_nothing_until_the_server_has_been_up_a_l
         ).scalar_one()
     engine.dispose()
     longer = float(uptime) + 3600.0
-    assert pg_store.insert_run(new_run("r7"))
-    assert pg_store.claim_run("r7", "host:5:abcdef03:live", longer) is not None  # no lock
-    assert pg_store.claim_run("r7", "next:live", longer) is None
-    due = pg_store.sweep_due_runs(100, 60, "{}", ["wf"], 10, 3600.0, lease_window=longer)
-    assert "r7" not in {r.id for r in due}
-    assert pg_store.claim_run("r7", "next:live", LEASE) is not None  # up longer than this
+    owner = "host:5:abcdef03:live"
+    assert pg_store.insert_run(new_run("r8"))
+    assert pg_store.claim_run("r8", owner, longer) is not None  # no lock
+    assert pg_store.gone_owner_of_run("r8", 2 * longer) is None
+    assert pg_store.take_over_run("r8", "next:live", owner, longer) is None
+    due = pg_store.sweep_due_runs(100, 60, "{}", ["wf"], 10, 3600.0, 2 * longer, [owner])
+    assert "r8" not in {r.id for r in due}
+    assert pg_store.take_over_run("r8", "next:live", owner, LEASE) is not None
