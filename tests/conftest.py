@@ -167,6 +167,7 @@ class StartWorker:
         concurrency: int = 2,
         app: str = "tests.apps.basic",
         queues: str | None = None,
+        extra: tuple[str, ...] = (),
     ) -> Worker:
         worker = Worker(
             app,
@@ -176,6 +177,7 @@ class StartWorker:
             # a parallel run's other session starts workers too.
             name=unique(f"{name or 'w'}-"),
             concurrency=concurrency,
+            extra=extra,
         )
         self.started.append(worker)
         return worker

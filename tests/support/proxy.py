@@ -35,6 +35,9 @@ class TcpProxy:
         self.target = (target_host, target_port)
         self.refused = 0
         self._cut = False
+        # Cleared by freeze(): bytes stop moving, both sockets stay open (a network cut).
+        self._flowing = threading.Event()
+        self._flowing.set()
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -84,6 +87,7 @@ class TcpProxy:
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                self._flowing.wait()
                 sink.sendall(data)
         except OSError:
             pass
@@ -103,6 +107,14 @@ class TcpProxy:
         for sock in doomed:
             _abort(sock)
 
+    def freeze(self) -> None:
+        """Stop forwarding, keeping every socket open: a host cut off by the network, whose
+        peers' kernels still answer TCP keepalive, so no side sees the connection end."""
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        self._flowing.set()
+
     def restore(self) -> None:
         """Forward new connections again."""
         with self._lock:
@@ -110,6 +122,7 @@ class TcpProxy:
 
     def close(self) -> None:
         """Stop listening and drop every connection."""
+        self.thaw()
         self.cut()
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
