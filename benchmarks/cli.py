@@ -156,6 +156,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "commits, backlog dispatch, rate accuracy); prints them and writes the JSON",
     )
     parser.add_argument(
+        "--liveness-only",
+        action="store_true",
+        help="only the recovery figures (SIGKILL of a worker or a pool process to the "
+        "interrupted step's start elsewhere, both brokers, and plain acks_late anchors)",
+    )
+    parser.add_argument(
         "--py-spy",
         type=Path,
         metavar="DIR",
@@ -205,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks import (
         fanout,
         limits,
+        liveness,
         longlived,
         measure,
         operations,
@@ -249,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     def lat(x: dict[str, Any]) -> str:
         return f"p50 {x['p50_ms']:.1f} ms, p99 {x['p99_ms']:.1f} ms"
 
+    if args.liveness_only:
+        liveness.run_all(progress, 3 if args.quick else None)
+        return 0
     if args.operations_only:
         return operations.run_only(args, scale, b, machine, queue, progress, wall_start)
     if args.scale_only:
@@ -424,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
             lambda: fanout.chord_kill_comparison(b, env, log_dir, deadline=scale.kill_deadline),
             fanout.describe_chord_kill,
         )
+        # -- recovery: a SIGKILL to the resumed step, both brokers (workers of their own) --
+        if not args.quick:  # minutes of kills; tests/integration/test_benchmarks.py runs one
+            r["liveness"] = liveness.run_all(progress)
         # -- long-lived: the sweeper among waiting runs, continue_as_new generations --------
         r["waiters"] = step(
             "waiting runs",

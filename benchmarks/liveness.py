@@ -1,57 +1,81 @@
-"""How soon a SIGKILLed worker's run resumes elsewhere: from the SIGKILL to the start of
-the interrupted step on another worker, with a 30 s lease (the proof of life's takeover,
-``store/liveness.py``, not the lease's expiry).
+"""How soon a dead worker's run resumes elsewhere: from the SIGKILL to the start of the
+interrupted step on another worker, at default settings (30 s lease, 1 s poll), through
+the proof of life's takeover (``engine/liveness.py``), not the lease's expiry. The anchor
+is a plain Celery task with ``acks_late``, killed the same way.
 
-    python -m benchmarks.liveness --broker redis --kills 7
-    python -m benchmarks.liveness --broker rabbitmq --kills 7 --pool-process
-    python -m benchmarks.liveness --poll-interval 0.2     # the tests' sweeper period
+    python -m benchmarks --liveness-only              # every case below, one run
+    python -m benchmarks.liveness --broker rabbitmq --kills 20 --pool-process
+    python -m benchmarks.liveness --broker redis --plain --kills 1
 
 Each kill: a ``five_steps`` run of the tests' app (tests/apps/basic.py) blocks in step 3 on
 one of two workers (``-P prefork -c 2``); that worker's process group (or, with
 ``--pool-process``, only the pool process running it) is SIGKILLed; the figure is the time
 until step 3 starts again (its Redis counter, polled every 5 ms). A killed worker is
-replaced before the next kill. Prints each figure, then p50 and max.
+replaced before the next kill. ``--plain``: the same with ``tests.plain_blocking``; a task
+not started again within ``--give-up`` s counts as not recovered.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tests.support.services import AMQP_URL, PG_URL, REDIS_URL, drop_tables, unique
 from tests.support.waiting import wait_until
 from tests.support.workers import Worker
 
-LEASE = "30"
+# The durable cases (broker, kill one pool process) and the plain anchors, with how many
+# kills each gets in a default run: a plain task that is never redelivered costs the whole
+# give-up time, so those get one.
+CASES: list[tuple[str, bool, bool, int]] = [
+    ("redis", False, False, 20),
+    ("rabbitmq", False, False, 20),
+    ("redis", True, False, 20),
+    ("rabbitmq", True, False, 20),
+    ("redis", False, True, 1),
+    ("rabbitmq", False, True, 5),
+    ("redis", True, True, 1),
+    ("rabbitmq", True, True, 1),
+]
 
 
 def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.liveness")
-    parser.add_argument("--broker", choices=("redis", "rabbitmq"), default="redis")
-    parser.add_argument("--kills", type=int, default=7)
-    parser.add_argument("--pool-process", action="store_true", help="kill one pool process")
-    parser.add_argument(
-        "--poll-interval", default="1", help="durable_poll_interval (sweeps), default 1 s"
-    )
-    args = parser.parse_args(argv)
+def summarize(figures: list[float | None]) -> dict[str, Any]:
+    recovered = sorted(f for f in figures if f is not None)
+    out: dict[str, Any] = {"kills": len(figures), "recovered": len(recovered)}
+    if recovered:
+        out["p50_s"] = statistics.median(recovered)
+        out["p99_s"] = (
+            statistics.quantiles(recovered, n=100, method="inclusive")[98]
+            if len(recovered) > 1
+            else recovered[0]
+        )
+        out["max_s"] = recovered[-1]
+    return out
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
     prefix, queue = unique("lv")[:9] + "_", unique("lvq-")
+    for name in ("LOCK_TIMEOUT", "POLL_INTERVAL", "DISPATCH_GRACE"):
+        os.environ.pop(f"CELERY_DURABLE_{name}", None)  # the library's defaults
     os.environ.update(
         {
             "CELERY_DURABLE_DATABASE_URL": PG_URL,
             "CELERY_DURABLE_TABLE_PREFIX": prefix,
             "CELERY_DURABLE_NAMESPACE": unique("lvns-"),
-            "CELERY_DURABLE_LOCK_TIMEOUT": LEASE,
-            "CELERY_DURABLE_POLL_INTERVAL": args.poll_interval,
-            "CELERY_DURABLE_DISPATCH_GRACE": "2",
             "TEST_BROKER_URL": AMQP_URL if args.broker == "rabbitmq" else REDIS_URL,
             "TEST_REDIS_URL": REDIS_URL,
             "TEST_QUEUE": queue,
@@ -61,47 +85,103 @@ def main(argv: list[str] | None = None) -> int:
 
     basic.durable.migrate()
     rds = basic._redis
-    workers = [Worker("tests.apps.basic", {}, queues=queue, name=unique("lv-")) for _ in "ab"]
-    figures: list[float] = []
+    spawn = lambda: Worker("tests.apps.basic", {}, queues=queue, name=unique("lv-"))  # noqa: E731
+    workers = [spawn() for _ in "ab"]
+    figures: list[float | None] = []
+    step = "plain" if args.plain else "s3"
     try:
         for worker in workers:
             worker.wait_ready()
         for _ in range(args.kills):
             key = unique("k")
-            rds.set(f"block:{key}:s3", "1")
-            handle = basic.five_steps.delay(key)
-            wait_until(lambda k=key: rds.get(f"started:{k}:s3"), 60, message="step 3")
-            owner = wait_until(lambda h=handle: h.record().owner, 30, message="the owner")
-            pid = int(owner.split(":")[1])
+            rds.set(f"block:{key}:{step}", "1")
+            if args.plain:
+                basic.plain_blocking.delay(key)
+                pid = int(wait_until(lambda k=key: rds.get(f"pid:{k}"), 60, message="the pid"))
+                finish: Callable[[], Any] = lambda: None  # noqa: E731
+            else:
+                handle = basic.five_steps.delay(key)
+                wait_until(lambda k=key: rds.get(f"started:{k}:s3"), 60, message="step 3")
+                owner = wait_until(lambda h=handle: h.record().owner, 30, message="the owner")
+                pid = int(owner.split(":")[1])
+                finish = lambda h=handle: h.get(timeout=120)  # noqa: E731
             victim = next(w for w in workers if w.proc.pid == parent_of(pid))
             killed_at = time.monotonic()
             if args.pool_process:
                 os.kill(pid, signal.SIGKILL)
             else:
                 victim.kill()
-            wait_until(
-                lambda k=key: int(rds.get(f"effects:{k}:s3") or 0) >= 2, 60, 0.005, "step 3 again"
-            )
-            figures.append(time.monotonic() - killed_at)
-            print(f"kill {len(figures)}: step 3 again after {figures[-1]:.2f}s", flush=True)
-            rds.delete(f"block:{key}:s3")
-            handle.get(timeout=60)
+            try:
+                wait_until(
+                    lambda k=key: int(rds.get(f"effects:{k}:{step}") or 0) >= 2,
+                    args.give_up,
+                    0.005,
+                    "started again",
+                )
+                figures.append(time.monotonic() - killed_at)
+                print(f"kill {len(figures)}: started again after {figures[-1]:.2f}s", flush=True)
+            except AssertionError:
+                figures.append(None)
+                print(f"kill {len(figures)}: not started again in {args.give_up:g}s", flush=True)
+            rds.delete(f"block:{key}:{step}")
+            if figures[-1] is not None:
+                finish()
             if not args.pool_process:
                 workers.remove(victim)
-                workers.append(
-                    Worker("tests.apps.basic", {}, queues=queue, name=unique("lv-")).wait_ready()
-                )
+                workers.append(spawn().wait_ready())
     finally:
         for worker in workers:
             worker.kill()
         basic.durable.store.dispose()
         drop_tables(PG_URL, prefix)
-    what = "pool process" if args.pool_process else "worker"
-    print(
-        f"liveness: broker={args.broker} kill={what} lease={LEASE}s "
-        f"poll={args.poll_interval}s kills={len(figures)} "
-        f"p50={statistics.median(figures):.2f}s max={max(figures):.2f}s"
+    return {
+        "broker": args.broker,
+        "killed": "pool process" if args.pool_process else "worker",
+        "task": "plain acks_late" if args.plain else "durable",
+        **summarize(figures),
+        "figures_s": figures,
+    }
+
+
+def run_all(progress: Callable[[str], None], kills: int | None = None) -> list[dict[str, Any]]:
+    """Every case, each in a process of its own (the test app reads its broker at import)."""
+    results = []
+    for broker, pool_process, plain, default_kills in CASES:
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            n = default_kills if kills is None or plain else kills
+            command = [sys.executable, "-m", "benchmarks.liveness", "--broker", broker]
+            command += ["--kills", str(n), "--json", out.name]
+            command += ["--pool-process"] * pool_process + ["--plain"] * plain
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+            result = json.loads(Path(out.name).read_text())
+        results.append(result)
+        progress(describe(result))
+    return results
+
+
+def describe(x: dict[str, Any]) -> str:
+    head = f"liveness {x['task']}, {x['broker']}, {x['killed']} killed:"
+    if not x["recovered"]:
+        return f"{head} not started again within the give-up time in {x['kills']} kill(s)"
+    return (
+        f"{head} p50 {x['p50_s']:.2f}s p99 {x['p99_s']:.2f}s max {x['max_s']:.2f}s "
+        f"({x['recovered']}/{x['kills']} started again)"
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.liveness")
+    parser.add_argument("--broker", choices=("redis", "rabbitmq"), default="redis")
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--pool-process", action="store_true", help="kill one pool process")
+    parser.add_argument("--plain", action="store_true", help="a plain acks_late Celery task")
+    parser.add_argument("--give-up", type=float, default=40.0, help="seconds per kill")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    result = measure(args)
+    print(describe(result), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(result))
     return 0
 
 

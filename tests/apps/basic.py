@@ -78,6 +78,15 @@ def five_steps(key: str) -> list[int]:
     return [numbered(key, n) for n in range(1, 6)]
 
 
+@app.task(name="tests.plain_blocking", acks_late=True)
+def plain_blocking(key: str) -> None:
+    """A plain Celery task with acks_late, the liveness benchmark's anchor: counted, its
+    pid noted, blocked while flagged (``step`` "plain")."""
+    effect(key, "plain")
+    _redis.set(f"pid:{key}", str(os.getpid()), ex=600)
+    block_while_flagged(key, "plain")
+
+
 @durable.workflow(max_attempts=3, retry_backoff=0.1)
 def flaky(key: str, failures: int) -> str:
     numbered(key, 1)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.services import PG_URL
+from tests.support.services import BROKER, PG_URL
 from tests.support.workers import ROOT, clean_env
 
 BENCH_DATABASE = "celery_durable_bench"
@@ -298,3 +298,25 @@ def test_an_idle_window_that_another_database_wrote_in_is_measured_again() -> No
         monitor.close()
     assert window.clean, window.as_dict()
     assert window.commits < 10, window.as_dict()
+
+
+@pytest.mark.broker
+@pytest.mark.timeout(300)
+def test_the_liveness_benchmark_times_a_kill_on_this_broker(tmp_path: Path) -> None:
+    """``python -m benchmarks.liveness``: one SIGKILL of a worker during a step, on the
+    session's broker, reported as the time until the step started again elsewhere."""
+    out = tmp_path / "liveness.json"
+    broker = BROKER
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.liveness", "--broker", broker, "--kills", "1"]
+        + ["--json", str(out)],
+        cwd=ROOT,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    result = json.loads(out.read_text())
+    assert (result["broker"], result["killed"], result["task"]) == (broker, "worker", "durable")
+    assert result["recovered"] == 1 and 0 < result["p50_s"] < 40
