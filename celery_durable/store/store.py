@@ -74,8 +74,8 @@ class Store(
     """The database side of one namespace; engines are created per process, lazily.
 
     Signals (``SignalOps``), the sweeper's statements (``SweepOps``), leases
-    (``LeaseOps``) and items of fan-out steps (``ItemOps``) live in their own modules; runs
-    and steps are here.
+    (``LeaseOps``), claims (``ClaimOps``), proofs of life (``LivenessOps``) and items of
+    fan-out steps (``ItemOps``) live in their own modules; runs and steps are here.
     ``pgbouncer`` and ``listen_url``: the ``durable_pgbouncer`` and ``durable_listen_url``
     settings (the URL goes through PgBouncer; where LISTEN connects instead).
     ``dispatcher``: the app's broker (``apps.broker_identity``), recorded on the runs it

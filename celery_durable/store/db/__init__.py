@@ -1,6 +1,7 @@
 """Connections to the database: one pool per process (``pool``), the engine and psycopg
 fast path (``connections``), LISTEN/NOTIFY or polling (``listener``) and telling an outage
-from other errors (``outage``); ``dialect`` answers what Postgres and SQLite do
+from other errors (``outage``), when this process last lost a connection (``losses``,
+the liveness path's guard); ``dialect`` answers what Postgres and SQLite do
 differently, for the statements and the operations alike; ``foreign`` runs the store's
 statements in a transaction the store does not own (Django's).
 """
