@@ -16,10 +16,11 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from typing import Any
 
-from celery_durable.store.db.connections import Connections, relaxed_commit
+from celery_durable.store.db.connections import Connections
 from celery_durable.store.records import DueRun, ItemClaim
 from celery_durable.store.sql.build import params
 from celery_durable.store.sql.statements import Statements
@@ -65,10 +66,6 @@ class BatchOps:
         """Claim the items ``first`` to ``first + count - 1`` that can run (as
         ``claim_item``, each "running" or "cancelled"), in item order; the others are
         recorded already, running elsewhere or waiting out a retry backoff."""
-        stmt = self.sql.batches.claim_batch
-        if self.db.is_postgres:
-            # Asynchronous commit, like claim_item: the record's commit flushes it.
-            stmt = relaxed_commit(stmt)
         values = params(
             run_id=run_id,
             idx=idx,
@@ -78,8 +75,14 @@ class BatchOps:
             lease=lease,
             max_recoveries=max_recoveries,
         )
-        with self.db.write() as conn:
-            rows = conn.execute(stmt, values).all()
+        sql = self.sql.batches
+        if sql.claim_batch_rows is not None:
+            # Asynchronous commit, like claim_item: the record's commit flushes it.
+            got = self.db.one(sql.claim_batch_rows, values, relaxed=True)
+            rows = (got[0] if got else None) or []  # psycopg decodes the JSON
+        else:
+            with self.db.write() as conn:
+                rows = conn.execute(sql.claim_batch, values).all()
         return sorted((row[0], ItemClaim(*row[1:])) for row in rows)
 
     def check_batch(
@@ -107,9 +110,39 @@ class BatchOps:
         its item (the first writer wins), and wake the parent if it waited for these last
         items. ``cancel_rest`` (first, count): the run is cancelled or over, so the items
         of that range still held are settled "cancelled" too."""
-        items = self.sql.items
+        items, batch = self.sql.items, self.sql.batches
         base = params(run_id=run_id, idx=idx, owner=owner, grace=grace)
         statements: list[tuple[Any, dict[str, Any]]] = [(items.settle_item_lock_run, base)]
+        one_statement = batch.settle_batch is not None and bool(outcomes)
+        if one_statement:
+            statements.append((batch.settle_batch, {**base, **_outcomes_param(outcomes)}))
+        else:
+            statements.extend(self._settle_one_by_one(base, outcomes))
+        if cancel_rest is not None:
+            first, count = cancel_rest
+            rest = {**base, **params(first=first, count=count)}
+            statements.append((batch.cancel_batch_rest, rest))
+        statements.append((items.settle_item_wake, base))
+        if self.db.is_postgres:
+            # One round trip: the lock, the records, the wake-up and the commit.
+            rows = self.db.transaction_pipeline(statements)
+        else:
+            with self.db.transaction() as conn:
+                results = [conn.execute(stmt, values) for stmt, values in statements]
+                rows = [r.first() if r.returns_rows else None for r in results]
+        if one_statement:
+            recorded = sorted(rows[1][0] or [])
+        else:
+            recorded = [done.item for done, row in zip(outcomes, rows[1:], strict=False) if row]
+        wake = rows[-1]
+        return BatchWrite(recorded, None if wake is None else DueRun(*wake))
+
+    def _settle_one_by_one(
+        self, base: dict[str, Any], outcomes: Sequence[Settled]
+    ) -> list[tuple[Any, dict[str, Any]]]:
+        """SQLite: each outcome as an item task records it (settle_item or retry_item)."""
+        items = self.sql.items
+        statements: list[tuple[Any, dict[str, Any]]] = []
         for done in outcomes:
             values = {**base, **params(item=done.item, error=done.error)}
             if done.status == "retry":
@@ -117,18 +150,12 @@ class BatchOps:
             else:
                 values.update(params(status=done.status, output=done.output))
                 statements.append((items.settle_item, values))
-        if cancel_rest is not None:
-            first, count = cancel_rest
-            rest = {**base, **params(first=first, count=count)}
-            statements.append((self.sql.batches.cancel_batch_rest, rest))
-        statements.append((items.settle_item_wake, base))
-        if self.db.is_postgres:
-            # One round trip: the lock, every record, the wake-up and the commit.
-            rows = self.db.transaction_pipeline(statements)
-        else:
-            with self.db.transaction() as conn:
-                results = [conn.execute(stmt, values) for stmt, values in statements]
-                rows = [r.first() if r.returns_rows else None for r in results]
-        recorded = [done.item for done, row in zip(outcomes, rows[1:], strict=False) if row]
-        wake = rows[-1]
-        return BatchWrite(recorded, None if wake is None else DueRun(*wake))
+        return statements
+
+
+def _outcomes_param(outcomes: Sequence[Settled]) -> dict[str, Any]:
+    """``p_outcomes``: the outcomes as one JSON array (one text parameter costs far less
+    than an array parameter per column, as for the settle's carried records)."""
+    fields = ("item", "status", "output", "error", "delay")
+    rows = [{name: getattr(done, name) for name in fields} for done in outcomes]
+    return {"p_outcomes": json.dumps(rows, ensure_ascii=False)}

@@ -33,7 +33,7 @@ from sqlalchemy import (
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import DueItem, DueRun, ItemRow, LostItem
 from celery_durable.store.schema import FINISHED_STATUSES, Tables, open_child
-from celery_durable.store.sql.batches import claim_update
+from celery_durable.store.sql.batches import claim_update, run_active
 from celery_durable.store.sql.build import Builder, columns_of
 from celery_durable.store.sql.open_items import item_lock
 
@@ -171,7 +171,10 @@ class ItemStatements(Builder):
         """The item task: claim and record an item, wake its run."""
         runs, items, now, namespace = self.tables.runs, self.tables.items, self.now, self.namespace
         # Taking over an expired lease recovers a lost worker: not a new attempt.
-        self.claim_item = claim_update(self.tables, namespace, now, and_(self._key, self._free))
+        active = run_active(self.tables, namespace, items.c.run_id)
+        self.claim_item = claim_update(
+            self.tables, namespace, now, and_(self._key, self._free), active
+        )
         # Locking the parent run row first serialises the items of one run as they settle,
         # and with the body's suspension: the last of them always sees the others.
         lock = select(runs.c.status, runs.c.wait_items).where(self.run_is)
