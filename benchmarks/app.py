@@ -21,7 +21,7 @@ from typing import Any
 
 import redis
 from celery import Celery
-from celery.signals import task_prerun, worker_ready
+from celery.signals import before_task_publish, task_prerun, worker_ready
 
 import celery_durable as cd
 from celery_durable import Durable, WorkflowContext
@@ -43,6 +43,15 @@ durable = Durable(app)  # every setting from CELERY_DURABLE_* env vars
 
 _redis = redis.Redis.from_url(REDIS_URL, decode_responses=True)
 logger = logging.getLogger("benchmarks.app")
+
+# ``python -m benchmarks.bigmap`` counts every message its processes publish (a Redis INCR
+# each, so only when asked: the other figures would pay for it).
+PUBLISHED_KEY = os.environ.get("BENCH_COUNT_PUBLISHED")
+if PUBLISHED_KEY:
+
+    @before_task_publish.connect(weak=False)
+    def _count_published(**_: Any) -> None:
+        _redis.incr(str(PUBLISHED_KEY))
 
 
 def mark(key: str, label: str) -> float:
@@ -167,6 +176,13 @@ def k_steps(k: int) -> int:
 def fan_map(n: int) -> int:
     """``cd.map`` of ``n`` no-op items: the fan-out compared with a chord."""
     return len(cd.map(noop_step, range(n)))
+
+
+@durable.workflow(name="benchmarks.batched_map")
+def batched_map(n: int, size: int | str) -> int:
+    """``cd.map`` of ``n`` no-op items, ``size`` to a task (``"auto"`` too): the batched
+    fan-out compared with a chord and a chord over ``chunks``."""
+    return len(cd.map(noop_step, range(n), batch_size=size))
 
 
 @durable.step(name="benchmarks.block_step")

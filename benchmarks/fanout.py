@@ -17,7 +17,7 @@ from celery import chord
 from celery.result import AsyncResult
 
 from benchmarks import app as bench
-from benchmarks import cpu
+from benchmarks import batches, cpu
 from benchmarks.measure import (
     Bench,
     _cpu_per_item,
@@ -170,6 +170,8 @@ def run(
             f"map commits: {c['commits_per_item']:.2f}/item + {c['commits_per_map_fixed']:.2f}"
             f"/map ({c['commits_per_item_all_in']:.2f}/item all in, map of 100)"
         )
+        # Issue 26: the batched map against a chord and a chord over chunks, same worker.
+        r["batched"] = batches.compare(b, progress, idle_rate)
     finally:
         fresh.stop()
     return r

@@ -240,6 +240,16 @@ def limited_app(basic_app: object) -> object:
 
 
 @pytest.fixture(scope="session")
+def batched_app(basic_app: object) -> Iterator[object]:
+    """The batched maps' app module, on the test app's tables; its queue deleted after."""
+    from tests.apps import batched
+
+    yield batched
+    batched.durable.store.dispose()
+    delete_queues(BROKER_URL, [batched.QUEUE])
+
+
+@pytest.fixture(scope="session")
 def scheduled_app(basic_app: object) -> object:
     """The schedules' app module, on the test app's tables."""
     from tests.apps import scheduled

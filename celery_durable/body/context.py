@@ -43,9 +43,20 @@ class Dispatcher(Protocol):
         ...
 
     def publish_items(
-        self, step_name: str, queue: str | None, run_id: str, idx: int, items: Iterable[int]
+        self,
+        step_name: str,
+        queue: str | None,
+        run_id: str,
+        idx: int,
+        items: Iterable[int],
+        batch_size: int = 1,
     ) -> None:
-        """Publish the item tasks ``items`` of fan-out step ``idx``; log, never raise."""
+        """Publish the item tasks ``items`` of fan-out step ``idx``, ``batch_size`` items
+        to a task; log, never raise."""
+        ...
+
+    def concurrency(self) -> int:
+        """How many pool processes the fleet has (for ``batch_size="auto"``)."""
         ...
 
     def publish_run(self, run: DueRun) -> None:

@@ -11,23 +11,29 @@ from celery_durable.store import DISPATCH_BATCH, FanOut, Outcome, StepRecord
 
 
 def dispatch(
-    ctx: WorkflowContext, step: StepRecord, name: str, queue: str | None, inputs: list[str]
+    ctx: WorkflowContext,
+    step: StepRecord,
+    name: str,
+    queue: str | None,
+    inputs: list[str],
+    batch_size: int = 1,
 ) -> None:
-    """Record the fan-out with its items in one transaction, then publish them in batches."""
+    """Record the fan-out with its items in one transaction, then publish them in rounds
+    of about DISPATCH_BATCH items, ``batch_size`` items to a task."""
     dispatcher = ctx.dispatcher
     assert dispatcher is not None, "a workflow body always runs with a dispatcher"
     queue = queue or ctx.queue
     fan = FanOut(name, queue, inputs, dispatcher.dispatch_grace)
     if not write_fanout(ctx, step, fan):
         return
-    for start in range(0, len(inputs), DISPATCH_BATCH):
-        items = range(start, min(start + DISPATCH_BATCH, len(inputs)))
-        # A crash between batches leaves the rest pending: the sweeper publishes them
+    # A whole number of task batches per round: no batch is split across two rounds.
+    per_round = max(DISPATCH_BATCH // batch_size, 1) * batch_size
+    for number, start in enumerate(range(0, len(inputs), per_round)):
+        items = range(start, min(start + per_round, len(inputs)))
+        # A crash between rounds leaves the rest pending: the sweeper publishes them
         # after durable_dispatch_grace; replay never dispatches a recorded fan-out again.
-        dispatcher.publish_items(name, queue, ctx.workflow_id, step.idx, items)
-        faults.reach(
-            faults.AFTER_DISPATCH, **ctx.log_fields(step.idx), batch=start // DISPATCH_BATCH
-        )
+        dispatcher.publish_items(name, queue, ctx.workflow_id, step.idx, items, batch_size)
+        faults.reach(faults.AFTER_DISPATCH, **ctx.log_fields(step.idx), batch=number)
 
 
 def write_fanout(ctx: WorkflowContext, step: StepRecord, fan: FanOut) -> bool:

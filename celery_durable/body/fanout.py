@@ -43,7 +43,7 @@ from celery_durable.body.step import Step
 from celery_durable.core import faults, serialization
 from celery_durable.core.ids import derived_id
 from celery_durable.core.logs import log_started
-from celery_durable.errors import NonDeterminismError
+from celery_durable.errors import InvalidArgument, NonDeterminismError
 from celery_durable.store import FanOut, NewRun, StepRecord
 
 R = TypeVar("R")
@@ -57,15 +57,21 @@ CHILD_STEP_PREFIX = "celery_durable.child:"
 
 
 def map(  # noqa: A001 - cd.map is the public name, like the builtin it mirrors
-    step: Step[Any, R], *iterables: Iterable[Any], return_exceptions: bool = False
+    step: Step[Any, R],
+    *iterables: Iterable[Any],
+    return_exceptions: bool = False,
+    batch_size: int | str = 1,
 ) -> list[Any]:
-    """Like the builtin ``map(step, *iterables)``, with one Celery task per item: the
-    results in input order.
+    """Like the builtin ``map(step, *iterables)``, with one Celery task per item (or per
+    ``batch_size`` consecutive items, run in order in one worker; ``"auto"`` sizes the
+    batches from the item count and the fleet's pool processes): the results in input
+    order.
 
     It waits for every item to settle, then raises the failure of the lowest-numbered
     failed item as StepFailed (original type, message and traceback); with
     ``return_exceptions=True`` the exceptions are returned in place instead.
     """
+    check_batch_size(batch_size)
     if not isinstance(step, Step):
         raise TypeError(f"cd.map() needs a durable step, got {step!r}")
     ctx = enter_body("cd.map()", f"use the builtin map({step.name}.fn, ...) to run the items here")
@@ -89,18 +95,61 @@ def map(  # noqa: A001 - cd.map is the public name, like the builtin it mirrors
         record(ctx, StepRecord(index, step.name, "ok", step_input, "[]", None))
         return []
     else:
+        size = batch_size if isinstance(batch_size, int) else auto_batch_size(ctx, len(inputs))
         dispatch(
             ctx,
             StepRecord(index, step.name, "started", step_input, None, None),
             step.name,
             step.options.queue,
             inputs,
+            size,
         )
     count = len(inputs)
     del inputs  # bounded memory: only the results are kept
     resolved = wait_for(ctx, [index])[index]
     future: StepFuture[Any] = StepFuture(index, step.name)
     return collect(ctx, [(future, resolved, count)], return_exceptions)
+
+
+# The largest batch_size: a batch's inputs are held in its worker while it runs.
+MAX_BATCH_SIZE = 10_000
+# batch_size="auto": about this many batches per pool process of the fleet (a slow batch
+# or process then holds back a quarter of one's share), each of at most AUTO_MAX items
+# (what a crash can make run again, and the leases one heartbeat renews).
+AUTO_BATCHES_PER_PROCESS = 4
+AUTO_MAX = 500
+
+
+def check_batch_size(batch_size: object) -> None:
+    """InvalidArgument naming ``batch_size`` unless it is "auto" or an int from 1 to
+    MAX_BATCH_SIZE (checked before anything is written)."""
+    if batch_size == "auto" and isinstance(batch_size, str):
+        return
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise InvalidArgument(
+            f'cd.map(): batch_size must be an integer >= 1 or "auto", got {batch_size!r}'
+        )
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise InvalidArgument(
+            f"cd.map(): batch_size must be from 1 to {MAX_BATCH_SIZE}, got {batch_size!r}"
+        )
+
+
+def auto_batch_size(ctx: WorkflowContext, count: int) -> int:
+    """Items per task for ``count`` items: AUTO_BATCHES_PER_PROCESS batches per pool
+    process of the fleet, at most AUTO_MAX items each (1 while items are few)."""
+    dispatcher = ctx.dispatcher
+    assert dispatcher is not None
+    if count <= AUTO_BATCHES_PER_PROCESS:
+        return 1  # one item per task whatever the fleet: don't ask it
+    processes = max(dispatcher.concurrency(), 1)
+    return auto_size(count, processes)
+
+
+def auto_size(count: int, processes: int) -> int:
+    """The batch size for ``count`` items on ``processes`` pool processes."""
+    batches = processes * AUTO_BATCHES_PER_PROCESS
+    return max(1, min(AUTO_MAX, -(-count // batches)))  # -(-a // b): a / b rounded up
 
 
 def check_map_replay(

@@ -32,6 +32,7 @@ from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.engine import policy as shutdown
 from celery_durable.engine import taskevents
 from celery_durable.engine.apps import runtime_for
+from celery_durable.engine.batches import execute_batch
 from celery_durable.engine.canvas import report_taken
 from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import DuplicateRegistration, NotSerialisable, PermanentError
@@ -68,30 +69,35 @@ def cancel(runtime: Runtime, run_id: str, reason: str | None) -> Cancellation:
 
 
 def revoke_item(runtime: Runtime, task_id: str) -> bool:
-    """``celery control revoke`` of an item's task id (``<run id>:<step>:<item>``): settle
-    the item "revoked" in the store, so that no delivery of it runs again (Celery's own
-    revoked set is in memory, per worker), and publish the parent it woke. False when the
-    id names no unsettled item (a run's id, a settled item, a derived uuid)."""
+    """``celery control revoke`` of an item's task id (``<run id>:<step>:<item>``), or of a
+    batch's (``<run id>:<step>:<first>-<last>``, each of its unsettled items): settle the
+    item "revoked" in the store, so that no delivery of it runs again (Celery's own revoked
+    set is in memory, per worker), and publish the parent it woke. False when the id names
+    no unsettled item (a run's id, a settled item, a derived uuid)."""
     parts = task_id.rsplit(":", 2)
-    numbers = parts[1:]
+    span = parts[-1].split("-", 1)
+    numbers = [parts[1] if len(parts) == 3 else "", *span]
     if len(parts) != 3 or not parts[0] or not all(n.isascii() and n.isdecimal() for n in numbers):
         return False
-    run_id, idx, item = parts[0], int(parts[1]), int(parts[2])
+    run_id, idx, first, last = parts[0], int(parts[1]), int(span[0]), int(span[-1])
     error = serialization.encode_error(TaskRevokedError(REVOKED))
-    written = runtime.store.revoke_item(run_id, idx, item, error, runtime.config.dispatch_grace)
-    if written is None:
-        return False
-    logger.warning(
-        "item %d of step %d of run %s revoked (task %s): recorded as failed with "
-        "TaskRevokedError; no delivery of it runs again",
-        item,
-        idx,
-        run_id,
-        task_id,
-        extra={**run_fields(run_id, step_index=idx), "item": item},
-    )
-    publish_woken(runtime, written.woken, f"item {item} of step {idx} was revoked")
-    return True
+    revoked = False
+    for item in range(first, last + 1):
+        written = runtime.store.revoke_item(run_id, idx, item, error, runtime.config.dispatch_grace)
+        if written is None:
+            continue
+        revoked = True
+        logger.warning(
+            "item %d of step %d of run %s revoked (task %s): recorded as failed with "
+            "TaskRevokedError; no delivery of it runs again",
+            item,
+            idx,
+            run_id,
+            task_id,
+            extra={**run_fields(run_id, step_index=idx), "item": item},
+        )
+        publish_woken(runtime, written.woken, f"item {item} of step {idx} was revoked")
+    return revoked
 
 
 class ItemTask(Task):  # type: ignore[misc]
@@ -122,8 +128,10 @@ def register_item_task(app: Celery, step: Step[Any, Any]) -> None:
         runtime = _item_target(app, task, args, kwargs)
         if runtime is None:
             return None
-        _, run_id, idx, item = args
+        _, run_id, idx, item, *batch = args
         with tracing.item(task.name, task.request, run_id, idx, item):
+            if batch and batch[0] > 1:
+                return execute_batch(runtime, task, run_id, idx, item, batch[0])
             return execute_item(runtime, task, run_id, idx, item)
 
     run_item.__name__ = getattr(step.fn, "__name__", "run_item")
@@ -139,15 +147,18 @@ _MAX_INDEX = 2**31 - 1  # the step and item columns are Postgres integers
 def _item_target(app: Celery, task: Task, args: Any, kwargs: Any) -> Runtime | None:
     """The Durable an item message is for; None (refused by name, logged once) when its
     arguments don't fit, can't be a run id and indexes, or name an unknown namespace."""
-    expected = "(namespace, run id, step index, item number)"
-    problem = validate.arguments_problem(args, kwargs, expected, range(4, 5))
+    expected = "(namespace, run id, step index, item number[, batch's item count])"
+    problem = validate.arguments_problem(args, kwargs, expected, range(4, 6))
     if problem is None:
-        namespace, run_id, idx, item = args
+        namespace, run_id, idx, item, *batch = args
         id_problem = validate.id_problem(run_id)
         if id_problem is not None:
             problem = f"the run id is invalid: {id_problem}"
-        elif any(type(n) is not int or not 0 <= n <= _MAX_INDEX for n in (idx, item)):
-            problem = f"the step index {idx!r} and item {item!r} must be integers 0 to {_MAX_INDEX}"
+        elif any(type(n) is not int or not 0 <= n <= _MAX_INDEX for n in (idx, item, *batch)):
+            problem = (
+                f"the step index {idx!r}, item {item!r} and count {batch!r} must be integers "
+                f"0 to {_MAX_INDEX}"
+            )
         elif not isinstance(namespace, str):
             problem = f"the namespace is {type(namespace).__name__}, not a string"
         else:

@@ -65,9 +65,13 @@ def publish_or_leave(
     return True
 
 
-def item_task_id(run_id: str, idx: int, item: int) -> str:
-    """The Celery task id of an item: derived, so every dispatch of it is the same task."""
-    return derived_id(f"{run_id}:{idx}:{item}")
+def item_task_id(run_id: str, idx: int, item: int, count: int = 1) -> str:
+    """The Celery task id of an item, or of a batch of ``count`` items from ``item``
+    (``<run id>:<step>:<first>-<last>``): derived, so every dispatch of it is the same
+    task."""
+    if count == 1:
+        return derived_id(f"{run_id}:{idx}:{item}")
+    return derived_id(f"{run_id}:{idx}:{item}-{item + count - 1}")
 
 
 class Dispatch:
@@ -81,23 +85,37 @@ class Dispatch:
         return self.runtime.config.dispatch_grace
 
     def publish_items(
-        self, step_name: str, queue: str | None, run_id: str, idx: int, items: Iterable[int]
+        self,
+        step_name: str,
+        queue: str | None,
+        run_id: str,
+        idx: int,
+        items: Iterable[int],
+        batch_size: int = 1,
     ) -> None:
+        """One message per item, or with ``batch_size`` > 1 (``items`` a range) one per
+        batch of that many consecutive items, its last argument the batch's item count."""
         app = self.runtime.app
         namespace = self.runtime.config.namespace
         options: dict[str, Any] = {"queue": queue} if queue else {}
         tracing.add_start_headers(options)  # each item's span: a child of the dispatcher's
         task = app.tasks.get(step_name)
+        messages: list[tuple[Any, ...]] = [(namespace, run_id, idx, item) for item in items]
+        if batch_size > 1:
+            numbers = [m[3] for m in messages]
+            messages = [
+                (namespace, run_id, idx, numbers[at], len(numbers[at : at + batch_size]))
+                for at in range(0, len(numbers), batch_size)
+            ]
 
         def publish() -> None:
             if app.conf.task_always_eager or task is None:
-                for item in items:
-                    self._publish_one(task, step_name, (namespace, run_id, idx, item), options)
+                for args in messages:
+                    self._publish_one(task, step_name, args, options)
                 return
             # One producer (one connection) for the whole batch.
             with app.producer_or_acquire() as producer:
-                for item in items:
-                    args = (namespace, run_id, idx, item)
+                for args in messages:
                     self._publish_one(task, step_name, args, {**options, "producer": producer})
 
         publish_or_leave(
@@ -114,12 +132,16 @@ class Dispatch:
     def _publish_one(
         self, task: Task | None, name: str, args: tuple[Any, ...], options: dict[str, Any]
     ) -> None:
-        task_id = item_task_id(args[1], args[2], args[3])
+        task_id = item_task_id(*args[1:])
         if task is not None:
             # Through the registered task: task_always_eager runs the item in-process.
             task.apply_async(args, task_id=task_id, **options)
         else:  # a step this process doesn't import: publish by name
             self.runtime.app.send_task(name, args, task_id=task_id, **options)
+
+    def concurrency(self) -> int:
+        """The fleet's pool processes (asked at most once a dispatch grace)."""
+        return self.runtime.fleet.concurrency(max(self.dispatch_grace, 5.0))
 
     def publish_run(self, run: DueRun) -> None:
         self.runtime.publish(run.id, run.name, run.args, run.queue)

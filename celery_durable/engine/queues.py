@@ -1,5 +1,6 @@
 """Which queues some worker consumes: Celery's ``inspect().active_queues()``, asked only off
-the hot path (the sweeper, before it publishes items again; ``durable show``).
+the hot path (the sweeper, before it publishes items again; ``durable show``); and how many
+pool processes the fleet has (``inspect().stats()``, for ``batch_size="auto"``).
 
 An item published to a queue that no worker consumes waits in it, as any Celery task's
 message would, until a worker of that queue starts. Publishing it again then only piles
@@ -14,9 +15,10 @@ Example::
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from celery import Celery
@@ -31,27 +33,75 @@ INSPECT_WAIT = 5.0
 
 
 class Asking(threading.Thread):
-    """One ``active_queues`` broadcast; ``answer`` once done (None: unknown)."""
+    """One ``inspect`` broadcast (``active_queues`` by default); ``answer`` once done
+    (None: unknown)."""
 
-    def __init__(self, app: Celery, timeout: float) -> None:
+    def __init__(
+        self,
+        app: Celery,
+        timeout: float,
+        method: str = "active_queues",
+        read: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> None:
         super().__init__(name="celery_durable-inspect", daemon=True)
-        self.app, self.timeout = app, timeout
-        self.answer: set[str] | None = None
+        self.app, self.timeout, self.method = app, timeout, method
+        self.read = read or _queue_names
+        self.answer: Any = None
 
     def run(self) -> None:
         try:
             inspect = self.app.control.inspect(timeout=self.timeout)
-            replies: dict[str, Any] | None = inspect.active_queues()
+            replies: dict[str, Any] | None = getattr(inspect, self.method)()
         except Exception as exc:  # noqa: BLE001 - unknown, never fatal
-            logger.debug("inspect active_queues failed: %r", exc)
+            logger.debug("inspect %s failed: %r", self.method, exc)
             return
         if replies:
-            self.answer = {
-                queue["name"]
-                for queues in replies.values()
-                for queue in queues or ()
-                if isinstance(queue, dict) and "name" in queue
-            }
+            self.answer = self.read(replies)
+
+
+def _queue_names(replies: dict[str, Any]) -> set[str]:
+    return {
+        queue["name"]
+        for queues in replies.values()
+        for queue in queues or ()
+        if isinstance(queue, dict) and "name" in queue
+    }
+
+
+def _pool_processes(replies: dict[str, Any]) -> int | None:
+    """The pool processes of every worker that replied to ``stats`` (None: none said)."""
+    sizes = [
+        reply.get("pool", {}).get("max-concurrency")
+        for reply in replies.values()
+        if isinstance(reply, dict) and isinstance(reply.get("pool"), dict)
+    ]
+    total = sum(size for size in sizes if isinstance(size, int) and size > 0)
+    return total or None
+
+
+class FleetWatch:
+    """How many pool processes the running workers have in all, from ``inspect().stats()``
+    (about a second, so asked at most every ``ttl`` s, and only by ``cd.map(...,
+    batch_size="auto")``); this worker's own concurrency while that is unknown."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+        self._known: int | None = None
+        self._taken = float("-inf")
+
+    def concurrency(self, ttl: float) -> int:
+        if self.app.conf.task_always_eager:
+            return self._local()
+        if time.monotonic() - self._taken >= ttl:
+            asking = Asking(self.app, INSPECT_TIMEOUT, "stats", _pool_processes)
+            asking.start()
+            asking.join(INSPECT_WAIT)
+            self._known, self._taken = asking.answer, time.monotonic()
+        return self._known or self._local()
+
+    def _local(self) -> int:
+        configured = self.app.conf.worker_concurrency
+        return configured if isinstance(configured, int) and configured > 0 else os.cpu_count() or 1
 
 
 def consumed_queues(app: Celery, wait: float = INSPECT_WAIT) -> set[str] | None:

@@ -27,6 +27,7 @@ from celery_durable.core.config import DurableConfig
 from celery_durable.engine import apps
 from celery_durable.engine.leases import LeaseKeeper
 from celery_durable.engine.publish import STORED_HEADER, Dispatch
+from celery_durable.engine.queues import FleetWatch
 from celery_durable.engine.sweeper import Sweeper
 from celery_durable.store import Store
 
@@ -67,6 +68,7 @@ class Runtime:
         self.leases = LeaseKeeper(self)
         self.sweeper = Sweeper(self)
         self.dispatch = Dispatch(self)
+        self.fleet = FleetWatch(app)
 
     def __repr__(self) -> str:
         return f"<Runtime app={self.app.main!r} settings={sorted(self.settings)}>"

@@ -6,6 +6,7 @@ Example::
     from celery_durable.store import Store, StepRecord, Outcome
 """
 
+from celery_durable.store.batches import BatchWrite, Settled
 from celery_durable.store.db.outage import is_unreachable
 from celery_durable.store.items import DISPATCH_BATCH
 from celery_durable.store.items_first import CLAIM, RUN, SKIP, OpenItem
@@ -56,6 +57,8 @@ from celery_durable.store.store import Store
 __all__ = [
     "ACTIVE_STATUSES",
     "ALL_STATUSES",
+    "BatchWrite",
+    "Settled",
     "Cancellation",
     "Claim",
     "Collected",

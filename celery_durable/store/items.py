@@ -224,7 +224,7 @@ class ItemOps:
             ),
             relaxed=True,
         )
-        return None if row is None else ItemClaim(*row)
+        return None if row is None else ItemClaim(*row[1:])  # row[0]: the item number
 
     def settle_item(
         self,

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from celery_durable.errors import ConfigurationError
 from celery_durable.store.admin import AdminOps
+from celery_durable.store.batches import BatchOps
 from celery_durable.store.claims import ClaimOps
 from celery_durable.store.db.connections import Connections, parse_listen_url, parse_url
 from celery_durable.store.db.dialect import Dialect
@@ -59,6 +60,7 @@ from celery_durable.store.timers import TimerOps
 class Store(
     ClaimOps,
     ItemOps,
+    BatchOps,
     SignalOps,
     SweepOps,
     LeaseOps,

@@ -22,7 +22,6 @@ from sqlalchemy import (
     case,
     exists,
     false,
-    literal,
     literal_column,
     or_,
     select,
@@ -33,12 +32,10 @@ from sqlalchemy import (
 
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import DueItem, DueRun, ItemRow, LostItem
-from celery_durable.store.schema import ACTIVE_STATUSES, FINISHED_STATUSES, Tables, open_child
+from celery_durable.store.schema import FINISHED_STATUSES, Tables, open_child
+from celery_durable.store.sql.batches import claim_update, run_active
 from celery_durable.store.sql.build import Builder, columns_of
 from celery_durable.store.sql.open_items import item_lock
-
-# The error of an item whose run was cancelled or finished before the item ran.
-RUN_OVER = "the run was cancelled or had finished before this item ran"
 
 
 class ItemStatements(Builder):
@@ -173,37 +170,10 @@ class ItemStatements(Builder):
     def _task(self) -> None:
         """The item task: claim and record an item, wake its run."""
         runs, items, now, namespace = self.tables.runs, self.tables.items, self.now, self.namespace
-        lost, free = self._lost, self._free
-        # Spelled out, not IN (...): claim_item runs on the precompiled psycopg path,
-        # which can't expand a list parameter.
-        run_active = exists().where(
-            runs.c.namespace == namespace,
-            runs.c.id == items.c.run_id,
-            or_(*(runs.c.status == status for status in ACTIVE_STATUSES)),
-            runs.c.cancel_requested == false(),
-        )
-        claimable = or_(
-            and_(items.c.status == "pending", items.c.dispatches > 0),
-            and_(
-                lost,
-                items.c.due_at < now,
-                items.c.recoveries + 1 < bindparam("p_max_recoveries"),
-            ),
-        )
-        self.claim_item = (
-            update(items)
-            .where(self._key, items.c.child_id.is_(None), claimable, free)
-            .values(
-                status=case((run_active, "running"), else_="cancelled"),
-                owner=case((run_active, bindparam("p_owner")), else_=None),
-                # Taking over an expired lease recovers a lost worker: not a new attempt.
-                attempts=items.c.attempts + case((and_(run_active, ~lost), 1), else_=0),
-                recoveries=items.c.recoveries + case((and_(run_active, lost), 1), else_=0),
-                due_at=case((run_active, now + bindparam("p_lease")), else_=None),
-                finished_at=case((run_active, None), else_=now),
-                error=case((run_active, items.c.error), else_=literal(RUN_OVER)),
-            )
-            .returning(items.c.status, items.c.name, items.c.input, items.c.attempts)
+        # Taking over an expired lease recovers a lost worker: not a new attempt.
+        active = run_active(self.tables, namespace, items.c.run_id)
+        self.claim_item = claim_update(
+            self.tables, namespace, now, and_(self._key, self._free), active
         )
         # Locking the parent run row first serialises the items of one run as they settle,
         # and with the body's suspension: the last of them always sees the others.

@@ -17,6 +17,7 @@ from __future__ import annotations
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.admin import AdminStatements
+from celery_durable.store.sql.batches import BatchStatements
 from celery_durable.store.sql.carry import CarryStatements
 from celery_durable.store.sql.items import ItemStatements
 from celery_durable.store.sql.limiters import LimiterStatements
@@ -49,6 +50,7 @@ class Statements:
         self.state = StateStatements(tables, dialect, namespace)
         self.items = ItemStatements(tables, dialect, namespace, dispatcher)
         self.open_items = OpenItemStatements(tables, dialect, namespace)
+        self.batches = BatchStatements(tables, dialect, namespace)
         self.long_lived = LongLivedStatements(tables, dialect, namespace)
         self.admin = AdminStatements(tables, dialect, namespace, dispatcher)
         self.reads = ReadStatements(tables, dialect, namespace)

@@ -1,0 +1,140 @@
+"""Batched fan-out (issue 26): a durable ``cd.map`` of 1,000 no-op items with
+``batch_size=50`` against a Celery ``chord`` of 1,000 no-op tasks and a ``chord`` over
+``noop.chunks(..., 50)`` (each with a no-op callback, Redis result backend), on the fan-out
+benchmark's fresh worker, in interleaved rounds (the order reversed every other round);
+and the batched map's commits per item.
+
+A figure is the median of its rounds, a ratio the median of the per-round ratios, with
+their range. Clocks: first start to the callback's ``date_done`` (chords), to the run's
+``finished_at`` (the map; both the database's and Redis's clocks are this host's).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from celery import chord
+from celery.result import AsyncResult
+
+from benchmarks import app as bench
+from benchmarks import cpu
+from benchmarks.measure import Bench, _cpu_per_item, _epoch, _remember, wait_finished
+from benchmarks.windows import commit_window
+
+ITEMS, SIZE, ROUNDS = 1_000, 50, 3
+# Issue 26's targets: items/s of the batched map over each chord's.
+TARGETS = {"chord": 3.0, "chunks": 1.0}
+
+
+def _chord_of_tasks(items: int) -> AsyncResult:
+    return chord(bench.noop.s() for _ in range(items))(bench.noop.s())
+
+
+def _chord_of_chunks(items: int, size: int) -> AsyncResult:
+    return chord(bench.noop.chunks(((i,) for i in range(items)), size).group())(bench.noop.s())
+
+
+def _chord_round(b: Bench, make: Callable[[], AsyncResult], items: int) -> dict[str, Any]:
+    before = cpu.snapshot(b.monitor.database)
+    start = time.time()
+    result = make()
+    result.get(timeout=300, interval=0.01)
+    seen = time.time()
+    _remember(b, result)
+    for child in getattr(result.parent, "results", None) or []:
+        b.result_ids.append(child.id)
+    elapsed = _epoch(result.date_done) - start
+    return {
+        "elapsed_s": elapsed,
+        "items_per_s": items / elapsed,
+        **_usage(b, before, items, seen - start),
+    }
+
+
+def _map_round(b: Bench, items: int, size: int | str) -> dict[str, Any]:
+    before = cpu.snapshot(b.monitor.database)
+    start = time.time()
+    ids = [bench.batched_map.delay(items, size).id]
+    wait_finished(b, ids, timeout=300, interval=0.01)
+    seen = time.time()
+    if b.monitor.count_status(ids, "SUCCEEDED") != 1:
+        raise RuntimeError(f"the batched map {ids[0]} did not succeed")
+    elapsed = b.monitor.last_finished_at(ids) - start
+    return {
+        "elapsed_s": elapsed,
+        "items_per_s": items / elapsed,
+        **_usage(b, before, items, seen - start),
+    }
+
+
+def _usage(b: Bench, before: cpu.Snapshot, items: int, seen: float) -> dict[str, Any]:
+    usage = _cpu_per_item(b, before, items, seen)
+    return {"cpu_ms_per_item": usage["cpu_ms_per_item"]}
+
+
+def compare(
+    b: Bench,
+    progress: Callable[[str], None],
+    idle_rate: float,
+    items: int = ITEMS,
+    size: int = SIZE,
+    rounds: int = ROUNDS,
+) -> dict[str, Any]:
+    """The three on the worker already running: a warm-up of each, ``rounds`` rounds, then
+    one commit window around a batched map."""
+    kinds: dict[str, Callable[[], dict[str, Any]]] = {
+        "chord": lambda: _chord_round(b, lambda: _chord_of_tasks(items), items),
+        "chunks": lambda: _chord_round(b, lambda: _chord_of_chunks(items, size), items),
+        "map": lambda: _map_round(b, items, size),
+    }
+    for measure in kinds.values():
+        measure()  # warm-up
+    samples: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
+    for number in range(rounds):
+        order = list(kinds) if number % 2 == 0 else list(reversed(kinds))
+        for kind in order:
+            samples[kind].append(kinds[kind]())
+    out: dict[str, Any] = {"items": items, "batch_size": size, "rounds": rounds}
+    for kind, taken in samples.items():
+        rates = [s["items_per_s"] for s in taken]
+        out[kind] = {"items_per_s": statistics.median(rates), "rounds": taken}
+    for against in ("chord", "chunks"):
+        ratios = [
+            m["items_per_s"] / c["items_per_s"]
+            for m, c in zip(samples["map"], samples[against], strict=True)
+        ]
+        out[f"vs_{against}"] = {
+            "median": statistics.median(ratios),
+            "min": min(ratios),
+            "max": max(ratios),
+            "target": TARGETS[against],
+            "pass": statistics.median(ratios) >= TARGETS[against],
+        }
+    window = commit_window(b, lambda: _map_round(b, items, size))
+    net = window.others - idle_rate * window.seconds
+    out["commits"] = {
+        "per_item": net / items,
+        "per_map": net,
+        "clean": window.clean,
+        "window": window.as_dict(),
+    }
+    progress(describe(out))
+    return out
+
+
+def describe(x: dict[str, Any]) -> str:
+    """One progress line."""
+    vs = ", ".join(
+        f"{x[f'vs_{k}']['median']:.2f} x {k} ({x[f'vs_{k}']['min']:.2f}-{x[f'vs_{k}']['max']:.2f}; "
+        f"target {x[f'vs_{k}']['target']:.0f} x: {'PASS' if x[f'vs_{k}']['pass'] else 'FAIL'})"
+        for k in ("chord", "chunks")
+    )
+    return (
+        f"batched map of {x['items']} (batch_size={x['batch_size']}): "
+        f"{x['map']['items_per_s']:,.0f} items/s; chord {x['chord']['items_per_s']:,.0f}, "
+        f"chord over chunks {x['chunks']['items_per_s']:,.0f}; {vs}; "
+        f"{x['commits']['per_item']:.3f} commits per item"
+    )

@@ -1,0 +1,181 @@
+"""The statements of batched items (``cd.map(..., batch_size=K)``): one Celery task claims
+a run of consecutive items at once, runs them in order and records them together (see
+``store/batches.py``). The claim itself is ``claim_item``'s, over a range of items: both
+are built by :func:`claim_update`.
+
+Example::
+
+    sql = BatchStatements(build_tables("durable_"), dialect_of("postgresql"), "default")
+    sql.claim_batch       # UPDATE ... WHERE item >= first AND item < first + count RETURNING ...
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    Float,
+    Integer,
+    Text,
+    and_,
+    bindparam,
+    case,
+    cast,
+    column,
+    exists,
+    false,
+    func,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSON
+
+from celery_durable.store.db.dialect import Dialect
+from celery_durable.store.schema import ACTIVE_STATUSES, Tables
+from celery_durable.store.sql.build import Builder
+
+# A batch's outcomes as settle_batch's JSON parameter carries them (see store/batches.py).
+OUTCOME_COLUMNS = (
+    ("item", Integer),
+    ("status", Text),
+    ("output", Text),
+    ("error", Text),
+    ("delay", Float),
+)
+
+# The error of an item whose run was cancelled or finished before the item ran.
+RUN_OVER = "the run was cancelled or had finished before this item ran"
+
+
+def run_active(tables: Tables, namespace: str, run_id: Any) -> Any:
+    """EXISTS: the run ``run_id`` is active and no cancel was requested."""
+    runs = tables.runs
+    # Spelled out, not IN (...): claim_item runs on the precompiled psycopg path, which
+    # can't expand a list parameter.
+    return exists().where(
+        runs.c.namespace == namespace,
+        runs.c.id == run_id,
+        or_(*(runs.c.status == status for status in ACTIVE_STATUSES)),
+        runs.c.cancel_requested == false(),
+    )
+
+
+def claim_update(tables: Tables, namespace: str, now: Any, where: Any, active: Any) -> Any:
+    """Claim the items ``where`` selects: pending and dispatched ones, or running ones
+    whose lease expired (a recovery, not an attempt). An item of a run that is not
+    ``active`` becomes "cancelled" instead. Returns (item, status, name, input, attempts)."""
+    items = tables.items
+    lost = items.c.status == "running"
+    run_active = active
+    claimable = or_(
+        and_(items.c.status == "pending", items.c.dispatches > 0),
+        and_(
+            lost,
+            items.c.due_at < now,
+            items.c.recoveries + 1 < bindparam("p_max_recoveries"),
+        ),
+    )
+    return (
+        update(items)
+        .where(where, items.c.child_id.is_(None), claimable)
+        .values(
+            status=case((run_active, "running"), else_="cancelled"),
+            owner=case((run_active, bindparam("p_owner")), else_=None),
+            attempts=items.c.attempts + case((and_(run_active, ~lost), 1), else_=0),
+            recoveries=items.c.recoveries + case((and_(run_active, lost), 1), else_=0),
+            due_at=case((run_active, now + bindparam("p_lease")), else_=None),
+            finished_at=case((run_active, None), else_=now),
+            error=case((run_active, items.c.error), else_=literal(RUN_OVER)),
+        )
+        .returning(items.c.item, items.c.status, items.c.name, items.c.input, items.c.attempts)
+    )
+
+
+class BatchStatements(Builder):
+    """Claim a batch of items, check what it still holds, cancel what it has not run."""
+
+    def __init__(self, tables: Tables, dialect: Dialect, namespace: str) -> None:
+        super().__init__(tables, dialect, namespace)
+        runs, items = tables.runs, tables.items
+        first: Any = bindparam("p_first")
+        in_batch = and_(
+            items.c.namespace == namespace,
+            items.c.run_id == bindparam("p_run_id"),
+            items.c.idx == bindparam("p_idx"),
+            items.c.item >= first,
+            items.c.item < first + bindparam("p_count"),
+        )
+        # The run's state read once for the whole batch (the bind, not the row's run_id:
+        # an uncorrelated EXISTS that Postgres evaluates once, not six times a row).
+        active = run_active(tables, namespace, bindparam("p_run_id"))
+        self.claim_batch = claim_update(tables, namespace, self.now, in_batch, active)
+        # Postgres: the claimed rows as one JSON array in one row, so that the claim takes
+        # the hot path's precompiled statement (``db.one``), not SQLAlchemy's per-execute work.
+        self.claim_batch_rows: Any = None
+        if self.dialect.writes_in_ctes:
+            got = self.claim_batch.cte("claimed")
+            row = func.json_build_array(*got.c)
+            self.claim_batch_rows = select(func.json_agg(row))
+        held = and_(in_batch, items.c.status == "running", items.c.owner == bindparam("p_owner"))
+        # Between items: those still held (not revoked, not taken over), and whether the
+        # run may go on; read at most once a poll interval.
+        self.check_batch_items = select(items.c.item).where(held)
+        self.check_batch_run = select(runs.c.id).where(
+            self.run_is,
+            or_(*(runs.c.status == status for status in ACTIVE_STATUSES)),
+            runs.c.cancel_requested == false(),
+        )
+        self._settle()
+        # The run was cancelled (or is over) mid-batch: the items not run yet never run,
+        # as a cancelled run's pending items.
+        self.cancel_batch_rest = (
+            update(items)
+            .where(held)
+            .values(
+                status="cancelled",
+                error=literal(RUN_OVER),
+                owner=None,
+                due_at=None,
+                finished_at=self.now,
+            )
+        )
+
+    def _settle(self) -> None:
+        """Postgres: a batch's outcomes (ok, error, or a retry) in one UPDATE fed by one
+        JSON parameter; the numbers of the items it recorded, as one array."""
+        self.settle_batch: Any = None
+        if not self.dialect.writes_in_ctes:
+            return  # SQLite records them one statement each, in one transaction
+        items, now = self.tables.items, self.now
+        done = (
+            func.json_to_recordset(cast(bindparam("p_outcomes", type_=Text), JSON))
+            .table_valued(*(column(name, type_) for name, type_ in OUTCOME_COLUMNS))
+            .render_derived(name="outcomes", with_types=True)
+        )
+        retry = done.c.status == "retry"
+        settled = (
+            update(items)
+            .where(
+                items.c.namespace == self.namespace,
+                items.c.run_id == bindparam("p_run_id"),
+                items.c.idx == bindparam("p_idx"),
+                items.c.item == done.c.item,
+                items.c.status == "running",
+                items.c.owner == bindparam("p_owner"),
+            )
+            .values(
+                # As retry_item: back to pending, due after the backoff, for the sweeper.
+                status=case((retry, "pending"), else_=done.c.status),
+                output=case((retry, None), else_=done.c.output),
+                error=done.c.error,
+                owner=None,
+                dispatches=case((retry, 0), else_=items.c.dispatches),
+                due_at=case((retry, now + done.c.delay), else_=None),
+                finished_at=case((retry, None), else_=now),
+            )
+            .returning(items.c.item)
+            .cte("settled")
+        )
+        self.settle_batch = select(func.array_agg(settled.c.item))
