@@ -33,6 +33,7 @@ from celery_durable.errors import NotSerialisable, PermanentError
 from celery_durable.store import ItemClaim, Settled
 
 if TYPE_CHECKING:
+    from celery_durable.body.step import Step
     from celery_durable.engine.runtime import Runtime
 
 logger = logging.getLogger("celery_durable.items")
@@ -159,19 +160,7 @@ class _Batch:
                     )
                     return Settled(item, "error", error=error)
                 delay = step.delay_after(attempt)
-                logger.warning(
-                    "item %d of step %d (%s) of run %s failed (attempt %d of %d), "
-                    "retrying in %.2fs: %r",
-                    item,
-                    idx,
-                    step.name,
-                    run_id,
-                    attempt,
-                    step.options.max_attempts,
-                    delay,
-                    exc,
-                    extra={**self.fields, "item": item},
-                )
+                log_item_retry(step, run_id, idx, item, attempt, delay, exc, self.fields)
                 if not task.request.is_eager:
                     # The backoff waits in the database; the sweeper publishes the item
                     # again when due, as an item task of its own.
@@ -240,3 +229,28 @@ class _Batch:
                     released,
                     extra=self.fields,
                 )
+
+
+def log_item_retry(
+    step: Step[Any, Any],
+    run_id: str,
+    idx: int,
+    item: int,
+    attempt: int,
+    delay: float,
+    exc: BaseException,
+    fields: dict[str, Any],
+) -> None:
+    """An item's failure that is retried, logged alike by an item task and by a batch."""
+    logger.warning(
+        "item %d of step %d (%s) of run %s failed (attempt %d of %d), retrying in %.2fs: %r",
+        item,
+        idx,
+        step.name,
+        run_id,
+        attempt,
+        step.options.max_attempts,
+        delay,
+        exc,
+        extra={**fields, "item": item},
+    )

@@ -32,7 +32,7 @@ from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.engine import policy as shutdown
 from celery_durable.engine import taskevents
 from celery_durable.engine.apps import runtime_for
-from celery_durable.engine.batches import execute_batch
+from celery_durable.engine.batches import execute_batch, log_item_retry
 from celery_durable.engine.canvas import report_taken
 from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import DuplicateRegistration, NotSerialisable, PermanentError
@@ -358,19 +358,7 @@ def _run_claimed(
                     error, failure = serialization.encode_error(exc), exc
                     break
                 delay = step.delay_after(attempt)
-                logger.warning(
-                    "item %d of step %d (%s) of run %s failed (attempt %d of %d), "
-                    "retrying in %.2fs: %r",
-                    item,
-                    idx,
-                    step.name,
-                    run_id,
-                    attempt,
-                    step.options.max_attempts,
-                    delay,
-                    exc,
-                    extra=fields,
-                )
+                log_item_retry(step, run_id, idx, item, attempt, delay, exc, fields)
                 if task.request.is_eager and isinstance(writer, _Claimed):
                     # Eager mode has no sweeper to publish it again: retry in-process,
                     # counting the attempt on the item's row as a worker's retry would.
