@@ -42,6 +42,11 @@ class Dispatcher(Protocol):
         """Seconds a published item may wait in its queue before it is published again."""
         ...
 
+    @property
+    def in_process(self) -> bool:
+        """Tasks run in this process as they are sent (``task_always_eager``)."""
+        ...
+
     def publish_items(
         self,
         step_name: str,

@@ -142,11 +142,12 @@ def workflow_limiter(
     return declare(limiters, f"workflow:{workflow}", concurrency or 1, None, concurrency_key)
 
 
-def wait_for_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> None:
+def wait_for_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> bool:
     """Before a limited step runs (never on replay): take a slot, or suspend the run,
-    WAITING "for limiter NAME", until a hand-off gives it one."""
+    WAITING "for limiter NAME", until a hand-off gives it one. Returns whether other runs
+    wait for the key (then the step's end hands its slot on)."""
     with store_guard(ctx):
-        outcome = ctx.store.acquire_slot(
+        outcome, waited = ctx.store.take_slot(
             limiter.limit,
             key,
             ctx.workflow_id,
@@ -156,7 +157,7 @@ def wait_for_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) 
             carried=ctx.take_deferred(),
         )
     if outcome is Outcome.RECORDED:
-        return
+        return waited
     if outcome is not Outcome.SUSPENDED:
         stop_writing(ctx)
     faults.reach(faults.AFTER_SUSPEND, **ctx.log_fields(index))
@@ -164,8 +165,9 @@ def wait_for_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) 
 
 
 def release_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> None:
-    """The limited step is done (recorded, or failed): give its slot to the next waiter,
-    and publish the run woken by it."""
+    """Give the step's slot to the next waiter, and publish the run woken by it: the step
+    failed (its slot is not kept through a retry's backoff), or others waited. A recorded
+    step's slot is free without this: its record ends the hold."""
     dispatcher = ctx.dispatcher
     grace = DEFAULT_GRACE if dispatcher is None else dispatcher.dispatch_grace
     with store_guard(ctx):

@@ -243,11 +243,24 @@ class Step(Generic[P, R]):
         if not isinstance(limiter, Limiter):  # checked at registration: None
             return self._execute(ctx, index, step_input, args, kwargs)
         key = limiter.key_of(f"step {self.name}", args, kwargs)
-        wait_for_slot(ctx, limiter, index, key)
+        waited = wait_for_slot(ctx, limiter, index, key)
+        # Its record frees the slot; a deferred record comes later, so that one (and a
+        # failure, and a slot others wait for) is given back here.
+        dispatcher = ctx.dispatcher
+        recorded_frees = (
+            self.options.commit == "each"
+            and not waited
+            and dispatcher is not None
+            and not dispatcher.in_process  # eager: a release runs the next waiter at once
+        )
         try:
-            return self._execute(ctx, index, step_input, args, kwargs)
-        finally:
+            value = self._execute(ctx, index, step_input, args, kwargs)
+        except BaseException:
             release_slot(ctx, limiter, index, key)
+            raise
+        if not recorded_frees:
+            release_slot(ctx, limiter, index, key)
+        return value
 
     def _execute(
         self,

@@ -143,11 +143,12 @@ def execute(
             raise taskevents.RunFailed(f"failed, rolled back {line}")
         raise taskevents.ended(runtime.app, run_id, None, "lease lost during the rollback")
     try:
-        slot = limits.take_run_slot(runtime, definition, ctx, args, kwargs)
+        slot = limits.take_run_slot(runtime, definition, ctx, claim, args, kwargs)
     except BaseException:
         runtime.leases.untrack(run_id)
         raise
     token = activate(ctx)
+    finished = False
     try:
         try:
             value = definition.fn(*args, **kwargs)
@@ -165,10 +166,11 @@ def execute(
     else:
         # Outside the try: a failed settle leaves the run to its lease, never to a retry.
         settle_success(runtime, ctx, encoded)
+        finished = True
         return taskevents.finished(runtime.app, ctx, value)
     finally:
         runtime.leases.untrack(run_id)
-        limits.give_run_slot(runtime, definition, run_id, slot)
+        limits.give_run_slot(runtime, definition, run_id, slot, finished)
 
 
 def _settle_refused(

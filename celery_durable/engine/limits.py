@@ -1,16 +1,17 @@
 """A limited workflow's slot (``@durable.workflow(limiter=...)``, ``concurrency=``): taken
-when a run starts (or it waits, PENDING with no message), held while its body runs, given
-back when the delivery ends; and the hand-off of every limiter's free slots to its waiters,
-from the sweeper.
+in the transaction that inserts its run (or it waits, PENDING with no message), confirmed
+when its delivery starts, free once it settles (handed on, when others waited); and the
+hand-off of every limiter's free slots to its waiters, from the sweeper.
 
 Example::
 
-    key = take_run_slot(runtime, definition, ctx, args, kwargs)   # in execute()
-    give_run_slot(runtime, definition, ctx.workflow_id, key)
+    slot = take_run_slot(runtime, definition, ctx, claim, args, kwargs)   # in execute()
+    give_run_slot(runtime, definition, ctx.workflow_id, slot, finished=True)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -22,59 +23,87 @@ from celery_durable.store import Outcome
 from celery_durable.store.limiters import WHOLE_RUN
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+    from sqlalchemy.orm import Session
+
     from celery_durable.engine.runtime import Runtime, WorkflowDefinition
+    from celery_durable.store.db.foreign import ForeignTransaction
+    from celery_durable.store.records import Claim, NewRun
 
 logger = logging.getLogger("celery_durable.workflow")
 
 
-def park_new_run(
-    runtime: Runtime,
-    definition: WorkflowDefinition,
-    run_id: str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    priority: int,
-) -> bool:
-    """A run just started: take its slot now (True: publish it), or leave it PENDING with
-    no message until a slot is handed to it (False)."""
+def run_slot_key(
+    definition: WorkflowDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> str | None:
+    """The key a limited workflow's run takes its slot under (None: no limiter), found
+    before anything is written: a key function that raises is the caller's error."""
     limiter = definition.limiter
     if limiter is None:
-        return True
-    key = limiter.key_of(f"workflow {definition.name}", args, kwargs)
-    outcome = runtime.store.acquire_slot(limiter.limit, key, run_id, priority=priority)
-    if outcome is Outcome.RECORDED:
-        return True
-    logger.info(
-        "workflow %s run %s waits for limiter %r (key %r): no free slot",
-        definition.name,
-        run_id,
-        limiter.name,
-        key,
-        extra=run_fields(run_id, definition.name),
-    )
-    return False
+        return None
+    return limiter.key_of(f"workflow {definition.name}", args, kwargs)
+
+
+def insert_run(
+    runtime: Runtime,
+    definition: WorkflowDefinition,
+    run: NewRun,
+    key: str | None,
+    bind: Connection | Session | ForeignTransaction | None,
+) -> tuple[bool, bool]:
+    """Insert the run (in the caller's transaction, with ``bind``); a limited one takes its
+    slot in the same transaction, unless it starts later (it takes it when claimed).
+    Returns (inserted, to publish now): a run without a slot waits, PENDING with no
+    message, until a hand-off publishes it."""
+    limiter = definition.limiter
+    if limiter is None or key is None or run.start_delay is not None:
+        return runtime.store.insert_run(run, bind), True
+    inserted, slotted = runtime.store.insert_limited_run(run, limiter.limit, key, bind)
+    if inserted and not slotted:
+        logger.info(
+            "workflow %s run %s waits for limiter %r (key %r): no free slot",
+            definition.name,
+            run.id,
+            limiter.name,
+            key,
+            extra=run_fields(run.id, definition.name),
+        )
+    return inserted, slotted
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSlot:
+    """The slot a limited run's delivery holds: its key, and whether others waited."""
+
+    key: str
+    waited: bool
 
 
 def take_run_slot(
     runtime: Runtime,
     definition: WorkflowDefinition,
     ctx: WorkflowContext,
+    claim: Claim,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-) -> str | None:
-    """Before a limited run's body: its slot (the key it holds), or the delivery ends with
-    the run PENDING and no message, its lease and attempt given back."""
+) -> RunSlot | None:
+    """Before a limited run's body: its slot, or the delivery ends with the run PENDING
+    and no message, its lease and attempt given back."""
     limiter = definition.limiter
     if limiter is None:
         return None
     key = limiter.key_of(f"workflow {definition.name}", args, kwargs)
-    if runtime.store.holds_slot(limiter.limit, ctx.workflow_id):
-        return key  # taken at its start, or handed to it: no lock, no commit
-    outcome = runtime.store.acquire_slot(
+    # A first delivery, straight from PENDING, was live since it took its slot (if it
+    # did): a read tells. A run that waited, retried or was recovered confirms by a write.
+    first = claim.attempts == 1 and not claim.has_steps and not claim.recoveries
+    held = runtime.store.confirm_slot(limiter.limit, key, ctx.workflow_id, read=first)
+    if held is not None:
+        return RunSlot(key, held.waited)  # taken at its start, or handed to it
+    outcome, waited = runtime.store.take_slot(
         limiter.limit, key, ctx.workflow_id, priority=ctx.priority, fence=ctx.fence, park="PENDING"
     )
     if outcome is Outcome.RECORDED:
-        return key
+        return RunSlot(key, waited)
     text = f"waiting for limiter {limiter.name!r} (key {key!r}) {taskevents.ctx_line(ctx)}"
     if outcome is Outcome.SUSPENDED:
         logger.info("workflow %s run %s is %s", definition.name, ctx.workflow_id, text)
@@ -83,15 +112,23 @@ def take_run_slot(
 
 
 def give_run_slot(
-    runtime: Runtime, definition: WorkflowDefinition, run_id: str, key: str | None
+    runtime: Runtime,
+    definition: WorkflowDefinition,
+    run_id: str,
+    slot: RunSlot | None,
+    finished: bool,
 ) -> None:
-    """The delivery ended (settled, suspended, retrying): the slot goes to the next run."""
+    """The delivery ended. A run that ``finished`` frees its slot by settling, with no
+    write; one that saw waiters hands it on, and one that will run again (a retry, a lost
+    lease) gives it back, so that its backoff holds no slot."""
     limiter = definition.limiter
-    if limiter is None or key is None:
+    if limiter is None or slot is None:
+        return
+    if finished and not slot.waited and not runtime.app.conf.task_always_eager:
         return
     grace = runtime.config.dispatch_grace
     try:
-        woken = runtime.store.release_slot(limiter.limit, key, run_id, WHOLE_RUN, grace)
+        woken = runtime.store.release_slot(limiter.limit, slot.key, run_id, WHOLE_RUN, grace)
     except Exception:  # noqa: BLE001 - the slot is free anyway once the run isn't live
         logger.warning(
             "run %s: could not give its slot of %r back", run_id, limiter.name, exc_info=True
@@ -105,9 +142,10 @@ def hand_off_slots(runtime: Runtime) -> int:
     """The sweeper's pass: every limiter's free slots and refilled tokens go to its next
     waiters (a dead holder's slot is free once its lease is out); returns the runs woken."""
     grace = runtime.config.dispatch_grace
+    catch_up = 2 * runtime.config.poll_interval
     woken = 0
     for limiter in list(runtime.limiters.values()):
-        for run in runtime.store.hand_off(limiter.limit, grace):
+        for run in runtime.store.hand_off(limiter.limit, grace, catch_up=catch_up):
             publish_woken(runtime, run, f"limiter {limiter.name!r} handed it a slot")
             woken += 1
     return woken

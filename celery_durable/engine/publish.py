@@ -84,6 +84,10 @@ class Dispatch:
     def dispatch_grace(self) -> float:
         return self.runtime.config.dispatch_grace
 
+    @property
+    def in_process(self) -> bool:
+        return bool(self.runtime.app.conf.task_always_eager)
+
     def publish_items(
         self,
         step_name: str,

@@ -125,11 +125,12 @@ class WorkflowTask(Task):  # type: ignore[misc]
         run_id = workflow_id or task_id or time_ordered_id()
         args, kwargs = tuple(args or ()), dict(kwargs or {})
         run = dataclasses.replace(self._new_run(args, kwargs, options)(run_id), dedup_key=dedup.key)
+        slot_key = limits.run_slot_key(definition, args, kwargs)
         if connection is None:
             connection = caller_transaction(runtime.config)
         bind = connection.connection() if isinstance(connection, Session) else connection
         for _ in range(2):  # a dedup key's run that ended between the insert and the look
-            inserted = self._insert(run, bind)
+            inserted, slotted = self._insert(run, bind, slot_key)
             existing = None if inserted else dedup.existing(runtime, definition.name, run.args)
             if inserted or existing is not None or dedup.key is None:
                 break
@@ -143,7 +144,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
         log_started(definition.name, run_id, run.start_delay)
         if run.start_delay is not None:
             return handle  # the sweeper publishes it when due: no long ETA message
-        if not limits.park_new_run(runtime, definition, run_id, args, kwargs, run.priority):
+        if not slotted:
             return handle  # it waits for a slot, with no message: a hand-off publishes it
         if connection is None:
             self._publish_started(args, kwargs, run_id, options, handle)
@@ -186,22 +187,25 @@ class WorkflowTask(Task):  # type: ignore[misc]
         publish lost with its process is the sweeper's after the dispatch grace."""
         options = dict(options)
         run = self._new_run(args, kwargs, options)(run_id)
-        if not self.runtime.store.insert_run(run, conn):
+        slot_key = limits.run_slot_key(self.definition, args, kwargs)
+        inserted, slotted = limits.insert_run(self.runtime, self.definition, run, slot_key, conn)
+        if not inserted:
             return None
 
         def publish() -> None:
             log_started(self.definition.name, run_id, run.start_delay)
-            if run.start_delay is None and limits.park_new_run(
-                self.runtime, self.definition, run_id, args, kwargs, run.priority
-            ):
+            if run.start_delay is None and slotted:
                 self._publish_started(args, kwargs, run_id, options)
 
         return publish
 
-    def _insert(self, run: NewRun, bind: Connection | ForeignTransaction | None) -> bool:
+    def _insert(
+        self, run: NewRun, bind: Connection | ForeignTransaction | None, slot_key: str | None
+    ) -> tuple[bool, bool]:
+        """(inserted, to publish now): a limited run takes its slot in the same transaction."""
         runtime = self.runtime
         try:
-            return runtime.store.insert_run(run, bind)
+            return limits.insert_run(runtime, self.definition, run, slot_key, bind)
         except Exception as exc:
             if bind is None and is_unreachable(exc):  # the caller's connection: theirs to report
                 what = f"workflow {self.definition.name} run {run.id!r} was not started"

@@ -10,7 +10,8 @@ from celery_durable.store.batches import BatchWrite, Settled
 from celery_durable.store.db.outage import is_unreachable
 from celery_durable.store.items import DISPATCH_BATCH
 from celery_durable.store.items_first import CLAIM, RUN, SKIP, OpenItem
-from celery_durable.store.limiters import Limit, LimiterUsage
+from celery_durable.store.limiter_usage import LimiterUsage
+from celery_durable.store.limits import Limit
 from celery_durable.store.liveness import ProofOfLife
 from celery_durable.store.records import (
     Cancellation,

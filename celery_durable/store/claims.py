@@ -89,4 +89,5 @@ def _claim_of(row: Any) -> Claim:
         row[11],
         int(row[12]),
         row[13],
+        int(row[14]),
     )

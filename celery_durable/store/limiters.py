@@ -3,66 +3,107 @@ transaction as the suspension; hand freed slots to the next waiters; read the li
 operators. Mixed into :class:`~celery_durable.store.store.Store`; the SQL is in
 ``sql/limiters.py``.
 
-Every grant and hand-off of a limiter's key locks that key's row first, so that two
-workers never both take its last slot.
+A key's slots are rows, taken with FOR UPDATE SKIP LOCKED: takers of one key lock different
+rows and never wait for each other while slots are free, and two of them never take one
+last slot. A slot is free once its holder is not live (its step recorded, its run settled
+or waiting, its lease out) without a write: a holder writes a release only to hand its
+slot on, when it saw waiters, or to give it back early (a failure, a retry). A run
+limiter's start takes its slot in the start's own transaction (one round trip on
+Postgres).
 
-A rate's bucket holds ``capacity`` tokens: that caps what an idle key saves up for a burst.
-While runs wait for tokens, the key is not idle: each hand-off gives them every token minted
-since the last one, uncapped, so the rate holds however seldom the sweeper hands them out.
+A rate's bucket (the key's row, which every grant of a rate locks) holds ``capacity``
+tokens: that caps what an idle key saves up for a burst. While runs wait for tokens, each
+hand-off gives them the tokens minted since the last one, capped at two sweeper polls' worth
+(``catch_up``): the rate holds at any poll interval, and a sweep that comes late (a loaded
+machine) gives no burst of the tokens it missed.
 
 Example::
 
-    outcome = store.acquire_slot(Limit("payments", concurrency=5), "", run_id, idx, fence=f)
+    outcome, waited = store.take_slot(Limit("payments", concurrency=5), "", run_id, idx, fence=f)
     woken = store.release_slot(Limit("payments", concurrency=5), "", run_id, idx, grace=60)
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Sequence
-from typing import Any
+import random
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection
+from sqlalchemy.orm import Session
 
 from celery_durable.store.db.connections import Connections
-from celery_durable.store.records import DueRun, Outcome, StepRecord
-from celery_durable.store.sql.build import hold_run, params
+from celery_durable.store.db.dialect import Dialect
+from celery_durable.store.db.foreign import ForeignTransaction
+from celery_durable.store.limits import CATCH_UP, Limit, lock_bucket, spend_tokens, tokens_in
+from celery_durable.store.records import DueRun, NewRun, Outcome, StepRecord
+from celery_durable.store.sql.build import hold_run, params, run_params
+from celery_durable.store.sql.limiters import WHOLE_RUN
 from celery_durable.store.sql.statements import Statements
 
-WHOLE_RUN = -1  # the step index of a whole run's slot (a limited workflow)
+__all__ = ["WHOLE_RUN", "Limit", "LimiterOps", "SlotHeld"]
+
+FIRST_SLOT_ROWS = 8  # a key's first rows; then doubled as they are all taken
+CROWDED = 16  # taken rows a take may look past before the key gets more rows
 
 
-@dataclasses.dataclass(frozen=True)
-class Limit:
-    """A limiter as its code declares it: ``concurrency`` slots per key (None: no cap),
-    ``rate`` tokens a second per key (None: no rate) in a bucket of ``capacity``."""
+class SlotHeld(NamedTuple):
+    """A slot held: its row, and whether other runs wait for its key (hand it on)."""
 
-    name: str
-    concurrency: int | None = None
-    rate: float | None = None
-    capacity: float = 1.0
-
-
-@dataclasses.dataclass(frozen=True)
-class LimiterUsage:
-    """One limiter key as operators see it."""
-
-    limiter: str
-    key: str
-    in_use: int
-    waiting: int
-    oldest_wait: float | None  # seconds the oldest waiter has waited
-    tokens: float | None  # tokens in its bucket now (None: no rate)
+    slot: int
+    waited: bool
 
 
 class LimiterOps:
     """A limiter's slots: taken, waited for, handed off, freed; and their usage."""
 
     db: Connections
+    dialect: Dialect
     sql: Statements
+    _slot_rows: dict[tuple[str, str], int]  # the rows of a key this process has seen
+    raise_if_tables_missing: Callable[[BaseException], None]
 
-    def acquire_slot(
+    def insert_limited_run(
+        self,
+        run: NewRun,
+        limit: Limit,
+        key: str,
+        connection: Connection | Session | ForeignTransaction | None = None,
+    ) -> tuple[bool, bool]:
+        """Insert a PENDING run of a limited workflow and take its slot in the same
+        transaction (the caller's, with ``connection``): (inserted, holds its slot). A run
+        without one waits, PENDING with no due time, until a hand-off publishes it."""
+        values = run_params(run)
+        taking = self._slot_params(limit, key, run.id, WHOLE_RUN, run.priority)
+        sql = self.sql
+        try:
+            if connection is None and limit.rate is None and self.db.is_postgres:
+                inserted, taken = self.db.transaction_pipeline(
+                    [(sql.runs.insert_run, values), (sql.limiters.take_slot_at_start, taking)]
+                )
+                if taken is not None:
+                    self._grow_if_crowded(limit, key, taking["p_from"], int(taken.slot))
+                if inserted is None or taken is not None:
+                    return inserted is not None, taken is not None
+                return True, self.take_slot(limit, key, run.id)[0] is Outcome.RECORDED
+            if connection is not None:
+                return self._insert_and_acquire(connection, values, limit, key, run)
+            with self.db.transaction() as conn:
+                return self._insert_and_acquire(conn, values, limit, key, run)
+        except Exception as exc:
+            self.raise_if_tables_missing(exc)
+            raise
+
+    def _insert_and_acquire(
+        self, conn: Any, values: dict[str, Any], limit: Limit, key: str, run: NewRun
+    ) -> tuple[bool, bool]:
+        if conn.execute(self.sql.runs.insert_run, values).first() is None:
+            return False, False
+        outcome, _ = self._acquire_on(conn, limit, key, run.id, WHOLE_RUN, run.priority, None, "")
+        return True, outcome is Outcome.RECORDED
+
+    def take_slot(
         self,
         limit: Limit,
         key: str,
@@ -73,8 +114,10 @@ class LimiterOps:
         fence: int | None = None,
         park: str = "WAITING",
         carried: Sequence[StepRecord] = (),
-    ) -> Outcome:
-        """Take a slot (and a token) of ``limit``'s ``key`` for the run's step ``idx``.
+    ) -> tuple[Outcome, bool]:
+        """Take a slot (and a token) of ``limit``'s ``key`` for the run's step ``idx``;
+        returns the outcome and whether other runs wait for the key (then the holder's
+        release must hand the slot on: ``release_slot``).
 
         RECORDED: held, now or handed to it before. SUSPENDED: none is free (or waiters
         come first), so the run waits for it, written in the same transaction: with
@@ -83,69 +126,196 @@ class LimiterOps:
         a run not yet published keeps no due time. LEASE_LOST, CANCELLED: nothing written.
         ``carried``: deferred steps' records, written with it.
         """
-        sql = self.sql.limiters
-        values = params(
-            limiter=limit.name, key=key, run_id=run_id, idx=idx, priority=priority, fence=fence
-        )
+        if fence is not None and limit.rate is None and not carried and self.db.is_postgres:
+            # The common case in one statement: a free slot, no waiter ahead, the lease held.
+            values = {**self._slot_params(limit, key, run_id, idx, priority), "p_fence": fence}
+            row = self.db.one(self.sql.limiters.take_slot_fenced, values)
+            if row is not None and not row[2]:
+                self._grow_if_crowded(limit, key, values["p_from"], int(row[0]))
+                return Outcome.RECORDED, bool(row[1])
+            if row is not None:  # it had waited: its wait is over
+                self.db.one(self.sql.limiters.release_grant, values)
+                return Outcome.RECORDED, bool(row[1])
+            tried = True
+        else:
+            tried = False
         with self.db.transaction() as conn:
             if fence is not None:
                 refused = hold_run(conn, self.sql.steps, run_id, fence, carried)
                 if refused is not None:
-                    return refused
-            bucket = _lock_key(conn, sql, values)
+                    return refused, False
+            return self._acquire_on(
+                conn, limit, key, run_id, idx, priority, fence, park, tried=tried
+            )
+
+    def _acquire_on(
+        self,
+        conn: Any,
+        limit: Limit,
+        key: str,
+        run_id: str,
+        idx: int,
+        priority: int,
+        fence: int | None,
+        park: str,
+        *,
+        tried: bool = False,
+    ) -> tuple[Outcome, bool]:
+        """``take_slot`` on ``conn``: the run's lease (with ``fence``) is held already.
+        ``tried``: a take just found no free slot (look for one handed to it first)."""
+        sql = self.sql.limiters
+        values = {**self._slot_params(limit, key, run_id, idx, priority), "p_fence": fence}
+        busy, bucket, tokens = True, None, None
+        if limit.rate is None:
+            held = self._hold_on(conn, limit, values, tried=tried)
+            if held is not None:
+                return Outcome.RECORDED, held.waited
+        else:
+            bucket = lock_bucket(conn, sql, values)
+            if self._holds_on(conn, limit, values):
+                return Outcome.RECORDED, True
             grant = conn.execute(sql.grant_of, values).first()
-            if grant is not None and grant.held:
-                return Outcome.RECORDED
             since = bucket.now if grant is None else grant.requested_at
             ahead = conn.execute(sql.count_waiters_ahead, {**values, "p_since": since}).scalar()
-            # Waiters behind this one keep the bucket busy (their tokens are uncapped); with
+            # Waiters behind this one keep the bucket busy (their tokens are caught up); with
             # none, the key was idle and its bucket starts again from what it holds, capped.
-            busy = bool(ahead) or (
-                limit.rate is not None
-                and bool(conn.execute(sql.count_other_waiters, values).scalar())
-            )
-            tokens = _tokens(limit, bucket, uncapped=busy)
-            if (
-                not ahead
-                and _free(conn, sql, limit, values) > 0
-                and (tokens is None or tokens >= 1)
-            ):
-                conn.execute(sql.take_grant, values)
-                _spend(conn, sql, limit, values, tokens, 1, bucket.now)
-                return Outcome.RECORDED
-            conn.execute(sql.add_waiter, values)
-            if not busy:  # the first waiter: tokens owed to waiters are minted from now
-                _spend(conn, sql, limit, values, tokens, 0, bucket.now)
-            if fence is None:
-                statement = sql.park_new_run
-            else:
-                statement = sql.suspend_for_limiter if park == "WAITING" else sql.park_for_limiter
-            conn.execute(statement, values)
-            return Outcome.SUSPENDED
+            busy = bool(ahead) or bool(conn.execute(sql.count_other_waiters, values).scalar())
+            tokens = tokens_in(limit, bucket, uncapped=busy)
+            if not ahead and tokens is not None and tokens >= 1:
+                held = None if limit.concurrency is None else self._hold_on(conn, limit, values)
+                if limit.concurrency is None or held is not None:
+                    if limit.concurrency is None:
+                        conn.execute(sql.take_grant, values)
+                    spend_tokens(conn, sql, limit, values, tokens, 1, bucket.now)
+                    return Outcome.RECORDED, busy
+        conn.execute(sql.add_waiter, values)
+        if not busy and bucket is not None:  # the first waiter: owed tokens mint from now
+            spend_tokens(conn, sql, limit, values, tokens, 0, bucket.now)
+        if fence is None:
+            statement = sql.park_new_run
+        else:
+            statement = sql.suspend_for_limiter if park == "WAITING" else sql.park_for_limiter
+        conn.execute(statement, values)
+        return Outcome.SUSPENDED, True
 
-    def holds_slot(self, limit: Limit, run_id: str, idx: int = WHOLE_RUN) -> bool:
-        """Whether the run's step ``idx`` holds a slot of ``limit`` (taken at its start, or
-        handed to it): one read, no lock."""
-        values = params(limiter=limit.name, run_id=run_id, idx=idx)
-        found = self.db.one(self.sql.limiters.grant_of, values)
-        return found is not None and bool(found[0])
+    def _hold_on(
+        self,
+        conn: Any,
+        limit: Limit,
+        values: dict[str, Any],
+        *,
+        handing: bool = False,
+        tried: bool = False,
+    ) -> SlotHeld | None:
+        """A free slot taken now (the rows grown while every one is taken), or the one
+        the run's step holds already (handed to it while it waited); None: none is free.
+        A run that waited for it no longer does. ``tried``: a take just failed, so the
+        slot handed to it, if any, is looked for first."""
+        sql = self.sql.limiters
+        if tried:
+            held = conn.execute(sql.confirm_slot, values).first()
+            if held is not None:
+                return SlotHeld(held.slot, bool(held.waited))
+        take = sql.hand_slot if handing else sql.take_slot
+        start = values["p_from"]
+        sure = False
+        while True:
+            found = conn.execute(take, {**values, "p_from": start}).first()
+            if found is None and start > 0:
+                found = conn.execute(take, {**values, "p_from": 0}).first()
+            if found is not None:
+                if found.queued and not handing:
+                    conn.execute(sql.release_grant, values)
+                return SlotHeld(found.slot, bool(found.waited))
+            held = conn.execute(sql.confirm_slot, values).first()
+            if held is not None:
+                return SlotHeld(held.slot, bool(held.waited))
+            start = self._grow_slots(conn, limit, values)
+            if start is None and not sure and not handing:
+                # A take skips the rows other takes have locked, and reads holders as of
+                # when it began: under load it can miss a slot that is free. Before a
+                # wait, the key's rows are locked (the takes in flight end) and read again.
+                # Not in a hand-off: it holds the row it gave back (it stops; a sweep
+                # hands on what it missed).
+                sure = True
+                start = 0
+                if self.dialect.locks_rows:
+                    conn.execute(sql.lock_key_slots, values).all()
+            if start is None:
+                return None
+
+    def _grow_if_crowded(self, limit: Limit, key: str, start: int, slot: int) -> None:
+        """A take that looked past ``CROWDED`` taken rows adds rows, so that takes stay
+        short (they read each taken row's holder) while most slots are in use."""
+        rows = self._slot_rows.get((limit.name, key), 0)
+        if rows <= 0:  # a key this process has not seen grow: learn its rows once
+            values = self._slot_params(limit, key, "", WHOLE_RUN, 0)
+            rows = int(self.db.one(self.sql.limiters.count_slot_rows, values)[0])  # type: ignore[index]
+            self._note_slot_rows(limit, key, rows)
+        if rows <= 0 or (slot - start) % rows <= CROWDED or rows >= (limit.concurrency or 0):
+            return
+        with self.db.transaction() as conn:
+            self._grow_slots(conn, limit, self._slot_params(limit, key, "", WHOLE_RUN, 0))
+
+    def _grow_slots(self, conn: Any, limit: Limit, values: dict[str, Any]) -> int | None:
+        """Every row of the key is taken: add rows (doubling, up to ``concurrency``);
+        the first new one, or None at the limit."""
+        sql = self.sql.limiters
+        have = int(conn.execute(sql.count_slot_rows, values).scalar_one())
+        want = min(limit.concurrency or 0, max(FIRST_SLOT_ROWS, 2 * have))
+        self._note_slot_rows(limit, values["p_key"], max(have, want))
+        if want <= have:
+            return None
+        conn.execute(sql.add_slot_row, [{**values, "p_slot": n} for n in range(have, want)])
+        return have
+
+    def _holds_on(self, conn: Any, limit: Limit, values: dict[str, Any]) -> bool:
+        if limit.concurrency is not None:
+            return conn.execute(self.sql.limiters.confirm_slot, values).first() is not None
+        found = conn.execute(self.sql.limiters.grant_of, values).first()
+        return found is not None and bool(found.held)
+
+    def confirm_slot(
+        self, limit: Limit, key: str, run_id: str, idx: int = WHOLE_RUN, *, read: bool = False
+    ) -> SlotHeld | None:
+        """The slot the run's step holds (taken at its start, or handed to it). Confirmed
+        by a write that a concurrent taker of the row waits for (one statement, its commit
+        not waiting for the WAL flush); with ``read``, only read: enough for a run that has
+        been live since it took the slot (a first delivery from PENDING), whose row no
+        taker can have found free. None: it holds none (any more)."""
+        values = self._slot_params(limit, key, run_id, idx, 0)
+        sql = self.sql.limiters
+        if limit.concurrency is None:
+            found = self.db.one(sql.grant_of, values)
+            return SlotHeld(-1, False) if found is not None and found[0] else None
+        if read:
+            row = self.db.one(sql.slot_of, values)
+        else:
+            row = self.db.one(sql.confirm_slot, values, relaxed=True)
+        return None if row is None else SlotHeld(int(row[0]), bool(row[1]))
 
     def release_slot(
         self, limit: Limit, key: str, run_id: str, idx: int, grace: float
     ) -> list[DueRun]:
-        """Give the slot back (the step finished; the run settled or suspended) and hand
+        """Give the slot back (the step failed; the run retries, or saw waiters) and hand
         it to the next waiters of ``key``, in the same transaction; returns the runs woken,
         to publish."""
         sql = self.sql.limiters
         with self.db.transaction() as conn:
-            conn.execute(sql.release_grant, params(limiter=limit.name, run_id=run_id, idx=idx))
-            return _hand_off_key(conn, sql, limit, key, grace, most=100)
+            held = params(limiter=limit.name, run_id=run_id, idx=idx)
+            conn.execute(sql.release_slot_row if limit.concurrency else sql.release_grant, held)
+            # One slot freed: one waiter (with a rate, the tokens say); the sweeper hands on
+            # what else came free.
+            return self._hand_off_key(conn, limit, key, grace, most=1 if limit.concurrency else 100)
 
-    def hand_off(self, limit: Limit, grace: float, most: int = 100) -> list[DueRun]:
+    def hand_off(
+        self, limit: Limit, grace: float, most: int = 100, catch_up: float = CATCH_UP
+    ) -> list[DueRun]:
         """Hand the free slots (and tokens) of ``limit`` to its next waiters: per key, the
         highest priority first, then the oldest; every key with waiters in turn (one
         transaction each), the one whose oldest waiter waited longest first. Returns the
-        runs woken (due now), for the caller to publish."""
+        runs woken (due now), for the caller to publish. ``catch_up``: the seconds of
+        tokens a late hand-off gives at most (the sweeper's: two of its polls)."""
         sql = self.sql.limiters
         with self.db.transaction() as conn:
             conn.execute(sql.free_lapsed_grants, params(limiter=limit.name))
@@ -155,85 +325,64 @@ class LimiterOps:
         woken: list[DueRun] = []
         for each in keys:
             with self.db.transaction() as conn:
-                woken += _hand_off_key(conn, sql, limit, each, grace, most)
+                woken += self._hand_off_key(conn, limit, each, grace, most, catch_up)
         return woken
 
-    def limiter_usage(self, limits: dict[str, Limit]) -> list[LimiterUsage]:
-        """Each key of each limiter: slots in use, waiters, the oldest wait, tokens left."""
+    def _hand_off_key(
+        self,
+        conn: Any,
+        limit: Limit,
+        key: str,
+        grace: float,
+        most: int,
+        catch_up: float = CATCH_UP,
+    ) -> list[DueRun]:
         sql = self.sql.limiters
-        with self.db.read() as conn:
-            usage = conn.execute(sql.limiter_usage).all()
-            buckets = {(b.limiter, b.key): b for b in conn.execute(sql.limiter_buckets)}
-        found: dict[tuple[str, str], LimiterUsage] = {}
-        for row in usage:
-            limit = limits.get(row.limiter, Limit(row.limiter))
-            bucket = buckets.get((row.limiter, row.key))
-            tokens = None if bucket is None else _tokens(limit, bucket)
-            oldest = None if row.since is None else max(0.0, row.now - row.since)
-            found[(row.limiter, row.key)] = LimiterUsage(
-                row.limiter, row.key, int(row.in_use), int(row.waiting), oldest, tokens
-            )
-        for (name, key), bucket in buckets.items():
-            if (name, key) not in found:
-                tokens = _tokens(limits.get(name, Limit(name)), bucket)
-                found[(name, key)] = LimiterUsage(name, key, 0, 0, None, tokens)
-        return [found[k] for k in sorted(found)]
+        values = {**self._slot_params(limit, key, "", WHOLE_RUN, 0), "p_grace": grace}
+        bucket = tokens = None
+        room = float(most)
+        if limit.rate is not None:
+            bucket = lock_bucket(conn, sql, values)
+            tokens = tokens_in(limit, bucket, uncapped=True, catch_up=catch_up)  # to waiters
+            room = min(room, math.floor(tokens or 0))
+        if room <= 0:
+            return []
+        picked = conn.execute(sql.next_waiters, {**values, "p_limit": int(room)}).all()
+        woken: list[DueRun] = []
+        handed = 0
+        for row in picked:
+            granted = {**values, "p_run_id": row.run_id, "p_idx": row.idx, "p_from": 0}
+            if limit.concurrency is None:
+                conn.execute(sql.hand_grant, granted)
+            else:
+                if self._hold_on(conn, limit, granted, handing=True) is None:
+                    break  # no slot free
+                conn.execute(sql.release_grant, granted)  # its wait is over
+            handed += 1
+            found = conn.execute(sql.wake_waiter, granted).first()
+            if found is not None:
+                woken.append(DueRun(*found))
+        if bucket is not None and handed:
+            spend_tokens(conn, sql, limit, values, tokens, handed, bucket.now)
+        return woken
 
+    def _slot_params(
+        self, limit: Limit, key: str, run_id: str, idx: int, priority: int
+    ) -> dict[str, Any]:
+        """A take's parameters; it looks first from a random row of those this process has
+        seen, so that concurrent takers don't all read the same taken rows first."""
+        rows = self._slot_rows.get((limit.name, key), 0)
+        return params(
+            limiter=limit.name,
+            key=key,
+            run_id=run_id,
+            idx=idx,
+            priority=priority,
+            concurrency=limit.concurrency or 0,
+            **{"from": random.randrange(rows) if rows > 1 else 0},
+        )
 
-def _lock_key(conn: Connection, sql: Any, values: dict[str, Any]) -> Any:
-    conn.execute(sql.add_key, values)
-    return conn.execute(sql.lock_key, values).one()
-
-
-def _tokens(limit: Limit, bucket: Any, *, uncapped: bool = False) -> float | None:
-    """The tokens in the key's bucket now (None: the limiter has no rate); ``uncapped``
-    while runs wait for them, every token minted since the bucket was last written."""
-    if limit.rate is None:
-        return None
-    refilled = bucket.tokens + max(0.0, bucket.now - bucket.refilled_at) * limit.rate
-    return float(refilled if uncapped else min(limit.capacity, refilled))
-
-
-def _free(conn: Connection, sql: Any, limit: Limit, values: dict[str, Any]) -> float:
-    if limit.concurrency is None:
-        return math.inf
-    return float(limit.concurrency - conn.execute(sql.count_in_use, values).scalar_one())
-
-
-def _spend(
-    conn: Connection,
-    sql: Any,
-    limit: Limit,
-    values: dict[str, Any],
-    tokens: float | None,
-    n: int,
-    now: float,
-) -> None:
-    """Write the bucket as of ``now``, ``n`` tokens spent; what is left is capped again."""
-    if tokens is not None:
-        left = min(limit.capacity, tokens - n)
-        conn.execute(sql.spend_tokens, {**values, "p_tokens": left, "p_now": now})
-
-
-def _hand_off_key(
-    conn: Connection, sql: Any, limit: Limit, key: str, grace: float, most: int
-) -> list[DueRun]:
-    values = params(limiter=limit.name, key=key, grace=grace)
-    bucket = _lock_key(conn, sql, values)
-    tokens = _tokens(limit, bucket, uncapped=True)  # handed to waiters, if it has any
-    room = min(_free(conn, sql, limit, values), most)
-    if tokens is not None:
-        room = min(room, math.floor(tokens))
-    if room <= 0:
-        return []
-    picked = conn.execute(sql.next_waiters, {**values, "p_limit": int(room)}).all()
-    woken: list[DueRun] = []
-    for row in picked:
-        granted = {**values, "p_run_id": row.run_id, "p_idx": row.idx}
-        conn.execute(sql.hand_grant, granted)
-        found = conn.execute(sql.wake_waiter, granted).first()
-        if found is not None:
-            woken.append(DueRun(*found))
-    if picked:
-        _spend(conn, sql, limit, values, tokens, len(picked), bucket.now)
-    return woken
+    def _note_slot_rows(self, limit: Limit, key: str, rows: int) -> None:
+        if len(self._slot_rows) > 10_000:  # keys come and go: forget them, learn again
+            self._slot_rows.clear()
+        self._slot_rows[(limit.name, key)] = rows

@@ -76,6 +76,8 @@ class Claim:
     priority: int = 0
     # When it is cancelled, "deadline exceeded" (epoch seconds, the database's clock).
     deadline_at: float | None = None
+    # Times it was taken from a worker that lost it (its lease out, its owner gone).
+    recoveries: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

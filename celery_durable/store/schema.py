@@ -55,6 +55,7 @@ class Tables:
     items: Table
     limiter_keys: Table
     limiter_grants: Table
+    limiter_slots: Table
     schedules: Table
     schedule_slots: Table
 
@@ -239,7 +240,7 @@ def build_tables(prefix: str) -> Tables:
         sqlite_where=runs.c.wait_items == true(),
     )
     items = build_items(metadata, prefix)
-    limiter_keys, limiter_grants = build_limiters(metadata, prefix)
+    limiter_keys, limiter_grants, limiter_slots = build_limiters(metadata, prefix)
     schedules, schedule_slots = build_schedules(metadata, prefix)
     return Tables(
         metadata,
@@ -250,6 +251,7 @@ def build_tables(prefix: str) -> Tables:
         items,
         limiter_keys,
         limiter_grants,
+        limiter_slots,
         schedules,
         schedule_slots,
     )
@@ -300,10 +302,12 @@ def build_schedules(metadata: MetaData, prefix: str) -> tuple[Table, Table]:
     return schedules, slots
 
 
-def build_limiters(metadata: MetaData, prefix: str) -> tuple[Table, Table]:
-    """A limiter's keys (each its token bucket, and the row its grants lock) and grants
-    (a run's, or a run's step's, slot: ``held``, or waited for in ``priority`` then
-    ``requested_at`` order). ``idx`` is the step's index, -1 for a whole run's slot."""
+def build_limiters(metadata: MetaData, prefix: str) -> tuple[Table, Table, Table]:
+    """A limiter's keys (each its token bucket, and the row a rate's grants lock), grants
+    (a run, or a run's step, waiting for a slot in ``priority`` then ``requested_at`` order,
+    or holding a rate's token: ``held``) and slots (``slot`` 0, 1, ... of a key, each held by
+    at most one run or step at a time: ``run_id`` and ``idx``). ``idx`` is the step's index,
+    -1 for a whole run's slot."""
     keys = Table(
         f"{prefix}limiter_keys",
         metadata,
@@ -326,16 +330,37 @@ def build_limiters(metadata: MetaData, prefix: str) -> tuple[Table, Table]:
         Column("requested_at", Float, nullable=False),
         Column("granted_at", Float),
     )
+    # The next waiters, in the order they are served (migration 0011): read in index order.
     Index(
-        f"ix_{prefix}limiter_grants_key",
+        f"ix_{prefix}limiter_grants_next",
         grants.c.namespace,
         grants.c.limiter,
         grants.c.key,
         grants.c.held,
-        grants.c.priority,
+        grants.c.priority.desc(),
         grants.c.requested_at,
+        grants.c.run_id,
     )
-    return keys, grants
+    slots = Table(
+        f"{prefix}limiter_slots",
+        metadata,
+        Column("namespace", String(200), primary_key=True),
+        Column("limiter", String(255), primary_key=True),
+        Column("key", String(255), primary_key=True),
+        Column("slot", Integer, primary_key=True),
+        Column("run_id", String(255)),
+        Column("idx", Integer),
+        Column("taken_at", Float),
+    )
+    Index(
+        f"ix_{prefix}limiter_slots_holder",
+        slots.c.namespace,
+        slots.c.run_id,
+        slots.c.idx,
+        postgresql_where=slots.c.run_id.isnot(None),
+        sqlite_where=slots.c.run_id.isnot(None),
+    )
+    return keys, grants, slots
 
 
 def build_items(metadata: MetaData, prefix: str) -> Table:

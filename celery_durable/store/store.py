@@ -33,6 +33,7 @@ from celery_durable.store.db.foreign import ForeignTransaction
 from celery_durable.store.db.listener import Listener
 from celery_durable.store.items import ItemOps
 from celery_durable.store.leases import LeaseOps
+from celery_durable.store.limiter_usage import LimiterUsageOps
 from celery_durable.store.limiters import LimiterOps
 from celery_durable.store.liveness import LivenessOps
 from celery_durable.store.long_lived import LongLivedOps
@@ -49,7 +50,7 @@ from celery_durable.store.records import (
 from celery_durable.store.schedules import ScheduleOps
 from celery_durable.store.schema import FINISHED_STATUSES, Tables, build_tables
 from celery_durable.store.signals import SignalOps
-from celery_durable.store.sql.build import params, step_params, write_carried
+from celery_durable.store.sql.build import params, run_params, step_params, write_carried
 from celery_durable.store.sql.carry import carried_params
 from celery_durable.store.sql.statements import Statements
 from celery_durable.store.starts import StartOps
@@ -69,6 +70,7 @@ class Store(
     LongLivedOps,
     OutboxOps,
     LimiterOps,
+    LimiterUsageOps,
     ScheduleOps,
     StartOps,
     TimerOps,
@@ -105,6 +107,7 @@ class Store(
         self.dispatcher = dispatcher
         self.dialect: Dialect = self.db.dialect
         self.sql = Statements(self.tables, self.dialect, namespace, dispatcher)
+        self._slot_rows: dict[tuple[str, str], int] = {}
 
     @property
     def is_postgres(self) -> bool:
@@ -136,20 +139,7 @@ class Store(
         self, run: NewRun, connection: Connection | Session | ForeignTransaction | None = None
     ) -> bool:
         """Insert a PENDING run; False when the id is taken. ``connection``: the caller's tx."""
-        values = params(
-            id=run.id,
-            name=run.name,
-            queue=run.queue,
-            args=run.args,
-            max_attempts=run.max_attempts,
-            retry_backoff=run.retry_backoff,
-            grace=run.dispatch_grace,
-            start_delay=run.start_delay,
-            canvas=run.canvas,
-            priority=run.priority or None,
-            dedup_key=run.dedup_key,
-            timeout=run.timeout,
-        )
+        values = run_params(run)
         statement = self.sql.runs.insert_run
         try:
             if connection is not None:

@@ -43,6 +43,24 @@ def params(**values: Any) -> dict[str, Any]:
     return {f"p_{key}": value for key, value in values.items()}
 
 
+def run_params(run: Any) -> dict[str, Any]:
+    """The parameters of ``insert_run`` for a :class:`~celery_durable.store.records.NewRun`."""
+    return params(
+        id=run.id,
+        name=run.name,
+        queue=run.queue,
+        args=run.args,
+        max_attempts=run.max_attempts,
+        retry_backoff=run.retry_backoff,
+        grace=run.dispatch_grace,
+        start_delay=run.start_delay,
+        canvas=run.canvas,
+        priority=run.priority or None,
+        dedup_key=run.dedup_key,
+        timeout=run.timeout,
+    )
+
+
 def began_ago(step: StepRecord, now: float) -> float:
     """Seconds from when ``step`` began to ``now`` (``time.monotonic()`` in this process):
     the row's ``started_at`` is the database's clock minus it. 0 for a record that says

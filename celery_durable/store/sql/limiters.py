@@ -1,15 +1,17 @@
-"""The statements of fleet-wide limiters: a key's row (its token bucket, and the lock
-every grant of that key takes), the grants (slots held and waited for), and the runs that
-wait for one.
+"""The statements of fleet-wide limiters: a key's slots (one row each, taken with FOR
+UPDATE SKIP LOCKED, so takers of one key don't wait for each other), a key's row (its token
+bucket, locked by every grant of a rate), the grants (runs waiting for a slot, and tokens
+held by runs of a limiter with a rate and no concurrency), and the runs that wait.
 
-A slot counts while its holder is live: running under its lease, or pending within the
-dispatch grace of the publish that handed it the slot. So a dead worker's slot is free once
-its lease is out, whoever notices first; ``free_lapsed_grants`` only tidies the rows.
+A slot counts while its holder is live: its run running under its lease, or pending within
+the dispatch grace of the publish that handed it the slot, and, for a step's slot, the step
+not yet recorded. So a slot is free, without a write, once its step is recorded, its run
+settles or waits, or a dead worker's lease is out; a release writes only to hand it on.
 
 Example::
 
     sql = LimiterStatements(build_tables("durable_"), dialect_of("postgresql"), "default")
-    sql.lock_key          # SELECT tokens, refilled_at, now ... FOR UPDATE
+    sql.take_slot         # UPDATE slots SET run_id ... WHERE slot = (... SKIP LOCKED)
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
+    Integer,
     and_,
     bindparam,
+    case,
     delete,
     exists,
     false,
@@ -34,6 +38,9 @@ from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import DueRun
 from celery_durable.store.schema import FINISHED_STATUSES, Tables
 from celery_durable.store.sql.build import Builder, columns_of
+
+WHOLE_RUN = -1  # the step index of a whole run's slot (a limited workflow)
+UNSEEN_HOLDER_S = 3600.0  # a slot's holder not in the runs table counts this long
 
 
 class LimiterStatements(Builder):
@@ -89,9 +96,6 @@ class LimiterStatements(Builder):
         self.grant_of = select(grants.c.held, grants.c.priority, grants.c.requested_at).where(
             grant_is
         )
-        self.count_in_use = select(func.count()).where(
-            of_grants_key, grants.c.held == true(), holder_live
-        )
         mine_priority: Any = bindparam("p_priority")
         mine_since: Any = bindparam("p_since")
         self.count_waiters_ahead = select(func.count()).where(
@@ -138,12 +142,16 @@ class LimiterStatements(Builder):
             )
         )
         self.release_grant = delete(grants).where(grant_is)
-        self.next_waiters = (
+        next_waiters = (
             select(grants.c.run_id, grants.c.idx)
             .where(of_grants_key, grants.c.held == false())
             .order_by(grants.c.priority.desc(), grants.c.requested_at, grants.c.run_id)
             .limit(bindparam("p_limit"))
         )
+        # Two hand-offs of one key (a release, a sweep) never pick the same waiter.
+        if dialect.locks_rows:
+            next_waiters = next_waiters.with_for_update(skip_locked=True)
+        self.next_waiters = next_waiters
         picked = and_(
             grants.c.namespace == namespace,
             grants.c.limiter == bindparam("p_limiter"),
@@ -237,6 +245,185 @@ class LimiterStatements(Builder):
             .group_by(grants.c.limiter, grants.c.key)
             .order_by(grants.c.limiter, grants.c.key)
         )
+        self._slot_statements(tables, namespace)
         self.limiter_buckets = select(
             keys.c.limiter, keys.c.key, keys.c.tokens, keys.c.refilled_at, now.label("now")
         ).where(keys.c.namespace == namespace)
+
+    def _slot_statements(self, tables: Tables, namespace: str) -> None:
+        """A key's slot rows: taken (the first free one at or after ``p_from``, skipping the
+        rows other takers have locked), confirmed, handed on, freed, counted."""
+        slots, grants, now = tables.limiter_slots, tables.limiter_grants, self.now
+        free, mine = slots.alias("free"), slots.alias("mine")
+        limiter: Any = bindparam("p_limiter")
+        key: Any = bindparam("p_key")
+        run_id: Any = bindparam("p_run_id")
+        idx: Any = bindparam("p_idx", type_=Integer)
+        concurrency: Any = bindparam("p_concurrency", type_=Integer)
+        of_key = and_(
+            slots.c.namespace == namespace, slots.c.limiter == limiter, slots.c.key == key
+        )
+
+        def free_slot(*guards: Any) -> Any:
+            """The first free row at or after ``p_from``, locked, skipping rows other
+            takers have locked. The ``guards`` go inside it: a take they refuse locks
+            no free row, which would hide it from a hand-off until the refused taker's
+            transaction ends."""
+            found = (
+                select(free.c.slot)
+                .where(
+                    *guards,
+                    free.c.namespace == namespace,
+                    free.c.limiter == limiter,
+                    free.c.key == key,
+                    free.c.slot >= bindparam("p_from", type_=Integer),
+                    free.c.slot < concurrency,
+                    not_(self.slot_live(free)),
+                )
+                .order_by(free.c.slot)
+                .limit(1)
+            )
+            if self.dialect.locks_rows:
+                found = found.with_for_update(skip_locked=True)
+            return found.scalar_subquery()
+
+        holding = exists().where(
+            mine.c.namespace == namespace,
+            mine.c.limiter == limiter,
+            mine.c.run_id == run_id,
+            mine.c.idx == idx,
+        )
+        waiting = and_(
+            grants.c.namespace == namespace,
+            grants.c.limiter == limiter,
+            grants.c.key == key,
+            grants.c.held == false(),
+            not_(and_(grants.c.run_id == run_id, grants.c.idx == idx)),
+        )
+        others = grants.alias("others")
+        since = func.coalesce(
+            select(others.c.requested_at)
+            .where(
+                others.c.namespace == namespace,
+                others.c.limiter == limiter,
+                others.c.run_id == run_id,
+                others.c.idx == idx,
+            )
+            .scalar_subquery(),
+            now,
+        )
+        priority: Any = bindparam("p_priority", type_=Integer)
+        ahead = exists().where(
+            waiting,
+            or_(
+                grants.c.priority > priority,
+                and_(grants.c.priority == priority, grants.c.requested_at < since),
+            ),
+        )
+        # Whether other runs wait for this key: then a release must hand the slot on. And
+        # whether this one waited: its wait is over.
+        waited = exists().where(waiting).label("waited")
+        queued = (
+            exists()
+            .where(
+                others.c.namespace == namespace,
+                others.c.limiter == limiter,
+                others.c.run_id == run_id,
+                others.c.idx == idx,
+            )
+            .label("queued")
+        )
+
+        def take(*guards: Any) -> Any:
+            return (
+                update(slots)
+                .where(of_key, slots.c.slot == free_slot(not_(holding), *guards))
+                .values(run_id=run_id, idx=idx, taken_at=now)
+                .returning(slots.c.slot, waited, queued)
+            )
+
+        self.take_slot = take(not_(ahead))
+        # A running step's take, in one statement: only while its run holds the lease.
+        self.take_slot_fenced = take(not_(ahead), exists().where(self.live))
+        # A start takes its slot in its own transaction, after its insert: not for a run of
+        # that id that existed before (the insert did nothing) and already waits.
+        self.take_slot_at_start = take(
+            not_(ahead), exists().where(self.run_is, tables.runs.c.wait_limiter.is_(None))
+        )
+        self.hand_slot = take()  # to the next waiter: it is the one ahead
+        held_by = and_(
+            slots.c.namespace == namespace,
+            slots.c.limiter == limiter,
+            slots.c.run_id == run_id,
+            slots.c.idx == idx,
+        )
+        self.confirm_slot = (
+            update(slots)
+            .where(held_by, slots.c.slot < concurrency)
+            .values(taken_at=now)
+            .returning(slots.c.slot, waited)
+        )
+        self.slot_of = select(slots.c.slot, waited).where(held_by, slots.c.slot < concurrency)
+        self.release_slot_row = (
+            update(slots).where(held_by).values(run_id=None, idx=None, taken_at=None)
+        )
+        self.count_slot_rows = select(func.count()).where(of_key)
+        # Waits for every take of the key in flight: what a take reads after it is sure.
+        self.lock_key_slots = self.dialect.for_update(
+            select(slots.c.slot).where(of_key, slots.c.slot < concurrency).order_by(slots.c.slot)
+        )
+        self.add_slot_row = (
+            self.insert(slots)
+            .values(namespace=namespace, limiter=limiter, key=key, slot=bindparam("p_slot"))
+            .on_conflict_do_nothing()
+        )
+        self.slots_in_use = (
+            select(
+                slots.c.limiter,
+                slots.c.key,
+                func.count().filter(self.slot_live(slots)).label("in_use"),
+            )
+            .where(slots.c.namespace == namespace)
+            .group_by(slots.c.limiter, slots.c.key)
+        )
+
+    def slot_live(self, slots: Any) -> Any:
+        """The slot's holder is live: its run is pending with a due time (published) or
+        running under its lease, and a step's slot is held until the step is recorded.
+
+        Scalar subqueries on each primary key, not EXISTS: the planner can't turn them into
+        a hashed scan of a whole table (which a plan made while the tables were small would
+        keep), and no partial index matches their conditions."""
+        runs, steps = self.tables.runs, self.tables.steps
+        # A pending run with a due time was published (or will be, by the sweeper): it
+        # keeps the slot it was started or woken with until it runs. Not IN (...): these
+        # statements go to psycopg compiled once, with no expanding parameters.
+        run_live = (
+            select(
+                case(
+                    (and_(runs.c.status == "PENDING", runs.c.due_at.isnot(None)), 1),
+                    (and_(runs.c.status == "RUNNING", runs.c.due_at > self.now), 1),
+                    else_=0,
+                )
+            )
+            .where(runs.c.namespace == slots.c.namespace, runs.c.id == slots.c.run_id)
+            .scalar_subquery()
+        )
+        step_recorded = (
+            select(case((or_(steps.c.status == "ok", steps.c.status == "error"), 1), else_=0))
+            .where(
+                steps.c.namespace == slots.c.namespace,
+                steps.c.run_id == slots.c.run_id,
+                steps.c.idx == slots.c.idx,
+            )
+            .scalar_subquery()
+        )
+        # A holder this statement can't see was inserted with its slot by a transaction
+        # that committed after the statement began (a start): live. A holder long gone
+        # (its run deleted by gc) is not.
+        unseen = case((slots.c.taken_at > self.now - UNSEEN_HOLDER_S, 1), else_=0)
+        return and_(
+            slots.c.run_id.isnot(None),
+            func.coalesce(run_live, unseen) == 1,
+            func.coalesce(step_recorded, 0) == 0,
+        )

@@ -214,6 +214,7 @@ class RunStatements(Builder):
             runs.c.canvas,
             func.coalesce(runs.c.priority, 0).label("priority"),
             runs.c.deadline_at,
+            runs.c.recoveries,
         )
 
     def _settle(self) -> None:

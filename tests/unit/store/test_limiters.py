@@ -1,0 +1,167 @@
+"""A limiter's slots as rows (``store/limiters.py``), on SQLite and Postgres: a run limiter's
+start takes its slot in the insert's transaction; a slot is free, with no write, once its
+run settles or its step is recorded, and the next hand-off gives it to the waiter of highest
+priority; a key's rows grow as they are all taken, never past ``concurrency``; and on
+Postgres, concurrent starters never take more slots than there are."""
+
+from __future__ import annotations
+
+import threading
+
+import sqlalchemy as sa
+
+from celery_durable.store import Limit, Outcome, StepRecord, Store
+from celery_durable.store.limiters import WHOLE_RUN
+from tests.support.builders import claimed, new_run
+from tests.support.waiting import wait_until
+
+LEASE = 30.0
+
+
+def start(store: Store, limit: Limit, run_id: str, key: str = "", priority: int = 0) -> bool:
+    """Start a run of a limited workflow; whether it holds its slot (to publish)."""
+    run = new_run(run_id)
+    if priority:
+        run = type(run)(**{**run.__dict__, "priority": priority})
+    inserted, slotted = store.insert_limited_run(run, limit, key)
+    assert inserted
+    return slotted
+
+
+def in_use(store: Store, limit: Limit, key: str = "") -> int:
+    usage = {(u.limiter, u.key): u for u in store.limiter_usage({limit.name: limit})}
+    found = usage.get((limit.name, key))
+    return 0 if found is None else found.in_use
+
+
+def slot_rows(store: Store, limit: Limit) -> int:
+    slots = store.tables.limiter_slots
+    with store.engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.select(sa.func.count()).where(slots.c.limiter == limit.name)
+            ).scalar_one()
+        )
+
+
+def test_a_start_takes_its_slot_and_a_settled_run_frees_it_for_the_next_waiter(store):
+    limit = Limit("two", concurrency=2)
+    assert start(store, limit, "a") and start(store, limit, "b")
+    assert not start(store, limit, "c")  # no slot: it waits, with no due time
+    waiting = store.get_run("c")
+    assert (waiting.status, waiting.wait_limiter, waiting.due_at) == ("PENDING", "two", None)
+    assert in_use(store, limit) == 2
+    assert store.hand_off(limit, grace=60) == []  # nothing free yet
+    claim = store.claim_run("a", "me", LEASE)
+    assert claim is not None and store.confirm_slot(limit, "", "a") is not None
+    assert store.settle_run("a", claim.fence, "SUCCEEDED", result="1") == "SUCCEEDED"
+    assert in_use(store, limit) == 1  # the settle freed it: no release was written
+    woken = store.hand_off(limit, grace=60)
+    assert [run.id for run in woken] == ["c"]
+    assert store.get_run("c").wait_limiter is None
+    assert store.confirm_slot(limit, "", "c") is not None
+    assert in_use(store, limit) == 2
+
+
+def test_a_step_s_record_frees_its_slot_and_priority_orders_the_waiters(store):
+    limit = Limit("one", concurrency=1)
+    fences = {run_id: claimed(store, run_id) for run_id in ("holder", "early", "urgent")}
+    taken, waited = store.take_slot(limit, "", "holder", 0, fence=fences["holder"])
+    assert (taken, waited) == (Outcome.RECORDED, False)
+    assert store.take_slot(limit, "", "early", 0, fence=fences["early"])[0] is Outcome.SUSPENDED
+    assert (
+        store.take_slot(limit, "", "urgent", 0, priority=9, fence=fences["urgent"])[0]
+        is Outcome.SUSPENDED
+    )
+    assert store.get_run("early").status == "WAITING"
+    # Taken again while held: the same slot, and now others wait for it.
+    assert store.take_slot(limit, "", "holder", 0, fence=fences["holder"]) == (
+        Outcome.RECORDED,
+        True,
+    )
+    record = StepRecord(0, "charge", "ok", "[[],{}]", '"done"', None)
+    store.record_step("holder", fences["holder"], record)
+    assert [run.id for run in store.hand_off(limit, grace=60)] == ["urgent"]
+    assert store.confirm_slot(limit, "", "urgent", 0) is not None
+    assert store.confirm_slot(limit, "", "early", 0) is None
+    assert store.get_run("early").status == "WAITING"
+
+
+def test_an_explicit_release_hands_the_slot_on_in_its_own_transaction(store):
+    limit = Limit("per-key", concurrency=1)
+    assert start(store, limit, "t1-a", key="t1")
+    assert start(store, limit, "t2-a", key="t2")  # another key: slots of its own
+    assert not start(store, limit, "t1-b", key="t1")
+    woken = store.release_slot(limit, "t1", "t1-a", WHOLE_RUN, grace=60)
+    assert [run.id for run in woken] == ["t1-b"]
+    assert store.get_run("t1-b").due_at is not None  # due: the caller publishes it
+    assert store.confirm_slot(limit, "t1", "t1-b") is not None
+    assert store.confirm_slot(limit, "t1", "t1-a") is None
+
+
+def test_a_key_s_rows_grow_as_they_are_all_taken_and_never_past_concurrency(store):
+    limit = Limit("twenty", concurrency=20)
+    assert all(start(store, limit, f"r{n}") for n in range(20))
+    assert not start(store, limit, "r20")
+    assert slot_rows(store, limit) == 20  # 8, 16, then 20
+    raised = Limit("twenty", concurrency=25)  # a deploy raised it: the code's limit counts
+    assert not start(store, raised, "r21")  # behind r20, which waited first
+    assert [run.id for run in store.hand_off(raised, grace=60)] == ["r20", "r21"]
+    assert in_use(store, raised) == 22
+    assert slot_rows(store, raised) == 25
+
+
+def test_concurrent_starters_never_take_more_slots_than_there_are(pg_store):
+    limit = Limit("five", concurrency=5)
+    slotted: list[str] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(8)
+
+    def starter(worker: int) -> None:
+        try:
+            barrier.wait()
+            for n in range(6):
+                run_id = f"w{worker}-{n}"
+                if start(pg_store, limit, run_id):
+                    slotted.append(run_id)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assert below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=starter, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors
+    assert len(slotted) == 5
+    assert in_use(pg_store, limit) == 5
+    with pg_store.engine.connect() as conn:
+        runs = pg_store.tables.runs
+        parked = conn.execute(
+            sa.select(sa.func.count()).where(runs.c.wait_limiter == "five")
+        ).scalar_one()
+    assert parked == 8 * 6 - 5
+
+
+def test_a_rated_limiter_with_slots_takes_a_token_and_a_slot(store):
+    limit = Limit("rated", concurrency=3, rate=50.0, capacity=1.0)
+    fence = claimed(store, "x")
+    # A new key's bucket starts empty: the first call waits for its token.
+    assert store.take_slot(limit, "", "x", 0, fence=fence)[0] is Outcome.SUSPENDED
+    assert in_use(store, limit) == 0
+    woken = wait_until(lambda: store.hand_off(limit, grace=60), 10)
+    assert [run.id for run in woken] == ["x"]
+    assert store.confirm_slot(limit, "", "x", 0) is not None
+
+
+def test_a_late_hand_off_gives_waiters_no_more_than_its_catch_up_of_tokens(store):
+    limit = Limit("late", rate=1.0, capacity=1.0)  # slow enough that none mints meanwhile
+    fences = {f"w{n}": claimed(store, f"w{n}") for n in range(20)}
+    for run_id, fence in fences.items():
+        assert store.take_slot(limit, "", run_id, 0, fence=fence)[0] is Outcome.SUSPENDED
+    keys = store.tables.limiter_keys
+    with store.engine.begin() as conn:  # the sweeper came 100 s late: 100 tokens minted
+        conn.execute(sa.update(keys).values(refilled_at=keys.c.refilled_at - 100.0))
+    woken = store.hand_off(limit, grace=60, catch_up=5.0)
+    # 5 s of tokens at 1/s (give or take the moment's own mint), not a burst of 20.
+    assert 5 <= len(woken) <= 6
