@@ -138,3 +138,86 @@ def describe(x: dict[str, Any]) -> str:
         f"chord over chunks {x['chunks']['items_per_s']:,.0f}; {vs}; "
         f"{x['commits']['per_item']:.3f} commits per item"
     )
+
+
+# Commits per item of the batched map: a batch costs its claim and its record whatever its
+# size (2 / 50 = 0.04 per item) and the map a few of its own (start, wake-up, settle); one
+# task per item costs 1. Issue 26 asks for the figure; this bound says "per batch, not per
+# item", with room for a record per lease beat.
+COMMITS_PER_ITEM = 0.1
+
+
+def batches_figures(x: dict[str, Any] | None) -> list[Any]:
+    """The batched fan-out's figures (``compare``'s result; none without it)."""
+    from benchmarks.report import Figure
+
+    if not x:
+        return []
+    n, size = x["items"], x["batch_size"]
+    label, rate = f"cd.map of {n:,} no-op items, batch_size={size}", "items/s"
+    figures = [
+        Figure("batched_map_items_per_s", label, x["map"]["items_per_s"], rate),
+        Figure("batched_chord_items_per_s", f"chord of {n:,}", x["chord"]["items_per_s"], rate),
+        Figure(
+            "batched_chunks_items_per_s",
+            f"chord over chunks(..., {size}) of {n:,}",
+            x["chunks"]["items_per_s"],
+            "items/s",
+        ),
+    ]
+    for kind in ("chord", "chunks"):
+        q = x[f"vs_{kind}"]
+        figures.append(
+            Figure(
+                f"batched_map_vs_{kind}",
+                f"{label} / {'chord' if kind == 'chord' else 'chord over chunks'}",
+                q["median"],
+                "x",
+                note=f"median of {x['rounds']} rounds; rounds {q['min']:.2f}-{q['max']:.2f}",
+            )
+        )
+    c = x["commits"]
+    figures.append(
+        Figure(
+            "batched_map_commits_per_item",
+            f"DB commits per item of a {label}, all in",
+            c["per_item"],
+            "commits",
+            note=("" if c["clean"] else "NOT CLEAN; ") + f"{c['per_map']:.1f} per map",
+        )
+    )
+    return figures
+
+
+def batches_targets(x: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Issue 26's fan-out targets: items/s over a chord's and a chord over chunks', same
+    worker, same rounds; commits per item."""
+    if not x:
+        return []
+    targets = []
+    for kind, against in (("chord", "a chord"), ("chunks", "a chord over chunks")):
+        q = x[f"vs_{kind}"]
+        targets.append(
+            {
+                "target": f"cd.map of {x['items']:,}, batch_size={x['batch_size']}, items/s / "
+                f"{against} of {x['items']:,}, same rounds",
+                "value": q["median"],
+                "op": ">=",
+                "threshold": q["target"],
+                "pass": q["pass"],
+                "note": f"rounds {q['min']:.2f}-{q['max']:.2f}",
+            }
+        )
+    c = x["commits"]
+    targets.append(
+        {
+            "target": f"DB commits per item of a cd.map of {x['items']:,}, "
+            f"batch_size={x['batch_size']}, all in",
+            "value": c["per_item"],
+            "op": "<=",
+            "threshold": COMMITS_PER_ITEM,
+            "pass": c["per_item"] <= COMMITS_PER_ITEM,
+            "note": "" if c["clean"] else "other sessions were active: not clean",
+        }
+    )
+    return targets

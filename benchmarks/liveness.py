@@ -169,6 +169,32 @@ def describe(x: dict[str, Any]) -> str:
     )
 
 
+# Issue 26: from the SIGKILL to the interrupted step's start elsewhere, seconds.
+P50_TARGET, P99_TARGET = 1.0, 2.0
+
+
+def liveness_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """p50 and p99 of each durable case (the plain anchors are reported, not bounded)."""
+    targets = []
+    for x in r.get("liveness") or []:
+        if x["task"] != "durable":
+            continue
+        for q, bound in (("p50", P50_TARGET), ("p99", P99_TARGET)):
+            value = x.get(f"{q}_s")
+            targets.append(
+                {
+                    "target": f"SIGKILL of a {x['killed']} ({x['broker']}) to the step's "
+                    f"start elsewhere, {q} (s)",
+                    "value": value if value is not None else float("inf"),
+                    "op": "<=",
+                    "threshold": bound,
+                    "pass": value is not None and value <= bound,
+                    "note": f"{x['recovered']}/{x['kills']} kills recovered",
+                }
+            )
+    return targets
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.liveness")
     parser.add_argument("--broker", choices=("redis", "rabbitmq"), default="redis")

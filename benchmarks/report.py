@@ -252,6 +252,11 @@ def build_figures(r: dict[str, Any]) -> list[Figure]:
         )
     )
     figures.extend(fanout_figures(r["fanout"], task_lat))
+    from benchmarks.batches import batches_figures
+    from benchmarks.bigmap import bigmap_figures
+
+    figures.extend(batches_figures(r["fanout"].get("batched")))
+    figures.extend(bigmap_figures(r))
     from benchmarks.longlived import longlived_figures  # imports the library: on use
 
     figures.extend(longlived_figures(r))

@@ -15,7 +15,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import Connection
@@ -43,6 +44,24 @@ from celery_durable.store.sql.statements import Statements
 
 # Items per INSERT round (an executemany) and per publishing loop of the caller.
 DISPATCH_BATCH = 500
+
+
+# Postgres: a fan-out's rows go in one statement per this many items or input bytes
+# (whichever comes first), so that one JSON parameter stays a few MiB however big the map.
+ROWS_PER_INSERT = 20_000
+BYTES_PER_INSERT = 8 << 20
+
+
+def _insert_rounds(inputs: Sequence[str]) -> Iterator[tuple[int, Sequence[str]]]:
+    """(first item, its inputs) of each INSERT of a fan-out's rows, in item order."""
+    first = size = 0
+    for at, text in enumerate(inputs):
+        size += len(text)
+        if at - first + 1 >= ROWS_PER_INSERT or size >= BYTES_PER_INSERT:
+            yield first, inputs[first : at + 1]
+            first, size = at + 1, 0
+    if first < len(inputs):
+        yield first, inputs[first:]
 
 
 class _ChildIdTaken(Exception):
@@ -89,6 +108,13 @@ class ItemOps:
         return StepWrite(Outcome.RECORDED)
 
     def _insert_items(self, conn: Connection, run_id: str, idx: int, fan: FanOut) -> None:
+        rows = self.sql.items.dispatch_fanout_rows
+        if rows is not None:
+            base = params(run_id=run_id, idx=idx, name=fan.name, queue=fan.queue, grace=fan.grace)
+            for first, inputs in _insert_rounds(fan.inputs):
+                values = params(first=first, inputs=json.dumps(inputs, ensure_ascii=False))
+                conn.execute(rows, {**base, **values})
+            return
         for start in range(0, len(fan.inputs), DISPATCH_BATCH):
             batch = fan.inputs[start : start + DISPATCH_BATCH]
             conn.execute(

@@ -35,6 +35,7 @@ from celery_durable.store.records import DueItem, DueRun, ItemRow, LostItem
 from celery_durable.store.schema import FINISHED_STATUSES, Tables, open_child
 from celery_durable.store.sql.batches import claim_update, run_active
 from celery_durable.store.sql.build import Builder, columns_of
+from celery_durable.store.sql.fanout_rows import fanout_rows
 from celery_durable.store.sql.open_items import item_lock
 
 
@@ -112,6 +113,8 @@ class ItemStatements(Builder):
             .values(**row, dispatches=1, detached=False, due_at=now + bindparam("p_grace"))
             .on_conflict_do_nothing()
         )
+        # Postgres: the same rows, any number, in one statement fed by one JSON parameter.
+        self.dispatch_fanout_rows = fanout_rows(self.tables, self.dialect, namespace)
         # A child's item is never dispatched: the child run is swept as a run.
         self.dispatch_fanout_child = (
             self.insert(items)

@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from celery_durable.store import FanOut, Outcome, StepRecord
+from celery_durable.store import items as items_module
 from tests.support.builders import claimed, fan, new_run, started
 from tests.support.waiting import wait_until
 
@@ -22,6 +23,22 @@ def test_a_fan_out_is_one_step_row_and_its_items(store):
     assert [s.status for s in store.load_steps("r1").values()] == ["started"]
     rows = store.list_items("r1")
     assert [(r.idx, r.item, r.status) for r in rows] == [(0, n, "pending") for n in range(3)]
+
+
+def test_a_fan_out_s_rows_go_in_rounds_numbered_in_input_order(store, monkeypatch):
+    # Postgres inserts them in one statement per round, fed by one JSON parameter: rounds
+    # of 4 items here, one cut short by the bytes bound, and inputs JSON must escape.
+    monkeypatch.setattr(items_module, "ROWS_PER_INSERT", 4)
+    monkeypatch.setattr(items_module, "BYTES_PER_INSERT", 60)
+    fence = claimed(store, "r0")
+    inputs = [f'[["é \\u00e9 \\"{n}\\"\\n"],{{}}]' for n in range(9)] + ["[[" + "9" * 70 + "],{}]"]
+    inputs += [f"[[{n}],{{}}]" for n in range(10, 13)]
+    written = store.dispatch_fanout("r0", fence, started(0, 13), FanOut("s", "q", inputs, 60))
+    assert written.outcome is Outcome.RECORDED
+    claims = store.claim_batch("r0", 0, 0, 13, "a", lease=30)
+    assert [(item, c.input) for item, c in claims] == list(enumerate(inputs))
+    rows = store.list_items("r0")
+    assert {(r.status, r.queue, r.dispatches) for r in rows} == {("running", "q", 1)}
 
 
 def test_item_claim_is_fenced_and_the_first_writer_wins(store):
