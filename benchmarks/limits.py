@@ -145,7 +145,7 @@ def rate_accuracy(b: Bench, window_s: float) -> dict[str, Any]:
     key = b.key("rate")
     # Enough for the parking (the worker claims every run once, ~N/100 s) and the window,
     # with a margin: the window must end with runs still waiting.
-    n = math.ceil(rate * (window_s + 10.0)) + 100
+    n = 2 * math.ceil(rate * (window_s + 10.0)) + 100  # parking under load takes a while
     start = time.time()
     ids = [bench.rate_flow.delay(key).id for _ in range(n)]
     b.result_ids.extend(ids)

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from celery_durable.store.records import Claim, NewRun
 
 logger = logging.getLogger("celery_durable.workflow")
+# A hand-off gives waiters the tokens of this many sweeper polls at most: a sweep a little
+# late still keeps the rate; one that comes very late gives no burst of what it missed.
+CATCH_UP_POLLS = 3
 
 
 def run_slot_key(
@@ -142,7 +145,7 @@ def hand_off_slots(runtime: Runtime) -> int:
     """The sweeper's pass: every limiter's free slots and refilled tokens go to its next
     waiters (a dead holder's slot is free once its lease is out); returns the runs woken."""
     grace = runtime.config.dispatch_grace
-    catch_up = 2 * runtime.config.poll_interval
+    catch_up = CATCH_UP_POLLS * runtime.config.poll_interval
     woken = 0
     for limiter in list(runtime.limiters.values()):
         for run in runtime.store.hand_off(limiter.limit, grace, catch_up=catch_up):

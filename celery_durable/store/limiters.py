@@ -13,7 +13,7 @@ Postgres).
 
 A rate's bucket (the key's row, which every grant of a rate locks) holds ``capacity``
 tokens: that caps what an idle key saves up for a burst. While runs wait for tokens, each
-hand-off gives them the tokens minted since the last one, capped at two sweeper polls' worth
+hand-off gives them the tokens minted since the last one, capped at three sweeper polls' worth
 (``catch_up``): the rate holds at any poll interval, and a sweep that comes late (a loaded
 machine) gives no burst of the tokens it missed.
 
@@ -315,7 +315,7 @@ class LimiterOps:
         highest priority first, then the oldest; every key with waiters in turn (one
         transaction each), the one whose oldest waiter waited longest first. Returns the
         runs woken (due now), for the caller to publish. ``catch_up``: the seconds of
-        tokens a late hand-off gives at most (the sweeper's: two of its polls)."""
+        tokens a late hand-off gives at most (the sweeper's: three of its polls)."""
         sql = self.sql.limiters
         with self.db.transaction() as conn:
             conn.execute(sql.free_lapsed_grants, params(limiter=limit.name))

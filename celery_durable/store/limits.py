@@ -2,7 +2,7 @@
 (``limiter_keys``), locked by every grant of a rate, holding ``capacity`` tokens at most
 while the key is idle. While runs wait for tokens, a hand-off gives them the tokens minted
 since the bucket was last written, up to ``catch_up`` seconds' worth (``CATCH_UP``, or the
-sweeper's two polls), so the rate holds at any poll interval and a late hand-off is no
+sweeper's three polls), so the rate holds at any poll interval and a late hand-off is no
 burst.
 
 Example::

@@ -8,6 +8,7 @@ import pytest
 
 from celery_durable import InvalidArgument, WorkflowStatus
 from celery_durable.body.limiter import parse_rate
+from celery_durable.engine.limits import CATCH_UP_POLLS
 from tests.support.waiting import wait_until
 
 
@@ -88,7 +89,7 @@ def test_a_rated_limiter_hands_its_waiters_the_tokens_of_the_time_since_the_last
     durable,
 ):
     """The bucket caps what an idle limiter saves up, not what its waiters are owed: a
-    sweep two polls after the waiters parked hands out two polls' worth of tokens, more
+    sweep three polls after the waiters parked hands out three polls' worth of tokens, more
     than the bucket's quarter second. A sweep that comes late gives no more than that: no
     burst of the tokens it missed."""
     rated = durable.limiter("rated", rate="20/s")
@@ -104,13 +105,13 @@ def test_a_rated_limiter_hands_its_waiters_the_tokens_of_the_time_since_the_last
         return stamp(n)
 
     store = durable.store
-    catch_up = 2 * durable.runtime.config.poll_interval
+    catch_up = CATCH_UP_POLLS * durable.runtime.config.poll_interval
     owed = catch_up * 20.0
     assert owed > rated.limit.capacity  # else this test tells nothing
     runs = [one.delay(n) for n in range(40)]  # a new bucket is empty: every run waits
     assert not started and {r.status() for r in runs} == {WorkflowStatus.WAITING}
     parked = store.now()
-    wait_until(lambda: store.now() >= parked + catch_up, 5, message="two polls of tokens")
+    wait_until(lambda: store.now() >= parked + catch_up, 5, message="three polls of tokens")
     durable.sweep_once()
     assert 0.75 * owed <= len(started) <= owed + 1, (len(started), owed)
     handed = len(started)
