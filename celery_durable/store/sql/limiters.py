@@ -116,7 +116,11 @@ class LimiterStatements(Builder):
             "limiter": bindparam("p_limiter"),
             "key": bindparam("p_key"),
             "priority": bindparam("p_priority"),
-            "requested_at": now,
+            # Waiters are served oldest run first (its start), not in the order they
+            # reached the limiter: a run that was slower to park keeps its place.
+            "requested_at": func.coalesce(
+                select(runs.c.created_at).where(self.run_is).scalar_subquery(), now
+            ),
         }
         self.count_other_waiters = select(func.count()).where(
             of_grants_key,
@@ -148,10 +152,10 @@ class LimiterStatements(Builder):
             .order_by(grants.c.priority.desc(), grants.c.requested_at, grants.c.run_id)
             .limit(bindparam("p_limit"))
         )
-        # Two hand-offs of one key (a release, a sweep) never pick the same waiter.
-        if dialect.locks_rows:
-            next_waiters = next_waiters.with_for_update(skip_locked=True)
-        self.next_waiters = next_waiters
+        # Two hand-offs of one key (a release, a sweep) never pick the same waiter, and
+        # not SKIP LOCKED: one that skipped a waiter another had locked would serve the
+        # next one first. The second waits; the waiter the first served is gone by then.
+        self.next_waiters = dialect.for_update(next_waiters)
         picked = and_(
             grants.c.namespace == namespace,
             grants.c.limiter == bindparam("p_limiter"),
