@@ -130,11 +130,10 @@ class LimiterOps:
             # The common case in one statement: a free slot, no waiter ahead, the lease held.
             values = {**self._slot_params(limit, key, run_id, idx, priority), "p_fence": fence}
             row = self.db.one(self.sql.limiters.take_slot_fenced, values)
-            if row is not None and not row[2]:
+            if row is not None:
+                if row[2]:  # it had waited: its wait is over
+                    self.db.one(self.sql.limiters.release_grant, values)
                 self._grow_if_crowded(limit, key, values["p_from"], int(row[0]))
-                return Outcome.RECORDED, bool(row[1])
-            if row is not None:  # it had waited: its wait is over
-                self.db.one(self.sql.limiters.release_grant, values)
                 return Outcome.RECORDED, bool(row[1])
             tried = True
         else:
@@ -172,9 +171,13 @@ class LimiterOps:
                 return Outcome.RECORDED, held.waited
         else:
             bucket = lock_bucket(conn, sql, values)
-            if self._holds_on(conn, limit, values):
-                return Outcome.RECORDED, True
             grant = conn.execute(sql.grant_of, values).first()
+            if limit.concurrency is None:
+                holds = grant is not None and bool(grant.held)
+            else:
+                holds = conn.execute(sql.confirm_slot, values).first() is not None
+            if holds:
+                return Outcome.RECORDED, True
             since = bucket.now if grant is None else grant.requested_at
             ahead = conn.execute(sql.count_waiters_ahead, {**values, "p_since": since}).scalar()
             # Waiters behind this one keep the bucket busy (their tokens are caught up); with
@@ -227,9 +230,11 @@ class LimiterOps:
                 if found.queued and not handing:
                     conn.execute(sql.release_grant, values)
                 return SlotHeld(found.slot, bool(found.waited))
-            held = conn.execute(sql.confirm_slot, values).first()
-            if held is not None:
-                return SlotHeld(held.slot, bool(held.waited))
+            if not tried:  # (with ``tried`` it was looked for just before the first take)
+                held = conn.execute(sql.confirm_slot, values).first()
+                if held is not None:
+                    return SlotHeld(held.slot, bool(held.waited))
+            tried = False
             start = self._grow_slots(conn, limit, values)
             if start is None and not sure and not handing:
                 # A take skips the rows other takes have locked, and reads holders as of
@@ -248,14 +253,14 @@ class LimiterOps:
         """A take that looked past ``CROWDED`` taken rows adds rows, so that takes stay
         short (they read each taken row's holder) while most slots are in use."""
         rows = self._slot_rows.get((limit.name, key), 0)
+        values = self._slot_params(limit, key, "", WHOLE_RUN, 0)
         if rows <= 0:  # a key this process has not seen grow: learn its rows once
-            values = self._slot_params(limit, key, "", WHOLE_RUN, 0)
             rows = int(self.db.one(self.sql.limiters.count_slot_rows, values)[0])  # type: ignore[index]
             self._note_slot_rows(limit, key, rows)
         if rows <= 0 or (slot - start) % rows <= CROWDED or rows >= (limit.concurrency or 0):
             return
         with self.db.transaction() as conn:
-            self._grow_slots(conn, limit, self._slot_params(limit, key, "", WHOLE_RUN, 0))
+            self._grow_slots(conn, limit, values)
 
     def _grow_slots(self, conn: Any, limit: Limit, values: dict[str, Any]) -> int | None:
         """Every row of the key is taken: add rows (doubling, up to ``concurrency``);
@@ -268,12 +273,6 @@ class LimiterOps:
             return None
         conn.execute(sql.add_slot_row, [{**values, "p_slot": n} for n in range(have, want)])
         return have
-
-    def _holds_on(self, conn: Any, limit: Limit, values: dict[str, Any]) -> bool:
-        if limit.concurrency is not None:
-            return conn.execute(self.sql.limiters.confirm_slot, values).first() is not None
-        found = conn.execute(self.sql.limiters.grant_of, values).first()
-        return found is not None and bool(found.held)
 
     def confirm_slot(
         self, limit: Limit, key: str, run_id: str, idx: int = WHOLE_RUN, *, read: bool = False

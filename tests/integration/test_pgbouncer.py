@@ -23,6 +23,7 @@ from tests.conftest import QUEUE
 from tests.support.builders import claimed, fan, new_run, started
 from tests.support.pgbouncer import PgBouncer, pgbouncer_fixture  # noqa: F401 - `pgbouncer`
 from tests.support.services import BROKER_URL, PG_URL, drop_tables, effects, unique
+from tests.support.threads import run_in_threads
 from tests.support.waiting import wait_until
 
 # What goes wrong behind transaction pooling when a connection keeps session state.
@@ -71,7 +72,6 @@ def bounced_store(pgbouncer: PgBouncer) -> Iterator[Store]:
 
 
 def test_the_store_works_behind_pgbouncer(bounced_store: Store, pgbouncer: PgBouncer) -> None:
-    import threading
 
     store, mark = bounced_store, len(pgbouncer.log())
     assert current(store) == "0011"
@@ -81,29 +81,21 @@ def test_the_store_works_behind_pgbouncer(bounced_store: Store, pgbouncer: PgBou
         assert record.get_connection().prepare_threshold is None  # no server-side PREPARE
     finally:
         store.db.pool.give_back(record)
-    errors: list[BaseException] = []
 
     def work(slot: int) -> None:  # two threads: two client connections, shuffled servers
-        try:
-            for i in range(slot, 40, 2):
-                run_id = f"r{i}"
-                store.insert_run(new_run(run_id))
-                claim = store.claim_run(run_id, "me", lease=30)
-                assert claim is not None
-                for idx in range(3):
-                    step = StepRecord(idx, "s", "ok", "[[],{}]", "1", None)
-                    assert store.record_step(run_id, claim.fence, step).outcome.name == "RECORDED"
-                assert store.renew_leases("me", [run_id], 30) == 1
-                assert store.get_run(run_id).status == "RUNNING"
-                assert store.settle_run(run_id, claim.fence, "SUCCEEDED", result="1")
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        for i in range(slot, 40, 2):
+            run_id = f"r{i}"
+            store.insert_run(new_run(run_id))
+            claim = store.claim_run(run_id, "me", lease=30)
+            assert claim is not None
+            for idx in range(3):
+                step = StepRecord(idx, "s", "ok", "[[],{}]", "1", None)
+                assert store.record_step(run_id, claim.fence, step).outcome.name == "RECORDED"
+            assert store.renew_leases("me", [run_id], 30) == 1
+            assert store.get_run(run_id).status == "RUNNING"
+            assert store.settle_run(run_id, claim.fence, "SUCCEEDED", result="1")
 
-    threads = [threading.Thread(target=work, args=(slot,)) for slot in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    errors = run_in_threads(work, 2)
     assert not errors, errors
     assert not [e for e in SESSION_STATE_ERRORS if e in pgbouncer.log(mark)], pgbouncer.log(mark)
     with store.listener() as listener:

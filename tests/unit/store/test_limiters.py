@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from celery_durable.store import Limit, Outcome, StepRecord, Store
 from celery_durable.store.limiters import WHOLE_RUN
 from tests.support.builders import claimed, new_run
+from tests.support.threads import run_in_threads
 from tests.support.waiting import wait_until
 
 LEASE = 30.0
@@ -114,24 +115,16 @@ def test_a_key_s_rows_grow_as_they_are_all_taken_and_never_past_concurrency(stor
 def test_concurrent_starters_never_take_more_slots_than_there_are(pg_store):
     limit = Limit("five", concurrency=5)
     slotted: list[str] = []
-    errors: list[BaseException] = []
     barrier = threading.Barrier(8)
 
     def starter(worker: int) -> None:
-        try:
-            barrier.wait()
-            for n in range(6):
-                run_id = f"w{worker}-{n}"
-                if start(pg_store, limit, run_id):
-                    slotted.append(run_id)
-        except BaseException as exc:  # noqa: BLE001 - reported by the assert below
-            errors.append(exc)
+        barrier.wait()
+        for n in range(6):
+            run_id = f"w{worker}-{n}"
+            if start(pg_store, limit, run_id):
+                slotted.append(run_id)
 
-    threads = [threading.Thread(target=starter, args=(n,)) for n in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    errors = run_in_threads(starter, 8)
     assert not errors
     assert len(slotted) == 5
     assert in_use(pg_store, limit) == 5

@@ -18,6 +18,7 @@ from celery_durable.store.migrations import upgrade
 from tests.support.builders import new_run
 from tests.support.pgconns import client_ports, named_url
 from tests.support.services import PG_URL, drop_tables, unique
+from tests.support.threads import run_in_threads
 from tests.support.waiting import wait_until
 
 
@@ -122,24 +123,16 @@ def test_concurrent_threads_each_get_a_connection_and_the_pool_keeps_them(store,
     for i in range(40):
         store.insert_run(new_run(f"c{i}"))
     barrier = threading.Barrier(3)
-    errors: list[BaseException] = []
 
     def work(slot: int) -> None:
-        try:
-            barrier.wait(10)
-            for i in range(slot, 40, 3):
-                claim = store.claim_run(f"c{i}", "me", lease=30)
-                assert claim is not None
-                store.record_step(f"c{i}", claim.fence, step(0))
-                store.settle_run(f"c{i}", claim.fence, "SUCCEEDED", result="1")
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        barrier.wait(10)
+        for i in range(slot, 40, 3):
+            claim = store.claim_run(f"c{i}", "me", lease=30)
+            assert claim is not None
+            store.record_step(f"c{i}", claim.fence, step(0))
+            store.settle_run(f"c{i}", claim.fence, "SUCCEEDED", result="1")
 
-    threads = [threading.Thread(target=work, args=(slot,)) for slot in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    errors = run_in_threads(work, 3)
     assert not errors
     assert 1 <= store.db.pool.size <= 3
     assert sessions(app_name) == store.db.pool.size
