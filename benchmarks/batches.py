@@ -149,7 +149,7 @@ COMMITS_PER_ITEM = 0.1
 
 def batches_figures(x: dict[str, Any] | None) -> list[Any]:
     """The batched fan-out's figures (``compare``'s result; none without it)."""
-    from benchmarks.report import Figure
+    from benchmarks.render import Figure
 
     if not x:
         return []

@@ -78,7 +78,7 @@ def describe(x: dict[str, Any]) -> str:
 
 def bigmap_figures(r: dict[str, Any]) -> list[Any]:
     """The figures of the phase (none if the run had none)."""
-    from benchmarks.report import Figure
+    from benchmarks.render import Figure
 
     x = r.get("bigmap")
     if not x or "seconds" not in x:
@@ -129,7 +129,7 @@ def run_only(
 ) -> int:
     """``python -m benchmarks --bigmap-only``: the phase alone; prints its figures and
     target, writes the JSON."""
-    from benchmarks.report import write_json
+    from benchmarks.render import write_json
 
     r = {"bigmap": run(progress, args.quick)}
     figures = bigmap_figures(r)

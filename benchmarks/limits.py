@@ -232,7 +232,7 @@ def run(
 
 def limits_figures(r: dict[str, Any]) -> list[Any]:
     """The limiter figures of a run (none if it measured no limiter)."""
-    from benchmarks.report import Figure
+    from benchmarks.render import Figure
 
     if "limits" not in r:
         return []
@@ -329,7 +329,7 @@ def run_only(
     import os
 
     from benchmarks import app as bench
-    from benchmarks.report import write_json
+    from benchmarks.render import write_json
 
     r: dict[str, Any] = {}
     try:

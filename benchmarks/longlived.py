@@ -179,7 +179,7 @@ METHODS = {
 
 def longlived_figures(r: dict[str, Any]) -> list[Any]:
     """The sweep with the waiters in the tables, and claim + replay across generations."""
-    from benchmarks.report import Figure
+    from benchmarks.render import Figure
 
     if "waiters" not in r:
         return []

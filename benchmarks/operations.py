@@ -96,7 +96,7 @@ def describe(result: dict[str, Any]) -> str:
 
 def operations_figures(r: dict[str, Any]) -> list[Any]:
     """list and stats with the fill in the tables (p50; the note has the p99 and plans)."""
-    from benchmarks.report import Figure
+    from benchmarks.render import Figure
 
     if "operations" not in r:
         return []
@@ -184,7 +184,8 @@ def run_only(
     """``--operations-only``: migrate, fill, time list and stats, report, clean up."""
     from benchmarks import app as bench
     from benchmarks.housekeeping import cleanup, fill  # the suite's own fill and clean-up
-    from benchmarks.report import METHODS, write_json
+    from benchmarks.methods import METHODS
+    from benchmarks.render import write_json
 
     r: dict[str, Any] = {}
     try:

@@ -1,4 +1,5 @@
-"""The printed report, the machine's description and the JSON document of a run.
+"""The printed report, the machine's description, a figure's record and the JSON document
+of a run.
 
 Example::
 
@@ -11,11 +12,35 @@ from __future__ import annotations
 import json
 import os
 import platform
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 # Measurement tolerance of the commit counts (idle-rate subtraction), stated in the output.
 COMMIT_TOLERANCE = 0.05
+
+
+@dataclass
+class Figure:
+    """One figure of a run: its value and unit, its ratios to plain Celery, a note."""
+
+    name: str
+    label: str
+    value: float
+    unit: str
+    vs_plain_task: float | None = None
+    vs_plain_chain: float | None = None
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "value": self.value,
+            "unit": self.unit,
+            "vs_plain_task": self.vs_plain_task,
+            "vs_plain_chain": self.vs_plain_chain,
+            "note": self.note,
+        }
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:

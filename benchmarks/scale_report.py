@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import Figure
+from benchmarks.render import Figure
 
 # The realistic-work target: the durable workflow takes at most this much longer per item.
 IO_OVERHEAD_TARGET = 0.10
@@ -221,7 +221,7 @@ def run_only(
     from benchmarks import app as bench
     from benchmarks import scale
     from benchmarks.housekeeping import cleanup  # the suite's own clean-up
-    from benchmarks.report import write_json
+    from benchmarks.render import write_json
     from benchmarks.throughput import method_for
 
     queue = env["BENCH_QUEUE"]
