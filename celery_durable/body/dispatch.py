@@ -23,7 +23,7 @@ def dispatch(
     dispatcher = ctx.dispatcher
     assert dispatcher is not None, "a workflow body always runs with a dispatcher"
     queue = queue or ctx.queue
-    fan = FanOut(name, queue, inputs, dispatcher.dispatch_grace)
+    fan = FanOut(name, queue, inputs, dispatcher.dispatch_grace, batch_size=batch_size)
     if not write_fanout(ctx, step, fan):
         return
     # A whole number of task batches per round: no batch is split across two rounds.

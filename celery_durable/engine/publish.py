@@ -74,6 +74,22 @@ def item_task_id(run_id: str, idx: int, item: int, count: int = 1) -> str:
     return derived_id(f"{run_id}:{idx}:{item}-{item + count - 1}")
 
 
+def batch_ranges(items: Iterable[int], batch_size: int) -> list[tuple[int, int]]:
+    """(first, count) of each batch message for ``items``: a map's batch ``k`` is its items
+    ``k * batch_size`` to ``(k + 1) * batch_size - 1``, and a message carries consecutive
+    items of one batch. So a whole batch published again is the same task (the same id as
+    its first message); a gap (an item recorded or running meanwhile) splits it."""
+    ranges: list[tuple[int, int]] = []
+    for item in sorted(set(items)):
+        if ranges:
+            first, count = ranges[-1]
+            if item == first + count and item // batch_size == first // batch_size:
+                ranges[-1] = (first, count + 1)
+                continue
+        ranges.append((item, 1))
+    return ranges
+
+
 class Dispatch:
     """Publishes item tasks and runs for a body (the context's ``Dispatcher``)."""
 
@@ -97,8 +113,9 @@ class Dispatch:
         items: Iterable[int],
         batch_size: int = 1,
     ) -> None:
-        """One message per item, or with ``batch_size`` > 1 (``items`` a range) one per
-        batch of that many consecutive items, its last argument the batch's item count."""
+        """One message per item, or with ``batch_size`` > 1 one per batch of consecutive
+        ``items`` within one of the map's batches (``batch_ranges``), its last argument the
+        batch's item count."""
         app = self.runtime.app
         namespace = self.runtime.config.namespace
         options: dict[str, Any] = {"queue": queue} if queue else {}
@@ -106,11 +123,8 @@ class Dispatch:
         task = app.tasks.get(step_name)
         messages: list[tuple[Any, ...]] = [(namespace, run_id, idx, item) for item in items]
         if batch_size > 1:
-            numbers = [m[3] for m in messages]
-            messages = [
-                (namespace, run_id, idx, numbers[at], len(numbers[at : at + batch_size]))
-                for at in range(0, len(numbers), batch_size)
-            ]
+            ranges = batch_ranges((m[3] for m in messages), batch_size)
+            messages = [(namespace, run_id, idx, first, count) for first, count in ranges]
 
         def publish() -> None:
             if app.conf.task_always_eager or task is None:

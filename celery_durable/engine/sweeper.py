@@ -211,15 +211,17 @@ class Sweeper:
                 config.sweep_batch, grace, steps, config.max_recoveries, self.takeover
             )
             idle = self.idle_queues(due)
-            batches: dict[tuple[str, str | None, str, int], list[int]] = {}
+            batches: dict[tuple[str, str | None, str, int, int], list[int]] = {}
             for item in due:
                 if item.dispatches > 1 and item.queue in idle:
                     continue  # its message waits in the queue: no copy
-                batches.setdefault((item.name, item.queue, item.run_id, item.idx), []).append(
-                    item.item
-                )
-            for (name, queue, run_id, idx), numbers in batches.items():
-                runtime.dispatch.publish_items(name, queue, run_id, idx, numbers)
+                # Items that never started go again as the batches they were sent in; a
+                # retry or a recovered item goes alone (a poison item fails by itself).
+                size = (item.batch_size or 1) if item.never_started else 1
+                key = (item.name, item.queue, item.run_id, item.idx, size)
+                batches.setdefault(key, []).append(item.item)
+            for (name, queue, run_id, idx, size), numbers in batches.items():
+                runtime.dispatch.publish_items(name, queue, run_id, idx, numbers, size)
                 published += len(numbers)
                 logger.info(
                     "dispatched %d item(s) of step %d (%s) of run %s again",

@@ -64,6 +64,11 @@ def _insert_rounds(inputs: Sequence[str]) -> Iterator[tuple[int, Sequence[str]]]
         yield first, inputs[first:]
 
 
+def _batch_column(batch_size: int) -> int | None:
+    """``items.batch_size``: NULL for one task per item, as rows from before 0012 read."""
+    return batch_size if batch_size > 1 else None
+
+
 class _ChildIdTaken(Exception):
     """Internal: rolls the dispatch transaction back when a child's id is taken."""
 
@@ -110,7 +115,14 @@ class ItemOps:
     def _insert_items(self, conn: Connection, run_id: str, idx: int, fan: FanOut) -> None:
         rows = self.sql.items.dispatch_fanout_rows
         if rows is not None:
-            base = params(run_id=run_id, idx=idx, name=fan.name, queue=fan.queue, grace=fan.grace)
+            base = params(
+                run_id=run_id,
+                idx=idx,
+                name=fan.name,
+                queue=fan.queue,
+                grace=fan.grace,
+                batch_size=_batch_column(fan.batch_size),
+            )
             for first, inputs in _insert_rounds(fan.inputs):
                 values = params(first=first, inputs=json.dumps(inputs, ensure_ascii=False))
                 conn.execute(rows, {**base, **values})
@@ -128,6 +140,7 @@ class ItemOps:
                         queue=fan.queue,
                         input=text,
                         grace=fan.grace,
+                        batch_size=_batch_column(fan.batch_size),
                     )
                     for offset, text in enumerate(batch)
                 ],

@@ -202,6 +202,7 @@ class FanOut:
     grace: float  # seconds a published item may wait before the sweeper publishes it again
     child: NewRun | None = None
     detached: bool = False
+    batch_size: int = 1  # items to a task: the sweeper publishes lost ones again alike
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,6 +233,14 @@ class DueItem:
     name: str
     queue: str | None
     dispatches: int  # counting the one the sweep is taking it for
+    attempts: int
+    recoveries: int
+    batch_size: int | None  # the batch it was first published in (None: alone)
+
+    @property
+    def never_started(self) -> bool:
+        """Its message was lost or still waits in its queue: no attempt, no recovery."""
+        return self.attempts == 0 and self.recoveries == 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -399,6 +399,9 @@ def build_items(metadata: MetaData, prefix: str) -> Table:
         Column("due_at", Float),
         Column("created_at", Float, nullable=False),
         Column("finished_at", Float),
+        # The batch size it was first published with (None: one task per item), so that
+        # the sweeper publishes it again as a batch of the same items (migration 0012).
+        Column("batch_size", Integer),
     )
     Index(
         f"ix_{prefix}items_due",

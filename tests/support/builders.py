@@ -46,9 +46,10 @@ def started(idx: int, count: int) -> StepRecord:
     return StepRecord(idx, "s", "started", f'{{"fanout":"map","items":{count}}}', None, None)
 
 
-def fan(count: int, grace: float = 60.0) -> FanOut:
-    """The fan-out of ``count`` items of step ``s`` on queue ``q``."""
-    return FanOut("s", "q", [f"[[{n}],{{}}]" for n in range(count)], grace)
+def fan(count: int, grace: float = 60.0, batch_size: int = 1) -> FanOut:
+    """The fan-out of ``count`` items of step ``s`` on queue ``q``, ``batch_size`` to a task."""
+    inputs = [f"[[{n}],{{}}]" for n in range(count)]
+    return FanOut("s", "q", inputs, grace, batch_size=batch_size)
 
 
 def rows_of(store: Store, run_id: str) -> dict[str, int]:

@@ -55,6 +55,7 @@ def fanout_rows(tables: Tables, dialect: Dialect, namespace: str) -> Any:
         "dispatches": literal(1, Integer),
         "detached": false(),
         "due_at": now + bindparam("p_grace", type_=Float),
+        "batch_size": bindparam("p_batch_size", type_=Integer),
     }
     source = select(*row.values()).select_from(inputs)
     return dialect.insert(items).from_select(list(row), source).on_conflict_do_nothing()

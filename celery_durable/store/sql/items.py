@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import (
     Float,
+    Integer,
     and_,
     bindparam,
     case,
@@ -110,7 +111,13 @@ class ItemStatements(Builder):
         # Published right after the commit: dispatched once, due again after the grace.
         self.dispatch_fanout_items = (
             self.insert(items)
-            .values(**row, dispatches=1, detached=False, due_at=now + bindparam("p_grace"))
+            .values(
+                **row,
+                dispatches=1,
+                detached=False,
+                due_at=now + bindparam("p_grace"),
+                batch_size=bindparam("p_batch_size", type_=Integer),
+            )
             .on_conflict_do_nothing()
         )
         # Postgres: the same rows, any number, in one statement fed by one JSON parameter.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import celery_durable as cd
-from celery_durable import InvalidArgument, WorkflowFailed
+from celery_durable import InvalidArgument, WorkflowFailed, WorkflowStatus
 from celery_durable.body.fanout import AUTO_MAX, auto_size
 from tests.support.waiting import wait_until
 
@@ -48,6 +48,35 @@ def test_a_batched_map_sends_one_task_per_batch_and_returns_input_order(durable,
     assert [args[3:] for args in sent] == [(0, 3), (3, 3), (6, 1)]  # published once
     items = durable.store.list_items(handle.id)
     assert [(i.item, i.status) for i in items] == [(n, "ok") for n in range(7)]
+
+
+def test_a_batch_whose_publish_was_lost_is_published_again_as_the_same_batch(durable, monkeypatch):
+    @durable.step
+    def double(n: int) -> int:
+        return 2 * n
+
+    @durable.workflow
+    def doubles(count: int) -> list[int]:
+        return cd.map(double, range(count), batch_size=3)
+
+    monkeypatch.setattr(durable.config, "dispatch_grace", 0.0)  # due again at once
+    sent = _published(durable, monkeypatch)
+    dispatch = durable.runtime.dispatch
+    publish_one = dispatch._publish_one
+    broker_down = [True]
+
+    def lost_while_down(task, name, args, options):
+        if broker_down[0]:
+            raise ConnectionRefusedError("the broker is down")
+        publish_one(task, name, args, options)
+
+    monkeypatch.setattr(dispatch, "_publish_one", lost_while_down)
+    handle = doubles.delay(7)
+    assert handle.status() is WorkflowStatus.WAITING and sent == []  # nothing went out
+    broker_down[0] = False
+    wait_until(lambda: durable.sweep_once() >= 0 and handle.status().finished, 10)
+    assert handle.get(timeout=5) == [2 * n for n in range(7)]
+    assert [args[3:] for args in sent] == [(0, 3), (3, 3), (6, 1)]  # as first meant
 
 
 def test_batch_size_one_is_one_task_per_item(durable, monkeypatch):

@@ -13,7 +13,7 @@ from celery import Celery
 
 from celery_durable import Durable, RunNotPublished, WorkflowStatus
 from celery_durable.core.logs import run_fields
-from celery_durable.engine.publish import publish_or_leave
+from celery_durable.engine.publish import batch_ranges, publish_or_leave
 from tests.support.waiting import wait_until
 
 log = logging.getLogger("celery_durable.tests.publish")
@@ -101,3 +101,12 @@ def test_a_start_whose_publish_fails_raises_for_the_caller(unreachable):
         start.delay(1)
     assert raised.value.__cause__ is not None  # the broker's own error, chained
     assert raised.value.handle.status() is WorkflowStatus.PENDING  # stored: swept later
+
+
+def test_batch_ranges_keep_consecutive_items_of_one_of_the_maps_batches_together():
+    assert batch_ranges(range(7), 3) == [(0, 3), (3, 3), (6, 1)]  # the first dispatch
+    # Published again: a gap (an item recorded or running meanwhile) or a batch's end
+    # splits a message; order and repeats don't matter.
+    assert batch_ranges([9, 5, 4, 1, 0, 3, 6, 4], 3) == [(0, 2), (3, 3), (6, 1), (9, 1)]
+    assert batch_ranges([2, 3], 1) == [(2, 1), (3, 1)]
+    assert batch_ranges([], 50) == []

@@ -9,9 +9,10 @@ from tests.support.builders import claimed, fan, started
 from tests.support.waiting import wait_until
 
 
-def _dispatched(store, run_id: str, count: int) -> int:
+def _dispatched(store, run_id: str, count: int, grace: float = 60.0, batch_size: int = 1) -> int:
     fence = claimed(store, run_id)
-    assert store.dispatch_fanout(run_id, fence, started(0, count), fan(count)).outcome is (
+    fanned = fan(count, grace, batch_size)
+    assert store.dispatch_fanout(run_id, fence, started(0, count), fanned).outcome is (
         Outcome.RECORDED
     )
     return fence
@@ -87,3 +88,22 @@ def test_an_expired_batch_lease_is_taken_over_item_by_item(store):
     redelivered = store.claim_batch("b5", 0, 0, 3, "again", lease=30)
     assert [item for item, _ in redelivered] == [2]  # item 0 is recorded, 1 is taken
     assert store.settle_batch("b5", 0, "dead", [Settled(2, "ok", "x")], 60).recorded == []
+
+
+def test_the_sweep_tells_an_items_batch_and_whether_it_ever_started(store):
+    _dispatched(store, "b5", 4, grace=0.0, batch_size=2)
+    _dispatched(store, "b6", 1, grace=0.0)  # one task per item
+    store.claim_batch("b5", 0, 0, 2, "a", lease=30)
+    outcomes = [Settled(0, "retry", error='{"e":1}', delay=0.0), Settled(1, "ok", "1")]
+    store.settle_batch("b5", 0, "a", outcomes, 60)
+    due: list = []
+    wait_until(lambda: due.extend(store.sweep_due_items(10, 60, ["s"])) or len(due) >= 4, 10)
+    seen = {(d.run_id, d.item): (d.batch_size, d.never_started) for d in due}
+    # Items 2 and 3 never started (their batch's message lost, or queued past the grace):
+    # they go again as their batch; item 0 ran once and goes alone.
+    assert seen == {
+        ("b5", 0): (2, False),
+        ("b5", 2): (2, True),
+        ("b5", 3): (2, True),
+        ("b6", 0): (None, True),
+    }
