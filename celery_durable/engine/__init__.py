@@ -2,7 +2,8 @@
 the engine needs of a Durable, which every module here takes instead of one), ``publish``
 (publish, or leave it to the sweeper; item tasks and wake-ups), ``delivery`` (claim, replay,
 settle), ``settle``, ``rollback``, ``continue_as_new``, ``items`` (fan-out item tasks),
-``signals``, ``sweeper`` (the per-worker bootstep that re-dispatches), ``retention``,
+``signals``, ``sweeper`` (re-dispatches, per worker), ``bootstep`` (the worker bootstep that
+runs the sweepers), ``retention``,
 ``leases`` (the heartbeat), ``liveness`` (taking over a dead owner's runs before its lease
 ends, and keeping this process's proof of life), ``queues``, ``taskevents`` (what Flower
 sees), ``apps`` (which Runtime serves which Celery app) and ``policy`` (is this process

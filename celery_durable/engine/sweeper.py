@@ -16,15 +16,12 @@ import functools
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
-
-from celery import bootsteps
+from typing import TYPE_CHECKING
 
 from celery_durable.core import faults, serialization
 from celery_durable.core.logs import run_fields
 from celery_durable.core.retry import backoff
 from celery_durable.engine import retention
-from celery_durable.engine.apps import runtimes_of
 from celery_durable.engine.canvas import report_owed
 from celery_durable.engine.deadlines import cancel_overdue
 from celery_durable.engine.items import REVOKED, cancel, revoke_item
@@ -34,7 +31,6 @@ from celery_durable.engine.liveness import LOOK_EVERY, GoneOwners, lease_window
 from celery_durable.engine.publish import publish_or_leave, publish_woken
 from celery_durable.engine.queues import QueueWatch
 from celery_durable.store import FINISHED_STATUSES, TAKEOVER, DueItem, DueRun
-from celery_durable.store.db.outage import describe, is_unreachable, summary
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime import Runtime
@@ -43,9 +39,6 @@ logger = logging.getLogger("celery_durable.worker")
 
 # Seconds between two warnings about the same queue that no worker consumes.
 IDLE_QUEUE_WARN_EVERY = 60.0
-# A broker is live on a namespace while runs of it are active, or finished runs of it
-# started within this many seconds.
-OTHER_BROKER_WINDOW = 3600.0
 
 
 def worker_lost_error(max_recoveries: int, what: str = "workflow") -> str:
@@ -374,82 +367,3 @@ class Sweeper:
             logger.info(
                 "workflow %s run %s cancelled (its worker was lost)", run.name, run.id, extra=fields
             )
-
-
-def warn_other_brokers(runtime: Runtime) -> list[str]:
-    """Warn, naming both, when runs of another broker are live on this worker's namespace
-    (another app shares the database and namespace): this worker's sweeper won't dispatch
-    them. Returns the other brokers; a failed look is logged and skipped."""
-    namespace = runtime.config.namespace
-    try:
-        others = runtime.store.other_dispatchers(OTHER_BROKER_WINDOW)
-    except Exception:
-        logger.warning(
-            "celery_durable: looking for other brokers on namespace %r failed",
-            namespace,
-            exc_info=True,
-        )
-        return []
-    if others:
-        logger.warning(
-            "celery_durable: runs of namespace %r are also dispatched through another broker "
-            "(%s; runs of it are active or started within the last hour) than this worker's "
-            "(%s). Each broker's sweepers dispatch only their own runs; a run no sweeper of "
-            "its broker took for %.0fs past due is taken by any. Give each broker's app a "
-            "namespace of its own (durable_namespace), unless this deployment is moving "
-            "from one broker to the other",
-            namespace,
-            ", ".join(others),
-            runtime.store.dispatcher,
-            runtime.sweeper.takeover,
-        )
-    return others
-
-
-class DurableSweeper(bootsteps.StartStopStep):  # type: ignore[misc]
-    """A worker bootstep: runs the sweeper of every Durable bound to the worker's app.
-
-    It runs in every ``celery worker`` (and ``celery.contrib.testing`` worker); nothing
-    else to deploy. Each Durable sweeps its own namespace.
-    """
-
-    label = "celery_durable sweeper"
-    # After the pool: children fork before the sweeper thread exists.
-    requires = ("celery.worker.components:Pool",)
-
-    def __init__(self, worker: Any, **kwargs: Any) -> None:
-        self.sweepers: list[Sweeper] = []
-
-    def start(self, worker: Any) -> None:
-        for runtime in runtimes_of(worker.app):
-            # Import the driver and open the engine in the main thread: a child forked
-            # while another thread holds an import lock would hang on that import.
-            try:
-                runtime.store.now()
-            except Exception as exc:
-                # One clear line (no traceback): the sweeper's backoff logs what follows.
-                runtime.sweeper.failures.count = 1
-                logger.error(
-                    "celery_durable: the database %s is %s: %s; workflows of namespace %r "
-                    "can't start or run until it is back (the sweeper retries with backoff)",
-                    describe(runtime.store.url),
-                    "unreachable" if is_unreachable(exc) else "not usable",
-                    summary(exc),
-                    runtime.config.namespace,
-                )
-            else:
-                warn_other_brokers(runtime)
-            runtime.sweeper.start()
-            self.sweepers.append(runtime.sweeper)
-            logger.info(
-                "celery_durable sweeper started (namespace %r, every %.2fs)",
-                runtime.config.namespace,
-                runtime.config.poll_interval,
-            )
-
-    def stop(self, worker: Any) -> None:
-        for sweeper in self.sweepers:
-            sweeper.stop()
-        self.sweepers = []
-
-    shutdown = stop

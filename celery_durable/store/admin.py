@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from celery_durable.store.records import (
+from celery_durable.store.operation_records import (
     Collected,
-    DueRun,
     Forked,
     OldestRun,
     PendingSignal,
@@ -33,6 +32,7 @@ from celery_durable.store.records import (
     StateKey,
     StatusCount,
 )
+from celery_durable.store.records import DueRun
 from celery_durable.store.sql.build import params
 
 if TYPE_CHECKING:

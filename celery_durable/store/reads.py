@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from celery_durable.store.records import RunSummary
+from celery_durable.store.operation_records import RunSummary
 from celery_durable.store.sql.reads import ConsumedSignal, CurrentStep
 
 if TYPE_CHECKING:

@@ -42,14 +42,14 @@ from sqlalchemy import (
 )
 
 from celery_durable.store.db.dialect import Dialect
-from celery_durable.store.records import (
-    DueRun,
+from celery_durable.store.operation_records import (
     OldestRun,
     PendingSignal,
     RunFilter,
     RunSummary,
     StateKey,
 )
+from celery_durable.store.records import DueRun
 from celery_durable.store.schema import (
     ACTIVE_STATUSES,
     DUE_STATUSES,

@@ -17,7 +17,7 @@ import dataclasses
 from sqlalchemy import bindparam, func, select
 
 from celery_durable.store.db.dialect import Dialect
-from celery_durable.store.records import RunSummary
+from celery_durable.store.operation_records import RunSummary
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.admin import settled, status_literal
 from celery_durable.store.sql.build import Builder, columns_of

@@ -1,0 +1,107 @@
+"""The worker bootstep that runs the sweepers (``Durable`` adds it to every ``celery worker``,
+``celery.contrib.testing`` workers too), and the warning it gives at start when another
+broker's runs share this worker's namespace.
+
+Example::
+
+    app.steps["worker"].add(DurableSweeper)   # done by Durable(app)
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from celery import bootsteps
+
+from celery_durable.engine.apps import runtimes_of
+from celery_durable.store.db.outage import describe, is_unreachable, summary
+
+if TYPE_CHECKING:
+    from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.sweeper import Sweeper
+
+logger = logging.getLogger("celery_durable.worker")
+
+# A broker is live on a namespace while runs of it are active, or finished runs of it
+# started within this many seconds.
+OTHER_BROKER_WINDOW = 3600.0
+
+
+def warn_other_brokers(runtime: Runtime) -> list[str]:
+    """Warn, naming both, when runs of another broker are live on this worker's namespace
+    (another app shares the database and namespace): this worker's sweeper won't dispatch
+    them. Returns the other brokers; a failed look is logged and skipped."""
+    namespace = runtime.config.namespace
+    try:
+        others = runtime.store.other_dispatchers(OTHER_BROKER_WINDOW)
+    except Exception:
+        logger.warning(
+            "celery_durable: looking for other brokers on namespace %r failed",
+            namespace,
+            exc_info=True,
+        )
+        return []
+    if others:
+        logger.warning(
+            "celery_durable: runs of namespace %r are also dispatched through another broker "
+            "(%s; runs of it are active or started within the last hour) than this worker's "
+            "(%s). Each broker's sweepers dispatch only their own runs; a run no sweeper of "
+            "its broker took for %.0fs past due is taken by any. Give each broker's app a "
+            "namespace of its own (durable_namespace), unless this deployment is moving "
+            "from one broker to the other",
+            namespace,
+            ", ".join(others),
+            runtime.store.dispatcher,
+            runtime.sweeper.takeover,
+        )
+    return others
+
+
+class DurableSweeper(bootsteps.StartStopStep):  # type: ignore[misc]
+    """A worker bootstep: runs the sweeper of every Durable bound to the worker's app.
+
+    It runs in every ``celery worker`` (and ``celery.contrib.testing`` worker); nothing
+    else to deploy. Each Durable sweeps its own namespace.
+    """
+
+    label = "celery_durable sweeper"
+    # After the pool: children fork before the sweeper thread exists.
+    requires = ("celery.worker.components:Pool",)
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        self.sweepers: list[Sweeper] = []
+
+    def start(self, worker: Any) -> None:
+        for runtime in runtimes_of(worker.app):
+            # Import the driver and open the engine in the main thread: a child forked
+            # while another thread holds an import lock would hang on that import.
+            try:
+                runtime.store.now()
+            except Exception as exc:
+                # One clear line (no traceback): the sweeper's backoff logs what follows.
+                runtime.sweeper.failures.count = 1
+                logger.error(
+                    "celery_durable: the database %s is %s: %s; workflows of namespace %r "
+                    "can't start or run until it is back (the sweeper retries with backoff)",
+                    describe(runtime.store.url),
+                    "unreachable" if is_unreachable(exc) else "not usable",
+                    summary(exc),
+                    runtime.config.namespace,
+                )
+            else:
+                warn_other_brokers(runtime)
+            runtime.sweeper.start()
+            self.sweepers.append(runtime.sweeper)
+            logger.info(
+                "celery_durable sweeper started (namespace %r, every %.2fs)",
+                runtime.config.namespace,
+                runtime.config.poll_interval,
+            )
+
+    def stop(self, worker: Any) -> None:
+        for sweeper in self.sweepers:
+            sweeper.stop()
+        self.sweepers = []
+
+    shutdown = stop
