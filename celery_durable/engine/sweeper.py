@@ -199,33 +199,41 @@ class Sweeper:
         store, grace = runtime.store, config.dispatch_grace
         published = 0
         steps = sorted(runtime.steps)
+        # Gathered over every page of due items, so that a batch split across two pages
+        # still goes as one message.
+        batches: dict[tuple[str, str | None, str, int, int], list[int]] = {}
+        seen: set[tuple[str, int, int]] = set()
         while steps:
             due = store.sweep_due_items(
                 config.sweep_batch, grace, steps, config.max_recoveries, self.takeover
             )
             idle = self.idle_queues(due)
-            batches: dict[tuple[str, str | None, str, int, int], list[int]] = {}
+            again = False  # a page ends the loop once it brings an item back
             for item in due:
+                if (item.run_id, item.idx, item.item) in seen:
+                    again = True  # due again already (a grace of ~0): published once
+                    continue
+                seen.add((item.run_id, item.idx, item.item))
                 if item.dispatches > 1 and item.queue in idle:
                     continue  # its message waits in the queue: no copy
-                # Items that never started go again as the batches they were sent in; a
+                # Items not attempted yet go again in the batches they were sent in; a
                 # retry or a recovered item goes alone (a poison item fails by itself).
                 size = (item.batch_size or 1) if item.never_started else 1
                 key = (item.name, item.queue, item.run_id, item.idx, size)
                 batches.setdefault(key, []).append(item.item)
-            for (name, queue, run_id, idx, size), numbers in batches.items():
-                runtime.dispatch.publish_items(name, queue, run_id, idx, numbers, size)
-                published += len(numbers)
-                logger.info(
-                    "dispatched %d item(s) of step %d (%s) of run %s again",
-                    len(numbers),
-                    idx,
-                    name,
-                    run_id,
-                    extra=run_fields(run_id, step_index=idx),
-                )
-            if len(due) < config.sweep_batch:
+            if again or len(due) < config.sweep_batch:
                 break
+        for (name, queue, run_id, idx, size), numbers in batches.items():
+            runtime.dispatch.publish_items(name, queue, run_id, idx, numbers, size)
+            published += len(numbers)
+            logger.info(
+                "dispatched %d item(s) of step %d (%s) of run %s again",
+                len(numbers),
+                idx,
+                name,
+                run_id,
+                extra=run_fields(run_id, step_index=idx),
+            )
         if steps:
             lost_error = worker_lost_error(config.max_recoveries, "step")
             lost_now = store.lost_items(

@@ -202,7 +202,7 @@ class FanOut:
     grace: float  # seconds a published item may wait before the sweeper publishes it again
     child: NewRun | None = None
     detached: bool = False
-    batch_size: int = 1  # items to a task: the sweeper publishes lost ones again alike
+    batch_size: int = 1  # items to a task; their publish lost, they go again alike
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,7 +239,8 @@ class DueItem:
 
     @property
     def never_started(self) -> bool:
-        """Its message was lost or still waits in its queue: no attempt, no recovery."""
+        """Not attempted yet: its message was lost or still waits in its queue, or a
+        shutdown gave it back. No recovery either (a recovered item goes alone)."""
         return self.attempts == 0 and self.recoveries == 0
 
 

@@ -99,13 +99,15 @@ class BatchStatements(Builder):
     def __init__(self, tables: Tables, dialect: Dialect, namespace: str) -> None:
         super().__init__(tables, dialect, namespace)
         runs, items = tables.runs, tables.items
-        first: Any = bindparam("p_first")
+        # Typed: psycopg sends a small int as a smallint, and first + count past 32,767
+        # would overflow one.
+        first: Any = bindparam("p_first", type_=Integer)
         in_batch = and_(
             items.c.namespace == namespace,
             items.c.run_id == bindparam("p_run_id"),
             items.c.idx == bindparam("p_idx"),
             items.c.item >= first,
-            items.c.item < first + bindparam("p_count"),
+            items.c.item < first + bindparam("p_count", type_=Integer),
         )
         # The run's state read once for the whole batch (the bind, not the row's run_id:
         # an uncorrelated EXISTS that Postgres evaluates once, not six times a row).

@@ -60,6 +60,7 @@ def test_a_batch_whose_publish_was_lost_is_published_again_as_the_same_batch(dur
         return cd.map(double, range(count), batch_size=3)
 
     monkeypatch.setattr(durable.config, "dispatch_grace", 0.0)  # due again at once
+    monkeypatch.setattr(durable.config, "sweep_batch", 2)  # a batch over two sweep pages
     sent = _published(durable, monkeypatch)
     dispatch = durable.runtime.dispatch
     publish_one = dispatch._publish_one

@@ -107,3 +107,14 @@ def test_the_sweep_tells_an_items_batch_and_whether_it_ever_started(store):
         ("b5", 3): (2, True),
         ("b6", 0): (None, True),
     }
+
+
+def test_a_batch_past_item_32767_claims_its_range(store):
+    """Bug: psycopg sent ``first`` and ``count`` as smallints, so ``first + count`` past
+    32,767 overflowed on Postgres ("smallint out of range") and the batch of items
+    32,500-32,999 of a 100,000-item map never ran."""
+    _dispatched(store, "b7", 33_000, batch_size=500)
+    claims = store.claim_batch("b7", 0, 32_500, 500, "a", lease=30)
+    assert [item for item, _ in claims] == list(range(32_500, 33_000))
+    active, held = store.check_batch("b7", 0, 32_500, 500, "a")
+    assert active and held == set(range(32_500, 33_000))
