@@ -100,7 +100,11 @@ def compare(
     out: dict[str, Any] = {"items": items, "batch_size": size, "rounds": rounds}
     for kind, taken in samples.items():
         rates = [s["items_per_s"] for s in taken]
-        out[kind] = {"items_per_s": statistics.median(rates), "rounds": taken}
+        out[kind] = {
+            "items_per_s": statistics.median(rates),
+            "cpu_ms_per_item": _median_usage(taken),
+            "rounds": taken,
+        }
     for against in ("chord", "chunks"):
         ratios = [
             m["items_per_s"] / c["items_per_s"]
@@ -125,6 +129,17 @@ def compare(
     return out
 
 
+def _median_usage(taken: list[dict[str, Any]]) -> dict[str, float]:
+    """Each process group's CPU ms per item, the median of the rounds."""
+    groups = taken[0]["cpu_ms_per_item"]
+    return {g: statistics.median(s["cpu_ms_per_item"][g] for s in taken) for g in groups}
+
+
+def _cpu_line(usage: dict[str, float]) -> str:
+    """CPU ms per 1,000 items, by process group: where a kind's time goes."""
+    return ", ".join(f"{group} {ms * 1000:.0f}" for group, ms in usage.items())
+
+
 def describe(x: dict[str, Any]) -> str:
     """One progress line."""
     vs = ", ".join(
@@ -136,7 +151,9 @@ def describe(x: dict[str, Any]) -> str:
         f"batched map of {x['items']} (batch_size={x['batch_size']}): "
         f"{x['map']['items_per_s']:,.0f} items/s; chord {x['chord']['items_per_s']:,.0f}, "
         f"chord over chunks {x['chunks']['items_per_s']:,.0f}; {vs}; "
-        f"{x['commits']['per_item']:.3f} commits per item"
+        f"{x['commits']['per_item']:.3f} commits per item; CPU ms per 1,000 items (median "
+        f"of the rounds): map {_cpu_line(x['map']['cpu_ms_per_item'])}; chunks "
+        f"{_cpu_line(x['chunks']['cpu_ms_per_item'])}"
     )
 
 
@@ -174,6 +191,16 @@ def batches_figures(x: dict[str, Any] | None) -> list[Any]:
                 q["median"],
                 "x",
                 note=f"median of {x['rounds']} rounds; rounds {q['min']:.2f}-{q['max']:.2f}",
+            )
+        )
+    for kind, name in (("map", "cd.map"), ("chunks", "chord over chunks")):
+        figures.append(
+            Figure(
+                f"batched_{kind}_cpu_ms_per_1000_items",
+                f"CPU per 1,000 items, {name} (median of the rounds)",
+                sum(x[kind]["cpu_ms_per_item"].values()) * 1000,
+                "ms",
+                note=_cpu_line(x[kind]["cpu_ms_per_item"]),
             )
         )
     c = x["commits"]

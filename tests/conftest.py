@@ -7,6 +7,7 @@ leftovers of other runs on this machine can't interfere.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from celery import Celery
 from celery_durable import Durable
 from celery_durable.store import Store
 from celery_durable.store.migrations import upgrade
+from tests.support.leftovers import leave_nothing_behind
 from tests.support.services import (
     BROKER,
     BROKER_URL,
@@ -191,12 +193,18 @@ class StartWorker:
 
 
 @pytest.fixture
-def start_worker(basic_app: object) -> Iterator[StartWorker]:
-    """Start workers of the test app; all are SIGKILLed at teardown."""
+def start_worker(basic_app: Any, key: str) -> Iterator[StartWorker]:
+    """Start workers of the test app; all are SIGKILLed at teardown, and what they left
+    (messages in the session's queues, active runs, the test's ``block:`` keys) cleared
+    for the next test (tests/support/leftovers.py)."""
     start = StartWorker()
+    began = time.time()
     yield start
     for worker in start.started:
         worker.kill()
+    if start.started:
+        # ``key``: the test's own, when it asks for it (a fixture's value is one per test).
+        leave_nothing_behind(basic_app.durable, began, [QUEUE, OTHER_QUEUE], key=key)
 
 
 @contextmanager

@@ -35,6 +35,9 @@ AFTER_SETTLE = "after_settle"
 # The settle that finished a run with a canvas is committed; its report to Celery (result
 # backend, callbacks, chain, chord) is not made yet: the sweeper makes it from the outbox.
 BEFORE_REPORT = "before_report"
+# A chord member's final state is in the result backend; its part of the chord is not
+# recorded yet. A stored state proves the rest of its report was made, not this part.
+BEFORE_CHORD_PART = "before_chord_part"
 # A transactional start's claim found no row yet; before the worker looks again.
 AFTER_CLAIM_MISSED = "after_claim_missed"
 # A fan-out step and its items (or child) are recorded and a batch of them published;
@@ -53,6 +56,7 @@ POINTS = frozenset(
         AFTER_CONSUME_SIGNAL,
         AFTER_SETTLE,
         BEFORE_REPORT,
+        BEFORE_CHORD_PART,
         AFTER_CLAIM_MISSED,
         AFTER_DISPATCH,
         AFTER_RECORD_ITEM,

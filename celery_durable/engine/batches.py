@@ -2,9 +2,12 @@
 consecutive items, and the item task (:mod:`celery_durable.engine.items`) runs such a
 message here: its fifth argument is the batch's item count.
 
-The task claims the batch's items in one statement under one claim token (a lease that
-the process's heartbeat renews), runs them in order under the step's own retry policy,
-and records what it ran in one transaction at the end, or every lease beat
+A first delivery of at most 64 items runs in one open transaction that holds each item's
+advisory lock (``store/batches_first.py``), so each item row is written once, by its
+record; anything else claims the batch's items in one statement under one claim token (a
+lease that the process's heartbeat renews). Either way the task runs them in order
+under the step's own retry policy, and records what it ran in one transaction at the
+end, or every lease beat
 (``durable_lock_timeout / 3``) while a batch runs long, so that a crash loses at most a
 beat of work: the items it had recorded never run again, the others are taken over once
 their lease runs out, each as an item task of its own. Every ``durable_poll_interval``
@@ -30,7 +33,7 @@ from celery_durable.engine import policy as shutdown
 from celery_durable.engine import taskevents
 from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import NotSerialisable, PermanentError
-from celery_durable.store import ItemClaim, Settled
+from celery_durable.store import ItemClaim, OpenBatch, Settled
 
 if TYPE_CHECKING:
     from celery_durable.body.step import Step
@@ -39,20 +42,33 @@ if TYPE_CHECKING:
 logger = logging.getLogger("celery_durable.items")
 
 
+def may_run_open(task: Task) -> bool:
+    """Whether this delivery may run in an open transaction: a worker's first delivery
+    (eager mode and redeliveries take the claimed path, which counts attempts)."""
+    redelivered = bool((task.request.delivery_info or {}).get("redelivered"))
+    return not task.request.is_eager and not redelivered
+
+
 def execute_batch(
     runtime: Runtime, task: Task, run_id: str, idx: int, first: int, count: int
 ) -> Any:
-    """Claim, run and record the items ``first`` to ``first + count - 1`` of step ``idx``.
-    Raises DeliveryEnded when none could be claimed (recorded, running elsewhere, waiting
-    out a backoff); failed items are recorded, not raised (their parent gets the record).
-    """
-    config = runtime.config
+    """Claim, run and record the items ``first`` to ``first + count - 1`` of step ``idx``:
+    a first delivery in one open transaction (``store.open_batch``), anything else after
+    a claim. Raises DeliveryEnded when none could be claimed (recorded, running elsewhere,
+    waiting out a backoff); failed items are recorded, not raised (their parent gets the
+    record)."""
+    config, store = runtime.config, runtime.store
     fields = {**run_fields(run_id, step_index=idx), "item": first, "step": task.name}
     deadline = shutdown.hard_deadline(task.request, task.time_limit, time.monotonic())
-    owner = runtime.leases.item_token()
-    claims = runtime.store.claim_batch(
-        run_id, idx, first, count, owner, config.lock_timeout, config.max_recoveries
-    )
+    opened = store.open_batch(run_id, idx, first, count) if may_run_open(task) else None
+    batch = _Batch(runtime, task, (run_id, idx, first, count), fields)
+    if opened is not None and opened.claims:
+        batch.opened, claims = opened, opened.claims
+    else:
+        batch.owner = runtime.leases.item_token()
+        claims = store.claim_batch(
+            run_id, idx, first, count, batch.owner, config.lock_timeout, config.max_recoveries
+        )
     runnable = [(item, claim) for item, claim in claims if claim.status == "running"]
     line = taskevents.run_line(run_id, 0, idx, task.name, item=first)
     if not runnable:
@@ -67,9 +83,8 @@ def execute_batch(
             extra=fields,
         )
         raise taskevents.ended(runtime.app, task.request.id, None, f"nothing to run {line}")
-    batch = _Batch(runtime, task, (run_id, idx, first, count, owner), fields)
-    for item, _ in runnable:
-        runtime.leases.track_item((run_id, idx, item, owner))
+    if batch.owner is not None:
+        batch.track([item for item, _ in runnable])
     try:
         for item, claim in runnable:
             if not batch.still_held(item):
@@ -77,32 +92,52 @@ def execute_batch(
             batch.outcomes.append(batch.run_one(item, claim))
             if time.monotonic() - batch.flushed >= config.lock_timeout / 3:
                 batch.flush()  # past a lease beat: record what ran, as the lease asks
-        batch.flush()
+        batch.flush(final=True)
     except BaseException as exc:
         if shutdown.interruption(exc, deadline) is not None:
             batch.give_back()
         raise
     finally:
-        for item, _ in runnable:
-            runtime.leases.untrack_item((run_id, idx, item, owner))
+        batch.close()
     return taskevents.finished_task(runtime.app, task.request.id, None, line)
 
 
 class _Batch:
-    """One batch task's claimed items: what ran and is not recorded yet, and checks."""
+    """One batch task's items: what ran and is not recorded yet, and checks. ``opened``
+    while its first delivery's transaction is open, else ``owner``'s claimed items."""
 
     def __init__(
         self,
         runtime: Runtime,
         task: Task,
-        key: tuple[str, int, int, int, str],
+        key: tuple[str, int, int, int],
         fields: dict[str, Any],
     ) -> None:
         self.runtime, self.task, self.key, self.fields = runtime, task, key, fields
+        self.opened: OpenBatch | None = None
+        self.owner: str | None = None
+        self.tracked: list[tuple[str, int, int, str]] = []
         self.outcomes: list[Settled] = []
         self.flushed = self.checked = time.monotonic()
         self.held: set[int] | None = None  # None: all claimed ones (nothing read since)
         self.cancelled = False
+
+    def track(self, items: list[int]) -> None:
+        """Have the heartbeat renew ``owner``'s leases of ``items``."""
+        run_id, idx, _, _ = self.key
+        assert self.owner is not None
+        for item in items:
+            held = (run_id, idx, item, self.owner)
+            self.runtime.leases.track_item(held)
+            self.tracked.append(held)
+
+    def close(self) -> None:
+        """The task is over: an open transaction still open is rolled back (nothing it
+        ran is recorded), the leases are no longer renewed."""
+        if self.opened is not None:
+            self.opened.abandon()
+        for held in self.tracked:
+            self.runtime.leases.untrack_item(held)
 
     def still_held(self, item: int) -> bool:
         """Whether to run ``item``: re-read once a poll interval, so that a revoke or the
@@ -110,7 +145,8 @@ class _Batch:
         if self.cancelled:
             return False
         if time.monotonic() - self.checked >= self.runtime.config.poll_interval:
-            run_id, idx, first, count, owner = self.key
+            run_id, idx, first, count = self.key
+            owner = None if self.is_open else self.owner
             active, self.held = self.runtime.store.check_batch(run_id, idx, first, count, owner)
             self.checked = time.monotonic()
             if not active:
@@ -127,9 +163,13 @@ class _Batch:
                 return False
         return self.held is None or item in self.held
 
+    @property
+    def is_open(self) -> bool:
+        return self.opened is not None and self.opened.is_open
+
     def run_one(self, item: int, claim: ItemClaim) -> Settled:
         """Run one item under the step's retry policy: its outcome, or a retry."""
-        run_id, idx, _, _, owner = self.key
+        run_id, idx, _, _ = self.key
         runtime, task = self.runtime, self.task
         step = runtime.steps.get(claim.name)
         if step is None:
@@ -168,26 +208,39 @@ class _Batch:
                 # Eager mode has no sweeper to publish it again: retry in-process,
                 # counting the attempt on the item's row as a worker's retry would.
                 time.sleep(delay)
-                runtime.store.count_item_attempt(run_id, idx, item, owner, error)
+                assert self.owner is not None  # eager mode claims its batches
+                runtime.store.count_item_attempt(run_id, idx, item, self.owner, error)
                 attempt += 1
 
-    def flush(self) -> None:
+    def flush(self, *, final: bool = False) -> None:
         """Record what ran (and cancel what is left, if the run was cancelled), in one
-        transaction; publish the parent it woke."""
-        run_id, idx, first, count, owner = self.key
+        transaction; publish the parent it woke. An open batch's first flush commits its
+        transaction: unless ``final``, the items not run yet become claimed ones."""
+        run_id, idx, first, count = self.key
         outcomes, self.outcomes = self.outcomes, []
         self.flushed = time.monotonic()
-        if not outcomes and not self.cancelled:
-            return
         runtime = self.runtime
-        written = runtime.store.settle_batch(
-            run_id,
-            idx,
-            owner,
-            outcomes,
-            runtime.config.dispatch_grace,
-            cancel_rest=(first, count) if self.cancelled else None,
-        )
+        grace = runtime.config.dispatch_grace
+        if self.is_open:
+            assert self.opened is not None
+            convert = None
+            if not final and not self.cancelled:
+                convert = (runtime.leases.item_token(), runtime.config.lock_timeout)
+            written, converted = self.opened.settle(
+                outcomes, grace, cancel_rest=self.cancelled, convert=convert
+            )
+            if convert is not None:
+                self.owner = convert[0]
+                self.track(converted)
+                self.held = set(converted)
+        elif not outcomes and not self.cancelled:
+            return
+        else:
+            assert self.owner is not None
+            cancel_rest = (first, count) if self.cancelled else None
+            written = runtime.store.settle_batch(
+                run_id, idx, self.owner, outcomes, grace, cancel_rest=cancel_rest
+            )
         lost = sorted({done.item for done in outcomes} - set(written.recorded))
         if lost:
             logger.warning(
@@ -214,12 +267,14 @@ class _Batch:
     def give_back(self) -> None:
         """The process is being stopped: record what ran, give the rest back, due at
         once (not a failed attempt)."""
-        run_id, idx, first, count, owner = self.key
+        run_id, idx, first, count = self.key
         try:
             self.flush()
         finally:
-            held = [(run_id, idx, item, owner) for item in range(first, first + count)]
-            released = self.runtime.store.release_items(held)
+            released = 0
+            if self.owner is not None:
+                held = [(run_id, idx, item, self.owner) for item in range(first, first + count)]
+                released = self.runtime.store.release_items(held)
             if released:
                 logger.warning(
                     "batch of step %d (%s) of run %s interrupted; %d item lease(s) given back",

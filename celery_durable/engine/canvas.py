@@ -26,6 +26,7 @@ import importlib
 import logging
 import os
 import socket
+import sys
 from typing import TYPE_CHECKING, Any
 
 from celery import group, signature, states
@@ -35,7 +36,7 @@ from celery.exceptions import TaskRevokedError
 from celery.utils.serialization import create_exception_cls
 from kombu.utils.json import dumps, loads
 
-from celery_durable.core import serialization
+from celery_durable.core import faults, serialization
 from celery_durable.core.logs import run_fields
 from celery_durable.errors import WorkflowCancelled
 from celery_durable.store import OwedReport
@@ -227,8 +228,46 @@ def report_owed(runtime: Runtime, owed: OwedReport) -> str | None:
             logger.warning("could not read the state of run %s", owed.id, exc_info=True)
             return None
         if stored == expected:
-            return "found"
+            # Stored last, the state proves the callbacks and the chain were published,
+            # but the backend records a chord part after the state: that part again.
+            return "found" if _chord_part_again(runtime, owed, canvas) else None
     return "made" if report_finished(runtime, owed, canvas) else None
+
+
+def _chord_part_again(runtime: Runtime, owed: OwedReport, canvas: Canvas) -> bool:
+    """Record a chord member's part again, where the backend records each member once
+    (the Redis backend's chord-part script, as in Celery 5.7, keeps the members it has
+    seen; checked by that script's presence). Elsewhere a second
+    part could complete the chord early, so it is not made again: a worker that dies
+    between the state and the part leaves that chord waiting (see the README)."""
+    backend = runtime.app.backend
+    if canvas.chord is None or not _records_each_part_once(backend):
+        return True
+    request = canvas.request(owed.id, owed.name)
+    if owed.status == "SUCCEEDED":
+        state = states.SUCCESS
+        value = serialization.loads(owed.result) if owed.result is not None else None
+    elif owed.status == "FAILED":
+        state = states.FAILURE
+        value = rebuilt_error(serialization.decode_error(owed.error) if owed.error else {})
+    else:
+        state, value = states.REVOKED, TaskRevokedError(owed.cancel_reason or "cancelled")
+    try:
+        backend.on_chord_part_return(request, state, value)
+    except Exception:  # noqa: BLE001 - the backend is down: due again after a grace
+        logger.warning("could not record run %s's chord part", owed.id, exc_info=True)
+        return False
+    return True
+
+
+def _records_each_part_once(backend: Any) -> bool:
+    # Not imported here: it needs the redis package, which a Redis backend has loaded.
+    module = sys.modules.get("celery.backends.redis")
+    return (
+        module is not None
+        and isinstance(backend, module.RedisBackend)
+        and hasattr(module, "CHORD_PART_RETURN_LUA")
+    )
 
 
 def report_finished(runtime: Runtime, owed: OwedReport, canvas: Canvas) -> bool:
@@ -325,6 +364,7 @@ def _store_success(backend: Any, run_id: str, value: Any, request: Context) -> N
     meta["task_id"] = run_id
     backend._set_with_state(backend.get_key_for_task(run_id), backend.encode(meta), state)
     if request.chord:
+        faults.reach(faults.BEFORE_CHORD_PART, workflow_id=run_id)
         backend.on_chord_part_return(request, state, value)
 
 

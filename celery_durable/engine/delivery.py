@@ -69,7 +69,11 @@ def execute(
     try:
         if not runtime.leases.prove_alive():
             raise ClaimUnavailable(f"the proof of life of {owner} is held by another session")
-        claim = store.claim_run(run_id, owner, config.lock_timeout, config.max_recoveries)
+        # A limited run's claim reads its slot too: no read of its own before the body.
+        slot_of = None if definition.limiter is None else definition.limiter.limit
+        claim = store.claim_run(
+            run_id, owner, config.lock_timeout, config.max_recoveries, slot_of=slot_of
+        )
         if claim is None:  # leased by another owner: did it die?
             claim = take_over_from_gone_owner(runtime, run_id, owner)
         if claim is None and request_header(request, TRANSACTIONAL_HEADER):

@@ -32,7 +32,7 @@ from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.engine import policy as shutdown
 from celery_durable.engine import taskevents
 from celery_durable.engine.apps import runtime_for
-from celery_durable.engine.batches import execute_batch, log_item_retry
+from celery_durable.engine.batches import execute_batch, log_item_retry, may_run_open
 from celery_durable.engine.canvas import report_taken
 from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import DuplicateRegistration, NotSerialisable, PermanentError
@@ -179,8 +179,7 @@ def execute_item(runtime: Runtime, task: Task, run_id: str, idx: int, item: int)
     store = runtime.store
     deadline = shutdown.hard_deadline(task.request, task.time_limit, time.monotonic())
     fields = {**run_fields(run_id, step_index=idx), "item": item, "step": task.name}
-    redelivered = bool((task.request.delivery_info or {}).get("redelivered"))
-    opened = None if task.request.is_eager or redelivered else store.open_item(run_id, idx, item)
+    opened = store.open_item(run_id, idx, item) if may_run_open(task) else None
     verdict = CLAIM if opened is None else opened.verdict
     if opened is not None and opened.claim is not None and verdict == RUN:
         _claimed(task, opened.claim, fields)

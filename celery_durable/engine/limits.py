@@ -97,11 +97,16 @@ def take_run_slot(
         return None
     key = limiter.key_of(f"workflow {definition.name}", args, kwargs)
     # A first delivery, straight from PENDING, was live since it took its slot (if it
-    # did): a read tells. A run that waited, retried or was recovered confirms by a write.
+    # did): a read tells, the claim's own (claim_run(slot_of=...)) where it made one. A
+    # run that waited, retried or was recovered confirms by a write.
     first = claim.attempts == 1 and not claim.has_steps and not claim.recoveries
-    held = runtime.store.confirm_slot(limiter.limit, key, ctx.workflow_id, read=first)
-    if held is not None:
-        return RunSlot(key, held.waited)  # taken at its start, or handed to it
+    if first and claim.slot_read:
+        if claim.held_slot is not None:
+            return RunSlot(key, claim.slot_waited)  # taken at its start, or handed to it
+    else:
+        held = runtime.store.confirm_slot(limiter.limit, key, ctx.workflow_id, read=first)
+        if held is not None:
+            return RunSlot(key, held.waited)
     outcome, waited = runtime.store.take_slot(
         limiter.limit, key, ctx.workflow_id, priority=ctx.priority, fence=ctx.fence, park="PENDING"
     )

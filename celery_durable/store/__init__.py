@@ -6,7 +6,7 @@ Example::
     from celery_durable.store import Store, StepRecord, Outcome
 """
 
-from celery_durable.store.batches import BatchWrite, Settled
+from celery_durable.store.batches_first import OpenBatch
 from celery_durable.store.db.outage import is_unreachable
 from celery_durable.store.items import DISPATCH_BATCH
 from celery_durable.store.items_first import CLAIM, RUN, SKIP, OpenItem
@@ -26,6 +26,7 @@ from celery_durable.store.operation_records import (
     StatusCount,
 )
 from celery_durable.store.records import (
+    BatchWrite,
     Cancellation,
     Claim,
     DueItem,
@@ -41,6 +42,7 @@ from celery_durable.store.records import (
     Outcome,
     OwedReport,
     RunRecord,
+    Settled,
     SignalStore,
     SignalTake,
     StepRecord,
@@ -80,6 +82,7 @@ __all__ = [
     "ItemFailure",
     "ItemRow",
     "ItemWrite",
+    "OpenBatch",
     "OpenItem",
     "CLAIM",
     "RUN",

@@ -1,6 +1,7 @@
 """The Store's operations on batched items (``cd.map(..., batch_size=K)``). Mixed into
 :class:`~celery_durable.store.store.Store`; the SQL is in ``sql/batches.py`` (the claim)
-and ``sql/items.py`` (each item's record, as an item task's).
+and ``sql/items.py`` (each item's record, as an item task's). A batch's first delivery
+runs in one open transaction instead (``batches_first.py``).
 
 A batch task claims its consecutive items in one statement, under one claim token, runs
 them in order, and records what it ran in one transaction: the run's row locked first, as
@@ -15,36 +16,15 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Sequence
 from typing import Any
 
+from celery_durable.store.batches_first import MOST_ITEMS_OPEN, OpenBatch
 from celery_durable.store.db.connections import Connections
-from celery_durable.store.records import DueRun, ItemClaim
+from celery_durable.store.records import BatchWrite, DueRun, ItemClaim, Settled
+from celery_durable.store.sql.batches import outcomes_param
 from celery_durable.store.sql.build import params
 from celery_durable.store.sql.statements import Statements
-
-
-@dataclasses.dataclass(frozen=True)
-class Settled:
-    """One item's outcome in a batch's record: "ok" or "error" with its output or error,
-    or "retry" (back to pending, due in ``delay`` seconds, ``error`` the failure)."""
-
-    item: int
-    status: str
-    output: str | None = None
-    error: str | None = None
-    delay: float = 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class BatchWrite:
-    """What a batch's record wrote: the items recorded (the others had been revoked or
-    taken over meanwhile), and the parent run it woke, for the caller to publish."""
-
-    recorded: list[int]
-    woken: DueRun | None = None
 
 
 class BatchOps:
@@ -52,6 +32,15 @@ class BatchOps:
 
     db: Connections
     sql: Statements
+
+    def open_batch(self, run_id: str, idx: int, first: int, count: int) -> OpenBatch:
+        """A batch's first delivery, in one transaction (Postgres, at most
+        ``MOST_ITEMS_OPEN`` items; see ``batches_first``): its ``claims`` are the items to
+        run; none: take ``claim_batch``."""
+        opened = OpenBatch(self.sql, self.db, (run_id, idx, first, count))
+        if self.sql.batches.open_batch is not None and count <= MOST_ITEMS_OPEN:
+            opened.begin()  # Postgres: its advisory locks
+        return opened
 
     def claim_batch(
         self,
@@ -86,15 +75,17 @@ class BatchOps:
         return sorted((row[0], ItemClaim(*row[1:])) for row in rows)
 
     def check_batch(
-        self, run_id: str, idx: int, first: int, count: int, owner: str
+        self, run_id: str, idx: int, first: int, count: int, owner: str | None
     ) -> tuple[bool, set[int]]:
         """Whether the run may go on (active, no cancel requested), and which of the
-        batch's items ``owner`` still holds (a revoke or a takeover ends a hold)."""
+        batch's items ``owner`` still holds (a revoke or a takeover ends a hold); with no
+        ``owner``, an open batch's, those still unsettled (a revoke settles them)."""
         values = params(run_id=run_id, idx=idx, first=first, count=count, owner=owner)
         sql = self.sql.batches
+        held_items = sql.check_batch_items if owner is not None else sql.check_open_batch_items
         with self.db.read() as conn:
             active = conn.execute(sql.check_batch_run, values).first() is not None
-            held = {row[0] for row in conn.execute(sql.check_batch_items, values)}
+            held = {row[0] for row in conn.execute(held_items, values)}
         return active, held
 
     def settle_batch(
@@ -115,7 +106,7 @@ class BatchOps:
         statements: list[tuple[Any, dict[str, Any]]] = [(items.settle_item_lock_run, base)]
         one_statement = batch.settle_batch is not None and bool(outcomes)
         if one_statement:
-            statements.append((batch.settle_batch, {**base, **_outcomes_param(outcomes)}))
+            statements.append((batch.settle_batch, {**base, **outcomes_param(outcomes)}))
         else:
             statements.extend(self._settle_one_by_one(base, outcomes))
         if cancel_rest is not None:
@@ -151,11 +142,3 @@ class BatchOps:
                 values.update(params(status=done.status, output=done.output))
                 statements.append((items.settle_item, values))
         return statements
-
-
-def _outcomes_param(outcomes: Sequence[Settled]) -> dict[str, Any]:
-    """``p_outcomes``: the outcomes as one JSON array (one text parameter costs far less
-    than an array parameter per column, as for the settle's carried records)."""
-    fields = ("item", "status", "output", "error", "delay")
-    rows = [{name: getattr(done, name) for name in fields} for done in outcomes]
-    return {"p_outcomes": json.dumps(rows, ensure_ascii=False)}

@@ -128,8 +128,10 @@ class LimiterOps:
         """
         if fence is not None and limit.rate is None and not carried and self.db.is_postgres:
             # The common case in one statement: a free slot, no waiter ahead, the lease held.
+            # Its commit doesn't wait for the WAL flush: the step's record flushes it, and a
+            # take lost in a database crash lets one more step run only while this one does.
             values = {**self._slot_params(limit, key, run_id, idx, priority), "p_fence": fence}
-            row = self.db.one(self.sql.limiters.take_slot_fenced, values)
+            row = self.db.one(self.sql.limiters.take_slot_fenced, values, relaxed=True)
             if row is not None:
                 if row[2]:  # it had waited: its wait is over
                     self.db.one(self.sql.limiters.release_grant, values)

@@ -78,6 +78,11 @@ class Claim:
     deadline_at: float | None = None
     # Times it was taken from a worker that lost it (its lease out, its owner gone).
     recoveries: int = 0
+    # A claim of a run behind a concurrency limiter (``claim_run(slot_of=...)``) reads the
+    # slot row it holds (None: none) and whether other runs wait for that key.
+    slot_read: bool = False
+    held_slot: int | None = None
+    slot_waited: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,3 +318,24 @@ class OwedReport:
     error: str | None
     cancel_reason: str | None
     canvas: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Settled:
+    """One item's outcome in a batch's record: "ok" or "error" with its output or error,
+    or "retry" (back to pending, due in ``delay`` seconds, ``error`` the failure)."""
+
+    item: int
+    status: str
+    output: str | None = None
+    error: str | None = None
+    delay: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchWrite:
+    """What a batch's record wrote: the items recorded (the others had been revoked or
+    taken over meanwhile), and the parent run it woke, for the caller to publish."""
+
+    recorded: list[int]
+    woken: DueRun | None = None

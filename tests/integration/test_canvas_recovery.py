@@ -44,6 +44,21 @@ def test_a_chord_callback_runs_once_with_every_result_after_a_header_worker_dies
     assert called["value"] == [n * n for n in range(10)]
 
 
+def test_a_chord_completes_when_a_member_dies_between_its_stored_state_and_its_chord_part(
+    canvas_app, start_worker, queue, rds, key
+):
+    canvas = canvas_app
+    start_worker(name="canvas", app="tests.apps.canvas", queues=queue)
+    arm(rds, f"{key}-m1", points.BEFORE_CHORD_PART, "kill")
+    header = [canvas.square.s(n, key).set(task_id=f"{key}-m{n}", queue=queue) for n in range(3)]
+    result = chord(header, canvas.total.s(key).set(queue=queue)).apply_async()
+    assert result.get(timeout=90) == 0 + 1 + 4  # the sweeper recorded member 1's part
+    assert fired(rds, f"{key}-m1", points.BEFORE_CHORD_PART)
+    wait_until(lambda: not any(owed(canvas, f"{key}-m{n}") for n in range(3)), 60)
+    [called] = seen(rds, key)
+    assert called["value"] == [0, 1, 4]
+
+
 def test_a_callback_is_published_once_when_the_worker_dies_after_the_settle(
     canvas_app, start_worker, queue, rds, key
 ):

@@ -1,5 +1,6 @@
 """Batched maps (``cd.map(..., batch_size=K)``) with real workers, on the session's broker:
-a SIGKILL mid-batch re-runs only the items whose records weren't committed; an item that
+a SIGKILL mid-batch re-runs only the items whose records weren't committed (before the
+first lease beat, while the first delivery's transaction is open: the whole batch); an item that
 fails, with retries and for good, with and without return_exceptions; a parent cancelled
 mid-batch; a revoke of the batch's task id. Each item's executions are logged to a file
 outside the store (``tests/apps/batched.py``)."""
@@ -56,6 +57,27 @@ def test_a_sigkill_mid_batch_reruns_only_the_items_not_recorded(
     )
 
 
+def test_a_sigkill_before_the_first_beat_runs_the_whole_batch_again(
+    batched_app: Any, start_worker: Any, tmp_path: Path
+) -> None:
+    log = str(tmp_path / "runs.log")
+    gate = Path(f"{log}.gate")
+    gate.touch()  # item 0 holds: the batch's open transaction has recorded nothing yet
+    doomed = _start(start_worker, batched_app, "doomed")
+    handle = batched_app.logged_map.delay(log, 3, 3, hold=0)
+    wait_until(lambda: 0 in batched_app.executions(log), 60, message="item 0 to start")
+    # Nothing is written while the batch runs open: its items are as dispatched.
+    assert set(_statuses(batched_app, handle.id).values()) == {"pending"}
+    doomed.kill()
+    gate.unlink()
+    # Redelivered at once (RabbitMQ) or published again after the dispatch grace (Redis).
+    _start(start_worker, batched_app, "heir")
+    assert handle.get(timeout=90) == [0, 10, 20]
+    assert Counter(batched_app.executions(log)) == {0: 2, 1: 1, 2: 1}
+    attempts = {row.item: row.attempts for row in batched_app.durable.store.list_items(handle.id)}
+    assert attempts == {0: 1, 1: 1, 2: 1}  # the rolled-back run was not recorded
+
+
 @pytest.mark.parametrize("exceptions", [True, False])
 def test_batch_items_retry_then_succeed_or_fail_for_good(
     batched_app: Any, start_worker: Any, tmp_path: Path, exceptions: bool
@@ -93,7 +115,8 @@ def test_cancelling_the_parent_mid_batch_runs_no_more_of_its_items(
 
     def settled() -> dict[int, str] | None:
         statuses = _statuses(batched_app, handle.id)
-        return statuses if "running" not in statuses.values() else None
+        # A first delivery's items stay "pending" while its open transaction runs them.
+        return statuses if not {"pending", "running"} & set(statuses.values()) else None
 
     statuses = wait_until(settled, 30, message="the batch to stop")
     # The running item finishes and records; the rest never run.

@@ -61,7 +61,7 @@ def test_cold_shutdown_gives_a_running_item_back_at_once(basic_app, start_worker
     )
     default.kill()  # its sweeper would reset the item once the lease lapsed, release or not
     gpu.proc.send_signal(signal.SIGQUIT)
-    gpu.proc.wait(30)
+    gpu.wait_exit(30)
     (row,) = item_rows(basic_app, handle.id)
     assert (row.status, row.attempts) == ("pending", 0), row
     assert f"of run {handle.id} interrupted by a terminate signal" in gpu.log()

@@ -76,7 +76,7 @@ def test_a_dead_worker_s_run_resumes_on_another_well_within_the_lease(
     # A cold shutdown's pool process may give its lease back as it exits (no recovery).
     assert (record.attempts, record.recoveries) in ((1, 1), (1, 0) if death != "sigkill" else ())
     assert survivor.proc.poll() is None
-    victim.proc.wait(30)
+    victim.wait_exit(30)
 
 
 def test_a_sigkilled_pool_process_s_run_resumes_well_within_the_lease(

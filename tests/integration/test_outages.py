@@ -25,7 +25,7 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 import celery_durable as cd
 from celery_durable import DatabaseUnavailable, Durable, WorkflowCancelled, WorkflowStatus
 from tests.support.proxy import TcpProxy
-from tests.support.services import BROKER_URL, PG_URL
+from tests.support.services import BROKER_URL, PG_URL, delete_queues, unique
 from tests.support.waiting import wait_until
 from tests.support.workers import ROOT
 
@@ -189,8 +189,15 @@ def test_a_worker_with_a_wrong_database_url_logs_one_clear_error(start_worker):
     the worker reported "ready"."""
     port = closed_port()
     url = f"postgresql+psycopg://postgres:s3cret@127.0.0.1:{port}/test"
-    worker = start_worker("wrong-db", env={"CELERY_DURABLE_DATABASE_URL": url})
-    later = log_lines_over(worker, 5)
+    # A queue of its own: a message another test left would be delivered again and again
+    # (the database can't tell it is done), each time a line.
+    queue = unique("q-wrong-db-")
+    try:
+        worker = start_worker("wrong-db", env={"CELERY_DURABLE_DATABASE_URL": url}, queues=queue)
+        later = log_lines_over(worker, 5)
+        worker.kill()  # before its queue goes: a consumer of a deleted queue logs it
+    finally:
+        delete_queues(BROKER_URL, [queue])
     assert len(later) <= 5, "\n".join(later)
     log = worker.log()
     assert "Traceback" not in log and "s3cret" not in log

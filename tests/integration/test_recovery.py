@@ -102,7 +102,7 @@ def test_warm_shutdown_lets_the_running_workflow_finish(basic_app, start_worker,
     worker.proc.send_signal(signal.SIGTERM)
     wait_until(lambda: "Warm shutdown" in worker.log(), 30, message="warm shutdown")
     rds.delete(f"block:{key}:s2")
-    assert worker.proc.wait(30) == 0
+    assert worker.wait_exit(30) == 0
     assert handle.status() is WorkflowStatus.SUCCEEDED
     assert handle.record().owner is None
     assert [effects(rds, key, f"s{n}") for n in range(1, 6)] == [1] * 5
@@ -143,7 +143,7 @@ def test_cold_shutdown_gives_the_lease_back_at_once(basic_app, start_worker, key
     handle = basic_app.five_steps.delay(key)
     wait_until(lambda: rds.get(f"started:{key}:s3"), 30, message="step 3 to start")
     worker.proc.send_signal(signal.SIGQUIT)  # cold shutdown: running tasks are stopped
-    worker.proc.wait(30)
+    worker.wait_exit(30)
     record = handle.record()
     assert record.owner is None
     assert record.status == "PENDING"  # released, not left to a lease timeout
@@ -165,7 +165,7 @@ def test_cold_shutdown_does_not_use_up_the_only_attempt(basic_app, start_worker,
     handle = basic_app.one_attempt.delay(key)
     wait_until(lambda: rds.get(f"started:{key}:s2"), 30, message="step 2 to start")
     worker.proc.send_signal(signal.SIGQUIT)
-    worker.proc.wait(30)
+    worker.wait_exit(30)
     record = handle.record()
     assert (record.status, record.attempts, record.error) == ("PENDING", 0, None), record
     rds.delete(f"block:{key}:s2")

@@ -64,11 +64,32 @@ class CeleryProcess:
         return self.log_path.read_text(errors="replace")
 
     def kill(self) -> None:
-        """SIGKILL the main process and every child at once."""
-        if self.proc.poll() is None:
+        """SIGKILL the main process and every child at once, children that outlived an
+        exited main process too (they stay in its process group)."""
+        try:
             os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        except ProcessLookupError:
+            pass  # the whole group is gone
+        self.proc.wait(10)
         self._log.close()
+
+    def wait_exit(self, timeout: float) -> int:
+        """The exit code, once the main process exits within ``timeout`` s; else fail
+        with what its process group is doing and the end of its log."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            listing = subprocess.run(
+                ["ps", "-o", "pid,stat,wchan:32,etime,args", "-g", str(self.proc.pid)],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+            tail = "\n".join(self.log().splitlines()[-60:])
+            raise AssertionError(
+                f"pid {self.proc.pid} did not exit within {timeout}s; its process group:\n"
+                f"{listing}\nthe end of its log:\n{tail}"
+            ) from None
 
     def stop(self, timeout: float = 30.0) -> None:
         """Warm shutdown (SIGTERM); SIGKILL if it does not exit in time."""

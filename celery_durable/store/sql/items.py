@@ -37,7 +37,7 @@ from celery_durable.store.schema import FINISHED_STATUSES, Tables, open_child
 from celery_durable.store.sql.batches import claim_update, run_active
 from celery_durable.store.sql.build import Builder, columns_of
 from celery_durable.store.sql.fanout_rows import fanout_rows
-from celery_durable.store.sql.open_items import item_lock
+from celery_durable.store.sql.open_items import not_run_open
 
 
 class ItemStatements(Builder):
@@ -58,11 +58,7 @@ class ItemStatements(Builder):
         self._awaited_open = and_(self._unsettled, items.c.awaited == true())
         self._lost = items.c.status == "running"
         # Nobody runs it in an open transaction (open_items): its lock is free.
-        self._free = (
-            item_lock(namespace, items.c.run_id, items.c.idx, items.c.item)
-            if self.dialect.advisory_locks
-            else true()
-        )
+        self._free = not_run_open(namespace, items, self.dialect)
         self._dispatch()
         self._wait()
         self._task()

@@ -40,6 +40,21 @@ from celery_durable.store.schema import FINISHED_STATUSES, Tables
 from celery_durable.store.sql.build import Builder, columns_of
 
 WHOLE_RUN = -1  # the step index of a whole run's slot (a limited workflow)
+
+
+def others_waiting(
+    grants: Any, namespace: str, limiter: Any, key: Any, run_id: Any, idx: Any
+) -> Any:
+    """A grant of another holder still waiting for the key: then a release hands it on."""
+    return and_(
+        grants.c.namespace == namespace,
+        grants.c.limiter == limiter,
+        grants.c.key == key,
+        grants.c.held == false(),
+        not_(and_(grants.c.run_id == run_id, grants.c.idx == idx)),
+    )
+
+
 UNSEEN_HOLDER_S = 3600.0  # a slot's holder not in the runs table counts this long
 
 
@@ -297,13 +312,7 @@ class LimiterStatements(Builder):
             mine.c.run_id == run_id,
             mine.c.idx == idx,
         )
-        waiting = and_(
-            grants.c.namespace == namespace,
-            grants.c.limiter == limiter,
-            grants.c.key == key,
-            grants.c.held == false(),
-            not_(and_(grants.c.run_id == run_id, grants.c.idx == idx)),
-        )
+        waiting = others_waiting(grants, namespace, limiter, key, run_id, idx)
         others = grants.alias("others")
         since = func.coalesce(
             select(others.c.requested_at)

@@ -28,14 +28,17 @@ class LivenessStatements(Builder):
         # Trying, not waiting: a claimant checking the owner holds the key for a moment.
         self.take_proof_of_life = select(func.pg_try_advisory_lock(key))
         self.give_back_proof_of_life = select(func.pg_advisory_unlock(key))
-        runs, now = tables.runs, self.now
+        runs = tables.runs
         window: Any = bindparam("p_lease_window", type_=Float)
         # A lease still running (due within the window: the longest a lease runs ahead),
         # held by an owner that declared a proof of life.
+        # Bounded by the statement's stable clock: a volatile one (clock_timestamp) can't
+        # bound an index scan, and the sweeper asks this every poll among all waiting runs.
+        stable = self.dialect.stable_now
         live_lease = and_(
             runs.c.status == "RUNNING",
-            runs.c.due_at >= now,
-            runs.c.due_at <= now + window,
+            runs.c.due_at >= stable,
+            runs.c.due_at <= stable + window,
             runs.c.owner.like(f"%{PROOF_OF_LIFE}"),
         )
         # Each owner once (a lock try per process, not per run): the volatile lock try

@@ -25,6 +25,43 @@ def item_lock(namespace: str, run_id: Any, idx: Any, item: Any) -> Any:
     return func.pg_try_advisory_xact_lock(func.hashtextextended(key, 0))
 
 
+def not_run_open(namespace: str, items: Any, dialect: Dialect) -> Any:
+    """Nobody runs the item in an open transaction (an item's or a batch's): its lock is
+    free. Always true where there are no advisory locks (SQLite)."""
+    if not dialect.advisory_locks:
+        return true()
+    return item_lock(namespace, items.c.run_id, items.c.idx, items.c.item)
+
+
+def first_delivery(items: Any) -> Any:
+    """Only a first delivery's first dispatch runs in an open transaction; anything else
+    (a redelivery, a re-dispatch, a retry) is claimed."""
+    return and_(
+        items.c.status == "pending",
+        items.c.finished_at.is_(None),
+        items.c.dispatches == 1,
+        items.c.attempts == 0,
+        items.c.recoveries == 0,
+        items.c.child_id.is_(None),
+    )
+
+
+def convert_to_claim(items: Any, now: Any, where: Any) -> Any:
+    """UPDATE: the open items ``where`` selects become claimed ones (``p_owner``'s, with a
+    lease of ``p_lease`` and the claim's attempt); RETURNING their numbers."""
+    return (
+        update(items)
+        .where(where)
+        .values(
+            status="running",
+            owner=bindparam("p_owner"),
+            attempts=items.c.attempts + 1,
+            due_at=now + bindparam("p_lease"),
+        )
+        .returning(items.c.item)
+    )
+
+
 class OpenItemStatements(Builder):
     """The statements of an item's one-transaction path (Postgres only)."""
 
@@ -47,15 +84,7 @@ class OpenItemStatements(Builder):
             .exists()
         )
         lock = item_lock(namespace, bindparam("p_run_id"), bindparam("p_idx"), bindparam("p_item"))
-        # Only a first delivery's first dispatch runs here; anything else is claimed.
-        first = and_(
-            items.c.status == "pending",
-            items.c.finished_at.is_(None),
-            items.c.dispatches == 1,
-            items.c.attempts == 0,
-            items.c.recoveries == 0,
-            items.c.child_id.is_(None),
-        )
+        first = first_delivery(items)
         self.open_item = select(
             lock.label("locked"),
             first.label("first"),
@@ -91,14 +120,4 @@ class OpenItemStatements(Builder):
             .returning(items.c.item)
         )
         # A long step becomes a claimed item: the lease now says who runs it.
-        self.convert_open_item = (
-            update(items)
-            .where(pending)
-            .values(
-                status="running",
-                owner=bindparam("p_owner"),
-                attempts=items.c.attempts + 1,
-                due_at=now + bindparam("p_lease"),
-            )
-            .returning(items.c.item)
-        )
+        self.convert_open_item = convert_to_claim(items, now, pending)

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from celery_durable.store import Limit, Outcome, StepRecord, Store
 from celery_durable.store.limiters import WHOLE_RUN
 from tests.support.builders import claimed, new_run
+from tests.support.pgwire import trace_text
 from tests.support.threads import run_in_threads
 from tests.support.waiting import wait_until
 
@@ -64,6 +65,34 @@ def test_a_start_takes_its_slot_and_a_settled_run_frees_it_for_the_next_waiter(s
     assert in_use(store, limit) == 2
 
 
+def test_a_limited_run_s_claim_reads_the_slot_it_holds_and_whether_others_wait(pg_store):
+    """On Postgres, where the read would be a round trip of its own (SQLite reads after)."""
+    store = pg_store
+    limit = Limit("claimed", concurrency=1)
+    assert start(store, limit, "holder", key="k") and not start(store, limit, "waiter", key="k")
+    assert start(store, limit, "alone", key="other")
+    claim = store.claim_run("holder", "me", LEASE, slot_of=limit)
+    assert claim is not None and claim.slot_read
+    assert (claim.held_slot, claim.slot_waited) == (0, True)  # "waiter" waits for key k
+    # The same answer as the read the claim saves.
+    assert store.confirm_slot(limit, "k", "holder", read=True) == (0, True)
+    alone = store.claim_run("alone", "me", LEASE, slot_of=limit)
+    assert alone is not None and (alone.held_slot, alone.slot_waited) == (0, False)
+    waiter = store.claim_run("waiter", "me", LEASE, slot_of=limit)
+    assert waiter is not None and waiter.slot_read and waiter.held_slot is None  # none held
+    # Past a deploy that cut the concurrency, a slot row beyond it is not held.
+    two = Limit("cut", concurrency=2)
+    assert start(store, two, "first") and start(store, two, "second")
+    cut = store.claim_run("second", "me", LEASE, slot_of=Limit("cut", concurrency=1))
+    assert cut is not None and cut.slot_read and cut.held_slot is None
+    # No slot_of, or a limiter without a concurrency (a rate's grants): no slot read.
+    assert store.insert_run(new_run("plain")) and store.insert_run(new_run("rated"))
+    plain = store.claim_run("plain", "me", LEASE)
+    rated = store.claim_run("rated", "me", LEASE, slot_of=Limit("rate", rate=5.0))
+    assert plain is not None and rated is not None
+    assert not plain.slot_read and not rated.slot_read
+
+
 def test_a_step_s_record_frees_its_slot_and_priority_orders_the_waiters(store):
     limit = Limit("one", concurrency=1)
     fences = {run_id: claimed(store, run_id) for run_id in ("holder", "early", "urgent")}
@@ -86,6 +115,22 @@ def test_a_step_s_record_frees_its_slot_and_priority_orders_the_waiters(store):
     assert store.confirm_slot(limit, "", "urgent", 0) is not None
     assert store.confirm_slot(limit, "", "early", 0) is None
     assert store.get_run("early").status == "WAITING"
+
+
+def test_a_running_step_s_take_is_one_statement_that_commits_without_the_flush(pg_store):
+    """The hot take of a limited step: one round trip, its asynchronous commit set inside
+    the statement's own transaction, and no session state left behind."""
+    limit = Limit("wire", concurrency=5)
+    warm = claimed(pg_store, "first")  # the key's rows, made and counted once
+    assert pg_store.take_slot(limit, "", "first", 0, fence=warm)[0] is Outcome.RECORDED
+    fence = claimed(pg_store, "taker")
+    text = trace_text(pg_store, lambda: pg_store.take_slot(limit, "", "taker", 0, fence=fence))
+    messages = [" ".join(line.split("\t")[:3:2]) for line in text.splitlines() if "\t" in line]
+    assert messages.count("F Execute") == 1 and messages.count("B ReadyForQuery") == 1
+    assert "set_config(" in text and "'synchronous_commit'" in text  # the SQL, its value
+    assert in_use(pg_store, limit) == 2
+    with pg_store.db.read() as conn:
+        assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
 
 
 def test_an_explicit_release_hands_the_slot_on_in_its_own_transaction(store):

@@ -15,8 +15,8 @@ def test_a_workflow_runs_eagerly_with_a_signal_a_timer_and_a_fan_out(durable_eag
     assert handle.status() is WorkflowStatus.WAITING  # for the signal
     handle.signal("approved", {"by": "ann"})
     assert handle.status() is WorkflowStatus.WAITING  # for its hour
-    assert durable_eager.clock.advance(3599) == 0  # not yet due
-    assert durable_eager.clock.advance(1) == 1
+    assert durable_eager.clock.advance(3540) == 0  # a minute short of due, on a slow machine too
+    assert durable_eager.clock.advance(60) == 1
     assert handle.get(timeout=10) == {
         "order": order.pk,
         "by": "ann",

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from psycopg import pq
 
 from celery_durable.store import StepRecord, Store
 from celery_durable.store.db.pool import ProcessPool
 from celery_durable.store.migrations import upgrade
 from tests.support.builders import new_run
 from tests.support.pgconns import client_ports, named_url
+from tests.support.pgwire import trace_messages
 from tests.support.services import PG_URL, drop_tables, unique
 from tests.support.threads import run_in_threads
 from tests.support.waiting import wait_until
@@ -136,25 +134,6 @@ def test_concurrent_threads_each_get_a_connection_and_the_pool_keeps_them(store,
     assert not errors
     assert 1 <= store.db.pool.size <= 3
     assert sessions(app_name) == store.db.pool.size
-
-
-def trace_messages(store: Store, action) -> list[str]:  # type: ignore[no-untyped-def]
-    """The protocol messages the pool's connection exchanged during ``action()``."""
-    pool = store.db.pool
-    record = pool.take()
-    driver = record.get_connection()
-    pool.give_back(record)
-    with tempfile.NamedTemporaryFile("w+", suffix=".trace") as trace:
-        driver.pgconn.trace(trace.fileno())
-        driver.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-        try:
-            action()
-        finally:
-            driver.pgconn.untrace()
-        lines = Path(trace.name).read_text().splitlines()
-    assert pool.size == 1  # the action ran on the traced connection
-    fields = [line.split("\t") for line in lines]
-    return [f"{f[0]} {f[2]}" for f in fields if len(f) > 2]
 
 
 def test_the_relaxed_claim_is_one_statement_and_leaves_no_session_state(store):
