@@ -243,17 +243,12 @@ def _chord_part_again(runtime: Runtime, owed: OwedReport, canvas: Canvas) -> boo
     backend = runtime.app.backend
     if canvas.chord is None or not _records_each_part_once(backend):
         return True
+    outcome = outcome_of(owed)
+    if outcome is None:
+        return True
     request = canvas.request(owed.id, owed.name)
-    if owed.status == "SUCCEEDED":
-        state = states.SUCCESS
-        value = serialization.loads(owed.result) if owed.result is not None else None
-    elif owed.status == "FAILED":
-        state = states.FAILURE
-        value = rebuilt_error(serialization.decode_error(owed.error) if owed.error else {})
-    else:
-        state, value = states.REVOKED, TaskRevokedError(owed.cancel_reason or "cancelled")
     try:
-        backend.on_chord_part_return(request, state, value)
+        backend.on_chord_part_return(request, outcome.state, outcome.value)
     except Exception:  # noqa: BLE001 - the backend is down: due again after a grace
         logger.warning("could not record run %s's chord part", owed.id, exc_info=True)
         return False
@@ -270,19 +265,43 @@ def _records_each_part_once(backend: Any) -> bool:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """A settled run as Celery's backend records it: its state, its value (the result, or
+    the exception) and its traceback."""
+
+    state: str
+    value: Any
+    trace: str | None = None
+
+
+def outcome_of(owed: OwedReport) -> Outcome | None:
+    """What the outbox entry ``owed`` reports; None for a run resumed since it settled."""
+    if owed.status == "SUCCEEDED":
+        value = serialization.loads(owed.result) if owed.result is not None else None
+        return Outcome(states.SUCCESS, value)
+    if owed.status == "FAILED":
+        decoded = serialization.decode_error(owed.error) if owed.error else {}
+        return Outcome(states.FAILURE, rebuilt_error(decoded), decoded.get("traceback") or None)
+    if owed.status == "CANCELLED":
+        return Outcome(states.REVOKED, TaskRevokedError(owed.cancel_reason or "cancelled"))
+    return None
+
+
 def report_finished(runtime: Runtime, owed: OwedReport, canvas: Canvas) -> bool:
     """Report a run that finished: publish its callbacks (or errbacks) and the next link
     of its chain, then store its final state. False (logged) when that failed: the entry
     stays owed, and the sweeper reports the run again after the dispatch grace."""
     try:
-        if owed.status == "SUCCEEDED":
-            value = serialization.loads(owed.result) if owed.result is not None else None
-            _succeeded(runtime.app, owed.id, owed.name, canvas, value)
-        elif owed.status == "FAILED":
-            _failed(runtime.app, owed.id, owed.name, canvas, owed.error)
-        elif owed.status == "CANCELLED":
+        outcome = outcome_of(owed)  # None: resumed since it settled; its next settle reports
+        if outcome is None:
+            pass
+        elif outcome.state == states.SUCCESS:
+            _succeeded(runtime.app, owed.id, owed.name, canvas, outcome.value)
+        elif outcome.state == states.FAILURE:
+            _failed(runtime.app, owed.id, owed.name, canvas, outcome)
+        else:
             _cancelled(runtime.app, owed.id, owed.name, canvas, owed.cancel_reason)
-        # Any other status: resumed since it settled; its next settle reports it.
     except Exception:  # noqa: BLE001 - the run is settled; its report is retried
         logger.warning(
             "workflow %s run %s: could not report its %s to Celery (result backend, "
@@ -368,15 +387,17 @@ def _store_success(backend: Any, run_id: str, value: Any, request: Context) -> N
         backend.on_chord_part_return(request, state, value)
 
 
-def _failed(app: Celery, run_id: str, name: str, canvas: Canvas, error: str | None) -> None:
+def _failed(app: Celery, run_id: str, name: str, canvas: Canvas, outcome: Outcome) -> None:
     request = canvas.request(run_id, name)
-    decoded = serialization.decode_error(error) if error else {}
-    exc = rebuilt_error(decoded)
-    trace = decoded.get("traceback") or None
     if canvas.errbacks:
-        app.backend._call_task_errbacks(request, exc, trace)
+        app.backend._call_task_errbacks(request, outcome.value, outcome.trace)
     app.backend.mark_as_failure(
-        run_id, exc, trace, request, store_result=canvas.report, call_errbacks=False
+        run_id,
+        outcome.value,
+        outcome.trace,
+        request,
+        store_result=canvas.report,
+        call_errbacks=False,
     )
 
 
