@@ -16,7 +16,12 @@ from celery_durable.store import Store
 def trace_messages(store: Store, action: Callable[[], Any]) -> list[str]:
     """The protocol messages the pool's connection exchanged during ``action()``: the
     direction and the message's type ("F Execute", "B ReadyForQuery")."""
-    fields = [line.split("\t") for line in trace_text(store, action).splitlines()]
+    return messages_in(trace_text(store, action))
+
+
+def messages_in(text: str) -> list[str]:
+    """A trace's messages, as ``trace_messages`` gives them."""
+    fields = [line.split("\t") for line in text.splitlines()]
     return [f"{f[0]} {f[2]}" for f in fields if len(f) > 2]
 
 

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from celery_durable.store import Limit, Outcome, StepRecord, Store
 from celery_durable.store.limiters import WHOLE_RUN
 from tests.support.builders import claimed, new_run
-from tests.support.pgwire import trace_text
+from tests.support.pgwire import messages_in, trace_text
 from tests.support.threads import run_in_threads
 from tests.support.waiting import wait_until
 
@@ -125,7 +125,7 @@ def test_a_running_step_s_take_is_one_statement_that_commits_without_the_flush(p
     assert pg_store.take_slot(limit, "", "first", 0, fence=warm)[0] is Outcome.RECORDED
     fence = claimed(pg_store, "taker")
     text = trace_text(pg_store, lambda: pg_store.take_slot(limit, "", "taker", 0, fence=fence))
-    messages = [" ".join(line.split("\t")[:3:2]) for line in text.splitlines() if "\t" in line]
+    messages = messages_in(text)
     assert messages.count("F Execute") == 1 and messages.count("B ReadyForQuery") == 1
     assert "set_config(" in text and "'synchronous_commit'" in text  # the SQL, its value
     assert in_use(pg_store, limit) == 2
