@@ -277,13 +277,17 @@ class ItemStatements(Builder):
             runs.c.id == items.c.run_id,
             self.here(runs.c.dispatcher),
         )
+        # The statement's start, not clock_timestamp(): a stable value bounds the range of
+        # ix_items_due, so a poll reads only the due items, not every leased or pending
+        # one's entry (20,000 items in flight: a 50 ms filter of each, every poll).
+        due_by = self.dialect.stable_now
         item_here = (
             true()
             if dispatcher is None
-            else or_(run_here, items.c.due_at <= now - bindparam("p_takeover", type_=Float))
+            else or_(run_here, items.c.due_at <= due_by - bindparam("p_takeover", type_=Float))
         )
         is_due = and_(
-            in_ns, registered, items.c.due_at.isnot(None), items.c.due_at <= now, item_here
+            in_ns, registered, items.c.due_at.isnot(None), items.c.due_at <= due_by, item_here
         )
         due = (
             select(items.c.run_id, items.c.idx, items.c.item)
