@@ -1,5 +1,6 @@
-"""The Postgres plans of the statements a store runs during an action: what a test reads to
-show a statement the sweeper runs every poll reads an index's range, not every row."""
+"""The Postgres plans of the statements a store runs during an action, over a table filled
+for them: what a test reads to show a statement the sweeper runs every poll reads an
+index's range, not every row."""
 
 from __future__ import annotations
 
@@ -9,6 +10,21 @@ from typing import Any
 import sqlalchemy as sa
 
 from celery_durable.store import Store
+
+
+def fill_analysed(store: Store, table: str, columns: str, select: str, rows: int) -> None:
+    """Insert ``rows`` rows into ``table`` (``columns``), each made by ``select`` from ``g``
+    (1 to ``rows``) and ``:ns`` (the store's namespace), then ANALYZE it: a table the size
+    at which a plan that reads every row shows."""
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                f"INSERT INTO {table} ({columns}) SELECT {select} "
+                "FROM generate_series(1, :rows) AS g"
+            ),
+            {"ns": store.namespace, "rows": rows},
+        )
+        conn.execute(sa.text(f"ANALYZE {table}"))
 
 
 def plans_during(store: Store, action: Callable[[], Any], matching: str) -> list[str]:

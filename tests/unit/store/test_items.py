@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from celery_durable.store import FanOut, Outcome, StepRecord
 from celery_durable.store import items as items_module
 from tests.support.builders import claimed, fan, new_run, started
-from tests.support.plans import plans_during
+from tests.support.plans import fill_analysed, plans_during
 from tests.support.waiting import wait_until
 
 
@@ -273,18 +273,14 @@ def test_the_sweeper_s_look_for_due_items_reads_the_due_index_not_every_item(pg_
     """Every poll looks for due items: among 20,000 items in flight, whose leases lie
     ahead, it reads the range of ix_items_due that is due (a volatile clock in the range
     made it a filter of every item's entry, about 50 ms here at 20,000)."""
-    items = pg_store.tables.items.name
-    with pg_store.engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                f"INSERT INTO {items} (namespace, run_id, idx, item, name, status, input, "
-                "owner, due_at, created_at) SELECT :ns, 'r' || (g / 1000), 3, g % 1000, 's', "
-                "'running', '[]', 'o', extract(epoch FROM now()) + 60 + g * 0.01, 0 "
-                "FROM generate_series(1, 20000) AS g"
-            ),
-            {"ns": pg_store.namespace},
-        )
-        conn.execute(sa.text(f"ANALYZE {items}"))
+    fill_analysed(
+        pg_store,
+        pg_store.tables.items.name,
+        "namespace, run_id, idx, item, name, status, input, owner, due_at, created_at",
+        "CAST(:ns AS TEXT), 'r' || (g / 1000), 3, g % 1000, 's', 'running', '[]', 'o', "
+        "extract(epoch FROM now()) + 60 + g * 0.01, 0",
+        20_000,
+    )
 
     def sweep() -> None:
         assert pg_store.sweep_due_items(100, 60, ["s"], 3) == []

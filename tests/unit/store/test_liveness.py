@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from celery_durable.store import ProofOfLife, Store
 from tests.support.builders import new_run
+from tests.support.plans import fill_analysed, plans_during
 from tests.support.services import unique
 from tests.support.waiting import wait_until
 
@@ -165,27 +166,16 @@ def test_looking_for_gone_owners_reads_the_due_index_not_every_run(pg_store):
     """The sweeper looks for gone owners every poll: among 20,000 WAITING runs whose timers
     lie ahead, the leases due within the window are found by the due index (a volatile
     clock in the range would make it a scan of the whole table, about 22 ms at 100,000)."""
-    runs = pg_store.tables.runs.name
-    with pg_store.engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                f"INSERT INTO {runs} (namespace, id, name, status, queue, args, attempts, "
-                "max_attempts, retry_backoff, fence, due_at, dispatches, cancel_requested, "
-                "created_at, updated_at) SELECT :ns, 'waiter-' || g, 'w', 'WAITING', 'q', "
-                "'[[],{}]', 0, 3, 5.0, 1, extract(epoch FROM now()) + 60 + g * 4, 0, false, 0, 0 "
-                "FROM generate_series(1, 20000) AS g"
-            ),
-            {"ns": pg_store.namespace},
-        )
-        conn.execute(sa.text(f"ANALYZE {runs}"))
-    statement = pg_store.sql.liveness.find_gone_owners
-    compiled = statement.compile(dialect=pg_store.engine.dialect)
-    with pg_store.engine.connect() as conn:
-        plan = "\n".join(
-            row[0]
-            for row in conn.exec_driver_sql(
-                "EXPLAIN " + str(compiled), {**compiled.params, "p_lease_window": 60.0}
-            )
-        )
+    fill_analysed(
+        pg_store,
+        pg_store.tables.runs.name,
+        "namespace, id, name, status, queue, args, attempts, max_attempts, retry_backoff, "
+        "fence, due_at, dispatches, cancel_requested, created_at, updated_at",
+        "CAST(:ns AS TEXT), 'waiter-' || g, 'w', 'WAITING', 'q', '[[],{}]', 0, 3, 5.0, 1, "
+        "extract(epoch FROM now()) + 60 + g * 4, 0, false, 0, 0",
+        20_000,
+    )
+    gone: list[str] = []
+    (plan,) = plans_during(pg_store, lambda: gone.extend(pg_store.find_gone_owners(60.0)), "")
     assert f"ix_{pg_store.table_prefix}runs_due" in plan and "Seq Scan" not in plan, plan
-    assert pg_store.find_gone_owners(60.0) == []
+    assert gone == []
