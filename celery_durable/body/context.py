@@ -20,10 +20,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    from celery_durable.store import DueRun, StepRecord, Store
+    from celery_durable.store import DueRun, Limit, StepRecord, Store
 
 # The name prefix of the markers ``patched()`` records (see ``celery_durable.patching``).
 PATCH_STEP_PREFIX = "celery_durable.patch:"
+
+# Per workflow name and step index: whether the step after it last ran behind the same
+# limiter and key (then its record keeps the slot for it). Learned by each run in this
+# process; bounded, since a loop's indices have no end.
+_NEXT_SHARES_SLOT: dict[tuple[str, int], bool] = {}
+_NEXT_SHARES_SLOT_MAX = 10_000
 
 _current: contextvars.ContextVar[WorkflowContext | None] = contextvars.ContextVar(
     "celery_durable_workflow", default=None
@@ -145,6 +151,14 @@ class WorkflowContext:
     # durable_max_payload_bytes: a new step input or output, state value, child's or
     # item's arguments or result larger than this (as JSON) is refused; None: no limit.
     max_payload_bytes: int | None = None
+    # A limited step's slot the run holds for its step at an index, kept by the record of
+    # the step before it (body/limiter.py), and the slot of the step running now that its
+    # record keeps for the next one: (limit, key, step index).
+    kept_slot: tuple[Limit, str, int] | None = None
+    slot_to_keep: tuple[Limit, str, int] | None = None
+    # The last limited step this delivery ran (limiter, key, index): what learns whether
+    # the step after it shares its slot.
+    last_limited: tuple[str, str, int] | None = None
 
     def defer(self, record: StepRecord) -> None:
         if not self.deferred:
@@ -196,7 +210,15 @@ class WorkflowContext:
             self.next_index += 1
         index = self.next_index
         self.next_index += 1
+        last = self.last_limited
+        if last is not None and last[2] == index - 1:
+            # Until a step behind the same limiter and key says otherwise (hold_slot).
+            learn_next_shares_slot(self.workflow_name, index - 1, False)
         return index
+
+    def next_shares_slot(self, index: int) -> bool:
+        """The step after step ``index`` ran behind the same limiter and key last time."""
+        return _NEXT_SHARES_SLOT.get((self.workflow_name, index), False)
 
     def log_fields(self, step_index: int | None = None) -> dict[str, Any]:
         return {
@@ -240,3 +262,9 @@ def activate(ctx: WorkflowContext) -> contextvars.Token[WorkflowContext | None]:
 
 def deactivate(token: contextvars.Token[WorkflowContext | None]) -> None:
     _current.reset(token)
+
+
+def learn_next_shares_slot(workflow: str, index: int, shares: bool) -> None:
+    if len(_NEXT_SHARES_SLOT) >= _NEXT_SHARES_SLOT_MAX:
+        _NEXT_SHARES_SLOT.clear()
+    _NEXT_SHARES_SLOT[(workflow, index)] = shares

@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from celery_durable.body.context import WorkflowContext
+from celery_durable.body.context import WorkflowContext, learn_next_shares_slot
 from celery_durable.body.replay import stop_writing, store_guard
 from celery_durable.core import faults, validate
 from celery_durable.errors import DuplicateRegistration, InvalidArgument, Suspended
@@ -164,14 +164,37 @@ def wait_for_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) 
     raise ctx.stop(Suspended(f"waiting for limiter {limiter.name!r}"))
 
 
-def release_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> None:
+def hold_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> bool:
+    """Before a limited step runs: use the slot the record of the step before kept for
+    it, or take one (``wait_for_slot``). Returns whether other runs wait for the key."""
+    limit = limiter.limit
+    if ctx.last_limited == (limit.name, key, index - 1):
+        learn_next_shares_slot(ctx.workflow_name, index - 1, True)
+    ctx.last_limited = (limit.name, key, index)
+    kept, ctx.kept_slot = ctx.kept_slot, None
+    if kept is not None and (kept[0].name, kept[1], kept[2]) == (limit.name, key, index):
+        return False  # kept only while nobody waited
+    if kept is not None:
+        release_slot(ctx, *kept)
+    return wait_for_slot(ctx, limiter, index, key)
+
+
+def give_back_kept_slot(ctx: WorkflowContext) -> None:
+    """A step not behind the limiter and key the slot was kept for runs: hand it back
+    first, rather than hold it through that step."""
+    kept, ctx.kept_slot = ctx.kept_slot, None
+    if kept is not None:
+        release_slot(ctx, *kept)
+
+
+def release_slot(ctx: WorkflowContext, limit: Limit, key: str, index: int) -> None:
     """Give the step's slot to the next waiter, and publish the run woken by it: the step
     failed (its slot is not kept through a retry's backoff), or others waited. A recorded
     step's slot is free without this: its record ends the hold."""
     dispatcher = ctx.dispatcher
     grace = DEFAULT_GRACE if dispatcher is None else dispatcher.dispatch_grace
     with store_guard(ctx):
-        woken = ctx.store.release_slot(limiter.limit, key, ctx.workflow_id, index, grace)
+        woken = ctx.store.release_slot(limit, key, ctx.workflow_id, index, grace)
     for run in woken:
         if dispatcher is not None:  # else the sweeper publishes it after the grace
             dispatcher.publish_run(run)

@@ -107,8 +107,17 @@ def record(ctx: WorkflowContext, step: StepRecord) -> StepRecord:
     """Persist a step under the run's fencing token, with the deferred steps' records the
     run holds; stop the body if the lease is gone."""
     carried = ctx.take_deferred()
+    keeping = ctx.slot_to_keep
     with store_guard(ctx):
-        written = ctx.store.record_step(ctx.workflow_id, ctx.fence, step, carried=carried)
+        if keeping is None or keeping[2] != step.idx or step.status != "ok" or carried:
+            written = ctx.store.record_step(ctx.workflow_id, ctx.fence, step, carried=carried)
+        else:
+            limit, key, _ = keeping
+            written, kept = ctx.store.record_step_keeping_slot(
+                ctx.workflow_id, ctx.fence, step, limit, key, ctx.next_index
+            )
+            if kept:
+                ctx.kept_slot = (limit, key, ctx.next_index)
     if written.outcome is Outcome.RECORDED:
         ctx.history[step.idx] = step
         for each in (*carried, step):

@@ -23,7 +23,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from celery_durable.body.context import FailedStep, WorkflowContext, enter_body
 from celery_durable.body.dispatch import dispatch
 from celery_durable.body.fanin import StepFuture
-from celery_durable.body.limiter import Limiter, release_slot, wait_for_slot
+from celery_durable.body.limiter import Limiter, give_back_kept_slot, hold_slot, release_slot
 from celery_durable.body.replay import (
     check_replay,
     confirm_lease,
@@ -241,9 +241,10 @@ class Step(Generic[P, R]):
                 raise serialization.rebuild_exception(self.name, recorded.error or "{}")
         limiter = self.options.limiter
         if not isinstance(limiter, Limiter):  # checked at registration: None
+            give_back_kept_slot(ctx)
             return self._execute(ctx, index, step_input, args, kwargs)
         key = limiter.key_of(f"step {self.name}", args, kwargs)
-        waited = wait_for_slot(ctx, limiter, index, key)
+        waited = hold_slot(ctx, limiter, index, key)
         # Its record frees the slot; a deferred record comes later, so that one (and a
         # failure, and a slot others wait for) is given back here.
         dispatcher = ctx.dispatcher
@@ -253,13 +254,20 @@ class Step(Generic[P, R]):
             and dispatcher is not None
             and not dispatcher.in_process  # eager: a release runs the next waiter at once
         )
+        limit = limiter.limit
+        if recorded_frees and limit.rate is None and ctx.next_shares_slot(index):
+            # The next step is behind the same limiter and key: the record keeps the slot
+            # for it (a rate's steps each take a token, so theirs take their own).
+            ctx.slot_to_keep = (limit, key, index)
         try:
             value = self._execute(ctx, index, step_input, args, kwargs)
         except BaseException:
-            release_slot(ctx, limiter, index, key)
+            release_slot(ctx, limit, key, index)
             raise
+        finally:
+            ctx.slot_to_keep = None
         if not recorded_frees:
-            release_slot(ctx, limiter, index, key)
+            release_slot(ctx, limit, key, index)
         return value
 
     def _execute(

@@ -32,6 +32,7 @@ from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.db.foreign import ForeignTransaction
 from celery_durable.store.db.listener import Listener
 from celery_durable.store.items import ItemOps
+from celery_durable.store.kept_slots import KeptSlotOps
 from celery_durable.store.leases import LeaseOps
 from celery_durable.store.limiter_usage import LimiterUsageOps
 from celery_durable.store.limiters import LimiterOps
@@ -70,6 +71,7 @@ class Store(
     LongLivedOps,
     OutboxOps,
     LimiterOps,
+    KeptSlotOps,
     LimiterUsageOps,
     ScheduleOps,
     StartOps,

@@ -8,6 +8,7 @@ import os
 import time
 
 import redis
+import sqlalchemy as sa
 from celery import Celery
 
 import celery_durable as cd
@@ -134,3 +135,32 @@ def long_call(key: str) -> str:
 @durable.workflow(name="tests.apps.limited.timed_call", timeout=2)
 def timed_call(key: str) -> str:
     return long_call(key)
+
+
+plenty = durable.limiter("tests.plenty", concurrency=1000)
+
+
+@durable.step(limiter=plenty)
+def charge(key: str, n: int) -> int:
+    """Notes the slot row its step holds (``limited:<key>:slots``, "run:slot")."""
+    ctx = cd.WorkflowContext.current()
+    assert ctx is not None
+    slots = durable.store.tables.limiter_slots
+    with durable.store.engine.connect() as conn:
+        held = conn.execute(
+            sa.select(slots.c.slot).where(
+                slots.c.namespace == durable.store.namespace,
+                slots.c.limiter == plenty.name,
+                slots.c.run_id == ctx.workflow_id,
+                slots.c.idx == n,
+            )
+        ).scalar_one()
+    _redis.rpush(f"limited:{key}:slots", f"{ctx.workflow_id}:{held}")
+    return n
+
+
+@durable.workflow(name="tests.apps.limited.charges")
+def charges(key: str) -> int:
+    """Four steps in a row behind one limiter: from its second run in a process on, each
+    step's record keeps the slot for the next."""
+    return sum(charge(key, n) for n in range(4))

@@ -149,6 +149,25 @@ def test_a_slot_is_free_again_after_its_holder_s_worker_is_sigkilled(
     assert time.monotonic() - started < 45  # after the lease (3 s here), not never
 
 
+def test_a_run_s_steps_in_a_row_behind_one_limiter_take_one_slot_between_them(
+    limited_app, start_worker, rds, key
+):
+    """The record of each step keeps the slot for the next, once the worker's process has
+    seen the workflow run: every step of a later run holds the same slot row (takes of
+    their own would each start from a random row of the key's)."""
+    queue = unique("lk-")
+    start_worker(name="lim", app="tests.apps.limited", queues=queue, concurrency=1)
+    runs = [limited_app.charges.apply_async((key,), queue=queue) for _ in range(3)]
+    assert [run.get(timeout=60) for run in runs] == [6, 6, 6]
+    held: dict[str, set[str]] = {}
+    for note in noted(rds, key, "slots"):
+        run_id, slot = note.split(":")
+        held.setdefault(run_id, set()).add(slot)
+    later = [held[run.id] for run in runs[1:]]  # the first run taught the process
+    assert [len(slots) for slots in later] == [1, 1], held
+    assert all(h.status() is WorkflowStatus.SUCCEEDED for h in runs)
+
+
 def test_twenty_concurrent_starts_with_one_dedup_key_make_one_run(limited_app, workers, rds, key):
     from concurrent.futures import ThreadPoolExecutor
 

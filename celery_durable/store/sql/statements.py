@@ -20,6 +20,7 @@ from celery_durable.store.sql.admin import AdminStatements
 from celery_durable.store.sql.batches import BatchStatements
 from celery_durable.store.sql.carry import CarryStatements
 from celery_durable.store.sql.items import ItemStatements
+from celery_durable.store.sql.kept_slots import KeptSlotStatements
 from celery_durable.store.sql.limited_runs import LimitedRunStatements
 from celery_durable.store.sql.limiters import LimiterStatements
 from celery_durable.store.sql.liveness import LivenessStatements
@@ -59,6 +60,7 @@ class Statements:
         self.outbox = OutboxStatements(tables, dialect, namespace, dispatcher)
         self.limiters = LimiterStatements(tables, dialect, namespace)
         self.limited_runs = LimitedRunStatements(tables, dialect, namespace, self.runs)
+        self.kept_slots = KeptSlotStatements(tables, dialect, namespace)
         self.schedules = ScheduleStatements(tables, dialect, namespace)
         self.timers = TimerStatements(tables, dialect, namespace)
         self.liveness = LivenessStatements(tables, dialect, namespace)

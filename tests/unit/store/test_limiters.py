@@ -203,3 +203,23 @@ def test_a_late_hand_off_gives_waiters_no_more_than_its_catch_up_of_tokens(store
     woken = store.hand_off(limit, grace=60, catch_up=5.0)
     # 5 s of tokens at 1/s (give or take the moment's own mint), not a burst of 20.
     assert 5 <= len(woken) <= 6
+
+
+def test_a_record_keeps_its_slot_for_the_next_step_only_while_nobody_waits(store):
+    limit = Limit("kept", concurrency=1)
+    fences = {run_id: claimed(store, run_id) for run_id in ("holder", "waiter")}
+    assert store.take_slot(limit, "", "holder", 0, fence=fences["holder"])[0] is Outcome.RECORDED
+    first = StepRecord(0, "charge", "ok", "[[],{}]", '"one"', None)
+    stale = store.record_step_keeping_slot("holder", fences["holder"] + 1, first, limit, "", 1)
+    assert stale[0].outcome is not Outcome.RECORDED and not stale[1]  # the fence: nothing
+    written, kept = store.record_step_keeping_slot("holder", fences["holder"], first, limit, "", 1)
+    assert (written.outcome, kept) == (Outcome.RECORDED, True)
+    assert in_use(store, limit) == 1  # recorded, yet held: now by the run's step 1
+    assert store.take_slot(limit, "", "waiter", 0, fence=fences["waiter"])[0] is Outcome.SUSPENDED
+    assert store.confirm_slot(limit, "", "holder", 1) is not None
+    second = StepRecord(1, "charge", "ok", "[[],{}]", '"two"', None)
+    written, kept = store.record_step_keeping_slot("holder", fences["holder"], second, limit, "", 2)
+    assert (written.outcome, kept) == (Outcome.RECORDED, False)  # someone waits: freed
+    assert in_use(store, limit) == 0
+    assert [run.id for run in store.hand_off(limit, grace=60)] == ["waiter"]
+    assert store.confirm_slot(limit, "", "waiter", 0) is not None
