@@ -30,6 +30,9 @@ PATCH_STEP_PREFIX = "celery_durable.patch:"
 # process; bounded, since a loop's indices have no end.
 _NEXT_SHARES_SLOT: dict[tuple[str, int], bool] = {}
 _NEXT_SHARES_SLOT_MAX = 10_000
+# Per workflow name: the limit (with no key function, nor rate) its first step ran behind
+# last time in this process, whose slot a first delivery's claim takes for that step.
+_FIRST_STEP_LIMIT: dict[str, Limit] = {}
 
 _current: contextvars.ContextVar[WorkflowContext | None] = contextvars.ContextVar(
     "celery_durable_workflow", default=None
@@ -155,6 +158,7 @@ class WorkflowContext:
     # the step before it (body/limiter.py), and the slot of the step running now that its
     # record keeps for the next one: (limit, key, step index).
     kept_slot: tuple[Limit, str, int] | None = None
+    kept_slot_waited: bool = False  # others waited for the key when the claim took it
     slot_to_keep: tuple[Limit, str, int] | None = None
     # The last limited step this delivery ran (limiter, key, index): what learns whether
     # the step after it shares its slot.
@@ -210,6 +214,8 @@ class WorkflowContext:
             self.next_index += 1
         index = self.next_index
         self.next_index += 1
+        if index == 0:  # until the first step says it is behind a limiter (hold_slot)
+            _FIRST_STEP_LIMIT.pop(self.workflow_name, None)
         last = self.last_limited
         if last is not None and last[2] == index - 1:
             # Until a step behind the same limiter and key says otherwise (hold_slot).
@@ -268,3 +274,14 @@ def learn_next_shares_slot(workflow: str, index: int, shares: bool) -> None:
     if len(_NEXT_SHARES_SLOT) >= _NEXT_SHARES_SLOT_MAX:
         _NEXT_SHARES_SLOT.clear()
     _NEXT_SHARES_SLOT[(workflow, index)] = shares
+
+
+def learn_first_step_limit(workflow: str, limit: Limit) -> None:
+    if len(_FIRST_STEP_LIMIT) >= _NEXT_SHARES_SLOT_MAX:
+        _FIRST_STEP_LIMIT.clear()
+    _FIRST_STEP_LIMIT[workflow] = limit
+
+
+def first_step_limit(workflow: str) -> Limit | None:
+    """The limit the workflow's first step ran behind last time (no key, no rate)."""
+    return _FIRST_STEP_LIMIT.get(workflow)

@@ -20,7 +20,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from celery_durable.body.context import WorkflowContext, learn_next_shares_slot
+from celery_durable.body.context import (
+    WorkflowContext,
+    learn_first_step_limit,
+    learn_next_shares_slot,
+)
 from celery_durable.body.replay import stop_writing, store_guard
 from celery_durable.core import faults, validate
 from celery_durable.errors import DuplicateRegistration, InvalidArgument, Suspended
@@ -170,10 +174,13 @@ def hold_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> b
     limit = limiter.limit
     if ctx.last_limited == (limit.name, key, index - 1):
         learn_next_shares_slot(ctx.workflow_name, index - 1, True)
+    elif index == 0 and limiter.key is None and limit.rate is None:
+        learn_first_step_limit(ctx.workflow_name, limit)
     ctx.last_limited = (limit.name, key, index)
     kept, ctx.kept_slot = ctx.kept_slot, None
+    waited, ctx.kept_slot_waited = ctx.kept_slot_waited, False
     if kept is not None and (kept[0].name, kept[1], kept[2]) == (limit.name, key, index):
-        return False  # kept only while nobody waited
+        return waited  # a record keeps it only while nobody waits; a claim says
     if kept is not None:
         release_slot(ctx, *kept)
     return wait_for_slot(ctx, limiter, index, key)

@@ -14,14 +14,21 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from celery_durable.body.context import LeaseClock, WorkflowContext, activate, deactivate
+from celery_durable.body.context import (
+    LeaseClock,
+    WorkflowContext,
+    activate,
+    deactivate,
+    first_step_limit,
+)
+from celery_durable.body.limiter import give_back_kept_slot
 from celery_durable.core import faults, serialization, tracing, validate
 from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.engine import canvas, limits, rollback, taskevents
 from celery_durable.engine import policy as shutdown
 from celery_durable.engine.liveness import take_over_from_gone_owner
 from celery_durable.engine.settle import settle_stop_or_error, settle_success
-from celery_durable.errors import ArgumentsRefused
+from celery_durable.errors import ArgumentsRefused, LeaseLost, Suspended
 from celery_durable.store import Claim, OwedReport, RunRecord, Store, is_unreachable
 
 if TYPE_CHECKING:
@@ -71,9 +78,16 @@ def execute(
             raise ClaimUnavailable(f"the proof of life of {owner} is held by another session")
         # A limited run's claim reads its slot too: no read of its own before the body.
         slot_of = None if definition.limiter is None else definition.limiter.limit
-        claim = store.claim_run(
-            run_id, owner, config.lock_timeout, config.max_recoveries, slot_of=slot_of
-        )
+        # A first step behind a limiter: the claim takes its slot, no take before it.
+        first = None if slot_of is not None else first_step_limit(definition.name)
+        if first is None:
+            claim = store.claim_run(
+                run_id, owner, config.lock_timeout, config.max_recoveries, slot_of=slot_of
+            )
+        else:
+            claim = store.claim_run_taking_slot(
+                run_id, owner, config.lock_timeout, config.max_recoveries, first, "", 0
+            )
         if claim is None:  # leased by another owner: did it die?
             claim = take_over_from_gone_owner(runtime, run_id, owner)
         if claim is None and request_header(request, TRANSACTIONAL_HEADER):
@@ -123,6 +137,8 @@ def execute(
     )
     tracing.claimed(claim.attempts, len(history))
     taskevents.resumed(runtime.app, ctx)
+    if claim.step_slot_taken and first is not None:
+        ctx.kept_slot, ctx.kept_slot_waited = (first, "", 0), claim.step_slot_waited
     ctx.canvas = claim.canvas
     ctx.priority = claim.priority
     ctx.deadline_at = claim.deadline_at
@@ -166,7 +182,10 @@ def execute(
         )
     except BaseException as raised:  # noqa: BLE001 - every exception is settled
         # Why the body was told to stop wins over what its finally blocks raised after.
-        return settle_stop_or_error(runtime, ctx, claim, ctx.stopping or raised)
+        stop = ctx.stopping or raised
+        if ctx.kept_slot is not None and not isinstance(stop, (Suspended, LeaseLost)):
+            _give_back_kept_slot(ctx)
+        return settle_stop_or_error(runtime, ctx, claim, stop)
     else:
         # Outside the try: a failed settle leaves the run to its lease, never to a retry.
         settle_success(runtime, ctx, encoded)
@@ -175,6 +194,16 @@ def execute(
     finally:
         runtime.leases.untrack(run_id)
         limits.give_run_slot(runtime, definition, run_id, slot, finished)
+
+
+def _give_back_kept_slot(ctx: WorkflowContext) -> None:
+    """A slot kept for a step the body never reached, as it failed (or continued as
+    new): a retry's backoff would hold it (a waiting run frees it without a write, and a
+    lost lease is the new owner's). A store that fails here leaves it to the lease."""
+    try:
+        give_back_kept_slot(ctx)
+    except BaseException:  # noqa: BLE001 - the body's own outcome is what settles
+        logger.warning("run %s: its kept slot is left to its lease", ctx.workflow_id)
 
 
 def _settle_refused(

@@ -50,14 +50,14 @@ class ClaimOps:
         # SQLite: a read costs no round trip (and its RETURNING can't name the tables).
         if slot_of is None or slot_of.concurrency is None or not self.dialect.round_trips:
             row = self.db.one(self.sql.runs.claim_run, values, relaxed=True)
-            return None if row is None else _claim_of(row)
+            return None if row is None else claim_of_row(row)
         values.update(params(limiter=slot_of.name, concurrency=slot_of.concurrency))
         row = self.db.one(self.sql.limited_runs.claim_limited_run, values, relaxed=True)
         if row is None:
             return None
         held = row[15]
         return dataclasses.replace(
-            _claim_of(row),
+            claim_of_row(row),
             slot_read=True,
             held_slot=None if held is None else int(held),
             slot_waited=bool(row[16]),
@@ -91,10 +91,10 @@ class ClaimOps:
             if not self.db.losses.quiet_for(quiet_for):
                 return None
             row = conn.execute(self.sql.runs.take_over_run, values).first()
-        return None if row is None else _claim_of(row)
+        return None if row is None else claim_of_row(row)
 
 
-def _claim_of(row: Any) -> Claim:
+def claim_of_row(row: Any) -> Claim:
     fence, attempts, max_attempts, retry_backoff, args, queue, parent_id, parent_idx = row[:8]
     return Claim(
         fence,

@@ -1,24 +1,28 @@
 """A limited step's record that keeps its slot for the run's next step (the SQL is in
-``sql/kept_slots.py``): one transaction, one round trip on Postgres, so the next step of
-the run behind the same limiter and key starts without a take of its own. Mixed into
-:class:`~celery_durable.store.store.Store`.
+``sql/kept_slots.py``): one transaction (one statement on Postgres), so the next step of
+the run behind the same limiter and key starts without a take of its own; and the claim
+that takes the slot of the run's first step, so that step starts without one either. Mixed
+into :class:`~celery_durable.store.store.Store`.
 
 Example::
 
     written, kept = store.record_step_keeping_slot(run_id, fence, record, limit, "", 4)
+    claim = store.claim_run_taking_slot("r1", owner, 30.0, 10, limit, "", 0)
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Connection
 
+from celery_durable.store.claims import claim_of_row
 from celery_durable.store.db.connections import Connections
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.limits import Limit
-from celery_durable.store.records import Outcome, StepRecord, StepWrite
+from celery_durable.store.records import Claim, Outcome, StepRecord, StepWrite
 from celery_durable.store.sql.build import params, step_params
 from celery_durable.store.sql.statements import Statements
 
@@ -31,6 +35,9 @@ class KeptSlotOps:
     sql: Statements
     _record_step_on: Callable[[Connection, dict[str, Any]], bool]
     _diagnose_step: Callable[[str, int, int], StepWrite]
+    _slot_params: Callable[[Limit, str, str, int, int], dict[str, Any]]
+    _grow_if_crowded: Callable[[Limit, str, int, int], None]
+    claim_run: Callable[..., Claim | None]
 
     def record_step_keeping_slot(
         self, run_id: str, fence: int, step: StepRecord, limit: Limit, key: str, next_idx: int
@@ -44,16 +51,51 @@ class KeptSlotOps:
             **values,
             **params(limiter=limit.name, key=key, concurrency=limit.concurrency, next=next_idx),
         }
-        statement = self.sql.kept_slots.keep_slot_for_next_step
-        if self.dialect.pipelines:
-            written, kept = self.db.transaction_pipeline(
-                [(self.sql.steps.record_step, values), (statement, keep)]
-            )
-            recorded = written is not None
+        sql = self.sql.kept_slots
+        if sql.record_step_keeping_slot is not None:
+            row = self.db.one(sql.record_step_keeping_slot, keep, retry=True)
+            recorded, kept = row is not None and bool(row[0]), None if row is None else row[1]
         else:
             with self.db.write() as conn:
                 recorded = self._record_step_on(conn, values)
-                kept = conn.execute(statement, keep).first() if recorded else None
+                if recorded:
+                    kept = conn.execute(sql.keep_slot_for_next_step, keep).first()
+                else:
+                    kept = None
         if recorded:
             return StepWrite(Outcome.RECORDED), kept is not None
         return self._diagnose_step(run_id, fence, step.idx), False
+
+    def claim_run_taking_slot(
+        self,
+        run_id: str,
+        owner: str,
+        lease: float,
+        max_recoveries: int,
+        limit: Limit,
+        key: str,
+        idx: int,
+    ) -> Claim | None:
+        """``claim_run`` that, on a first delivery (no step recorded yet), also takes a
+        free slot of ``limit``'s ``key`` for the run's step ``idx`` in the claim's
+        statement, unless other runs wait for the key ahead of it (then the step takes its
+        own, and waits as usual). ``Claim.step_slot_taken`` says whether it did. SQLite,
+        where a take is no round trip: the plain claim."""
+        statement = self.sql.limited_runs.claim_taking_slot
+        if statement is None or limit.concurrency is None or limit.rate is not None:
+            return self.claim_run(run_id, owner, lease, max_recoveries)
+        # Priority 0: the claim doesn't know the run's yet, so it never goes ahead of a
+        # waiter it might not have passed; the step's own take then orders it.
+        values = self._slot_params(limit, key, run_id, idx, 0)
+        values.update(params(owner=owner, lease=lease, max_recoveries=max_recoveries))
+        row = self.db.one(statement, values, relaxed=True)
+        if row is None:
+            return None
+        slot, waited, queued = row[-3:]
+        claim = claim_of_row(row)
+        if slot is None:
+            return claim
+        if queued:  # it had waited at that step before: its wait is over
+            self.db.one(self.sql.limiters.release_grant, values)
+        self._grow_if_crowded(limit, key, values["p_from"], int(slot))
+        return dataclasses.replace(claim, step_slot_taken=True, step_slot_waited=bool(waited))

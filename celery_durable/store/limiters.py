@@ -79,13 +79,12 @@ class LimiterOps:
         sql = self.sql
         try:
             if connection is None and limit.rate is None and self.db.is_postgres:
-                inserted, taken = self.db.transaction_pipeline(
-                    [(sql.runs.insert_run, values), (sql.limiters.take_slot_at_start, taking)]
-                )
+                row = self.db.one(sql.limited_runs.start_taking_slot, {**values, **taking})
+                inserted, taken = (0, None) if row is None else row
                 if taken is not None:
-                    self._grow_if_crowded(limit, key, taking["p_from"], int(taken.slot))
-                if inserted is None or taken is not None:
-                    return inserted is not None, taken is not None
+                    self._grow_if_crowded(limit, key, taking["p_from"], int(taken))
+                if not inserted or taken is not None:
+                    return bool(inserted), taken is not None
                 return True, self.take_slot(limit, key, run.id)[0] is Outcome.RECORDED
             if connection is not None:
                 return self._insert_and_acquire(connection, values, limit, key, run)

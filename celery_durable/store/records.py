@@ -83,6 +83,10 @@ class Claim:
     slot_read: bool = False
     held_slot: int | None = None
     slot_waited: bool = False
+    # A claim that took the slot of the run's first step (``claim_run_taking_slot``): it
+    # holds it, and whether other runs wait for that key (then its release hands it on).
+    step_slot_taken: bool = False
+    step_slot_waited: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

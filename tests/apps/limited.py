@@ -164,3 +164,13 @@ def charges(key: str) -> int:
     """Four steps in a row behind one limiter: from its second run in a process on, each
     step's record keeps the slot for the next."""
     return sum(charge(key, n) for n in range(4))
+
+
+@durable.workflow(name="tests.apps.limited.charge_twice", max_attempts=2, retry_backoff=120)
+def charge_twice(key: str, fail: bool) -> int:
+    """Two steps behind one limiter, and a failure between them when ``fail``: the
+    retry's backoff must not hold the slot the first step's record kept for the second."""
+    first = charge(key, 0)
+    if fail:
+        raise RuntimeError("failed between two limited steps")
+    return first + charge(key, 1)

@@ -166,6 +166,22 @@ def test_a_run_s_steps_in_a_row_behind_one_limiter_take_one_slot_between_them(
     later = [held[run.id] for run in runs[1:]]  # the first run taught the process
     assert [len(slots) for slots in later] == [1, 1], held
     assert all(h.status() is WorkflowStatus.SUCCEEDED for h in runs)
+    # The slot kept for a step the body never reaches (it failed; its retry waits two
+    # minutes) is given back: nothing holds a slot of the limiter meanwhile.
+    taught = [limited_app.charge_twice.apply_async((key, False), queue=queue) for _ in range(2)]
+    assert [run.get(timeout=60) for run in taught] == [1, 1]
+    failing = limited_app.charge_twice.apply_async((key, True), queue=queue)
+    store, plenty = limited_app.durable.store, limited_app.plenty.limit
+    wait_until(
+        lambda: (
+            store.get_run(failing.id).attempts == 1 and failing.status() is WorkflowStatus.PENDING
+        ),
+        timeout=60,
+        message="the failed run's retry is scheduled",
+    )
+    usage = {u.limiter: u.in_use for u in store.limiter_usage({plenty.name: plenty})}
+    assert usage.get(plenty.name, 0) == 0, usage
+    failing.cancel()
 
 
 def test_twenty_concurrent_starts_with_one_dedup_key_make_one_run(limited_app, workers, rds, key):

@@ -356,13 +356,11 @@ class LimiterStatements(Builder):
             )
 
         self.take_slot = take(not_(ahead))
+        # The take with other guards, for a statement that folds it in (a claim's, a
+        # start's: sql/limited_runs.py).
+        self.take_when = lambda *guards: take(not_(ahead), *guards)
         # A running step's take, in one statement: only while its run holds the lease.
         self.take_slot_fenced = take(not_(ahead), exists().where(self.live))
-        # A start takes its slot in its own transaction, after its insert: not for a run of
-        # that id that existed before (the insert did nothing) and already waits.
-        self.take_slot_at_start = take(
-            not_(ahead), exists().where(self.run_is, tables.runs.c.wait_limiter.is_(None))
-        )
         self.hand_slot = take()  # to the next waiter: it is the one ahead
         held_by = and_(
             slots.c.namespace == namespace,

@@ -59,8 +59,10 @@ class Statements:
         self.metrics = MetricStatements(tables, dialect, namespace)
         self.outbox = OutboxStatements(tables, dialect, namespace, dispatcher)
         self.limiters = LimiterStatements(tables, dialect, namespace)
-        self.limited_runs = LimitedRunStatements(tables, dialect, namespace, self.runs)
-        self.kept_slots = KeptSlotStatements(tables, dialect, namespace)
+        self.limited_runs = LimitedRunStatements(
+            tables, dialect, namespace, self.runs, self.limiters
+        )
+        self.kept_slots = KeptSlotStatements(tables, dialect, namespace, self.steps)
         self.schedules = ScheduleStatements(tables, dialect, namespace)
         self.timers = TimerStatements(tables, dialect, namespace)
         self.liveness = LivenessStatements(tables, dialect, namespace)

@@ -223,3 +223,24 @@ def test_a_record_keeps_its_slot_for_the_next_step_only_while_nobody_waits(store
     assert in_use(store, limit) == 0
     assert [run.id for run in store.hand_off(limit, grace=60)] == ["waiter"]
     assert store.confirm_slot(limit, "", "waiter", 0) is not None
+
+
+def test_a_first_delivery_s_claim_takes_its_first_step_s_slot_unless_others_wait(pg_store):
+    store = pg_store
+    limit = Limit("first", concurrency=1)
+    warm = claimed(store, "warm")  # a step's take makes the key's rows; a claim makes none
+    assert store.take_slot(limit, "", "warm", 0, fence=warm)[0] is Outcome.RECORDED
+    store.record_step("warm", warm, StepRecord(0, "s", "ok", "[[],{}]", '"x"', None))
+    assert store.insert_run(new_run("first"))
+    claim = store.claim_run_taking_slot("first", "me", LEASE, 10, limit, "", 0)
+    assert claim is not None and (claim.step_slot_taken, claim.step_slot_waited) == (True, False)
+    assert in_use(store, limit) == 1
+    assert store.take_slot(limit, "", "first", 0, fence=claim.fence) == (Outcome.RECORDED, False)
+    waiter = claimed(store, "waiter")
+    assert store.take_slot(limit, "", "waiter", 0, fence=waiter)[0] is Outcome.SUSPENDED
+    store.record_step("first", claim.fence, StepRecord(0, "s", "ok", "[[],{}]", '"x"', None))
+    assert in_use(store, limit) == 0  # free, but "waiter" waits for it: no claim jumps ahead
+    assert store.insert_run(new_run("late"))
+    late = store.claim_run_taking_slot("late", "me", LEASE, 10, limit, "", 0)
+    assert late is not None and not late.step_slot_taken and in_use(store, limit) == 0
+    assert [run.id for run in store.hand_off(limit, grace=60)] == ["waiter"]
