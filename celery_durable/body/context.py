@@ -27,12 +27,14 @@ PATCH_STEP_PREFIX = "celery_durable.patch:"
 
 # Per workflow name and step index: whether the step after it last ran behind the same
 # limiter and key (then its record keeps the slot for it). Learned by each run in this
-# process; bounded, since a loop's indices have no end.
+# process.
 _NEXT_SHARES_SLOT: dict[tuple[str, int], bool] = {}
-_NEXT_SHARES_SLOT_MAX = 10_000
 # Per workflow name: the limit (with no key function, nor rate) its first step ran behind
 # last time in this process, whose slot a first delivery's claim takes for that step.
 _FIRST_STEP_LIMIT: dict[str, Limit] = {}
+# Entries in each learned table: bounded, since a loop's step indices have no end (a full
+# table is forgotten and learned again).
+_LEARNED_MAX = 10_000
 
 _current: contextvars.ContextVar[WorkflowContext | None] = contextvars.ContextVar(
     "celery_durable_workflow", default=None
@@ -270,16 +272,18 @@ def deactivate(token: contextvars.Token[WorkflowContext | None]) -> None:
     _current.reset(token)
 
 
+def _learn(table: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(table) >= _LEARNED_MAX:
+        table.clear()
+    table[key] = value
+
+
 def learn_next_shares_slot(workflow: str, index: int, shares: bool) -> None:
-    if len(_NEXT_SHARES_SLOT) >= _NEXT_SHARES_SLOT_MAX:
-        _NEXT_SHARES_SLOT.clear()
-    _NEXT_SHARES_SLOT[(workflow, index)] = shares
+    _learn(_NEXT_SHARES_SLOT, (workflow, index), shares)
 
 
 def learn_first_step_limit(workflow: str, limit: Limit) -> None:
-    if len(_FIRST_STEP_LIMIT) >= _NEXT_SHARES_SLOT_MAX:
-        _FIRST_STEP_LIMIT.clear()
-    _FIRST_STEP_LIMIT[workflow] = limit
+    _learn(_FIRST_STEP_LIMIT, workflow, limit)
 
 
 def first_step_limit(workflow: str) -> Limit | None:

@@ -179,7 +179,7 @@ def hold_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> b
     ctx.last_limited = (limit.name, key, index)
     kept, ctx.kept_slot = ctx.kept_slot, None
     waited, ctx.kept_slot_waited = ctx.kept_slot_waited, False
-    if kept is not None and (kept[0].name, kept[1], kept[2]) == (limit.name, key, index):
+    if kept == (limit, key, index):
         return waited  # a record keeps it only while nobody waits; a claim says
     if kept is not None:
         release_slot(ctx, *kept)

@@ -36,7 +36,7 @@ class KeptSlotOps:
     _record_step_on: Callable[[Connection, dict[str, Any]], bool]
     _diagnose_step: Callable[[str, int, int], StepWrite]
     _slot_params: Callable[[Limit, str, str, int, int], dict[str, Any]]
-    _grow_if_crowded: Callable[[Limit, str, int, int], None]
+    _took_slot: Callable[[Limit, str, int, int], None]
     claim_run: Callable[..., Claim | None]
 
     def record_step_keeping_slot(
@@ -97,5 +97,5 @@ class KeptSlotOps:
             return claim
         if queued:  # it had waited at that step before: its wait is over
             self.db.one(self.sql.limiters.release_grant, values)
-        self._grow_if_crowded(limit, key, values["p_from"], int(slot))
+        self._took_slot(limit, key, values["p_from"], int(slot))
         return dataclasses.replace(claim, step_slot_taken=True, step_slot_waited=bool(waited))

@@ -62,6 +62,7 @@ class LimiterOps:
     dialect: Dialect
     sql: Statements
     _slot_rows: dict[tuple[str, str], int]  # the rows of a key this process has seen
+    _slot_cursor: dict[tuple[str, str], int]  # where this process's next take looks first
     raise_if_tables_missing: Callable[[BaseException], None]
 
     def insert_limited_run(
@@ -82,7 +83,7 @@ class LimiterOps:
                 row = self.db.one(sql.limited_runs.start_taking_slot, {**values, **taking})
                 inserted, taken = (0, None) if row is None else row
                 if taken is not None:
-                    self._grow_if_crowded(limit, key, taking["p_from"], int(taken))
+                    self._took_slot(limit, key, taking["p_from"], int(taken))
                 if not inserted or taken is not None:
                     return bool(inserted), taken is not None
                 return True, self.take_slot(limit, key, run.id)[0] is Outcome.RECORDED
@@ -134,7 +135,7 @@ class LimiterOps:
             if row is not None:
                 if row[2]:  # it had waited: its wait is over
                     self.db.one(self.sql.limiters.release_grant, values)
-                self._grow_if_crowded(limit, key, values["p_from"], int(row[0]))
+                self._took_slot(limit, key, values["p_from"], int(row[0]))
                 return Outcome.RECORDED, bool(row[1])
             tried = True
         else:
@@ -228,6 +229,8 @@ class LimiterOps:
             if found is None and start > 0:
                 found = conn.execute(take, {**values, "p_from": 0}).first()
             if found is not None:
+                if not handing:
+                    self._slot_cursor[(limit.name, values["p_key"])] = found.slot + 1
                 if found.queued and not handing:
                     conn.execute(sql.release_grant, values)
                 return SlotHeld(found.slot, bool(found.waited))
@@ -250,9 +253,13 @@ class LimiterOps:
             if start is None:
                 return None
 
-    def _grow_if_crowded(self, limit: Limit, key: str, start: int, slot: int) -> None:
-        """A take that looked past ``CROWDED`` taken rows adds rows, so that takes stay
+    def _took_slot(self, limit: Limit, key: str, start: int, slot: int) -> None:
+        """A take got ``slot``: this process's next take looks first at the row after it.
+        Round-robin, that row is the one this process took longest ago, the likeliest to be
+        free again (a random row is as likely held as any: under a backlog in flight most
+        are). A take that looked past ``CROWDED`` taken rows adds rows, so that takes stay
         short (they read each taken row's holder) while most slots are in use."""
+        self._slot_cursor[(limit.name, key)] = slot + 1
         rows = self._slot_rows.get((limit.name, key), 0)
         values = self._slot_params(limit, key, "", WHOLE_RUN, 0)
         if rows <= 0:  # a key this process has not seen grow: learn its rows once
@@ -369,9 +376,17 @@ class LimiterOps:
     def _slot_params(
         self, limit: Limit, key: str, run_id: str, idx: int, priority: int
     ) -> dict[str, Any]:
-        """A take's parameters; it looks first from a random row of those this process has
-        seen, so that concurrent takers don't all read the same taken rows first."""
+        """A take's parameters; it looks first from the row after the last this process
+        took (``_took_slot``), or from a random row of those it has seen, so that
+        concurrent takers don't all read the same taken rows first."""
         rows = self._slot_rows.get((limit.name, key), 0)
+        cursor = self._slot_cursor.get((limit.name, key))
+        if rows <= 1:
+            start = 0
+        elif cursor is None:
+            start = random.randrange(rows)
+        else:
+            start = cursor % rows
         return params(
             limiter=limit.name,
             key=key,
@@ -379,10 +394,11 @@ class LimiterOps:
             idx=idx,
             priority=priority,
             concurrency=limit.concurrency or 0,
-            **{"from": random.randrange(rows) if rows > 1 else 0},
+            **{"from": start},
         )
 
     def _note_slot_rows(self, limit: Limit, key: str, rows: int) -> None:
         if len(self._slot_rows) > 10_000:  # keys come and go: forget them, learn again
             self._slot_rows.clear()
+            self._slot_cursor.clear()
         self._slot_rows[(limit.name, key)] = rows

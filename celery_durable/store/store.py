@@ -110,6 +110,7 @@ class Store(
         self.dialect: Dialect = self.db.dialect
         self.sql = Statements(self.tables, self.dialect, namespace, dispatcher)
         self._slot_rows: dict[tuple[str, str], int] = {}
+        self._slot_cursor: dict[tuple[str, str], int] = {}
 
     @property
     def is_postgres(self) -> bool:

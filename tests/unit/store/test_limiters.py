@@ -157,6 +157,27 @@ def test_a_key_s_rows_grow_as_they_are_all_taken_and_never_past_concurrency(stor
     assert slot_rows(store, raised) == 25
 
 
+def test_a_key_keeps_its_rows_while_runs_finish_in_the_order_they_started(store):
+    """A process's takes go round-robin from the row after its last: that row is the one it
+    took longest ago, free again once runs finish oldest first. So with 28 runs in flight
+    the key keeps the 32 rows its first fill grew to. (From a random row, a take now and
+    then crosses more than 16 taken rows, and each time the key's rows double.)"""
+    limit = Limit("flowing", concurrency=10_000)
+    in_flight = [f"r{i}" for i in range(28)]
+    for run_id in in_flight:
+        assert start(store, limit, run_id)
+    assert slot_rows(store, limit) == 32
+    for i in range(28, 400):
+        oldest = in_flight.pop(0)
+        claim = store.claim_run(oldest, "me", LEASE)
+        assert claim is not None
+        assert store.settle_run(oldest, claim.fence, "SUCCEEDED", result="1") == "SUCCEEDED"
+        assert start(store, limit, f"r{i}")
+        in_flight.append(f"r{i}")
+    assert in_use(store, limit) == 28
+    assert slot_rows(store, limit) == 32
+
+
 def test_concurrent_starters_never_take_more_slots_than_there_are(pg_store):
     limit = Limit("five", concurrency=5)
     slotted: list[str] = []
