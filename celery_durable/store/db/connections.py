@@ -36,6 +36,7 @@ from celery_durable.errors import ConfigurationError
 from celery_durable.store.db.dialect import dialect_of
 from celery_durable.store.db.losses import ConnectionLosses
 from celery_durable.store.db.pool import ProcessPool, borrowing
+from celery_durable.store.db.raw import RawStatement, compile_raw, positional_dialect
 
 try:  # the Postgres driver is optional: SQLite needs none
     import psycopg
@@ -123,13 +124,13 @@ def relaxed_commit(stmt: Any) -> Any:
 _CURSOR = "celery_durable.cursor"
 
 
-def _cursor_of(record: Any) -> psycopg.Cursor[Any]:
+def _cursor_of(record: Any) -> psycopg.RawCursor[Any]:
     """The hot path's cursor of a pooled connection, made once per connection: a cursor
     per statement costs as much Python as adapting its parameters."""
     driver = record.get_connection()
-    cursor: psycopg.Cursor[Any] | None = record.info.get(_CURSOR)
+    cursor: psycopg.RawCursor[Any] | None = record.info.get(_CURSOR)
     if cursor is None or cursor.connection is not driver or cursor.closed:
-        cursor = record.info[_CURSOR] = driver.cursor()
+        cursor = record.info[_CURSOR] = psycopg.RawCursor(driver)
     return cursor
 
 
@@ -167,7 +168,7 @@ class Connections:
         self.pgbouncer = pgbouncer
         self.listen_url = listen_url
         self._engine: Engine | None = None
-        self._compiled: dict[tuple[int, bool], tuple[bytes, dict[str, Any]]] = {}
+        self._compiled: dict[tuple[int, bool], RawStatement] = {}
         self._pid = -1
         self._lock = threading.Lock()
         self.losses = ConnectionLosses()
@@ -308,8 +309,8 @@ class Connections:
             with self.write() as conn:
                 row = conn.execute(stmt, params).first()
                 return None if row is None else tuple(row)
-        sql, defaults = self._compile(stmt, relaxed)
-        values = {**defaults, **params}
+        compiled = self._compile(stmt, relaxed)
+        sql, values = compiled.sql, compiled.args(params)
         pool = self.pool
         for last_try in (not retry, True):
             record = pool.take()
@@ -328,14 +329,14 @@ class Connections:
                 pool.give_back(record)
         raise AssertionError("unreachable")
 
-    def _compile(self, stmt: Any, relaxed: bool = False) -> tuple[bytes, dict[str, Any]]:
-        """The statement's SQL, encoded once (psycopg would encode the text on every
-        execute), and its constant parameters."""
+    def _compile(self, stmt: Any, relaxed: bool = False) -> RawStatement:
+        """The statement compiled once, encoded, with ``$n`` placeholders (``db/raw.py``:
+        psycopg would re-parse a long one's text on every execute)."""
         compiled = self._compiled.get((id(stmt), relaxed))
         if compiled is None:
-            done = (relaxed_commit(stmt) if relaxed else stmt).compile(dialect=self.engine.dialect)
-            sql = str(done).encode()
-            compiled = self._compiled[(id(stmt), relaxed)] = (sql, dict(done.params))
+            dialect = positional_dialect(self.engine.dialect)
+            done = compile_raw(relaxed_commit(stmt) if relaxed else stmt, dialect)
+            compiled = self._compiled[(id(stmt), relaxed)] = done
         return compiled
 
     def pipeline(self, record: Any, statements: list[tuple[Any, dict[str, Any]]]) -> list[Any]:
@@ -347,12 +348,12 @@ class Connections:
         try:
             with driver.pipeline():
                 for stmt, values in statements:
-                    cursor = driver.cursor(row_factory=namedtuple_row)
+                    cursor = psycopg.RawCursor(driver, row_factory=namedtuple_row)
                     if isinstance(stmt, str):
                         cursor.execute(stmt)
                     else:
-                        sql, defaults = self._compile(stmt)
-                        cursor.execute(sql, {**defaults, **values})
+                        compiled = self._compile(stmt)
+                        cursor.execute(compiled.sql, compiled.args(values))
                     cursors.append(cursor)
             return [c.fetchone() if c.description is not None else None for c in cursors]
         except BaseException:
@@ -425,9 +426,9 @@ class Connections:
 
     def execute_on(self, driver: Any, stmt: Any, params: dict[str, Any]) -> Any:
         """Run ``stmt`` on a psycopg connection of one's own; its first row (or None)."""
-        sql, defaults = self._compile(stmt)
-        with driver.cursor() as cursor:
-            cursor.execute(sql, {**defaults, **params})
+        compiled = self._compile(stmt)
+        with psycopg.RawCursor(driver) as cursor:
+            cursor.execute(compiled.sql, compiled.args(params))
             return cursor.fetchone()
 
 
