@@ -230,7 +230,7 @@ class LimiterOps:
                 found = conn.execute(take, {**values, "p_from": 0}).first()
             if found is not None:
                 if not handing:
-                    self._slot_cursor[(limit.name, values["p_key"])] = found.slot + 1
+                    self._advance_cursor(limit, values["p_key"], found.slot)
                 if found.queued and not handing:
                     conn.execute(sql.release_grant, values)
                 return SlotHeld(found.slot, bool(found.waited))
@@ -259,16 +259,23 @@ class LimiterOps:
         free again (a random row is as likely held as any: under a backlog in flight most
         are). A take that looked past ``CROWDED`` taken rows adds rows, so that takes stay
         short (they read each taken row's holder) while most slots are in use."""
-        self._slot_cursor[(limit.name, key)] = slot + 1
+        self._advance_cursor(limit, key, slot)
         rows = self._slot_rows.get((limit.name, key), 0)
-        values = self._slot_params(limit, key, "", WHOLE_RUN, 0)
         if rows <= 0:  # a key this process has not seen grow: learn its rows once
-            rows = int(self.db.one(self.sql.limiters.count_slot_rows, values)[0])  # type: ignore[index]
-            self._note_slot_rows(limit, key, rows)
+            rows = self._count_slot_rows(limit, key)
         if rows <= 0 or (slot - start) % rows <= CROWDED or rows >= (limit.concurrency or 0):
             return
         with self.db.transaction() as conn:
-            self._grow_slots(conn, limit, values)
+            self._grow_slots(conn, limit, self._slot_params(limit, key, "", WHOLE_RUN, 0))
+
+    def _advance_cursor(self, limit: Limit, key: str, slot: int) -> None:
+        self._slot_cursor[(limit.name, key)] = slot + 1
+
+    def _count_slot_rows(self, limit: Limit, key: str) -> int:
+        values = self._slot_params(limit, key, "", WHOLE_RUN, 0)
+        rows = int(self.db.one(self.sql.limiters.count_slot_rows, values)[0])  # type: ignore[index]
+        self._note_slot_rows(limit, key, rows)
+        return rows
 
     def _grow_slots(self, conn: Any, limit: Limit, values: dict[str, Any]) -> int | None:
         """Every row of the key is taken: add rows (doubling, up to ``concurrency``);
