@@ -30,6 +30,10 @@ logger = logging.getLogger("celery_durable.consumers")
 # without end while the broker is down, so the asking runs in a thread of its own.
 INSPECT_TIMEOUT = 1.0
 INSPECT_WAIT = 5.0
+# How long an unknown answer (a worker under load replied after INSPECT_TIMEOUT, a broker
+# hiccup) keeps the last known one: a queue known to be unconsumed still holds the items'
+# messages, so copies published on the strength of one late reply would only pile up there.
+KEEP_KNOWN = 60.0
 
 
 class Asking(threading.Thread):
@@ -114,12 +118,14 @@ def consumed_queues(app: Celery, wait: float = INSPECT_WAIT) -> set[str] | None:
 
 
 class QueueWatch:
-    """The queues no worker consumes, from a snapshot renewed at most every ``ttl`` s."""
+    """The queues no worker consumes, from a snapshot renewed at most every ``ttl`` s; an
+    unknown answer keeps the last known snapshot up to ``keep_known`` s old."""
 
-    def __init__(self, app: Celery, ttl: float) -> None:
-        self.app, self.ttl = app, ttl
+    def __init__(self, app: Celery, ttl: float, keep_known: float = KEEP_KNOWN) -> None:
+        self.app, self.ttl, self.keep_known = app, ttl, keep_known
         self._consumed: set[str] | None = None
         self._taken = float("-inf")
+        self._known_at = float("-inf")
         self._asking: Asking | None = None
 
     def unconsumed(self, queues: Iterable[str]) -> set[str]:
@@ -127,9 +133,13 @@ class QueueWatch:
         wanted = set(queues)
         if not wanted:
             return set()
-        if time.monotonic() - self._taken >= self.ttl:
-            self._consumed = self._ask()
-            self._taken = time.monotonic()
+        now = time.monotonic()
+        if now - self._taken >= self.ttl:
+            answer, self._taken = self._ask(), now
+            if answer is not None:
+                self._consumed, self._known_at = answer, now
+            elif now - self._known_at >= self.keep_known:
+                self._consumed = None
         if self._consumed is None:
             return set()
         return wanted - self._consumed
