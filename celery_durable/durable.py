@@ -30,10 +30,11 @@ from celery_durable.core import validate
 from celery_durable.core.config import DurableConfig
 from celery_durable.engine import apps
 from celery_durable.engine.bootstep import DurableSweeper
+from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.items import register_item_task
 from celery_durable.engine.leases import LeaseKeeper
 from celery_durable.engine.publish import Dispatch
-from celery_durable.engine.runtime import Runtime, WorkflowDefinition
+from celery_durable.engine.runtime import Runtime
 from celery_durable.engine.signals import SignalQueue, register_tasks, send_signal_via_broker
 from celery_durable.engine.sweeper import Sweeper
 from celery_durable.errors import (

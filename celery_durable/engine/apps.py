@@ -20,24 +20,24 @@ from typing import TYPE_CHECKING
 from celery import Celery
 
 if TYPE_CHECKING:
-    from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.runtime_view import RuntimeView
 
 # The runs table's dispatcher column is a String(255).
 DISPATCHER_MAX = 255
 
-_BOUND: weakref.WeakKeyDictionary[Celery, list[Runtime]] = weakref.WeakKeyDictionary()
+_BOUND: weakref.WeakKeyDictionary[Celery, list[RuntimeView]] = weakref.WeakKeyDictionary()
 
 
-def bind(app: Celery, runtime: Runtime) -> None:
+def bind(app: Celery, runtime: RuntimeView) -> None:
     _BOUND.setdefault(app, []).append(runtime)
 
 
-def runtimes_of(app: Celery) -> list[Runtime]:
+def runtimes_of(app: Celery) -> list[RuntimeView]:
     """The runtimes of the Durable instances bound to ``app``, in the order they were created."""
     return list(_BOUND.get(app, []))
 
 
-def runtime_for(app: Celery, namespace: str) -> Runtime:
+def runtime_for(app: Celery, namespace: str) -> RuntimeView:
     """The runtime of ``app``'s Durable that serves ``namespace``; LookupError naming it
     if none."""
     for runtime in runtimes_of(app):

@@ -37,7 +37,7 @@ from celery_durable.store import ItemClaim, OpenBatch, Settled
 
 if TYPE_CHECKING:
     from celery_durable.body.step import Step
-    from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.items")
 
@@ -50,7 +50,7 @@ def may_run_open(task: Task) -> bool:
 
 
 def execute_batch(
-    runtime: Runtime, task: Task, run_id: str, idx: int, first: int, count: int
+    runtime: RuntimeView, task: Task, run_id: str, idx: int, first: int, count: int
 ) -> Any:
     """Claim, run and record the items ``first`` to ``first + count - 1`` of step ``idx``:
     a first delivery in one open transaction (``store.open_batch``), anything else after
@@ -108,7 +108,7 @@ class _Batch:
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: RuntimeView,
         task: Task,
         key: tuple[str, int, int, int],
         fields: dict[str, Any],

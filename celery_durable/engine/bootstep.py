@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
 
-from celery_durable.engine.apps import runtimes_of
+from celery_durable.engine.runtime import bound_runtimes
 from celery_durable.store.db.outage import describe, is_unreachable, summary
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class DurableSweeper(bootsteps.StartStopStep):  # type: ignore[misc]
         self.sweepers: list[Sweeper] = []
 
     def start(self, worker: Any) -> None:
-        for runtime in runtimes_of(worker.app):
+        for runtime in bound_runtimes(worker.app):
             # Import the driver and open the engine in the main thread: a child forked
             # while another thread holds an import lock would hang on that import.
             try:

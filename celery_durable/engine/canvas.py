@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from celery import Celery
 
     from celery_durable.body.context import WorkflowContext
-    from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.canvas")
 
@@ -190,7 +190,7 @@ def neutralise(app: Celery, request: Any) -> Canvas:
     return carried
 
 
-def report_settled(runtime: Runtime, owed: OwedReport) -> None:
+def report_settled(runtime: RuntimeView, owed: OwedReport) -> None:
     """Right after the settle that finished a run with a canvas: report it, and clear its
     outbox entry. With a backend the clear waits for the next lease beat, in a batch (the
     stored state proves the report meanwhile): no commit of its own."""
@@ -207,7 +207,7 @@ def report_settled(runtime: Runtime, owed: OwedReport) -> None:
         runtime.store.clear_reported([owed.id])
 
 
-def report_taken(runtime: Runtime, run_id: str) -> None:
+def report_taken(runtime: RuntimeView, run_id: str) -> None:
     """Report a run that a cancel (or a refusal) just finished, outside any delivery: its
     entry is taken, the report made, the entry cleared at once."""
     owed = runtime.store.take_owed_report(run_id)
@@ -215,7 +215,7 @@ def report_taken(runtime: Runtime, run_id: str) -> None:
         runtime.store.clear_reported([owed.id])
 
 
-def report_owed(runtime: Runtime, owed: OwedReport) -> str | None:
+def report_owed(runtime: RuntimeView, owed: OwedReport) -> str | None:
     """The sweeper's report of an entry still owed: "found" when the backend shows it was
     made (its worker died before clearing it), "made" when made now; None when that
     failed (due again a grace later)."""
@@ -234,7 +234,7 @@ def report_owed(runtime: Runtime, owed: OwedReport) -> str | None:
     return "made" if report_finished(runtime, owed, canvas) else None
 
 
-def _chord_part_again(runtime: Runtime, owed: OwedReport, canvas: Canvas) -> bool:
+def _chord_part_again(runtime: RuntimeView, owed: OwedReport, canvas: Canvas) -> bool:
     """Record a chord member's part again, where the backend records each member once
     (the Redis backend's chord-part script, as in Celery 5.7, keeps the members it has
     seen; checked by that script's presence). Elsewhere a second
@@ -288,7 +288,7 @@ def outcome_of(owed: OwedReport) -> Outcome | None:
     return None
 
 
-def report_finished(runtime: Runtime, owed: OwedReport, canvas: Canvas) -> bool:
+def report_finished(runtime: RuntimeView, owed: OwedReport, canvas: Canvas) -> bool:
     """Report a run that finished: publish its callbacks (or errbacks) and the next link
     of its chain, then store its final state. False (logged) when that failed: the entry
     stays owed, and the sweeper reports the run again after the dispatch grace."""
@@ -316,7 +316,7 @@ def report_finished(runtime: Runtime, owed: OwedReport, canvas: Canvas) -> bool:
     return True
 
 
-def report_started(runtime: Runtime, ctx: WorkflowContext) -> None:
+def report_started(runtime: RuntimeView, ctx: WorkflowContext) -> None:
     """STARTED, for ``app.AsyncResult``, when a run that reports is claimed again after it
     waited or failed an attempt (the backend may say WAITING or RETRY), or at every claim
     with ``task_track_started``; a first claim otherwise stores nothing (Celery's own
@@ -328,14 +328,14 @@ def report_started(runtime: Runtime, ctx: WorkflowContext) -> None:
         _store_state(runtime, ctx.workflow_id, ctx.workflow_name, meta, states.STARTED)
 
 
-def report_waiting(runtime: Runtime, ctx: WorkflowContext, reason: str) -> None:
+def report_waiting(runtime: RuntimeView, ctx: WorkflowContext, reason: str) -> None:
     """WAITING (what it waits for), for ``app.AsyncResult``: one backend round trip per
     suspension of a run that reports. Not a ready state: ``.get()`` goes on waiting."""
     if ctx.canvas is not None and Canvas.decode(ctx.canvas).report:
         _store_state(runtime, ctx.workflow_id, ctx.workflow_name, reason, "WAITING")
 
 
-def _store_state(runtime: Runtime, run_id: str, name: str, result: Any, state: str) -> None:
+def _store_state(runtime: RuntimeView, run_id: str, name: str, result: Any, state: str) -> None:
     """A state that isn't final; never fails the delivery (a monitor's view: the final
     state is the one the outbox owes)."""
     try:

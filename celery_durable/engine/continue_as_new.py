@@ -17,12 +17,12 @@ from celery_durable.engine.rollback import finish_or_roll_back
 from celery_durable.errors import ContinuedAsNew
 
 if TYPE_CHECKING:
-    from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.workflow")
 
 
-def settle_continued(runtime: Runtime, ctx: WorkflowContext, exc: ContinuedAsNew) -> Any:
+def settle_continued(runtime: RuntimeView, ctx: WorkflowContext, exc: ContinuedAsNew) -> Any:
     fields = ctx.log_fields()
     carried = ctx.take_deferred()
     due = runtime.store.continue_as_new(

@@ -17,14 +17,14 @@ from celery_durable.core.logs import run_fields
 from celery_durable.engine.items import cancel
 
 if TYPE_CHECKING:
-    from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.sweeper")
 
 DEADLINE_EXCEEDED = "deadline exceeded"
 
 
-def cancel_overdue(runtime: Runtime, batch: int = 100) -> int:
+def cancel_overdue(runtime: RuntimeView, batch: int = 100) -> int:
     """Cancel the runs past their deadline; returns how many were told to stop."""
     told = 0
     for run_id in runtime.store.overdue_runs(batch):

@@ -32,7 +32,8 @@ from celery_durable.errors import ArgumentsRefused, LeaseLost, Suspended
 from celery_durable.store import Claim, OwedReport, RunRecord, Store, is_unreachable
 
 if TYPE_CHECKING:
-    from celery_durable.engine.runtime import Runtime, WorkflowDefinition
+    from celery_durable.engine.definition import WorkflowDefinition
+    from celery_durable.engine.runtime import Runtime
 
 logger = logging.getLogger("celery_durable.workflow")
 

@@ -13,11 +13,11 @@ from celery_durable.engine.publish import publish_woken
 from celery_durable.store import FINISHED_STATUSES, OwedReport, StepRecord
 
 if TYPE_CHECKING:
-    from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.runtime_view import RuntimeView
 
 
 def finish(
-    runtime: Runtime,
+    runtime: RuntimeView,
     ctx: WorkflowContext,
     status: str,
     *,
@@ -47,7 +47,7 @@ def finish(
 
 
 def _settle(
-    runtime: Runtime,
+    runtime: RuntimeView,
     ctx: WorkflowContext,
     status: str,
     *,

@@ -48,7 +48,7 @@ from celery_durable.store import (
 
 if TYPE_CHECKING:
     from celery_durable.body.step import Step
-    from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.runtime_view import RuntimeView
     from celery_durable.store import Store
 
 logger = logging.getLogger("celery_durable.items")
@@ -57,7 +57,7 @@ logger = logging.getLogger("celery_durable.items")
 REVOKED = "revoked (celery control revoke)"
 
 
-def cancel(runtime: Runtime, run_id: str, reason: str | None) -> Cancellation:
+def cancel(runtime: RuntimeView, run_id: str, reason: str | None) -> Cancellation:
     """Cancel a run, its pending items and its (not detached) children; publish the
     parents their cancelled children woke."""
     cancelled = runtime.store.cancel_run(run_id, reason, runtime.config.dispatch_grace)
@@ -68,7 +68,7 @@ def cancel(runtime: Runtime, run_id: str, reason: str | None) -> Cancellation:
     return cancelled
 
 
-def revoke_item(runtime: Runtime, task_id: str) -> bool:
+def revoke_item(runtime: RuntimeView, task_id: str) -> bool:
     """``celery control revoke`` of an item's task id (``<run id>:<step>:<item>``), or of a
     batch's (``<run id>:<step>:<first>-<last>``, each of its unsettled items): settle the
     item "revoked" in the store, so that no delivery of it runs again (Celery's own revoked
@@ -144,7 +144,7 @@ def register_item_task(app: Celery, step: Step[Any, Any]) -> None:
 _MAX_INDEX = 2**31 - 1  # the step and item columns are Postgres integers
 
 
-def _item_target(app: Celery, task: Task, args: Any, kwargs: Any) -> Runtime | None:
+def _item_target(app: Celery, task: Task, args: Any, kwargs: Any) -> RuntimeView | None:
     """The Durable an item message is for; None (refused by name, logged once) when its
     arguments don't fit, can't be a run id and indexes, or name an unknown namespace."""
     expected = "(namespace, run id, step index, item number[, batch's item count])"
@@ -171,7 +171,7 @@ def _item_target(app: Celery, task: Task, args: Any, kwargs: Any) -> Runtime | N
     return None
 
 
-def execute_item(runtime: Runtime, task: Task, run_id: str, idx: int, item: int) -> Any:
+def execute_item(runtime: RuntimeView, task: Task, run_id: str, idx: int, item: int) -> Any:
     """Run the item's step under the step's retry policy and record the outcome: a first
     delivery in one open transaction (``store.open_item``), anything else after a claim.
     Returns the step's value; an item that failed for good raises its exception (Celery's
@@ -210,7 +210,7 @@ def _line(task: Task, fields: dict[str, Any]) -> str:
     )
 
 
-def _not_claimed(runtime: Runtime, task: Task, fields: dict[str, Any]) -> BaseException:
+def _not_claimed(runtime: RuntimeView, task: Task, fields: dict[str, Any]) -> BaseException:
     logger.info(
         "item %d of step %d (%s) of run %s not claimed (recorded already, running "
         "elsewhere or waiting out a retry backoff); delivery acknowledged",
@@ -238,12 +238,12 @@ def _claimed(task: Task, claim: ItemClaim, fields: dict[str, Any]) -> None:
     )
 
 
-def _finished(runtime: Runtime, task: Task, value: Any, fields: dict[str, Any]) -> Any:
+def _finished(runtime: RuntimeView, task: Task, value: Any, fields: dict[str, Any]) -> Any:
     return taskevents.finished_task(runtime.app, task.request.id, value, _line(task, fields))
 
 
 def _claim_and_run(
-    runtime: Runtime,
+    runtime: RuntimeView,
     task: Task,
     run_id: str,
     idx: int,
@@ -281,7 +281,7 @@ def _claim_and_run(
 
 
 def _give_back_if_stopped(
-    runtime: Runtime,
+    runtime: RuntimeView,
     task: Task,
     held: tuple[str, int, int, str],
     exc: BaseException,
@@ -323,7 +323,7 @@ class _Claimed:
 
 
 def _run_claimed(
-    runtime: Runtime,
+    runtime: RuntimeView,
     task: Task,
     writer: _Claimed | OpenItem,
     claim: ItemClaim,

@@ -28,7 +28,7 @@ from celery_durable.store import OpenItem, ProofOfLife
 from celery_durable.store.db.outage import describe, is_unreachable, summary
 
 if TYPE_CHECKING:
-    from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.worker")
 
@@ -41,7 +41,7 @@ class FailureLog:
     the traceback for any other error. The first success afterwards logs one line.
     """
 
-    def __init__(self, runtime: Runtime, what: str) -> None:
+    def __init__(self, runtime: RuntimeView, what: str) -> None:
         self.runtime = runtime
         self.what = what
         self.count = 0
@@ -82,7 +82,7 @@ os.register_at_fork(after_in_child=_reset_keepers_after_fork)
 class LeaseKeeper:
     """Renews the leases of the runs this process executes, one statement per beat."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: RuntimeView) -> None:
         self.runtime = runtime
         self._pid = -1
         self._owner = ""

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
     from sqlalchemy.orm import Session
 
-    from celery_durable.engine.runtime import Runtime, WorkflowDefinition
+    from celery_durable.engine.definition import WorkflowDefinition
+    from celery_durable.engine.runtime_view import RuntimeView
     from celery_durable.store.db.foreign import ForeignTransaction
     from celery_durable.store.records import Claim, NewRun
 
@@ -48,7 +49,7 @@ def run_slot_key(
 
 
 def insert_run(
-    runtime: Runtime,
+    runtime: RuntimeView,
     definition: WorkflowDefinition,
     run: NewRun,
     key: str | None,
@@ -83,7 +84,7 @@ class RunSlot:
 
 
 def take_run_slot(
-    runtime: Runtime,
+    runtime: RuntimeView,
     definition: WorkflowDefinition,
     ctx: WorkflowContext,
     claim: Claim,
@@ -120,7 +121,7 @@ def take_run_slot(
 
 
 def give_run_slot(
-    runtime: Runtime,
+    runtime: RuntimeView,
     definition: WorkflowDefinition,
     run_id: str,
     slot: RunSlot | None,
@@ -146,7 +147,7 @@ def give_run_slot(
         publish_woken(runtime, run, f"limiter {limiter.name!r} handed it a slot")
 
 
-def hand_off_slots(runtime: Runtime) -> int:
+def hand_off_slots(runtime: RuntimeView) -> int:
     """The sweeper's pass: every limiter's free slots and refilled tokens go to its next
     waiters (a dead holder's slot is free once its lease is out); returns the runs woken."""
     grace = runtime.config.dispatch_grace

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from celery_durable.store import Claim, ProofOfLife
 
 if TYPE_CHECKING:
-    from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.worker")
 
@@ -43,7 +43,7 @@ CHECK_EVERY = 5.0
 RETAKE_EVERY = 0.1
 
 
-def lease_window(runtime: Runtime) -> float:
+def lease_window(runtime: RuntimeView) -> float:
     """How far ahead a live lease runs (a renewal can land as a sweep starts), and how long
     a lost connection of this process keeps it from trusting a missing proof of life."""
     return 2 * runtime.config.lock_timeout
@@ -52,7 +52,7 @@ def lease_window(runtime: Runtime) -> float:
 class GoneOwners:
     """The owners this process saw without their proof of life, and since when."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: RuntimeView) -> None:
         self.runtime = runtime
         self._since: dict[str, float] = {}
 
@@ -77,7 +77,7 @@ class GoneOwners:
         return max(0.0, min(self._since.values()) + CONFIRM_AFTER - time.monotonic())
 
 
-def take_over_from_gone_owner(runtime: Runtime, run_id: str, owner: str) -> Claim | None:
+def take_over_from_gone_owner(runtime: RuntimeView, run_id: str, owner: str) -> Claim | None:
     """A delivery of a run leased to another owner (RabbitMQ redelivers a dead worker's
     messages at once): if that owner's proof of life is gone now and ``CONFIRM_AFTER``
     s later, take the run over. Waits that long only when the owner looks gone."""

@@ -27,7 +27,7 @@ from celery_durable.core.ids import derived_id
 from celery_durable.core.logs import run_fields
 
 if TYPE_CHECKING:
-    from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.runtime_view import RuntimeView
     from celery_durable.store import DueRun
 
 # Item tasks and wake-ups log as they did beside the item tasks.
@@ -93,7 +93,7 @@ def batch_ranges(items: Iterable[int], batch_size: int) -> list[tuple[int, int]]
 class Dispatch:
     """Publishes item tasks and runs for a body (the context's ``Dispatcher``)."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: RuntimeView) -> None:
         self.runtime = runtime
 
     @property
@@ -168,7 +168,7 @@ class Dispatch:
         self.runtime.app.control.revoke(run_id, terminate=True, signal="SIGTERM")
 
 
-def publish_woken(runtime: Runtime, woken: DueRun | None, why: str) -> None:
+def publish_woken(runtime: RuntimeView, woken: DueRun | None, why: str) -> None:
     """Publish a parent an item (or child) woke; a lost publish is the sweeper's."""
     if woken is None:
         return

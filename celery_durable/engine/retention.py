@@ -10,7 +10,7 @@ from celery_durable.core.logs import run_fields
 from celery_durable.store import FINISHED_STATUSES, Collected
 
 if TYPE_CHECKING:
-    from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.operations")
 
@@ -20,7 +20,7 @@ logger = logging.getLogger("celery_durable.operations")
 RETENTION_BATCH = 100
 
 
-def collect_retained(runtime: Runtime, retention: float) -> Collected:
+def collect_retained(runtime: RuntimeView, retention: float) -> Collected:
     """One batch per finished status of the runs older than ``durable_retention`` (the
     sweeper calls this); a full batch means more are left for the next sweep."""
     store = runtime.store

@@ -31,7 +31,7 @@ from celery_durable.errors import LeaseLost, StoreUnavailable
 from celery_durable.store import Claim, StepRecord
 
 if TYPE_CHECKING:
-    from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.workflow")
 
@@ -58,7 +58,7 @@ def resumable(ctx: WorkflowContext, claim: Claim) -> bool:
     return (claim.cancel_requested and claim.compensable) or _marker(ctx) is not None
 
 
-def resume(runtime: Runtime, ctx: WorkflowContext) -> str | None:
+def resume(runtime: RuntimeView, ctx: WorkflowContext) -> str | None:
     """Finish (or start, for a cancelled saga) the rollback of a claimed run, and settle;
     the final status (None: the lease was lost)."""
     status = settle(runtime, ctx, "CANCELLED", None, None)
@@ -73,7 +73,7 @@ def resume(runtime: Runtime, ctx: WorkflowContext) -> str | None:
 
 
 def settle(
-    runtime: Runtime,
+    runtime: RuntimeView,
     ctx: WorkflowContext,
     status: str,
     error: str | None,
@@ -114,7 +114,7 @@ def settle(
 
 
 def finish_or_roll_back(
-    runtime: Runtime,
+    runtime: RuntimeView,
     ctx: WorkflowContext,
     status: str,
     error: str | None,

@@ -2,7 +2,9 @@
 
 :class:`~celery_durable.Durable` builds one per instance and binds it to the Celery app
 (:mod:`celery_durable.engine.apps`); everything below ``durable.py`` takes a Runtime, so that
-no module of the engine depends on the class that registers workflows.
+no module of the engine depends on the class that registers workflows. The parts it holds,
+and the passes they run, sit below this module: they take its
+:class:`~celery_durable.engine.runtime_view.RuntimeView`, so none of them imports it back.
 
 Example::
 
@@ -13,8 +15,6 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -25,27 +25,12 @@ from celery_durable.body.step import Step
 from celery_durable.core import logs, serialization, tracing
 from celery_durable.core.config import DurableConfig
 from celery_durable.engine import apps
+from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.leases import LeaseKeeper
 from celery_durable.engine.publish import STORED_HEADER, Dispatch
 from celery_durable.engine.queues import FleetWatch
 from celery_durable.engine.sweeper import Sweeper
 from celery_durable.store import Store
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkflowDefinition:
-    """A registered workflow: its function and the options given to ``@durable.workflow``."""
-
-    fn: Callable[..., Any]
-    name: str
-    queue: str | None
-    max_attempts: int | None
-    retry_backoff: float | None
-    signature: inspect.Signature | None
-    # The whole run takes a slot of it before its body runs (@durable.workflow(limiter=)).
-    limiter: Limiter | None = None
-    # Seconds from its start to its deadline (@durable.workflow(timeout=)); None: none.
-    timeout: float | None = None
 
 
 class Runtime:
@@ -136,6 +121,12 @@ class HasRuntime(Protocol):
 
     @property
     def runtime(self) -> Runtime: ...
+
+
+def bound_runtimes(app: Celery) -> list[Runtime]:
+    """The Runtimes bound to ``app``, typed as what they are: ``apps`` sits below this
+    module, so it keeps them as the view its parts use (Durable binds only Runtimes)."""
+    return [runtime for runtime in apps.runtimes_of(app) if isinstance(runtime, Runtime)]
 
 
 def runtime_of(owner: Runtime | HasRuntime) -> Runtime:

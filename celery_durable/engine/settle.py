@@ -38,13 +38,13 @@ from celery_durable.errors import (
 from celery_durable.store import Claim, StepRecord
 
 if TYPE_CHECKING:
-    from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.workflow")
 
 
 def settle_stop_or_error(
-    runtime: Runtime, ctx: WorkflowContext, claim: Claim, exc: BaseException
+    runtime: RuntimeView, ctx: WorkflowContext, claim: Claim, exc: BaseException
 ) -> Any:
     fields = ctx.log_fields()
     name, run_id, app = ctx.workflow_name, ctx.workflow_id, runtime.app
@@ -91,7 +91,7 @@ def settle_stop_or_error(
     return _settle_error(runtime, ctx, claim, exc)
 
 
-def settle_success(runtime: Runtime, ctx: WorkflowContext, encoded: str) -> None:
+def settle_success(runtime: RuntimeView, ctx: WorkflowContext, encoded: str) -> None:
     """Store the result; raises DeliveryEnded when the run was cancelled or lost instead."""
     fields = ctx.log_fields()
     failed = ctx.failed_step
@@ -121,13 +121,13 @@ def settle_success(runtime: Runtime, ctx: WorkflowContext, encoded: str) -> None
 
 
 def _cancelled(
-    runtime: Runtime, ctx: WorkflowContext, reason: str | None = None
+    runtime: RuntimeView, ctx: WorkflowContext, reason: str | None = None
 ) -> taskevents.DeliveryEnded:
     text = f"cancelled: {reason or 'cancel requested'} {taskevents.ctx_line(ctx)}"
     return taskevents.ended(runtime.app, ctx.workflow_id, taskevents.CANCELLED, text)
 
 
-def _child_cancelled_on_retry(runtime: Runtime, ctx: WorkflowContext) -> None:
+def _child_cancelled_on_retry(runtime: RuntimeView, ctx: WorkflowContext) -> None:
     """A child cancelled while scheduling its retry: its parent's item learns it now."""
     if ctx.parent_id is not None and ctx.parent_idx is not None:
         woken = runtime.store.settle_child_item(
@@ -150,7 +150,9 @@ def _ended_the_attempt(ctx: WorkflowContext, exc: BaseException) -> bool:
     return False
 
 
-def _settle_error(runtime: Runtime, ctx: WorkflowContext, claim: Claim, exc: BaseException) -> Any:
+def _settle_error(
+    runtime: RuntimeView, ctx: WorkflowContext, claim: Claim, exc: BaseException
+) -> Any:
     store, config = runtime.store, runtime.config
     # Which step's failure ended the attempt, kept with the error: a resume runs that step
     # again instead of replaying its failure.

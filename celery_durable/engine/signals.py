@@ -29,7 +29,7 @@ from celery_durable.errors import PendingSignalsFull, WorkflowAlreadyCompleted, 
 from celery_durable.store import Outcome, is_unreachable
 
 if TYPE_CHECKING:
-    from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.signals")
 
@@ -40,7 +40,7 @@ NOT_FOUND_RETRIES = 4
 WAKE_TASK = "celery_durable.wake"
 
 
-def _encode_payload(runtime: Runtime, name: str, payload: Any) -> str:
+def _encode_payload(runtime: RuntimeView, name: str, payload: Any) -> str:
     limit = runtime.config.max_payload_bytes
     return serialization.encode_json(f"the payload of signal {name!r}", payload, limit)
 
@@ -53,7 +53,7 @@ def _check_signal(workflow_id: str, name: str, idempotency_key: str | None) -> N
 
 
 def store_signal(
-    runtime: Runtime,
+    runtime: RuntimeView,
     workflow_id: str,
     name: str,
     payload_json: str,
@@ -79,7 +79,7 @@ def store_signal(
 
 
 def send_signal(
-    runtime: Runtime,
+    runtime: RuntimeView,
     workflow_id: str,
     name: str,
     payload: Any = None,
@@ -105,11 +105,11 @@ def send_signal(
     return True
 
 
-def publish_wake(runtime: Runtime, workflow_id: str, name: str) -> None:
+def publish_wake(runtime: RuntimeView, workflow_id: str, name: str) -> None:
     _publish(runtime, WAKE_TASK, (runtime.config.namespace, workflow_id, name))
 
 
-def _publish(runtime: Runtime, task_name: str, args: tuple[Any, ...], **options: Any) -> None:
+def _publish(runtime: RuntimeView, task_name: str, args: tuple[Any, ...], **options: Any) -> None:
     # Through the registered task rather than send_task: task_always_eager then runs the
     # whole signal path in-process, which makes eager mode a complete test harness.
     tracing.add_link_headers(options)  # the run it wakes links back to the sender
@@ -117,7 +117,7 @@ def _publish(runtime: Runtime, task_name: str, args: tuple[Any, ...], **options:
 
 
 def send_signal_via_broker(
-    runtime: Runtime,
+    runtime: RuntimeView,
     workflow_id: str,
     name: str,
     payload: Any = None,
@@ -147,7 +147,7 @@ def send_signal_via_broker(
 
 
 def _store_signal_here(
-    runtime: Runtime, workflow_id: str, name: str, encoded: str, key: str
+    runtime: RuntimeView, workflow_id: str, name: str, encoded: str, key: str
 ) -> bool:
     """Store (or refuse and keep) the signal directly; False: send it through the broker."""
     fields = {**run_fields(workflow_id), "signal": name}
@@ -315,7 +315,7 @@ def register_tasks(app: Celery) -> None:
 _SIGNAL_ARGUMENTS = "(namespace, workflow id, signal name, payload JSON[, idempotency key])"
 
 
-def _wake_target(app: Celery, message_id: Any, args: Any, kwargs: Any) -> Runtime | None:
+def _wake_target(app: Celery, message_id: Any, args: Any, kwargs: Any) -> RuntimeView | None:
     """The Durable a wake-up message is for; None (refused by name, logged once) when its
     arguments don't fit, can't be ids, or name a namespace no Durable here serves."""
     problem = validate.arguments_problem(
@@ -335,7 +335,7 @@ def _wake_target(app: Celery, message_id: Any, args: Any, kwargs: Any) -> Runtim
     return runtime
 
 
-def _durable_or_none(app: Celery, namespace: str) -> Runtime | None:
+def _durable_or_none(app: Celery, namespace: str) -> RuntimeView | None:
     try:
         return runtime_for(app, namespace)
     except LookupError:
@@ -354,7 +354,7 @@ def _storable(text: Any) -> bool:
 
 
 def _refuse(
-    runtime: Runtime,
+    runtime: RuntimeView,
     workflow_id: str,
     name: str,
     payload_json: str,

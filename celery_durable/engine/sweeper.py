@@ -33,7 +33,7 @@ from celery_durable.engine.queues import QueueWatch
 from celery_durable.store import FINISHED_STATUSES, TAKEOVER, DueItem, DueRun
 
 if TYPE_CHECKING:
-    from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.worker")
 
@@ -62,7 +62,7 @@ def worker_lost_error(max_recoveries: int, what: str = "workflow") -> str:
 class Sweeper:
     """Publishes again the runs that need it: lease expired, publish lost, backoff or timer due."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: RuntimeView) -> None:
         self.runtime = runtime
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

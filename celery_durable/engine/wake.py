@@ -10,12 +10,12 @@ from celery_durable.core.logs import run_fields
 from celery_durable.store import FINISHED_STATUSES
 
 if TYPE_CHECKING:
-    from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.signals")
 
 
-def wake(runtime: Runtime, workflow_id: str, name: str) -> bool:
+def wake(runtime: RuntimeView, workflow_id: str, name: str) -> bool:
     """If the run waits for ``name``, make it PENDING and publish it."""
     run = runtime.store.wake_run(workflow_id, name, runtime.config.dispatch_grace)
     if run is None:
@@ -31,7 +31,7 @@ def wake(runtime: Runtime, workflow_id: str, name: str) -> bool:
     return True
 
 
-def wake_outcome(runtime: Runtime, workflow_id: str, name: str) -> str:
+def wake_outcome(runtime: RuntimeView, workflow_id: str, name: str) -> str:
     """Wake the run if it waits for ``name``; say what happened. It is the wake-up task's
     result, which Flower and the worker's log show: a bare False said nothing. (Names in
     double quotes: Celery shows a str result quoted, escaping single quotes.)"""

@@ -18,7 +18,8 @@ from kombu.utils.encoding import safe_repr
 from celery_durable.core import serialization
 from celery_durable.core.logs import log_started
 from celery_durable.engine.canvas import Canvas
-from celery_durable.engine.runtime import Runtime, WorkflowDefinition
+from celery_durable.engine.definition import WorkflowDefinition
+from celery_durable.engine.runtime import Runtime
 from celery_durable.errors import ArgumentsRefused
 from celery_durable.store import NewRun
 

@@ -32,6 +32,7 @@ from celery_durable.core.logs import log_started, run_fields
 from celery_durable.core.retry import backoff
 from celery_durable.engine import limits, taskevents
 from celery_durable.engine.canvas import Canvas, neutralise
+from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.delivery import (
     TRANSACTIONAL_HEADER,
     ClaimUnavailable,
@@ -39,7 +40,6 @@ from celery_durable.engine.delivery import (
     request_header,
 )
 from celery_durable.engine.publish import STORED_HEADER, publish_or_leave
-from celery_durable.engine.runtime import WorkflowDefinition
 from celery_durable.errors import (
     InvalidArgument,
     RunNotPublished,

@@ -1,0 +1,102 @@
+"""What the Runtime's parts use of the Runtime: :class:`RuntimeView`, a protocol.
+
+The Runtime (``engine/runtime.py``) holds the lease keeper, the sweeper and the dispatcher,
+and through the sweeper every pass it runs (items, limits, deadlines, canvas reports,
+retention, liveness). They all take the Runtime that holds them, so typing them with the
+class itself would make each of them import the module that imports them. They take this
+view instead: it sits below all of them, and names only types from below the engine
+(``core``, ``store``, ``body``, Celery) or small protocols of its own, so the Runtime
+depends on its parts and never the other way. A Runtime satisfies it structurally; mypy
+checks that where the Runtime hands itself to a part (``LeaseKeeper(self)``, ...).
+
+Example::
+
+    def cancel_overdue(runtime: RuntimeView, batch: int = 100) -> int:
+        for run_id in runtime.store.overdue_runs(batch): ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from celery_durable.body.context import Dispatcher
+    from celery_durable.body.limiter import Limiter
+    from celery_durable.body.step import Step
+    from celery_durable.core.config import DurableConfig
+    from celery_durable.engine.definition import WorkflowDefinition
+    from celery_durable.store import OpenItem, Store
+
+
+class LeaseTracking(Protocol):
+    """The lease heartbeat as item tasks and reports use it (``leases.LeaseKeeper``; the
+    keeper is a part of its own, so the view can't name its class)."""
+
+    def item_token(self) -> str:
+        """A claim token for an item, unique across processes and claims."""
+        ...
+
+    def track_item(self, held: tuple[str, int, int, str]) -> None: ...
+
+    def untrack_item(self, held: tuple[str, int, int, str]) -> None: ...
+
+    def track_open_item(self, opened: OpenItem) -> None: ...
+
+    def untrack_open_item(self, opened: OpenItem) -> None: ...
+
+    def reported(self, run_id: str) -> None:
+        """The run's report to Celery is made: its outbox entry is cleared at a beat."""
+        ...
+
+
+class Fleet(Protocol):
+    """How many pool processes the running workers have (``queues.FleetWatch``)."""
+
+    def concurrency(self, ttl: float) -> int: ...
+
+
+class RuntimeView(Protocol):
+    """The Runtime as its parts see it; read-only, as none of them replaces what it holds."""
+
+    @property
+    def app(self) -> Celery: ...
+
+    @property
+    def config(self) -> DurableConfig:
+        """The merged settings (read on first use)."""
+        ...
+
+    @property
+    def store(self) -> Store:
+        """The database (opened on first use)."""
+        ...
+
+    @property
+    def workflows(self) -> Mapping[str, WorkflowDefinition]: ...
+
+    @property
+    def steps(self) -> Mapping[str, Step[Any, Any]]: ...
+
+    @property
+    def limiters(self) -> Mapping[str, Limiter]: ...
+
+    @property
+    def sweep_passes(self) -> Sequence[Callable[[], int]]:
+        """Passes added above the engine (schedules), run by the sweeper every poll."""
+        ...
+
+    @property
+    def leases(self) -> LeaseTracking: ...
+
+    @property
+    def dispatch(self) -> Dispatcher: ...
+
+    @property
+    def fleet(self) -> Fleet: ...
+
+    def publish(self, run_id: str, name: str, args: str, queue: str | None) -> None:
+        """Publish a stored run's task message (the sweeper's re-dispatch, a wake-up)."""
+        ...
