@@ -13,17 +13,28 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from benchmarks.db import Monitor
 from benchmarks.workers import wait_until
-
-if TYPE_CHECKING:
-    from benchmarks.measure import Bench
 
 # Commits are counted by transaction id (see ``Window``): every one of the workload's has
 # committed when its last run is seen finished, with no statistics to wait for. Work that the
 # workload sets off after that (none is expected) has this long to show before a window ends.
 TRAILING_SECONDS = 1.0
+
+
+class Watcher(Protocol):
+    """What a window needs of the measurements' ``Bench``.
+
+    Declared here, not imported from ``measure``, because ``measure`` imports this module:
+    the imports go one way."""
+
+    @property
+    def monitor(self) -> Monitor: ...
+
+    @property
+    def tag(self) -> str: ...  # the benchmark's own application_name: not foreign
 
 
 @dataclass
@@ -62,7 +73,7 @@ class Window:
         return {**self.__dict__, "clean": self.clean}
 
 
-def _settle(b: Bench, since: float, first: int, timeout: float = 30.0) -> tuple[bool, int]:
+def _settle(b: Watcher, since: float, first: int, timeout: float = 30.0) -> tuple[bool, int]:
     """Wait until TRAILING_SECONDS have passed since ``since`` (monotonic), then take a
     snapshot's xmax and wait until no id from ``first`` up to it is in progress. Returns
     whether that happened before ``timeout``, and that xmax."""
@@ -85,7 +96,7 @@ def _settle(b: Bench, since: float, first: int, timeout: float = 30.0) -> tuple[
         return False, end
 
 
-def commit_window(b: Bench, workload: Callable[[], None], idle_seconds: float = 0.0) -> Window:
+def commit_window(b: Watcher, workload: Callable[[], None], idle_seconds: float = 0.0) -> Window:
     """xmax before, ``workload()`` (or ``idle_seconds`` of nothing), settle, xmax after; the
     ids in between that committed."""
     wall = time.time()
@@ -118,7 +129,7 @@ def commit_window(b: Bench, workload: Callable[[], None], idle_seconds: float = 
     )
 
 
-def idle_window(b: Bench, idle_seconds: float, attempts: int = 3) -> Window:
+def idle_window(b: Watcher, idle_seconds: float, attempts: int = 3) -> Window:
     """``commit_window`` of ``idle_seconds`` of nothing, measured again (up to ``attempts``
     times) while it is not clean: commits are counted over the whole cluster, so another
     program writing meanwhile would be taken for the workers' idle rate."""

@@ -13,26 +13,49 @@ sent again, with the same idempotency key, when:
 
 Example::
 
-    signals = Signals(run)           # run: the ChaosRun (agenda, observer, durable, logs)
+    signals = Signals(run)           # run: a SignalDriver, e.g. the ChaosRun
     signals.send(workflow_plan)      # from the agenda, once the run has started
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from benchmarks.chaos.plan import SIGNAL, WorkflowPlan
+from benchmarks.chaos.verdict import Observer
+from benchmarks.chaos.workers import ChaosWorker
 from celery_durable import WorkflowHandle
-
-if TYPE_CHECKING:
-    from benchmarks.chaos.run import ChaosRun
 
 RETRY_EVERY = 0.5
 CHECK_AFTER = 8.0
 CHECK_AGAIN = 4.0
 MAX_SENDS = 20
+
+
+class SignalDriver(Protocol):
+    """What the signals need of the run that owns them (``ChaosRun`` is one).
+
+    Declared here, not imported from ``run``, because ``run`` imports this module: the
+    imports go one way."""
+
+    @property
+    def app(self) -> Any: ...  # a module, imported only once the run has set its environment
+
+    @property
+    def observer(self) -> Observer | None: ...
+
+    @property
+    def workers(self) -> Sequence[ChaosWorker]: ...
+
+    @property
+    def deadline(self) -> float: ...
+
+    def now(self) -> float: ...
+
+    def at(self, when: float, label: str, action: Callable[[], object]) -> None: ...
 
 
 @dataclass
@@ -50,7 +73,7 @@ class SignalLog:
 
 
 class Signals:
-    def __init__(self, run: ChaosRun) -> None:
+    def __init__(self, run: SignalDriver) -> None:
         self.run = run
         self.log = SignalLog()
         self.sent: dict[str, list[_Sent]] = {}
