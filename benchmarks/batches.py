@@ -63,11 +63,19 @@ def _map_round(b: Bench, items: int, size: int | str) -> dict[str, Any]:
     if b.monitor.count_status(ids, "SUCCEEDED") != 1:
         raise RuntimeError(f"the batched map {ids[0]} did not succeed")
     elapsed = b.monitor.last_finished_at(ids) - start
+    marks = b.monitor.map_marks(ids[0])
     return {
         "elapsed_s": elapsed,
         "items_per_s": items / elapsed,
+        "marks_ms": {name: (at - start) * 1000 for name, at in zip(MARKS, marks, strict=True)},
         **_usage(b, before, items, seen - start),
     }
+
+
+# Where a map's time goes, in ms after its .delay(): the parent's delivery reaches the
+# insert of its item rows; the batches record; the last record wakes the parent, whose
+# second delivery replays the body and settles. The chunks pay none of the parent's part.
+MARKS = ("items_insert", "first_recorded", "last_recorded", "finished")
 
 
 def _usage(b: Bench, before: cpu.Snapshot, items: int, seen: float) -> dict[str, Any]:
@@ -105,6 +113,9 @@ def compare(
             "cpu_ms_per_item": _median_usage(taken),
             "rounds": taken,
         }
+    out["map"]["marks_ms"] = {
+        mark: statistics.median(s["marks_ms"][mark] for s in samples["map"]) for mark in MARKS
+    }
     for against in ("chord", "chunks"):
         ratios = [
             m["items_per_s"] / c["items_per_s"]
@@ -151,10 +162,17 @@ def describe(x: dict[str, Any]) -> str:
         f"batched map of {x['items']} (batch_size={x['batch_size']}): "
         f"{x['map']['items_per_s']:,.0f} items/s; chord {x['chord']['items_per_s']:,.0f}, "
         f"chord over chunks {x['chunks']['items_per_s']:,.0f}; {vs}; "
-        f"{x['commits']['per_item']:.3f} commits per item; CPU ms per 1,000 items (median "
+        f"{x['commits']['per_item']:.3f} commits per item; the map's marks, ms after its "
+        f"start (median): {_marks_line(x['map'].get('marks_ms'))}; CPU ms per 1,000 items (median "
         f"of the rounds): map {_cpu_line(x['map']['cpu_ms_per_item'])}; chunks "
         f"{_cpu_line(x['chunks']['cpu_ms_per_item'])}"
     )
+
+
+def _marks_line(marks: dict[str, float] | None) -> str:
+    if not marks:
+        return "none"
+    return ", ".join(f"{mark.replace('_', ' ')} {ms:.1f}" for mark, ms in marks.items())
 
 
 # Commits per item of the batched map: a batch costs its claim and its record whatever its
@@ -201,6 +219,20 @@ def batches_figures(x: dict[str, Any] | None) -> list[Any]:
                 sum(x[kind]["cpu_ms_per_item"].values()) * 1000,
                 "ms",
                 note=_cpu_line(x[kind]["cpu_ms_per_item"]),
+            )
+        )
+    marks = x["map"].get("marks_ms")
+    if marks:
+        chunks_ms = x["items"] / x["chunks"]["items_per_s"] * 1000
+        figures.append(
+            Figure(
+                "batched_map_finished_ms",
+                f"{label}: start to finish (median of the rounds)",
+                marks["finished"],
+                "ms",
+                note=f"items inserted from {marks['items_insert']:.1f}, first recorded "
+                f"{marks['first_recorded']:.1f}, last recorded {marks['last_recorded']:.1f} "
+                f"ms; the chord over chunks: {chunks_ms:.1f} ms in all",
             )
         )
     c = x["commits"]

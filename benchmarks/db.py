@@ -175,6 +175,20 @@ class Monitor:
         assert row is not None and row[0] is not None
         return float(row[0])
 
+    def map_marks(self, run_id: str) -> tuple[float, float, float, float]:
+        """A fan-out run's marks on this host's clock (epoch seconds): its items' insert
+        (the statement's start), their first and last record, and the run's finish."""
+        row = self.execute(
+            sql.SQL(
+                "SELECT min(i.created_at), min(i.finished_at), max(i.finished_at), "
+                "max(r.finished_at) FROM {} i JOIN {} r ON r.namespace = i.namespace "
+                "AND r.id = i.run_id WHERE i.namespace = %s AND i.run_id = %s"
+            ).format(sql.Identifier(f"{self.prefix}items"), self.runs),
+            (self.namespace, run_id),
+        ).fetchone()
+        assert row is not None and None not in row, f"run {run_id} has no finished items"
+        return (float(row[0]), float(row[1]), float(row[2]), float(row[3]))
+
     def row_counts(self) -> dict[str, int]:
         out = {}
         for name, table in (("runs", self.runs), ("steps", self.steps)):

@@ -75,6 +75,7 @@ FIGURES = {
     "batched_map_vs_chord",
     "batched_map_vs_chunks",
     "batched_map_commits_per_item",
+    "batched_map_finished_ms",
     "bigmap_seconds",
     "bigmap_messages",
     "bigmap_worker_rss",
