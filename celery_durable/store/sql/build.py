@@ -27,10 +27,11 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    update,
 )
 
 from celery_durable.store.db.dialect import Dialect
-from celery_durable.store.records import Outcome, StepRecord
+from celery_durable.store.records import DueRun, Outcome, StepRecord
 from celery_durable.store.schema import Tables
 
 # Seconds past due after which a run of another broker is any sweeper's to dispatch
@@ -251,6 +252,26 @@ class Builder:
                 else_=excluded.attempt,
             ),
         }
+
+    def wake_waiting(self, *where: Any, **also: Any) -> Any:
+        """Wake the WAITING runs that also match ``where`` (setting ``also`` too), returning
+        what the caller publishes. Due after ``p_grace``, so that the sweeper sends a publish
+        that is lost; only a WAITING run, so that a wake-up is idempotent."""
+        runs, now = self.tables.runs, self.now
+        return (
+            update(runs)
+            .where(self.ns, runs.c.status == "WAITING", *where)
+            .values(
+                status="PENDING",
+                wait_signal=None,
+                ready_at=None,
+                due_at=now + bindparam("p_grace"),
+                dispatches=0,
+                updated_at=now,
+                **also,
+            )
+            .returning(*columns_of(runs, DueRun))
+        )
 
     def insert(self, table: Any) -> Any:
         return self.dialect.insert(table)

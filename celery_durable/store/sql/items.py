@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 
 from celery_durable.store.db.dialect import Dialect
-from celery_durable.store.records import DueItem, DueRun, ItemRow, LostItem
+from celery_durable.store.records import DueItem, ItemRow, LostItem
 from celery_durable.store.schema import FINISHED_STATUSES, Tables, open_child
 from celery_durable.store.sql.batches import claim_update, run_active
 from celery_durable.store.sql.build import Builder, columns_of
@@ -47,8 +47,7 @@ class ItemStatements(Builder):
         self, tables: Tables, dialect: Dialect, namespace: str, dispatcher: str | None = None
     ) -> None:
         super().__init__(tables, dialect, namespace, dispatcher)
-        runs, items = tables.runs, tables.items
-        self._due_run_columns = columns_of(runs, DueRun)
+        items = tables.items
         self._in_ns = items.c.namespace == namespace
         self._of_run = and_(self._in_ns, items.c.run_id == bindparam("p_run_id"))
         self._key = and_(
@@ -202,25 +201,7 @@ class ItemStatements(Builder):
         waits_for_open = exists().where(
             items.c.namespace == namespace, items.c.run_id == runs.c.id, self._awaited_open
         )
-        wake = (
-            update(runs)
-            .where(
-                self.ns,
-                runs.c.status == "WAITING",
-                runs.c.wait_items == true(),
-                ~waits_for_open,
-            )
-            .values(
-                status="PENDING",
-                wait_items=False,
-                wait_signal=None,
-                ready_at=None,
-                due_at=now + bindparam("p_grace"),
-                dispatches=0,
-                updated_at=now,
-            )
-            .returning(*self._due_run_columns)
-        )
+        wake = self.wake_waiting(runs.c.wait_items == true(), ~waits_for_open, wait_items=False)
         self.settle_item_wake = wake.where(runs.c.id == bindparam("p_run_id"))
         # The sweeper's backstop for a wake-up that never happened.
         self.wake_item_waiters = wake.where(

@@ -131,20 +131,8 @@ class SweepStatements(Builder):
         """Wake a waiting run: its signal came, or its wake-up was lost."""
         runs, signals, now = self.tables.runs, self.tables.signals, self.now
         namespace, registered = self.namespace, self._registered
-        # Callers add which runs; the status check keeps a wake-up idempotent.
-        wake = (
-            update(runs)
-            .where(self.ns, runs.c.status == "WAITING")
-            .values(
-                status="PENDING",
-                wait_signal=None,
-                ready_at=None,
-                due_at=now + bindparam("p_grace"),
-                dispatches=0,
-                updated_at=now,
-            )
-            .returning(*self._due_columns)
-        )
+        # Callers add which runs.
+        wake = self.wake_waiting()
         self.wake_run = wake.where(
             runs.c.id == bindparam("p_run_id"), runs.c.wait_signal == bindparam("p_signal")
         )

@@ -15,6 +15,7 @@ from celery_durable import (
     WorkflowFailed,
     WorkflowStatus,
 )
+from tests.support.flaky_map import flaky_map
 from tests.support.waiting import wait_until
 
 
@@ -117,23 +118,8 @@ def test_failed_item_raises_step_failed_after_all_settle(durable):
 def test_eager_item_retries_record_their_true_attempt_count(durable):
     """Eager mode retries an item in-process: its row counts every attempt, as a worker's
     sweeper-driven retries would (``durable show`` prints it)."""
-    tries: dict[int, int] = {}
-
-    @durable.step(max_attempts=3, backoff=0)
-    def flaky(n: int) -> int:
-        tries[n] = tries.get(n, 0) + 1
-        if n == 1 and tries[n] < 3:
-            raise ConnectionError(f"try {tries[n]}")
-        if n == 2:
-            raise ValueError("never")
-        return n
-
-    @durable.workflow(max_attempts=1)
-    def flakies() -> list:
-        results = cd.map(flaky, range(3), return_exceptions=True)
-        return [r if isinstance(r, int) else r.error_type for r in results]
-
-    handle = flakies.delay()
+    flakies, tries = flaky_map(durable, 3)
+    handle = flakies.delay(True)
     assert handle.get(timeout=5) == [
         0,
         1,

@@ -9,6 +9,7 @@ import pytest
 import celery_durable as cd
 from celery_durable import InvalidArgument, WorkflowFailed, WorkflowStatus
 from celery_durable.body.fanout import AUTO_MAX, auto_size
+from tests.support.flaky_map import flaky_map
 from tests.support.waiting import wait_until
 
 
@@ -115,22 +116,7 @@ def test_a_bad_batch_size_raises_invalid_argument_before_anything_is_written(dur
 
 
 def test_batched_item_failures_retries_and_return_exceptions(durable):
-    tries: dict[int, int] = {}
-
-    @durable.step(max_attempts=3, backoff=0)
-    def flaky(n: int) -> int:
-        tries[n] = tries.get(n, 0) + 1
-        if n == 1 and tries[n] < 3:
-            raise ConnectionError(f"try {tries[n]}")
-        if n == 2:
-            raise ValueError("never")
-        return n
-
-    @durable.workflow(max_attempts=1)
-    def flakies(exceptions: bool) -> list:
-        results = cd.map(flaky, range(5), batch_size=5, return_exceptions=exceptions)
-        return [r if isinstance(r, int) else r.error_type for r in results]
-
+    flakies, tries = flaky_map(durable, 5, batch_size=5)
     handle = flakies.delay(True)
     assert handle.get(timeout=5) == [0, 1, "builtins.ValueError", 3, 4]
     assert tries == {0: 1, 1: 3, 2: 3, 3: 1, 4: 1}  # retried in-process, then recorded
