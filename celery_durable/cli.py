@@ -38,7 +38,7 @@ from celery_durable.errors import (
     WorkflowNotFound,
     WorkflowNotResumable,
 )
-from celery_durable.ops import console
+from celery_durable.ops import console, run_details
 from celery_durable.ops.dashboard.command import dashboard_command
 from celery_durable.ops.limiters import limiters_command
 from celery_durable.ops.schedules import schedules_command
@@ -155,16 +155,16 @@ def show(
         raise click.ClickException(str(exc)) from None
     if details is None:
         raise click.ClickException(f"no workflow run {workflow_id!r}")
-    unstarted = console.unstarted_queues(rows)
+    unstarted = run_details.unstarted_queues(rows)
     # Only when items wait unstarted: ask the workers (a broadcast, about a second).
     consumed = consumed_queues(instance.app) if unstarted else None
     idle = unstarted - consumed if consumed is not None else set()
     if as_json:
-        shown = console.details_json(details)
+        shown = run_details.details_json(details)
         mask = redactor_of(instance.app.conf.get("durable_redact"))
         for step in shown["steps"]:
             step["input"], step["output"] = mask(step["input"]), mask(step["output"])
-        shown["items"] = [console.item_json(row) for row in rows]
+        shown["items"] = [run_details.item_json(row) for row in rows]
         shown["unconsumed_queues"] = sorted(idle)
         click.echo(json.dumps(shown))
         return
@@ -172,10 +172,10 @@ def show(
     # A suspended run gives its attempt back, so a run that ran shows at least attempt 1.
     attempt = max(run.attempts, 1 if run.started_at is not None else 0)
     click.echo(f"{run.id}  {run.name}  {run.status}  attempt {attempt}/{run.max_attempts}")
-    click.echo(console.times_line(run))
+    click.echo(run_details.times_line(run))
     _echo_if(console.cancel_line(run))
-    _echo_if(console.fork_line(run))
-    _echo_if(console.wait_line(run))
+    _echo_if(run_details.fork_line(run))
+    _echo_if(run_details.wait_line(run))
     if run.parent_id:
         click.echo(f"child of {run.parent_id} (its step {run.parent_idx})")
     if run.wait_items:
@@ -189,7 +189,7 @@ def show(
         if status == "waiting" and finished:
             status = f"not reached (run {run.status.lower()} while waiting)"
         line = f"  step {step.idx}: {step.name} {status}"
-        times = console.step_times(step)
+        times = run_details.step_times(step)
         if times:
             line += f"  {times}"
         definition = instance.steps.get(step.name)
@@ -203,10 +203,10 @@ def show(
         click.echo(line)
         if step.error and step.status != "ok":
             click.echo(f"    {console.error_summary(step.error)}")
-        for item_line in console.item_lines(items.get(step.idx, []), max_items, idle):
+        for item_line in run_details.item_lines(items.get(step.idx, []), max_items, idle):
             click.echo(item_line)
-    _echo_if(console.signals_line(details))
-    _echo_if(console.state_line(details))
+    _echo_if(run_details.signals_line(details))
+    _echo_if(run_details.state_line(details))
     if run.error:
         click.echo(f"error: {console.error_summary(run.error, width=500)}")
 

@@ -1,4 +1,6 @@
-"""How the CLI prints runs: aligned tables for people, JSON for scripts.
+"""How the CLI prints runs: aligned tables for people, JSON for scripts; the values
+every listing shares (times, durations, errors, attempts), ``durable list``, ``stats`` and
+``fork``. One run in detail (``durable show``) is ``run_details``.
 
 Times are UTC, ISO 8601 (``2026-12-02T10:03:07.120Z``) in JSON and to the second in
 tables; durations are seconds in JSON and ``1.20s``, ``3m04s``, ``2h05m``, ``3d04h`` in
@@ -18,11 +20,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery_durable.body.suspend import SIGNAL_STEP_PREFIX
-from celery_durable.runs.admin import RunDetails
 from celery_durable.store import (
     FINISHED_STATUSES,
     Forked,
-    ItemRow,
     RunRecord,
     RunStats,
     RunSummary,
@@ -79,6 +79,12 @@ def error_summary(error: str | None, width: int = ERROR_WIDTH) -> str:
     message = str(parts.get("message", "")).strip().splitlines()
     text = f"{kind}: {message[0]}" if message else kind
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def error_brief(error: str | None) -> dict[str, Any] | None:
+    """A stored error's type and message, for JSON listings (the traceback is left out)."""
+    parts = error_parts(error)
+    return None if parts is None else {k: parts.get(k) for k in ("type", "message")}
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: int = 0) -> list[str]:
@@ -158,7 +164,6 @@ def run_table(runs: Sequence[RunSummary]) -> list[str]:
 
 def run_json(run: RunSummary, cursor: str) -> dict[str, Any]:
     """One line of ``durable list --json``; ``cursor`` continues the listing after it."""
-    error = error_parts(run.error)
     return {
         "id": run.id,
         "workflow": run.name,
@@ -174,7 +179,7 @@ def run_json(run: RunSummary, cursor: str) -> dict[str, Any]:
         "cancel_requested": run.cancel_requested,
         "cancel_reason": run.cancel_reason,
         "forked_from": run.forked_from,
-        "error": None if error is None else {k: error.get(k) for k in ("type", "message")},
+        "error": error_brief(run.error),
         "cursor": cursor,
     }
 
@@ -251,111 +256,6 @@ def decoded(raw: str | None) -> Any:
         return raw
 
 
-def step_json(step: StepRecord) -> dict[str, Any]:
-    error = error_parts(step.error)
-    return {
-        "index": step.idx,
-        "name": step.name,
-        "status": step.status,
-        "duration": step.duration,
-        "started_at": iso(step.started_at),
-        "attempt": step.attempt,
-        "input": decoded(step.input),
-        "output": decoded(step.output),
-        "error": None if error is None else {k: error.get(k) for k in ("type", "message")},
-    }
-
-
-def waiting_of(run: RunRecord) -> dict[str, Any] | None:
-    """What a WAITING run waits for: a signal, its timer, or both (a timeout); or a
-    limiter's slot (a WAITING run at a step, a PENDING one for the whole run)."""
-    if run.wait_limiter is not None and run.status in ("WAITING", "PENDING"):
-        return {"limiter": run.wait_limiter}
-    if run.status != "WAITING":
-        return None
-    return {"signal": run.wait_signal, "until": iso(run.due_at)}
-
-
-def details_json(details: RunDetails) -> dict[str, Any]:
-    """``durable show --json``: one object with the run, steps, waits, signals, state keys."""
-    run = details.run
-    return {
-        "id": run.id,
-        "workflow": run.name,
-        "status": run.status,
-        "attempt": max(run.attempts, 1 if run.started_at is not None else 0),
-        "max_attempts": run.max_attempts,
-        "recoveries": run.recoveries,
-        "queue": run.queue,
-        "created_at": iso(run.created_at),
-        "started_at": iso(run.started_at),
-        "finished_at": iso(run.finished_at),
-        "duration": took(run),
-        "cancel_requested": run.cancel_requested,
-        "cancel_reason": run.cancel_reason,
-        "forked_from": (
-            None
-            if run.forked_from is None
-            else {"id": run.forked_from, "step": run.forked_from_step}
-        ),
-        "compensation": run.compensation,
-        "generation": run.generation,
-        "continued_from": run.continued_from,
-        "continued_as": run.continued_as,
-        "error": error_parts(run.error),
-        "waiting": waiting_of(run),
-        "steps": [step_json(step) for step in details.steps],
-        "pending_signals": [
-            {"name": s.name, "sent_at": iso(s.created_at), "idempotency_key": s.idempotency_key}
-            for s in details.pending_signals
-        ],
-        "state_keys": [{"key": k.key, "updated_at": iso(k.updated_at)} for k in details.state_keys],
-    }
-
-
-def step_times(step: StepRecord) -> str:
-    """``1.20s  attempt 2  started 2026-11-30T06:21:40.512Z``: what is known of when a step
-    ran (rows from before migration 0006 know only their duration)."""
-    parts = [] if step.duration is None else [span(step.duration)]
-    if step.attempt is not None:
-        parts.append(f"attempt {step.attempt}")
-    if step.started_at is not None:
-        parts.append(f"started {iso(step.started_at)}")
-    return "  ".join(parts)
-
-
-def times_line(run: RunRecord) -> str:
-    """``created ..., started ..., finished ... (took 1.20s)``, and lost workers."""
-    parts = [f"created {iso(run.created_at, False)}"]
-    if run.started_at is not None:
-        parts.append(f"started {iso(run.started_at, False)}")
-    if run.finished_at is not None:
-        parts.append(f"finished {iso(run.finished_at, False)}")
-    line = ", ".join(parts)
-    if took(run) is not None:
-        line += f" (took {span(took(run))})"
-    if run.recoveries:
-        line += f"; its worker was lost {run.recoveries} time(s)"
-    return line
-
-
-def fork_line(run: RunRecord) -> str | None:
-    """Where the run comes from (a fork, an earlier generation) and how it rolled back;
-    the compensations that ran are among its steps (``celery_durable.compensate:...``)."""
-    lines = []
-    if run.forked_from is not None:
-        step = run.forked_from_step or 0
-        kept = f"steps 0 to {step - 1} kept" if step else "no step kept"
-        lines.append(f"forked from {run.forked_from} at step {step} ({kept})")
-    if run.continued_from is not None:
-        lines.append(f"generation {run.generation}, continued from {run.continued_from}")
-    if run.continued_as is not None:
-        lines.append(f"an archived generation of {run.continued_as} (continued as new)")
-    if run.compensation is not None:
-        lines.append(f"{run.status.lower()}, {run.compensation} (rolled back)")
-    return "\n".join(lines) or None
-
-
 def fork_lines(
     origin: str, from_step: int, forked: Forked, steps: Sequence[StepRecord]
 ) -> list[str]:
@@ -378,85 +278,4 @@ def fork_lines(
                 f"step {step.idx} consumed signal {name!r} on {origin}, and waits for it "
                 f"again in the fork: resend it with durable signal {new} {name} PAYLOAD"
             )
-    return lines
-
-
-def wait_line(run: RunRecord) -> str | None:
-    waiting = waiting_of(run)
-    if waiting is None:
-        return None
-    if "limiter" in waiting:
-        return f"waiting for a slot of limiter {run.wait_limiter!r}"
-    until = f" until {iso(run.due_at, False)}" if run.due_at is not None else ""
-    if run.wait_signal:
-        return f"waiting for signal {run.wait_signal!r}{until}"
-    return f"sleeping{until}"
-
-
-def signals_line(details: RunDetails) -> str | None:
-    names: dict[str, int] = {}
-    for signal in details.pending_signals:
-        names[signal.name] = names.get(signal.name, 0) + 1
-    if not names:
-        return None
-    shown = ", ".join(f"{name!r} x{n}" if n > 1 else repr(name) for name, n in names.items())
-    return f"pending signals: {shown}"
-
-
-def state_line(details: RunDetails) -> str | None:
-    if not details.state_keys:
-        return None
-    return "state keys: " + ", ".join(repr(k.key) for k in details.state_keys)
-
-
-def unstarted_queues(rows: Sequence[ItemRow]) -> set[str]:
-    """The queues holding items that were published and never started."""
-    return {row.queue for row in rows if row.not_started and row.queue}
-
-
-def item_json(row: ItemRow) -> dict[str, Any]:
-    """An item for ``durable show --json``."""
-    return {
-        "step": row.idx,
-        "item": row.item,
-        "status": row.status,
-        "attempts": row.attempts,
-        "queue": row.queue,
-        "not_started": row.not_started,
-        "child": row.child_id,
-        "child_status": row.child_status,
-    }
-
-
-def item_lines(rows: Sequence[ItemRow], max_items: int, idle: set[str]) -> list[str]:
-    """A fan-out's items (counts by state, the queues its unstarted items wait in, then
-    one line each) or its child. ``idle``: queues no running worker consumes."""
-    if not rows:
-        return []
-    if rows[0].child_id is not None:
-        child = rows[0]
-        return [f"    child {child.child_id}: {child.child_status or 'missing'}"]
-    counts: dict[str, int] = {}
-    waiting: dict[str, int] = {}
-    for row in rows:
-        counts[row.status] = counts.get(row.status, 0) + 1
-        if row.not_started:
-            queue = row.queue or "(default)"
-            waiting[queue] = waiting.get(queue, 0) + 1
-    summary = ", ".join(f"{status} {count}" for status, count in sorted(counts.items()))
-    lines = [f"    {len(rows)} item(s): {summary}"]
-    for queue, count in sorted(waiting.items()):
-        line = f"    {count} item(s) published to queue {queue!r}, not started"
-        if queue in idle:
-            line += f"; no worker consumes {queue!r}: start one (celery worker -Q {queue})"
-        lines.append(line)
-    shown = rows if max_items <= 0 else rows[:max_items]
-    for row in shown:
-        if row.not_started:
-            where = f"queue {row.queue!r}" if row.queue else "the default queue"
-            lines.append(f"    item {row.item}: pending, not started (published to {where})")
-        else:
-            lines.append(f"    item {row.item}: {row.status} (attempt {row.attempts})")
-    if len(shown) < len(rows):
-        lines.append(f"    ... {len(rows) - len(shown)} more (--max-items 0 lists all)")
     return lines

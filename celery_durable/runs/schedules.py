@@ -25,7 +25,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.core import serialization, validate
-from celery_durable.core.slots import Cron, Interval, Schedule, zone
+from celery_durable.core.cron import Cron
+from celery_durable.core.interval import Interval
+from celery_durable.core.slots import Schedule, zone
 from celery_durable.errors import InvalidArgument
 from celery_durable.store.schedules import DeclaredSchedule, ScheduleRow
 

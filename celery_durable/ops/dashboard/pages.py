@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.core.redact import Redactor
-from celery_durable.ops import console
+from celery_durable.ops import console, run_details
 from celery_durable.ops.dashboard.values import VALUE_LIMIT, error_of, percentile, run_row, shown
 from celery_durable.runs.admin import describe_run
 from celery_durable.store import ALL_STATUSES, FINISHED_STATUSES, ItemRow, RunStats, StepRecord
@@ -182,7 +182,7 @@ def run_page(
         "forked_from": None if run.forked_from is None else (run.forked_from, run.forked_from_step),
         "cancel_reason": run.cancel_reason,
         "cancel_requested": console.cancel_line(run),
-        "waiting": console.waiting_of(run),
+        "waiting": run_details.waiting_of(run),
         "wait_items": run.wait_items,
         "args": shown(run.args, redact),
         "result": None if run.result is None else shown(run.result, redact),

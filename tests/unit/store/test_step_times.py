@@ -13,7 +13,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from celery_durable.ops import console
+from celery_durable.ops import run_details
 from celery_durable.ops.dashboard.pages import step_when
 from celery_durable.store import Outcome, StepRecord, Store
 from celery_durable.store.migrations import current, upgrade
@@ -186,7 +186,7 @@ def test_steps_recorded_before_0006_say_nothing_of_start_or_attempt(database, tm
         assert current(store) == "0012"
         old = store.load_steps("old")[0]
         assert (old.output, old.duration, old.started_at, old.attempt) == ("1", 0.5, None, None)
-        assert console.step_times(old) == "0.50s"  # what `durable show` prints of it
+        assert run_details.step_times(old) == "0.50s"  # what `durable show` prints of it
         assert step_when(old, 1.8e9) == ""  # and the run page: nothing
     finally:
         store.dispose()
