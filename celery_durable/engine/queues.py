@@ -133,12 +133,12 @@ class QueueWatch:
         wanted = set(queues)
         if not wanted:
             return set()
-        now = time.monotonic()
-        if now - self._taken >= self.ttl:
-            answer, self._taken = self._ask(), now
+        if time.monotonic() - self._taken >= self.ttl:
+            answer = self._ask()
+            self._taken = time.monotonic()  # after the ask, which can wait INSPECT_WAIT
             if answer is not None:
-                self._consumed, self._known_at = answer, now
-            elif now - self._known_at >= self.keep_known:
+                self._consumed, self._known_at = answer, self._taken
+            elif self._taken - self._known_at >= self.keep_known:
                 self._consumed = None
         if self._consumed is None:
             return set()
