@@ -62,8 +62,8 @@ def _map_round(b: Bench, items: int, size: int | str) -> dict[str, Any]:
     seen = time.time()
     if b.monitor.count_status(ids, "SUCCEEDED") != 1:
         raise RuntimeError(f"the batched map {ids[0]} did not succeed")
-    elapsed = b.monitor.last_finished_at(ids) - start
     marks = b.monitor.map_marks(ids[0])
+    elapsed = marks[-1] - start  # the run's finished_at
     return {
         "elapsed_s": elapsed,
         "items_per_s": items / elapsed,
@@ -163,15 +163,13 @@ def describe(x: dict[str, Any]) -> str:
         f"{x['map']['items_per_s']:,.0f} items/s; chord {x['chord']['items_per_s']:,.0f}, "
         f"chord over chunks {x['chunks']['items_per_s']:,.0f}; {vs}; "
         f"{x['commits']['per_item']:.3f} commits per item; the map's marks, ms after its "
-        f"start (median): {_marks_line(x['map'].get('marks_ms'))}; CPU ms per 1,000 items (median "
+        f"start (median): {_marks_line(x['map']['marks_ms'])}; CPU ms per 1,000 items (median "
         f"of the rounds): map {_cpu_line(x['map']['cpu_ms_per_item'])}; chunks "
         f"{_cpu_line(x['chunks']['cpu_ms_per_item'])}"
     )
 
 
-def _marks_line(marks: dict[str, float] | None) -> str:
-    if not marks:
-        return "none"
+def _marks_line(marks: dict[str, float]) -> str:
     return ", ".join(f"{mark.replace('_', ' ')} {ms:.1f}" for mark, ms in marks.items())
 
 
@@ -221,20 +219,19 @@ def batches_figures(x: dict[str, Any] | None) -> list[Any]:
                 note=_cpu_line(x[kind]["cpu_ms_per_item"]),
             )
         )
-    marks = x["map"].get("marks_ms")
-    if marks:
-        chunks_ms = x["items"] / x["chunks"]["items_per_s"] * 1000
-        figures.append(
-            Figure(
-                "batched_map_finished_ms",
-                f"{label}: start to finish (median of the rounds)",
-                marks["finished"],
-                "ms",
-                note=f"items inserted from {marks['items_insert']:.1f}, first recorded "
-                f"{marks['first_recorded']:.1f}, last recorded {marks['last_recorded']:.1f} "
-                f"ms; the chord over chunks: {chunks_ms:.1f} ms in all",
-            )
+    marks = x["map"]["marks_ms"]
+    chunks_ms = x["items"] / x["chunks"]["items_per_s"] * 1000
+    figures.append(
+        Figure(
+            "batched_map_finished_ms",
+            f"{label}: start to finish (median of the rounds)",
+            marks["finished"],
+            "ms",
+            note=f"items inserted from {marks['items_insert']:.1f}, first recorded "
+            f"{marks['first_recorded']:.1f}, last recorded {marks['last_recorded']:.1f} "
+            f"ms; the chord over chunks: {chunks_ms:.1f} ms in all",
         )
+    )
     c = x["commits"]
     figures.append(
         Figure(
