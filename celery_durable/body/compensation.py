@@ -152,7 +152,7 @@ def _compensate_one(ctx: WorkflowContext, original: StepRecord) -> Compensation:
         try:
             value = function(*args, result=result, **kwargs)
             output = serialization.encode_value(
-                f"compensation {name}", value, ctx.max_payload_bytes
+                f"compensation {name}", value, ctx.max_payload_bytes, ctx.max_payload_depth
             )
         except Exception as exc:
             if attempt < attempts and policy is not None and policy.retryable(exc):

@@ -156,6 +156,8 @@ class WorkflowContext:
     # durable_max_payload_bytes: a new step input or output, state value, child's or
     # item's arguments or result larger than this (as JSON) is refused; None: no limit.
     max_payload_bytes: int | None = None
+    # durable_max_payload_depth: any of those nested deeper than this is refused.
+    max_payload_depth: int = 100
     # A limited step's slot the run holds for its step at an index, kept by the record of
     # the step before it (body/limiter.py), and the slot of the step running now that its
     # record keeps for the next one: (limit, key, step index).

@@ -40,6 +40,7 @@ def continue_as_new(*args: Any, **kwargs: Any) -> NoReturn:
         args,
         kwargs,
         ctx.max_payload_bytes,
+        ctx.max_payload_depth,
     )
     write_caught_failure(ctx)
     raise ctx.stop(ContinuedAsNew(encoded))

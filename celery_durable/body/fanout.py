@@ -81,7 +81,9 @@ def map(  # noqa: A001 - cd.map is the public name, like the builtin it mirrors
     index = ctx.take_index()
     owner = f"step {step.name}"
     inputs = [
-        serialization.encode_arguments(owner, step.fn, args, {}, ctx.max_payload_bytes)
+        serialization.encode_arguments(
+            owner, step.fn, args, {}, ctx.max_payload_bytes, ctx.max_payload_depth
+        )
         for args in zip(*iterables, strict=False)
     ]
     digest = hashlib.sha256()

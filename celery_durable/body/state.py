@@ -36,6 +36,7 @@ def set_state(value: Any, key: str = DEFAULT_KEY) -> None:
         f"set_state({key!r}) in workflow run {ctx.workflow_id!r}: the value",
         value,
         ctx.max_payload_bytes,
+        ctx.max_payload_depth,
     )
     write_caught_failure(ctx)
     with store_guard(ctx):

@@ -171,7 +171,7 @@ class Step(Generic[P, R]):
         )
         index = ctx.take_index()
         encoded = serialization.encode_arguments(
-            f"step {self.name}", self.fn, args, kwargs, ctx.max_payload_bytes
+            f"step {self.name}", self.fn, args, kwargs, ctx.max_payload_bytes, ctx.max_payload_depth
         )
         # "task": a started step and a routed step called directly are the same record, so
         # code may switch between the two without breaking replay.
@@ -225,7 +225,7 @@ class Step(Generic[P, R]):
             flush_deferred(ctx)
         index = ctx.take_index()
         step_input = serialization.encode_arguments(
-            f"step {self.name}", self.fn, args, kwargs, ctx.max_payload_bytes
+            f"step {self.name}", self.fn, args, kwargs, ctx.max_payload_bytes, ctx.max_payload_depth
         )
         recorded = ctx.history.get(index)
         if recorded is None:
@@ -312,7 +312,7 @@ class Step(Generic[P, R]):
                 took = time.monotonic() - started
                 try:
                     output = serialization.encode_value(
-                        f"step {self.name}", value, ctx.max_payload_bytes
+                        f"step {self.name}", value, ctx.max_payload_bytes, ctx.max_payload_depth
                     )
                 except NotSerialisable as exc:
                     raise self._failed(ctx, index, step_input, exc, started) from None

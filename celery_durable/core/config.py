@@ -90,12 +90,28 @@ SETTINGS: tuple[Setting, ...] = (
         "anything larger is refused before it is stored",
     ),
     Setting(
+        "max_payload_depth",
+        int,
+        100,
+        1,
+        "deepest nesting of lists and dicts in any such value; deeper is refused before it "
+        "is stored or reaches a worker's pool",
+    ),
+    Setting(
         "max_recoveries",
         int,
         10,
         1,
         "times a run's worker may be lost (crash, OOM, SIGKILL) before the run fails as a "
         "poison run; separate from max_attempts",
+    ),
+    Setting(
+        "max_dispatches",
+        int,
+        10,
+        1,
+        "times the sweeper publishes a run that no worker ever claims before it fails the "
+        "run as poison",
     ),
     Setting("sweep_batch", int, 500, 1, "runs one sweep dispatches at most"),
     Setting(
@@ -199,7 +215,9 @@ class DurableConfig:
     signal_queue: str = "celery_durable.signals"
     max_pending_signals: int = 100
     max_payload_bytes: int = 16 * 1024 * 1024
+    max_payload_depth: int = 100
     max_recoveries: int = 10
+    max_dispatches: int = 10
     sweep_batch: int = 500
     deferred_max_steps: int = 100
     deferred_max_age: float = 1.0

@@ -9,9 +9,9 @@ Example::
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
+import sys
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -43,6 +43,62 @@ def _describe(value: Any) -> str:
 
 
 MAX_PAYLOAD_SETTING = "durable_max_payload_bytes"
+MAX_DEPTH_SETTING = "durable_max_payload_depth"
+# Well below what kills a prefork worker: its main process pickles a delivery's arguments
+# for the pool, and a RecursionError there ends the whole worker (depth 500 did; 350 not).
+DEFAULT_MAX_DEPTH = 100
+_CONTAINERS = (list, tuple, dict)
+# A bound on the measure itself: a value that refers to itself would nest forever.
+_MEASURED_DEPTH = 100_000
+
+
+def nesting_depth(value: Any) -> int:
+    """How deeply ``value``'s lists, tuples and dicts nest: 0 for a scalar, 2 for
+    ``[[1]]``. Level by level, without recursion: a value too deep for it is measured too."""
+    level = [value] if isinstance(value, _CONTAINERS) else []
+    depth = 0
+    while level and depth < _MEASURED_DEPTH:
+        depth += 1
+        inner: list[Any] = []
+        for item in level:
+            members = item.values() if isinstance(item, dict) else item
+            inner.extend(member for member in members if isinstance(member, _CONTAINERS))
+        level = inner
+    return depth
+
+
+def may_nest_deeper(text: str | bytes, max_depth: int) -> bool:
+    """False when JSON ``text`` can't nest deeper than ``max_depth``: it has no more
+    brackets than that (counted in C, so the common case costs next to nothing)."""
+    if isinstance(text, bytes):
+        return text.count(b"[") + text.count(b"{") > max_depth
+    return text.count("[") + text.count("{") > max_depth
+
+
+def depth_problem(value: Any, max_depth: int) -> str | None:
+    """Why ``value`` nests too deeply to be taken, or None."""
+    depth = nesting_depth(value)
+    if depth <= max_depth:
+        return None
+    return f"nested {depth} levels deep, over the limit of {max_depth} ({MAX_DEPTH_SETTING})"
+
+
+def _check_depth(what: str, value: Any, max_depth: int) -> None:
+    problem = depth_problem(value, max_depth)
+    if problem is not None:
+        raise NotSerialisable(f"{what} is {problem}; nothing was stored")
+
+
+def json_depth_problem(text: str, max_depth: int) -> str | None:
+    """Why JSON ``text`` (a payload off the broker) nests too deeply, or None."""
+    if not may_nest_deeper(text, max_depth):
+        return None
+    try:
+        return depth_problem(loads(text), max_depth)
+    except RecursionError:
+        return f"nested too deeply to read, over the limit of {max_depth} ({MAX_DEPTH_SETTING})"
+    except ValueError:
+        return None  # not JSON: the caller's own check names that
 
 
 def payload_size(text: str, max_bytes: int | None) -> int | None:
@@ -114,21 +170,27 @@ def encode_arguments(
     args: tuple[Any, ...] | list[Any],
     kwargs: dict[str, Any],
     max_bytes: int | None = None,
+    max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> str:
-    """Encode ``[args, kwargs]``; a value JSON can't hold, or a string UTF-8 can't encode,
-    raises ``NotSerialisable`` (a ``TypeError``) naming the argument; arguments over
-    ``max_bytes`` as JSON raise ``PayloadTooLarge`` naming the largest."""
+    """Encode ``[args, kwargs]``; a value JSON can't hold, a string UTF-8 can't encode, or
+    a value nested deeper than ``max_depth`` raises ``NotSerialisable`` (a ``TypeError``)
+    naming the argument; arguments over ``max_bytes`` as JSON raise ``PayloadTooLarge``
+    naming the largest."""
     try:
         text: str | None = _dumps_sorted([list(args), kwargs])
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         text = None
-    if text is not None and (text.isascii() or utf8_problem(text) is None):
-        return check_arguments_size(owner, fn, args, kwargs, text, max_bytes)
     labelled = list(zip(_names(fn, len(args)), args, strict=True)) + list(kwargs.items())
+    if text is not None and (text.isascii() or utf8_problem(text) is None):
+        if may_nest_deeper(text, max_depth):
+            for name, value in labelled:
+                _check_depth(f"argument {name!r} of {owner}", value, max_depth)
+        return check_arguments_size(owner, fn, args, kwargs, text, max_bytes)
     for name, value in labelled:
+        _check_depth(f"argument {name!r} of {owner}", value, max_depth)
         try:
             text = _dumps_sorted(value)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise NotSerialisable(
                 f"argument {name!r} of {owner} is not JSON serialisable ({_describe(value)}): {exc}"
             ) from None
@@ -140,19 +202,29 @@ def encode_arguments(
     raise NotSerialisable(f"the arguments of {owner} are not JSON serialisable")
 
 
-def encode_value(owner: str, value: Any, max_bytes: int | None = None) -> str:
+def encode_value(
+    owner: str, value: Any, max_bytes: int | None = None, max_depth: int = DEFAULT_MAX_DEPTH
+) -> str:
     """Encode a step output or workflow result; raise ``NotSerialisable`` naming ``owner``
     (``PayloadTooLarge`` over ``max_bytes``)."""
-    return encode_json(f"the return value of {owner}", value, max_bytes)
+    return encode_json(f"the return value of {owner}", value, max_bytes, max_depth)
 
 
-def encode_json(what: str, value: Any, max_bytes: int | None = None) -> str:
+def encode_json(
+    what: str, value: Any, max_bytes: int | None = None, max_depth: int = DEFAULT_MAX_DEPTH
+) -> str:
     """Encode ``value`` (a result, payload, state value); ``NotSerialisable`` names ``what``
-    (``PayloadTooLarge`` when its JSON is over ``max_bytes``)."""
+    (also when it nests deeper than ``max_depth``; ``PayloadTooLarge`` when its JSON is
+    over ``max_bytes``)."""
     try:
         text = _dumps(value)
+    except RecursionError as exc:
+        _check_depth(what, value, max_depth)
+        raise NotSerialisable(f"{what} is not JSON serialisable: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise NotSerialisable(f"{what} is not JSON serialisable: {exc}") from None
+    if may_nest_deeper(text, max_depth):
+        _check_depth(what, value, max_depth)
     if not text.isascii():  # O(1): the common case costs nothing
         problem = utf8_problem(text)
         if problem is not None:
@@ -184,8 +256,10 @@ def encode_error(exc: BaseException, step: int | None = _NOT_GIVEN) -> str:
         payload["step"] = step
     try:
         payload["args"] = loads(dumps(list(exc.args)))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         payload["args"] = None
+    if depth_problem(payload["args"], DEFAULT_MAX_DEPTH) is not None:
+        payload["args"] = None  # kept as the message only: never a payload too deep
     text = _dumps(payload)
     if utf8_problem(text) is not None:
         # A message with a lone surrogate must still be storable: escape it.
@@ -200,20 +274,36 @@ def decode_error(text: str) -> dict[str, Any]:
     return data
 
 
+def exception_class(type_name: str) -> type[BaseException] | None:
+    """The exception class a stored error names (``module.Qualified.Name``), or None.
+
+    Stored errors are data: rebuilding one never imports a module (an import runs its
+    code). The class is looked up in the modules this process has already imported, by
+    their attributes as stored (no ``__getattr__``, no descriptor runs), and it must be
+    an exception class; anything else is None.
+    """
+    module_name, _, qualname = type_name.rpartition(".")
+    module = sys.modules.get(module_name or "builtins")
+    if module is None or not qualname:
+        return None
+    found: Any = module
+    for part in qualname.split("."):
+        found = inspect.getattr_static(found, part, None)
+        if found is None:
+            return None
+    if isinstance(found, type) and issubclass(found, BaseException):
+        return found
+    return None
+
+
 def rebuild_exception(step_name: str, text: str) -> BaseException:
-    """Rebuild a recorded step failure as its own type when possible, else ``StepFailed``."""
+    """Rebuild a recorded step failure as its own type when possible (see
+    ``exception_class``), else ``StepFailed``."""
     data = decode_error(text)
-    module_name, _, qualname = data["type"].rpartition(".")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            target = getattr(target, part)
-        if (
-            isinstance(target, type)
-            and issubclass(target, BaseException)
-            and data["args"] is not None
-        ):
-            return target(*data["args"])  # type: ignore[no-any-return]
-    except Exception:  # noqa: BLE001 - any failure to rebuild falls back to StepFailed
-        pass
+    target = exception_class(str(data.get("type") or ""))
+    if target is not None and isinstance(data.get("args"), list):
+        try:
+            return target(*data["args"])
+        except Exception:  # noqa: BLE001 - any failure to rebuild falls back to StepFailed
+            pass
     return StepFailed(step_name, data["type"], data["message"])

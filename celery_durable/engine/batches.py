@@ -182,7 +182,10 @@ class _Batch:
                 value = step.fn(*args, **kwargs)
                 owner_name = f"step {step.name}"
                 output = serialization.encode_value(
-                    owner_name, value, runtime.config.max_payload_bytes
+                    owner_name,
+                    value,
+                    runtime.config.max_payload_bytes,
+                    runtime.config.max_payload_depth,
                 )
                 return Settled(item, "ok", output=output)
             except Exception as exc:  # noqa: BLE001 - every failure is recorded or retried

@@ -22,7 +22,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 import os
 import socket
@@ -420,13 +419,8 @@ def rebuilt_error(decoded: dict[str, Any]) -> BaseException:
     args = decoded.get("args")
     if not isinstance(args, list):
         args = [decoded.get("message", "")]
-    found: Any = None
-    try:
-        found = importlib.import_module(module_name or "builtins")
-        for part in qualname.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError):
-        found = None
+    # Never an import: see serialization.exception_class.
+    found = serialization.exception_class(f"{module_name or 'builtins'}.{qualname}")
     if isinstance(found, type) and issubclass(found, Exception):
         try:
             return found(*args)  # type: ignore[no-any-return]

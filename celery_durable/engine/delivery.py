@@ -125,6 +125,7 @@ def execute(
         deferred_max_age=config.deferred_max_age,
         hard_deadline=hard_deadline,
         max_payload_bytes=config.max_payload_bytes,
+        max_payload_depth=config.max_payload_depth,
     )
     faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
     logger.info(
@@ -179,7 +180,10 @@ def execute(
             # The body swallowed the stop (a bare except around a step): it still wins.
             raise ctx.stopping
         encoded = serialization.encode_value(
-            f"workflow {ctx.workflow_name}", value, config.max_payload_bytes
+            f"workflow {ctx.workflow_name}",
+            value,
+            config.max_payload_bytes,
+            config.max_payload_depth,
         )
     except BaseException as raised:  # noqa: BLE001 - every exception is settled
         # Why the body was told to stop wins over what its finally blocks raised after.

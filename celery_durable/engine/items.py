@@ -347,7 +347,10 @@ def _run_claimed(
             try:
                 value = step.fn(*args, **kwargs)
                 output = serialization.encode_value(
-                    f"step {step.name}", value, runtime.config.max_payload_bytes
+                    f"step {step.name}",
+                    value,
+                    runtime.config.max_payload_bytes,
+                    runtime.config.max_payload_depth,
                 )
                 status = "ok"
                 break

@@ -41,8 +41,13 @@ WAKE_TASK = "celery_durable.wake"
 
 
 def _encode_payload(runtime: RuntimeView, name: str, payload: Any) -> str:
-    limit = runtime.config.max_payload_bytes
-    return serialization.encode_json(f"the payload of signal {name!r}", payload, limit)
+    config = runtime.config
+    return serialization.encode_json(
+        f"the payload of signal {name!r}",
+        payload,
+        config.max_payload_bytes,
+        config.max_payload_depth,
+    )
 
 
 def _check_signal(workflow_id: str, name: str, idempotency_key: str | None) -> None:

@@ -264,7 +264,12 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 raise TypeError(f"workflow {definition.name}: {exc}") from None
         config = runtime.config
         encoded = serialization.encode_arguments(
-            f"workflow {definition.name}", definition.fn, args, kwargs, config.max_payload_bytes
+            f"workflow {definition.name}",
+            definition.fn,
+            args,
+            kwargs,
+            config.max_payload_bytes,
+            config.max_payload_depth,
         )
         validate.check_queue(
             options.get("queue") or definition.queue, f"workflow {definition.name}: queue"
