@@ -31,6 +31,7 @@ from celery_durable.core.config import DurableConfig
 from celery_durable.engine import apps
 from celery_durable.engine.bootstep import DurableSweeper
 from celery_durable.engine.definition import WorkflowDefinition
+from celery_durable.engine.guard import DeliveryGuard
 from celery_durable.engine.items import register_item_task
 from celery_durable.engine.leases import LeaseKeeper
 from celery_durable.engine.publish import Dispatch
@@ -85,6 +86,7 @@ class Durable(Operations):
         self.runtime.sweep_passes.append(SchedulePass(self.runtime))
         app.steps["worker"].add(DurableSweeper)
         app.steps["worker"].add(SignalQueue)
+        app.steps["consumer"].add(DeliveryGuard)
         register_tasks(app)
         celery_signals.worker_process_shutdown.connect(self._on_process_exit, weak=False)
         apps.bind(app, self.runtime)

@@ -269,6 +269,12 @@ def register_tasks(app: Celery) -> None:
             )
             _drop_malformed(app, task.request.id, None, workflow_id, name, None, problem)
             return False
+        deep = serialization.json_depth_problem(payload_json, runtime.config.max_payload_depth)
+        if deep is not None:
+            _drop_malformed(
+                app, task.request.id, None, workflow_id, name, None, f"the payload is {deep}"
+            )
+            return False
         fields = {**run_fields(workflow_id), "signal": name}
         try:
             try:

@@ -19,6 +19,8 @@ from celery_durable.core import serialization
 from celery_durable.core.logs import log_started
 from celery_durable.engine.canvas import Canvas
 from celery_durable.engine.definition import WorkflowDefinition
+from celery_durable.engine.delivery import request_header
+from celery_durable.engine.guard import ARGUMENTS_REFUSED
 from celery_durable.engine.runtime import Runtime
 from celery_durable.errors import ArgumentsRefused
 from celery_durable.store import NewRun
@@ -47,7 +49,11 @@ def start_by_name(
     delivery = getattr(request, "delivery_info", None) or {}
     options: dict[str, Any] = {"queue": delivery.get("routing_key") or definition.queue}
     refused: ArgumentsRefused | None = None
+    # The worker's main process took out arguments its pool could not have taken.
+    taken_out = request_header(request, ARGUMENTS_REFUSED)
     try:
+        if taken_out:
+            raise TypeError(taken_out)
         new_run = task._new_run(tuple(args), dict(kwargs), options)
     except (TypeError, ValueError) as exc:
         refused = ArgumentsRefused(
@@ -67,8 +73,11 @@ def _refused_run(
     """The row of a run whose arguments were refused: they are kept as sent (as text
     when JSON can't hold them), for the operator to read."""
     try:
+        # Two levels are the list of arguments and the pair: then each argument's own.
+        if serialization.nesting_depth([args, kwargs]) > task.runtime.config.max_payload_depth + 2:
+            raise ValueError("nested too deeply to store")
         encoded = serialization.dumps([list(args or ()), dict(kwargs or {})])
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         encoded = serialization.dumps([[safe_repr(args)], {"kwargs": safe_repr(kwargs)}])
     config = task.runtime.config
     return lambda run_id: NewRun(
