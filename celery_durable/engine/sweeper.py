@@ -59,6 +59,24 @@ def worker_lost_error(max_recoveries: int, what: str = "workflow") -> str:
     )
 
 
+def never_claimed_error(max_dispatches: int) -> str:
+    """The error of a run published ``max_dispatches`` times that no worker claimed."""
+    return serialization.dumps(
+        {
+            "type": "celery_durable.errors.NeverClaimed",
+            "message": (
+                f"no worker claimed this run in {max_dispatches} dispatches "
+                f"(durable_max_dispatches={max_dispatches}): every worker that took its "
+                "message refused it or died of it (see their logs), or no worker consumes its "
+                "queue; it is not published again"
+            ),
+            "traceback": "",
+            "args": None,
+            "step": None,  # no step failed: resume keeps every record
+        }
+    )
+
+
 class Sweeper:
     """Publishes again the runs that need it: lease expired, publish lost, backoff or timer due."""
 
@@ -150,6 +168,8 @@ class Sweeper:
                 self.takeover,
                 lease_window(runtime),
                 gone_owners,
+                config.max_dispatches,
+                never_claimed_error(config.max_dispatches),
             )
             for run in due:
                 if run.status in FINISHED_STATUSES:
@@ -364,11 +384,14 @@ class Sweeper:
             publish_woken(self.runtime, woken, f"its child {run.id} had finished")
         fields = run_fields(run.id, run.name)
         if run.status == "FAILED":
+            # Rare: read back which poison rule it was (lost workers, or never claimed).
+            record = self.runtime.store.get_run(run.id)
+            error = serialization.decode_error(record.error) if record and record.error else {}
             logger.error(
-                "workflow %s run %s failed: its worker was lost %d times (poison run?)",
+                "workflow %s run %s failed (poison run?): %s",
                 run.name,
                 run.id,
-                self.runtime.config.max_recoveries,
+                error.get("message", "its worker was lost too often"),
                 extra=fields,
             )
         else:

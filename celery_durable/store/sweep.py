@@ -16,6 +16,8 @@ from celery_durable.store.records import DueRun
 from celery_durable.store.sql.build import TAKEOVER, params
 from celery_durable.store.sql.statements import Statements
 
+_NO_LIMIT = 2**31 - 1
+
 
 class SweepOps:
     """Due runs (lost publishes, expired leases, timers, retries) and lost wake-ups."""
@@ -33,6 +35,8 @@ class SweepOps:
         takeover: float = TAKEOVER,
         lease_window: float = 0.0,
         gone_owners: Sequence[str] = (),
+        max_dispatches: int | None = None,
+        unclaimed_error: str = "",
     ) -> list[DueRun]:
         """Take the due runs of the workflows ``names`` for the sweeper to publish again;
         several sweepers never share one. Only the runs of this store's broker (its
@@ -43,7 +47,9 @@ class SweepOps:
         ``max_recoveries`` becomes FAILED with ``lost_error`` here (the poison guard). Such
         runs are returned with that status and must not be published. A lease due within
         ``lease_window`` seconds whose owner is one of ``gone_owners`` and whose proof of
-        life is still gone counts as expired.
+        life is still gone counts as expired. A pending run published ``max_dispatches``
+        times since its last claim (None: no limit) becomes FAILED with
+        ``unclaimed_error`` here, returned likewise.
         """
         values = params(
             limit=limit,
@@ -54,6 +60,8 @@ class SweepOps:
             takeover=takeover,
             lease_window=lease_window if gone_owners else 0.0,
             gone_owners=list(gone_owners),
+            max_dispatches=_NO_LIMIT if max_dispatches is None else max_dispatches,
+            unclaimed_error=unclaimed_error,
         )
         with self.db.write() as conn:
             if gone_owners and not self.db.losses.quiet_for(lease_window):

@@ -185,6 +185,7 @@ class RunStatements(Builder):
                 recoveries=runs.c.recoveries + case((lost, 1), else_=0),
                 due_at=now + bindparam("p_lease"),
                 ready_at=None,
+                dispatches=0,  # durable_max_dispatches counts the publishes since a claim
                 started_at=func.coalesce(runs.c.started_at, now),
                 updated_at=now,
                 **claimed_through,

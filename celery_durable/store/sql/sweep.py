@@ -88,9 +88,14 @@ class SweepStatements(Builder):
         # Not the run's fault, so the attempt is given back; the recoveries budget
         # (durable_max_recoveries) stops a poison run.
         exhausted = and_(lost, runs.c.recoveries + 1 >= bindparam("p_max_recoveries"))
+        # Published durable_max_dispatches times since its last claim, and no worker took
+        # it: its message is refused by (or kills) every worker, or none consumes its queue.
+        unclaimed = and_(
+            runs.c.status == "PENDING", runs.c.dispatches >= bindparam("p_max_dispatches")
+        )
         # A cancelled saga is published (it rolls back), not ended here.
         cancelled = and_(runs.c.cancel_requested == true(), runs.c.compensable == false())
-        finished = or_(cancelled, exhausted)
+        finished = or_(cancelled, exhausted, unclaimed)
         backoff = case(
             (runs.c.dispatches >= 6, 64), else_=literal_column("1").op("<<")(runs.c.dispatches)
         )
@@ -106,10 +111,13 @@ class SweepStatements(Builder):
             update(runs)
             .where(self.ns, picked)
             .values(
-                status=case((cancelled, "CANCELLED"), (exhausted, "FAILED"), else_="PENDING"),
+                status=case(
+                    (cancelled, "CANCELLED"), (or_(exhausted, unclaimed), "FAILED"), else_="PENDING"
+                ),
                 error=case(
                     (cancelled, runs.c.error),
                     (exhausted, bindparam("p_lost_error")),
+                    (unclaimed, bindparam("p_unclaimed_error")),
                     else_=runs.c.error,
                 ),
                 finished_at=case((finished, now), else_=None),

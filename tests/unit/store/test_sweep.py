@@ -12,6 +12,7 @@ from celery_durable.store import FanOut, StepRecord, Store
 from celery_durable.store.migrations import current, upgrade
 from tests.support.builders import new_run
 from tests.support.services import PG_URL, drop_tables, unique
+from tests.support.waiting import wait_until
 
 REDIS, AMQP = "redis://a:6379/0", "amqp://guest@b:5672//"
 
@@ -119,3 +120,41 @@ def test_a_run_whose_first_publish_failed_is_any_sweepers(brokers):
         amqp.disown_run(run_id)  # what a producer does when its publish fails
     assert swept(redis) == {"unpublished"}
     assert swept(amqp) == {"claimed"}  # a worker's claim is never disowned
+
+
+NEVER_CLAIMED = '{"type":"NeverClaimed"}'
+
+
+def unclaimed_sweep(store: Store) -> dict[str, str]:
+    """One sweep with a dispatch grace of 0 and durable_max_dispatches=3."""
+    due = store.sweep_due_runs(
+        100, 0, '{"type":"WorkerLost"}', ["wf"], 10, max_dispatches=3, unclaimed_error=NEVER_CLAIMED
+    )
+    return {r.id: r.status for r in due}
+
+
+def test_a_run_published_again_and_again_that_no_worker_claims_fails_as_poison(store):
+    """Bug (issue 41): a run whose message killed every worker before its claim was
+    published again forever; the recoveries budget counts only runs that were claimed."""
+    assert store.insert_run(new_run("unclaimed", grace=0))
+    for n in range(1, 4):
+        assert wait_until(lambda: unclaimed_sweep(store), 10) == {"unclaimed": "PENDING"}
+        assert store.get_run("unclaimed").dispatches == n
+    assert wait_until(lambda: unclaimed_sweep(store), 10) == {"unclaimed": "FAILED"}
+    run = store.get_run("unclaimed")
+    assert (run.error, run.attempts, run.recoveries) == (NEVER_CLAIMED, 0, 0)
+    assert run.finished_at is not None
+    assert unclaimed_sweep(store) == {}  # never published again
+
+
+def test_a_claim_starts_the_count_of_unclaimed_dispatches_again(store):
+    assert store.insert_run(new_run("claimed-late", grace=0))
+    for _ in range(2):
+        assert wait_until(lambda: unclaimed_sweep(store), 10) == {"claimed-late": "PENDING"}
+    assert store.claim_run("claimed-late", "gone", lease=0) is not None
+    assert store.get_run("claimed-late").dispatches == 0
+    # Its worker is lost: the recovery's publish is the first since the claim, then two.
+    for _ in range(3):
+        assert wait_until(lambda: unclaimed_sweep(store), 10) == {"claimed-late": "PENDING"}
+    assert wait_until(lambda: unclaimed_sweep(store), 10) == {"claimed-late": "FAILED"}
+    assert store.get_run("claimed-late").error == NEVER_CLAIMED
