@@ -111,15 +111,10 @@ class Guard:
         if problem is None:
             return True
         if name in self._workflows() and "id" in headers:
-            # A workflow's delivery goes on, without the arguments: see the module.
+            # A workflow's delivery goes on, without the arguments: see the module. (The
+            # delivery logs the refusal of a run started by name.)
             message.body = dumps([[], {}, embed or {}], serializer="json")[2].encode()
             headers[ARGUMENTS_REFUSED] = problem
-            logger.warning(
-                "workflow %s run %s: %s; its arguments were taken out before the pool",
-                name,
-                show(headers.get("id")),
-                problem,
-            )
             return True
         self.refuse(message, name, problem)
         return False

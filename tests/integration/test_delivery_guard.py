@@ -26,6 +26,7 @@ from tests.apps import guarded
 from tests.apps.guarded import nested
 from tests.conftest import NAMESPACE, QUEUE
 from tests.support.eager import eager_durable, failure_of
+from tests.support.refusals import assert_refused_once
 from tests.support.services import BROKER_URL, queue_length, unique
 from tests.support.waiting import wait_until
 from tests.support.workers import Worker
@@ -201,7 +202,9 @@ def test_a_map_item_nested_too_deeply_fails_the_run_and_stores_no_item(worker, b
     assert_alive_and_working(worker, pid)
 
 
-def test_raw_messages_nested_too_deeply_on_the_signal_queue_are_refused_once(worker, key):
+def test_raw_messages_nested_too_deeply_on_the_signal_queue_are_refused_once(
+    worker, basic_app, key
+):
     """Bug: such a message killed every worker of the namespace, whatever their -Q."""
     pid = worker.proc.pid
     queue = cd_signal_queue()
@@ -221,6 +224,22 @@ def test_raw_messages_nested_too_deeply_on_the_signal_queue_are_refused_once(wor
     line = refusal_line(worker, deep_args)
     assert f"argument #3 is nested {DEEP} levels deep, over the limit of 100 ({SETTING})" in line
     assert f"queue {queue!r}" in line and "acknowledged, not run" in line
+    # A payload as the signal task takes it (JSON text) but nested too deeply: the signal
+    # task refuses it by name, once, and keeps none of it.
+    deep_text = f"deep-text-{key}"
+    since = len(worker.log())
+    basic_app.app.send_task(
+        SIGNAL_TASK,
+        args=(NAMESPACE, f"run-{key}", "go", "[" * DEEP + "]" * DEEP),
+        queue=queue,
+        task_id=deep_text,
+    )
+    tail = assert_refused_once(worker, since, {deep_text: queue})
+    assert f"the payload is nested {DEEP} levels deep, over the limit of 100 ({SETTING})" in tail
+    signals = basic_app.durable.store.tables.signals
+    with basic_app.durable.store.engine.connect() as conn:
+        kept = conn.execute(sa.select(signals.c.id).where(signals.c.run_id == f"run-{key}")).all()
+    assert kept == []
     assert queue_length(BROKER_URL, queue) == 0
     assert_alive_and_working(worker, pid)
 
