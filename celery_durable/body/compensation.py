@@ -28,10 +28,9 @@ import time
 from typing import Any
 
 from celery_durable.body.context import WorkflowContext, enter_body
-from celery_durable.body.replay import check_replay, write_caught_failure
+from celery_durable.body.replay import check_replay, record_fenced, write_caught_failure
 from celery_durable.body.step import COMPENSATED, Step
-from celery_durable.core import faults, serialization
-from celery_durable.errors import LeaseLost, StoreUnavailable
+from celery_durable.core import serialization
 from celery_durable.store import StepRecord
 
 logger = logging.getLogger("celery_durable.step")
@@ -106,26 +105,8 @@ def write_fenced(ctx: WorkflowContext, step: StepRecord) -> None:
     """Record a rollback's step under the fence (a requested cancel does not stop it),
     after the deferred steps' records the run still holds."""
     for carried in ctx.take_deferred():
-        _write_fenced(ctx, carried)
-    _write_fenced(ctx, step)
-
-
-def _write_fenced(ctx: WorkflowContext, step: StepRecord) -> None:
-    # Raised as such even when the body already stopped (a cancel): the rollback's caller
-    # tells a lost lease from an outage, whatever stopped the body.
-    stop: BaseException
-    try:
-        written = ctx.store.record_fenced_step(ctx.workflow_id, ctx.fence, step)
-    except Exception as exc:
-        stop = StoreUnavailable(f"run {ctx.workflow_id!r}: the store failed: {exc!r}")
-        ctx.stop(stop)
-        raise stop from exc
-    if not written:
-        stop = LeaseLost(f"run {ctx.workflow_id!r} is no longer owned by this worker")
-        ctx.stop(stop)
-        raise stop
-    ctx.history[step.idx] = step
-    faults.reach(faults.AFTER_RECORD_STEP, **ctx.log_fields(step.idx))
+        record_fenced(ctx, carried)
+    record_fenced(ctx, step)
 
 
 def _compensate_one(ctx: WorkflowContext, original: StepRecord) -> Compensation:

@@ -208,3 +208,47 @@ def test_deferred_steps_are_written_before_the_rollback_and_compensated(durable)
     names = [s.name.rsplit(".", 1)[-1] for s in handle.steps()]
     assert names[:3] == ["take", "take", "fail"]  # the deferred records were written
     assert handle.record().compensation == "compensated"
+
+
+def test_a_step_that_finishes_after_the_cancel_is_recorded_and_compensated(durable):
+    """Bug: the step running when its run was cancelled finished, but its record (and the
+    deferred records it carried) were refused: neither was history nor compensated."""
+    log: list[str] = []
+
+    def undo(n: int, result: int) -> None:
+        log.append(f"undo {n} {result}")
+
+    @durable.step(compensate=undo, commit="deferred")
+    def take(n: int) -> int:
+        return n * 10
+
+    @durable.step(compensate=undo)
+    def charge_while_cancelled(n: int) -> int:
+        ctx = cd.WorkflowContext.current()
+        assert ctx is not None
+        durable.get_handle(ctx.workflow_id).cancel("changed my mind")
+        log.append("charged")  # the side effect happens after the cancel
+        return n * 10
+
+    @durable.step
+    def never() -> None:
+        log.append("never")
+
+    @durable.workflow
+    def flow() -> None:
+        take(1)
+        charge_while_cancelled(2)
+        never()
+
+    handle = flow.delay()
+    assert handle.status() is WorkflowStatus.CANCELLED
+    assert log == ["charged", "undo 2 20", "undo 1 10"]
+    steps = handle.steps()
+    assert [(s.idx, s.name.rsplit(".", 1)[-1], s.status) for s in steps[:3]] == [
+        (0, "take", "ok"),
+        (1, "charge_while_cancelled", "ok"),
+        (2, "rollback", "ok"),
+    ]
+    assert [(c.index, c.status) for c in handle.compensations()] == [(1, "ok"), (0, "ok")]
+    assert handle.record().compensable
+    assert handle.record().compensation == "compensated"
