@@ -9,6 +9,13 @@ import celery_durable as cd
 from celery_durable import InvalidArgument, PermanentError, WorkflowFailed, WorkflowStatus
 
 
+def cancel_this_run(durable) -> None:  # type: ignore[no-untyped-def]
+    """From a step: cancel the run it is a step of (RUNNING: it stops at a boundary)."""
+    ctx = cd.WorkflowContext.current()
+    assert ctx is not None
+    durable.get_handle(ctx.workflow_id).cancel("changed my mind")
+
+
 def _saga(durable, log: list[str], refund_failures: int = 0):  # type: ignore[no-untyped-def]
     def release(order: int, result: str) -> None:
         log.append(f"release {order} {result}")
@@ -160,9 +167,7 @@ def test_cancel_while_running_rolls_back_at_the_next_step(durable):
 
     @durable.step
     def cancel_myself() -> None:
-        ctx = cd.WorkflowContext.current()
-        assert ctx is not None
-        durable.get_handle(ctx.workflow_id).cancel("changed my mind")
+        cancel_this_run(durable)
 
     @durable.step
     def never() -> None:
@@ -224,21 +229,15 @@ def test_a_step_that_finishes_after_the_cancel_is_recorded_and_compensated(durab
 
     @durable.step(compensate=undo)
     def charge_while_cancelled(n: int) -> int:
-        ctx = cd.WorkflowContext.current()
-        assert ctx is not None
-        durable.get_handle(ctx.workflow_id).cancel("changed my mind")
+        cancel_this_run(durable)
         log.append("charged")  # the side effect happens after the cancel
         return n * 10
-
-    @durable.step
-    def never() -> None:
-        log.append("never")
 
     @durable.workflow
     def flow() -> None:
         take(1)
         charge_while_cancelled(2)
-        never()
+        take(3)  # past the boundary where the cancel takes effect: never runs
 
     handle = flow.delay()
     assert handle.status() is WorkflowStatus.CANCELLED
