@@ -90,7 +90,22 @@ def pending_compensations(ctx: WorkflowContext) -> list[StepRecord]:
         and recorded.status == "ok"
         and recorded.name in COMPENSATED
         and idx not in done
+        and undone_call(recorded) is not None
     ]
+
+
+def undone_call(recorded: StepRecord) -> tuple[list[Any], dict[str, Any], Any] | None:
+    """The call a compensation undoes: (args, kwargs, the step's output). A routed step's
+    record (``{"fanout": "task", ...}``) holds its call and a one-item output. None when no
+    one call succeeded: a routed step whose task failed, a map's items, a child."""
+    called = serialization.loads(recorded.input)
+    if isinstance(called, list):
+        args, kwargs = called
+        return args, kwargs, serialization.loads(recorded.output or "null")
+    if called.get("fanout") == "task" and not recorded.error:
+        args, kwargs = called["input"]
+        return args, kwargs, serialization.loads(recorded.output or "[null]")[0]
+    return None
 
 
 def run_compensations(ctx: WorkflowContext) -> list[Compensation]:
@@ -121,8 +136,9 @@ def _compensate_one(ctx: WorkflowContext, original: StepRecord) -> Compensation:
             done = Compensation.of(recorded)
             assert done is not None
             return done
-    args, kwargs = serialization.loads(original.input)
-    result = serialization.loads(original.output or "null")
+    call = undone_call(original)
+    assert call is not None  # pending_compensations lists only these
+    args, kwargs, result = call
     undo: Any = step.options.compensate
     policy = undo if isinstance(undo, Step) else None
     function = undo.fn if isinstance(undo, Step) else undo

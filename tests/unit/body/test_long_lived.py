@@ -251,3 +251,37 @@ def test_a_step_that_finishes_after_the_cancel_is_recorded_and_compensated(durab
     assert [(c.index, c.status) for c in handle.compensations()] == [(1, "ok"), (0, "ok")]
     assert handle.record().compensable
     assert handle.record().compensation == "compensated"
+
+
+def test_a_routed_step_is_compensated_and_a_map_s_items_are_not(durable):
+    """A routed step's record holds its call as a fan-out's: the rollback undoes it with
+    that call, and leaves a map (no one call to undo) alone instead of failing on it."""
+    log: list[str] = []
+
+    def undo(n: int, result: int) -> None:
+        log.append(f"undo {n} {result}")
+
+    @durable.step(compensate=undo, queue="remote")
+    def remote(n: int) -> int:
+        return n * 10
+
+    @durable.step(compensate=undo)
+    def each(n: int) -> int:
+        return n
+
+    @durable.step
+    def fail() -> None:
+        raise PermanentError("nope")
+
+    @durable.workflow(max_attempts=1)
+    def flow() -> None:
+        remote(1)
+        cd.map(each, [7, 8])
+        fail()
+
+    handle = flow.delay()
+    with pytest.raises(WorkflowFailed, match="nope"):
+        handle.get(timeout=5)
+    assert log == ["undo 1 10"]
+    assert [(c.index, c.status) for c in handle.compensations()] == [(0, "ok")]
+    assert handle.record().compensation == "compensated"
