@@ -28,10 +28,9 @@ import time
 from typing import Any
 
 from celery_durable.body.context import WorkflowContext, enter_body
-from celery_durable.body.replay import check_replay, write_caught_failure
+from celery_durable.body.replay import check_replay, record_fenced, write_caught_failure
 from celery_durable.body.step import COMPENSATED, Step
-from celery_durable.core import faults, serialization
-from celery_durable.errors import LeaseLost, StoreUnavailable
+from celery_durable.core import serialization
 from celery_durable.store import StepRecord
 
 logger = logging.getLogger("celery_durable.step")
@@ -91,7 +90,22 @@ def pending_compensations(ctx: WorkflowContext) -> list[StepRecord]:
         and recorded.status == "ok"
         and recorded.name in COMPENSATED
         and idx not in done
+        and undone_call(recorded) is not None
     ]
+
+
+def undone_call(recorded: StepRecord) -> tuple[list[Any], dict[str, Any], Any] | None:
+    """The call a compensation undoes: (args, kwargs, the step's output). A routed step's
+    record (``{"fanout": "task", ...}``) holds its call and a one-item output. None when no
+    one call succeeded: a routed step whose task failed, a map's items, a child."""
+    called = serialization.loads(recorded.input)
+    if isinstance(called, list):
+        args, kwargs = called
+        return args, kwargs, serialization.loads(recorded.output or "null")
+    if called.get("fanout") == "task" and not recorded.error:
+        args, kwargs = called["input"]
+        return args, kwargs, serialization.loads(recorded.output or "[null]")[0]
+    return None
 
 
 def run_compensations(ctx: WorkflowContext) -> list[Compensation]:
@@ -106,26 +120,8 @@ def write_fenced(ctx: WorkflowContext, step: StepRecord) -> None:
     """Record a rollback's step under the fence (a requested cancel does not stop it),
     after the deferred steps' records the run still holds."""
     for carried in ctx.take_deferred():
-        _write_fenced(ctx, carried)
-    _write_fenced(ctx, step)
-
-
-def _write_fenced(ctx: WorkflowContext, step: StepRecord) -> None:
-    # Raised as such even when the body already stopped (a cancel): the rollback's caller
-    # tells a lost lease from an outage, whatever stopped the body.
-    stop: BaseException
-    try:
-        written = ctx.store.record_fenced_step(ctx.workflow_id, ctx.fence, step)
-    except Exception as exc:
-        stop = StoreUnavailable(f"run {ctx.workflow_id!r}: the store failed: {exc!r}")
-        ctx.stop(stop)
-        raise stop from exc
-    if not written:
-        stop = LeaseLost(f"run {ctx.workflow_id!r} is no longer owned by this worker")
-        ctx.stop(stop)
-        raise stop
-    ctx.history[step.idx] = step
-    faults.reach(faults.AFTER_RECORD_STEP, **ctx.log_fields(step.idx))
+        record_fenced(ctx, carried)
+    record_fenced(ctx, step)
 
 
 def _compensate_one(ctx: WorkflowContext, original: StepRecord) -> Compensation:
@@ -140,8 +136,9 @@ def _compensate_one(ctx: WorkflowContext, original: StepRecord) -> Compensation:
             done = Compensation.of(recorded)
             assert done is not None
             return done
-    args, kwargs = serialization.loads(original.input)
-    result = serialization.loads(original.output or "null")
+    call = undone_call(original)
+    assert call is not None  # pending_compensations lists only these
+    args, kwargs, result = call
     undo: Any = step.options.compensate
     policy = undo if isinstance(undo, Step) else None
     function = undo.fn if isinstance(undo, Step) else undo

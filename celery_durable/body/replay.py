@@ -103,9 +103,30 @@ def flush_deferred(ctx: WorkflowContext) -> None:
         record(ctx, last)
 
 
+def record_fenced(ctx: WorkflowContext, step: StepRecord) -> None:
+    """Record ``step`` while this worker holds the run, whether or not its cancellation
+    was requested (a rollback's steps, a step that finished after the cancel)."""
+    # Raised as such even when the body already stopped (a cancel): the rollback's caller
+    # tells a lost lease from an outage, whatever stopped the body.
+    stop: BaseException
+    try:
+        written = ctx.store.record_fenced_step(ctx.workflow_id, ctx.fence, step)
+    except Exception as exc:
+        stop = StoreUnavailable(f"run {ctx.workflow_id!r}: the store failed: {exc!r}")
+        ctx.stop(stop)
+        raise stop from exc
+    if not written:
+        stop = LeaseLost(f"run {ctx.workflow_id!r} is no longer owned by this worker")
+        ctx.stop(stop)
+        raise stop
+    ctx.history[step.idx] = step
+    faults.reach(faults.AFTER_RECORD_STEP, **ctx.log_fields(step.idx))
+
+
 def record(ctx: WorkflowContext, step: StepRecord) -> StepRecord:
     """Persist a step under the run's fencing token, with the deferred steps' records the
-    run holds; stop the body if the lease is gone."""
+    run holds; stop the body if the lease is gone or the run's cancellation was requested
+    (then after recording them all the same: they ran, so a rollback compensates them)."""
     carried = ctx.take_deferred()
     keeping = ctx.slot_to_keep
     with store_guard(ctx):
@@ -133,6 +154,12 @@ def record(ctx: WorkflowContext, step: StepRecord) -> StepRecord:
             )
         faults.reach(faults.AFTER_RECORD_STEP, **ctx.log_fields(step.idx))
         return step
+    if written.outcome is Outcome.CANCELLED:
+        # The cancel came while the step ran: it finished, its side effects happened, so it
+        # is history like any other step; the cancel takes effect here, at the boundary.
+        for each in (*carried, step):
+            record_fenced(ctx, each)
+        stop_writing(ctx)
     if written.stored is None:
         stop_writing(ctx)
     # An earlier write of this step committed (e.g. interrupted after the server's

@@ -38,6 +38,7 @@ from celery_durable.core.retry import backoff, retryable
 from celery_durable.errors import (
     InvalidArgument,
     NotSerialisable,
+    WorkflowCancelled,
 )
 from celery_durable.store import StepRecord
 
@@ -326,7 +327,13 @@ class Step(Generic[P, R]):
                     self._note_compensable(ctx)
                     faults.reach(faults.AFTER_DEFER_STEP, **ctx.log_fields(index))
                     return serialization.loads(output)  # type: ignore[no-any-return]
-                stored = record(ctx, done)
+                try:
+                    stored = record(ctx, done)
+                except WorkflowCancelled:
+                    # Recorded all the same (record): a worker lost before its rollback
+                    # ends leaves the run to one that rolls it back, this step included.
+                    self._note_compensable(ctx)
+                    raise
                 self._note_compensable(ctx)
                 # Return what replay will return (JSON round trip), so both paths agree.
                 return serialization.loads(stored.output or "null")  # type: ignore[no-any-return]

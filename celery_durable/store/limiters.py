@@ -86,7 +86,9 @@ class LimiterOps:
                     self._took_slot(limit, key, taking["p_from"], int(taken))
                 if not inserted or taken is not None:
                     return bool(inserted), taken is not None
-                return True, self.take_slot(limit, key, run.id)[0] is Outcome.RECORDED
+                # Its wait (if it must) is queued at the run's priority, like any other.
+                taken_now = self.take_slot(limit, key, run.id, priority=run.priority)
+                return True, taken_now[0] is Outcome.RECORDED
             if connection is not None:
                 return self._insert_and_acquire(connection, values, limit, key, run)
             with self.db.transaction() as conn:

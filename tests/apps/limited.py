@@ -96,6 +96,14 @@ def pair(key: str, n: int) -> int:
     return n
 
 
+@durable.workflow(name="tests.apps.limited.solo", concurrency=1)
+def solo(key: str, label: str) -> str:
+    """One run at a time (a run limiter of its own): notes its start, held while the test
+    holds ``hold:<key>:<label>``."""
+    running(key, label, 0.0)
+    return label
+
+
 @durable.workflow(name="tests.apps.limited.free")
 def free(key: str) -> str:
     return f"free {key}"

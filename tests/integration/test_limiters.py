@@ -114,6 +114,27 @@ def test_a_waiter_holds_nothing_its_cancel_frees_nothing_and_priority_goes_first
     assert noted(rds, key, "order") == ["holder", "urgent", "a", "c"]
 
 
+def test_a_run_limiter_starts_its_waiting_runs_by_priority_then_age(limited_app, workers, rds, key):
+    """Bug: runs that waited for a run limiter's slot from their start were queued with
+    priority 0 (on Postgres), so one started with priority=9 ran after the three before it."""
+    rds.set(f"hold:{key}:holder", "1")
+    holder = limited_app.solo.delay(key, "holder")
+    wait_until(lambda: noted(rds, key, "order") == ["holder"], 60, message="the holder")
+    waiters = [limited_app.solo.delay(key, label) for label in ("1", "2", "3")]
+    urgent = limited_app.solo.apply_async((key, "4"), priority=9)
+    for waiter in (*waiters, urgent):
+        record = waiter.record()
+        assert (record.status, record.wait_limiter) == (
+            "PENDING",
+            "workflow:tests.apps.limited.solo",
+        )
+    assert urgent.record().priority == 9
+    rds.delete(f"hold:{key}:holder")
+    for handle in (holder, urgent, *waiters):
+        handle.get(timeout=60)
+    assert noted(rds, key, "order") == ["holder", "4", "1", "2", "3"]
+
+
 def test_a_backlog_on_a_limiter_keeps_the_queue_empty_and_the_pool_free(
     limited_app, workers, rds, key
 ):

@@ -91,6 +91,34 @@ def test_saga_cancelled_while_waiting_rolls_back_and_query_waits(longlived, star
     assert effects(rds, key, "refund") == 1 and effects(rds, key, "release") == 1
 
 
+def test_a_step_that_finishes_after_the_cancel_is_recorded_and_compensated(
+    longlived, start_worker, key, rds
+):
+    """Bug: ``charge`` ran to its end after the cancel (the payment was made), but its
+    record was refused, so only ``reserve`` was in the history and compensated."""
+    start_worker(app=APP)
+    rds.set(f"block:{key}:charge", "1")
+    handle = longlived.saga.delay(key, "ship")
+    wait_until(lambda: rds.get(f"started:{key}:charge"), 30, message="charge to start")
+    assert handle.cancel("customer left") is WorkflowStatus.RUNNING
+    assert handle.record().cancel_requested
+    rds.delete(f"block:{key}:charge")  # charge now finishes: its side effect happened
+    assert handle.wait(timeout=30) is WorkflowStatus.CANCELLED
+    steps = handle.steps()
+    assert [(s.idx, s.name.rsplit(".", 1)[-1], s.status) for s in steps[:2]] == [
+        (0, "reserve", "ok"),
+        (1, "charge", "ok"),
+    ]
+    assert steps[1].output == '"receipt-100"'
+    # The cancel took effect at the boundary after charge: nothing after it ran.
+    assert [s.name for s in steps[2:]][0] == "celery_durable.rollback"
+    assert [(c.index, c.status) for c in handle.compensations()] == [(1, "ok"), (0, "ok")]
+    assert handle.record().compensation == "compensated"
+    assert handle.record().cancel_reason == "customer left"
+    assert effects(rds, key, "charge") == 1
+    assert effects(rds, key, "refund") == 1 and effects(rds, key, "release") == 1
+
+
 def test_sigkill_during_the_rollback_resumes_it(longlived, start_worker, key, rds):
     start_worker(app=APP)
     # Steps: reserve 0, charge 1, ship 2 (failed), the rollback marker 3, refund 4, release 5.

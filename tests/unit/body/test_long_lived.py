@@ -9,6 +9,13 @@ import celery_durable as cd
 from celery_durable import InvalidArgument, PermanentError, WorkflowFailed, WorkflowStatus
 
 
+def cancel_this_run(durable) -> None:  # type: ignore[no-untyped-def]
+    """From a step: cancel the run it is a step of (RUNNING: it stops at a boundary)."""
+    ctx = cd.WorkflowContext.current()
+    assert ctx is not None
+    durable.get_handle(ctx.workflow_id).cancel("changed my mind")
+
+
 def _saga(durable, log: list[str], refund_failures: int = 0):  # type: ignore[no-untyped-def]
     def release(order: int, result: str) -> None:
         log.append(f"release {order} {result}")
@@ -160,9 +167,7 @@ def test_cancel_while_running_rolls_back_at_the_next_step(durable):
 
     @durable.step
     def cancel_myself() -> None:
-        ctx = cd.WorkflowContext.current()
-        assert ctx is not None
-        durable.get_handle(ctx.workflow_id).cancel("changed my mind")
+        cancel_this_run(durable)
 
     @durable.step
     def never() -> None:
@@ -207,4 +212,76 @@ def test_deferred_steps_are_written_before_the_rollback_and_compensated(durable)
     assert log == ["undo 2", "undo 1"]
     names = [s.name.rsplit(".", 1)[-1] for s in handle.steps()]
     assert names[:3] == ["take", "take", "fail"]  # the deferred records were written
+    assert handle.record().compensation == "compensated"
+
+
+def test_a_step_that_finishes_after_the_cancel_is_recorded_and_compensated(durable):
+    """Bug: the step running when its run was cancelled finished, but its record (and the
+    deferred records it carried) were refused: neither was history nor compensated."""
+    log: list[str] = []
+
+    def undo(n: int, result: int) -> None:
+        log.append(f"undo {n} {result}")
+
+    @durable.step(compensate=undo, commit="deferred")
+    def take(n: int) -> int:
+        return n * 10
+
+    @durable.step(compensate=undo)
+    def charge_while_cancelled(n: int) -> int:
+        cancel_this_run(durable)
+        log.append("charged")  # the side effect happens after the cancel
+        return n * 10
+
+    @durable.workflow
+    def flow() -> None:
+        take(1)
+        charge_while_cancelled(2)
+        take(3)  # past the boundary where the cancel takes effect: never runs
+
+    handle = flow.delay()
+    assert handle.status() is WorkflowStatus.CANCELLED
+    assert log == ["charged", "undo 2 20", "undo 1 10"]
+    steps = handle.steps()
+    assert [(s.idx, s.name.rsplit(".", 1)[-1], s.status) for s in steps[:3]] == [
+        (0, "take", "ok"),
+        (1, "charge_while_cancelled", "ok"),
+        (2, "rollback", "ok"),
+    ]
+    assert [(c.index, c.status) for c in handle.compensations()] == [(1, "ok"), (0, "ok")]
+    assert handle.record().compensable
+    assert handle.record().compensation == "compensated"
+
+
+def test_a_routed_step_is_compensated_and_a_map_s_items_are_not(durable):
+    """A routed step's record holds its call as a fan-out's: the rollback undoes it with
+    that call, and leaves a map (no one call to undo) alone instead of failing on it."""
+    log: list[str] = []
+
+    def undo(n: int, result: int) -> None:
+        log.append(f"undo {n} {result}")
+
+    @durable.step(compensate=undo, queue="remote")
+    def remote(n: int) -> int:
+        return n * 10
+
+    @durable.step(compensate=undo)
+    def each(n: int) -> int:
+        return n
+
+    @durable.step
+    def fail() -> None:
+        raise PermanentError("nope")
+
+    @durable.workflow(max_attempts=1)
+    def flow() -> None:
+        remote(1)
+        cd.map(each, [7, 8])
+        fail()
+
+    handle = flow.delay()
+    with pytest.raises(WorkflowFailed, match="nope"):
+        handle.get(timeout=5)
+    assert log == ["undo 1 10"]
+    assert [(c.index, c.status) for c in handle.compensations()] == [(0, "ok")]
     assert handle.record().compensation == "compensated"

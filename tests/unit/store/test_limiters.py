@@ -117,6 +117,28 @@ def test_a_step_s_record_frees_its_slot_and_priority_orders_the_waiters(store):
     assert store.get_run("early").status == "WAITING"
 
 
+def test_runs_waiting_at_their_start_are_served_by_priority_then_age(store):
+    """Bug: a run limiter's waiters started on Postgres were queued with priority 0, so a
+    run started with priority=9 behind three others was served last."""
+    limit = Limit("whole", concurrency=1)
+    assert start(store, limit, "holder")
+    for run_id in ("first", "second", "third"):
+        assert not start(store, limit, run_id)
+    assert not start(store, limit, "urgent", priority=9)
+    assert store.get_run("urgent").priority == 9
+    served = []
+    holder = "holder"
+    for _ in range(4):
+        claim = store.claim_run(holder, "me", LEASE)
+        assert claim is not None
+        assert store.settle_run(holder, claim.fence, "SUCCEEDED", result="1") == "SUCCEEDED"
+        woken = store.hand_off(limit, grace=60)
+        assert len(woken) == 1
+        holder = woken[0].id
+        served.append(holder)
+    assert served == ["urgent", "first", "second", "third"]
+
+
 def test_a_running_step_s_take_is_one_statement_that_commits_without_the_flush(pg_store):
     """The hot take of a limited step: one round trip, its asynchronous commit set inside
     the statement's own transaction, and no session state left behind."""
