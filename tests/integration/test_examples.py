@@ -84,7 +84,8 @@ def test_the_readmes_first_example_saved_as_shop_py_migrates_and_a_worker_runs_i
     for given, ours in (
         (
             'app = Celery("shop", broker="redis://127.0.0.1:6379/0")\n',
-            f"app = Celery('shop', broker={BROKER_URL!r})\napp.conf.task_default_queue = {queue!r}\n",
+            f"app = Celery('shop', broker={BROKER_URL!r})\n"
+            f"app.conf.task_default_queue = {queue!r}\n",
         ),
         ('"postgresql+psycopg://postgres@127.0.0.1/shop"', repr(f"sqlite:///{database}")),
     ):
