@@ -138,6 +138,12 @@ class SignalStore:
     status: str | None = None
 
 
+def attempt_of(attempts: int, started_at: float | None) -> int:
+    """The attempt a run is on, or ended on: a suspension (a wait) gives its attempt back,
+    so a run that ran counts at least one."""
+    return max(attempts, 1 if started_at is not None else 0)
+
+
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
     id: str
