@@ -11,7 +11,7 @@ from typing import Any
 
 from celery_durable.ops.console import decoded, error_brief, error_parts, iso, span, took
 from celery_durable.runs.admin import RunDetails
-from celery_durable.store import FINISHED_STATUSES, ItemRow, RunRecord, StepRecord, attempt_of
+from celery_durable.store import FINISHED_STATUSES, ItemRow, RunRecord, StepRecord
 
 NOT_REACHED = "not reached"
 
@@ -55,7 +55,7 @@ def details_json(details: RunDetails) -> dict[str, Any]:
         "id": run.id,
         "workflow": run.name,
         "status": run.status,
-        "attempt": attempt_of(run.attempts, run.started_at),
+        "attempt": run.attempt,
         "max_attempts": run.max_attempts,
         "recoveries": run.recoveries,
         "queue": run.queue,

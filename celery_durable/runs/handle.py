@@ -10,7 +10,6 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import logging
 import time
@@ -39,7 +38,7 @@ from celery_durable.errors import (
     WorkflowNotFound,
 )
 from celery_durable.runs.admin import fork_run, resume_run
-from celery_durable.store import FINISHED_STATUSES, DueRun, RunRecord, StepRecord, attempt_of
+from celery_durable.store import FINISHED_STATUSES, DueRun, RunRecord, StepRecord
 from celery_durable.store.db.outage import describe, is_unreachable, summary, unavailable
 
 if TYPE_CHECKING:
@@ -192,14 +191,14 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
             raise
 
     def record(self) -> RunRecord:
-        """The run's row; WorkflowNotFound if there is none. Its ``attempts`` is the attempt
-        the run is on or ended on, as ``durable show`` says: a wait gives its attempt back
-        in the store, yet a run that ran is on attempt 1 at least."""
+        """The run's row; WorkflowNotFound if there is none. ``attempts`` counts the attempts
+        used up (a wait or a cold shutdown gives its attempt back); ``attempt`` is the one
+        the run is on or ended on, which ``durable show`` prints."""
         with self._outage_named("reading workflow run"):
             run = self.runtime.store.get_run(self.id)
         if run is None:
             raise WorkflowNotFound(self.id)
-        return dataclasses.replace(run, attempts=attempt_of(run.attempts, run.started_at))
+        return run
 
     def steps(self) -> list[StepRecord]:
         """The recorded steps, in order: name, status ("ok", "error", "retry", "waiting"),

@@ -182,6 +182,12 @@ class RunRecord:
     dedup_key: str | None = None
     deadline_at: float | None = None
 
+    @property
+    def attempt(self) -> int:
+        """The attempt the run is on, or ended on (``durable show``'s "attempt 1/3"), where
+        ``attempts`` counts those used up: 0 for a run whose wait gave its attempt back."""
+        return attempt_of(self.attempts, self.started_at)
+
 
 @dataclasses.dataclass(frozen=True)
 class DueRun:

@@ -1,6 +1,7 @@
 """``durable show`` says the same in text and in JSON, and as ``handle.record()`` does: the
-attempt, each step's status (a wait a finished run never got past is "not reached") and
-the cancel reason, for runs that wait, were cancelled while waiting, or succeeded."""
+attempt (``record().attempt``), each step's status (a wait that a finished run never got
+past is "not reached") and the cancel reason, for runs that wait, were cancelled while
+waiting, or succeeded."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def assert_they_agree(durable: Durable, handle: WorkflowHandle) -> tuple[str, di
     text, js = shown(durable, handle.id)
     first = text.splitlines()[0]
     assert first.endswith(f"{js['status']}  attempt {js['attempt']}/{js['max_attempts']}")
-    assert handle.record().attempts == js["attempt"]
+    assert handle.record().attempt == js["attempt"]
     for step in js["steps"]:
         assert f"  step {step['index']}: {step['name']} {step['status']}" in text
     if js["cancel_reason"] is not None:
@@ -55,7 +56,8 @@ def test_show_says_the_same_in_text_and_json_and_as_the_record(durable):
     assert succeeded.get(timeout=10) == "approved by ann"
 
     text, js = assert_they_agree(durable, waiting)
-    assert js["status"] == "WAITING" and js["attempt"] == 1  # the wait gave its attempt back
+    assert js["status"] == "WAITING" and js["attempt"] == 1
+    assert waiting.record().attempts == 0  # used up: the wait gave its attempt back
     assert [step["status"] for step in js["steps"]] == ["ok", "waiting"]
 
     text, js = assert_they_agree(durable, cancelled)
