@@ -30,9 +30,7 @@ def test_a_failed_member_fails_the_groups_get_with_its_error(basic_app, key):
     assert joined.results[0].get(timeout=60) == [10, 20, 30, 40, 50]
 
 
-def test_a_chain_of_workflows_gets_its_last_run_which_starts_when_the_first_ends(
-    basic_app, key
-):
+def test_a_chain_of_workflows_gets_its_last_run_which_starts_when_the_first_ends(basic_app, key):
     chained = chain(basic_app.five_steps.s(key), basic_app.context_probe.s()).apply_async()
     assert isinstance(chained, WorkflowHandle) and isinstance(chained.parent, WorkflowHandle)
     assert chained.get(timeout=60) == {
