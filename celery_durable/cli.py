@@ -43,7 +43,7 @@ from celery_durable.ops.dashboard.command import dashboard_command
 from celery_durable.ops.limiters import limiters_command
 from celery_durable.ops.schedules import schedules_command
 from celery_durable.runs.admin import RunDetails, cursor_of, describe_run, fork_run, resume_run
-from celery_durable.store import FINISHED_STATUSES, ItemRow
+from celery_durable.store import ItemRow
 from celery_durable.store.db.outage import is_unreachable, retry_while_unreachable, unavailable
 
 
@@ -169,25 +169,22 @@ def show(
         click.echo(json.dumps(shown))
         return
     run = details.run
-    # A suspended run gives its attempt back, so a run that ran shows at least attempt 1.
-    attempt = max(run.attempts, 1 if run.started_at is not None else 0)
-    click.echo(f"{run.id}  {run.name}  {run.status}  attempt {attempt}/{run.max_attempts}")
+    click.echo(f"{run.id}  {run.name}  {run.status}  attempt {console.attempts_of(run)}")
     click.echo(run_details.times_line(run))
-    _echo_if(console.cancel_line(run))
+    _echo_if(console.cancel_line(run) or run_details.ended_cancel_line(run))
     _echo_if(run_details.fork_line(run))
     _echo_if(run_details.wait_line(run))
     if run.parent_id:
         click.echo(f"child of {run.parent_id} (its step {run.parent_idx})")
     if run.wait_items:
         click.echo("waiting for items (parallel steps, remote steps or children)")
-    finished = run.status in FINISHED_STATUSES
     items: dict[int, list[ItemRow]] = {}
     for row in rows:
         items.setdefault(row.idx, []).append(row)
     for step in details.steps:
-        status = step.status
-        if status == "waiting" and finished:
-            status = f"not reached (run {run.status.lower()} while waiting)"
+        status = run_details.step_status(run, step)
+        if status == run_details.NOT_REACHED:
+            status += f" (run {run.status.lower()} while waiting)"
         line = f"  step {step.idx}: {step.name} {status}"
         times = run_details.step_times(step)
         if times:

@@ -296,7 +296,8 @@ class Durable(Operations):
     def _register_step(
         self, fn: Callable[..., Any], name: str | None, options: StepOptions
     ) -> Step[Any, Any]:
-        step_name = name or f"{fn.__module__}.{fn.__qualname__}"
+        # Named as Celery names tasks, as workflows are: a script's are <app>.fn, not __main__.fn.
+        step_name = name or self.app.gen_task_name(fn.__qualname__, fn.__module__)
         if step_name in self.steps:
             raise DuplicateRegistration(
                 f"step name {step_name!r} is already registered; pass name= to tell them apart"

@@ -27,7 +27,9 @@ DATA = data_dir("APPROVAL_DIR", driver=__name__ == "__main__")
 BROKER = DATA / "broker"
 BROKER.mkdir(parents=True, exist_ok=True)
 
-app = Celery("approval", broker="filesystem://")
+# The file broker needs no host, but kombu warns "No hostname was supplied" on every
+# connection of a URL without one.
+app = Celery("approval", broker="filesystem://localhost/")
 app.conf.broker_transport_options = {
     "data_folder_in": str(BROKER),
     "data_folder_out": str(BROKER),

@@ -29,7 +29,9 @@ BROKER = DATA / "broker"
 BROKER.mkdir(parents=True, exist_ok=True)
 CODE = os.environ.get("SUBSCRIPTION_CODE", "v1")
 
-app = Celery("subscription", broker="filesystem://")
+# The file broker needs no host, but kombu warns "No hostname was supplied" on every
+# connection of a URL without one.
+app = Celery("subscription", broker="filesystem://localhost/")
 app.conf.broker_transport_options = {
     "data_folder_in": str(BROKER),
     "data_folder_out": str(BROKER),

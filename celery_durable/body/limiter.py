@@ -57,6 +57,7 @@ class Limiter:
         concurrency: int | None = None,
         rate: str | None = None,
         key: Callable[..., Any] | None = None,
+        key_named: str | None = None,
     ) -> None:
         owner = f"limiter {name!r}"
         validate.check_text(name, "limiter(name)", max_chars=255, allow_empty=False)
@@ -76,6 +77,9 @@ class Limiter:
         capacity = 1.0 if per_second is None else max(1.0, math.ceil(per_second * BURST))
         self.name = name
         self.key = key
+        # How errors name the key function: as the user wrote it (concurrency_key of a
+        # workflow), else as the key of this limiter.
+        self.key_named = key_named or f"the key function of limiter {name!r}"
         self.rate = rate
         self.limit = Limit(name, concurrency, per_second, capacity)
 
@@ -89,13 +93,10 @@ class Limiter:
         try:
             value = self.key(*args, **kwargs)
         except Exception as exc:
-            raise InvalidArgument(
-                f"{owner}: the key function of limiter {self.name!r} raised {exc!r}"
-            ) from exc
+            raise InvalidArgument(f"{owner}: {self.key_named} raised {exc!r}") from exc
         if not isinstance(value, str):
             raise InvalidArgument(
-                f"{owner}: the key function of limiter {self.name!r} returned "
-                f"{type(value).__name__} {value!r}, not a string"
+                f"{owner}: {self.key_named} returned {type(value).__name__} {value!r}, not a string"
             )
         validate.check_text(value, f"{owner}: the key of limiter {self.name!r}", max_chars=255)
         return value
@@ -107,9 +108,10 @@ def declare(
     concurrency: int | None,
     rate: str | None,
     key: Callable[..., Any] | None,
+    key_named: str | None = None,
 ) -> Limiter:
     """Register a limiter in ``limiters`` (the Runtime's); declared twice, the same."""
-    made = Limiter(name, concurrency=concurrency, rate=rate, key=key)
+    made = Limiter(name, concurrency=concurrency, rate=rate, key=key, key_named=key_named)
     known = limiters.get(name)
     if known is not None and (known.limit, known.key) != (made.limit, made.key):
         raise DuplicateRegistration(f"limiter {name!r} is already declared, otherwise")
@@ -143,7 +145,8 @@ def workflow_limiter(
         return named(limiters, limiter, f"workflow {workflow}")
     if limiter is not None:
         raise InvalidArgument(f"workflow {workflow}: give limiter or concurrency, not both")
-    return declare(limiters, f"workflow:{workflow}", concurrency or 1, None, concurrency_key)
+    name = f"workflow:{workflow}"
+    return declare(limiters, name, concurrency or 1, None, concurrency_key, "concurrency_key")
 
 
 def wait_for_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> bool:

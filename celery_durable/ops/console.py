@@ -27,6 +27,7 @@ from celery_durable.store import (
     RunStats,
     RunSummary,
     StepRecord,
+    attempt_of,
 )
 
 ERROR_WIDTH = 70
@@ -107,8 +108,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: int = 0)
 def attempts_of(run: Any) -> str:
     """``2/3``: the attempt the run is on or ended on, of its budget. A suspension gives
     its attempt back, so a run that ran counts at least one."""
-    attempt = max(run.attempts, 1 if run.started_at is not None else 0)
-    return f"{attempt}/{run.max_attempts}"
+    return f"{attempt_of(run.attempts, run.started_at)}/{run.max_attempts}"
 
 
 def cancel_pending(status: str) -> str:

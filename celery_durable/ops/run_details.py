@@ -11,14 +11,24 @@ from typing import Any
 
 from celery_durable.ops.console import decoded, error_brief, error_parts, iso, span, took
 from celery_durable.runs.admin import RunDetails
-from celery_durable.store import ItemRow, RunRecord, StepRecord
+from celery_durable.store import FINISHED_STATUSES, ItemRow, RunRecord, StepRecord
+
+NOT_REACHED = "not reached"
 
 
-def step_json(step: StepRecord) -> dict[str, Any]:
+def step_status(run: RunRecord, step: StepRecord) -> str:
+    """A step's status as ``show`` gives it, in text and JSON alike: a wait that a finished
+    run never got past (cancelled, or failed by a deadline, while waiting) was not reached."""
+    if step.status == "waiting" and run.status in FINISHED_STATUSES:
+        return NOT_REACHED
+    return step.status
+
+
+def step_json(run: RunRecord, step: StepRecord) -> dict[str, Any]:
     return {
         "index": step.idx,
         "name": step.name,
-        "status": step.status,
+        "status": step_status(run, step),
         "duration": step.duration,
         "started_at": iso(step.started_at),
         "attempt": step.attempt,
@@ -45,7 +55,7 @@ def details_json(details: RunDetails) -> dict[str, Any]:
         "id": run.id,
         "workflow": run.name,
         "status": run.status,
-        "attempt": max(run.attempts, 1 if run.started_at is not None else 0),
+        "attempt": run.attempt,
         "max_attempts": run.max_attempts,
         "recoveries": run.recoveries,
         "queue": run.queue,
@@ -66,7 +76,7 @@ def details_json(details: RunDetails) -> dict[str, Any]:
         "continued_as": run.continued_as,
         "error": error_parts(run.error),
         "waiting": waiting_of(run),
-        "steps": [step_json(step) for step in details.steps],
+        "steps": [step_json(run, step) for step in details.steps],
         "pending_signals": [
             {"name": s.name, "sent_at": iso(s.created_at), "idempotency_key": s.idempotency_key}
             for s in details.pending_signals
@@ -116,6 +126,16 @@ def fork_line(run: RunRecord) -> str | None:
     if run.compensation is not None:
         lines.append(f"{run.status.lower()}, {run.compensation} (rolled back)")
     return "\n".join(lines) or None
+
+
+def ended_cancel_line(run: RunRecord) -> str | None:
+    """The cancel of a finished run, with its reason, as the JSON's ``cancel_reason``."""
+    if not run.cancel_requested or run.status not in FINISHED_STATUSES:
+        return None
+    reason = f": {run.cancel_reason}" if run.cancel_reason else ""
+    if run.status == "CANCELLED":
+        return f"cancelled{reason}"
+    return f"cancel requested{reason}; it had {run.status.lower()} first"
 
 
 def wait_line(run: RunRecord) -> str | None:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from celery import states
+from celery import Task, states
 from celery.backends.base import DisabledBackend
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult
@@ -47,6 +47,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger("celery_durable.handle")
 
 
+def canvas_member(task: Any, task_id: str, options: dict[str, Any]) -> AsyncResult:
+    """What a group or chain of workflows holds for a member (``WorkflowTask.AsyncResult``):
+    with a result backend, Celery's result, read there (a chord counts its parts in it);
+    without one, the run's handle, which reads the store and waits for a run that a chain
+    has not started yet."""
+    if not isinstance(task.backend, DisabledBackend):
+        return Task.AsyncResult(task, task_id, **options)
+    return WorkflowHandle(task.runtime, task_id, task.name, awaited=True)
+
+
 class WorkflowStatus(str, enum.Enum):
     PENDING = "PENDING"
     RUNNING = "RUNNING"
@@ -74,13 +84,21 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
     """
 
     def __init__(
-        self, durable: Runtime | HasRuntime, workflow_id: str, name: str | None = None
+        self,
+        durable: Runtime | HasRuntime,
+        workflow_id: str,
+        name: str | None = None,
+        *,
+        awaited: bool = False,
     ) -> None:
         validate.check_workflow_id(workflow_id)
         runtime = runtime_of(durable)
         super().__init__(workflow_id, app=runtime.app)
         self.runtime = runtime
         self._workflow_name = name
+        # A canvas member's handle: get() and wait() wait for the run to be inserted too
+        # (a chain's later workflow starts when the one before it finishes).
+        self._awaited = awaited
 
     def __repr__(self) -> str:
         return f"<WorkflowHandle {self.name or 'workflow'} id={self.id!r}>"
@@ -191,7 +209,9 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
             raise
 
     def record(self) -> RunRecord:
-        """The run's row; WorkflowNotFound if there is none."""
+        """The run's row; WorkflowNotFound if there is none. ``attempts`` counts the attempts
+        used up (a wait or a cold shutdown gives its attempt back); ``attempt`` is the one
+        the run is on or ended on, which ``durable show`` prints."""
         with self._outage_named("reading workflow run"):
             run = self.runtime.store.get_run(self.id)
         if run is None:
@@ -371,6 +391,9 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
             while True:
                 try:
                     run, unreachable = self.record(), None
+                except WorkflowNotFound:
+                    if not self._awaited:
+                        raise
                 except Exception as exc:
                     if not is_unreachable(exc):
                         raise
@@ -391,6 +414,11 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
             return (
                 f"workflow run {self.id!r} did not finish within {timeout}s "
                 f"(status {run.status}); it goes on running"
+            )
+        if unreachable is None:
+            return (
+                f"workflow run {self.id!r} did not start within {timeout}s: the tasks "
+                "before it in its canvas have not finished"
             )
         seen = "never read" if run is None else f"last seen {run.status}"
         cause = "" if unreachable is None else f" ({summary(unreachable)})"

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from celery import Task
 from celery.exceptions import Reject
+from celery.result import AsyncResult
 from kombu.utils.encoding import safe_repr
 from sqlalchemy.orm import Session
 
@@ -47,7 +48,7 @@ from celery_durable.errors import (
 )
 from celery_durable.runs.by_name import start_by_name
 from celery_durable.runs.dedup import Dedup
-from celery_durable.runs.handle import WorkflowHandle
+from celery_durable.runs.handle import WorkflowHandle, canvas_member
 from celery_durable.runs.starting import publish_after_commit, start_delay_of
 from celery_durable.store import NewRun
 from celery_durable.store.db.foreign import ForeignTransaction, after_commit, caller_transaction
@@ -81,6 +82,10 @@ class WorkflowTask(Task):  # type: ignore[misc]
 
     def delay(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
         return self.apply_async(args, kwargs)
+
+    def AsyncResult(self, task_id: str, **options: Any) -> AsyncResult:  # noqa: N802 - Celery's
+        """A canvas member's result: without a result backend, the run's handle."""
+        return canvas_member(self, task_id, options)
 
     def apply_async(  # type: ignore[override]
         self,

@@ -47,6 +47,7 @@ from celery_durable.store.records import (
     SignalTake,
     StepRecord,
     StepWrite,
+    attempt_of,
 )
 from celery_durable.store.schema import (
     ACTIVE_STATUSES,
@@ -107,6 +108,7 @@ __all__ = [
     "Store",
     "Tables",
     "TAKEOVER",
+    "attempt_of",
     "build_tables",
     "is_unreachable",
 ]

@@ -138,6 +138,12 @@ class SignalStore:
     status: str | None = None
 
 
+def attempt_of(attempts: int, started_at: float | None) -> int:
+    """The attempt a run is on, or ended on: a suspension (a wait) gives its attempt back,
+    so a run that ran counts at least one."""
+    return max(attempts, 1 if started_at is not None else 0)
+
+
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
     id: str
@@ -175,6 +181,12 @@ class RunRecord:
     priority: int | None = None
     dedup_key: str | None = None
     deadline_at: float | None = None
+
+    @property
+    def attempt(self) -> int:
+        """The attempt the run is on, or ended on (``durable show``'s "attempt 1/3"), where
+        ``attempts`` counts those used up: 0 for a run whose wait gave its attempt back."""
+        return attempt_of(self.attempts, self.started_at)
 
 
 @dataclasses.dataclass(frozen=True)

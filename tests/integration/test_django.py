@@ -126,6 +126,18 @@ def test_the_store_is_built_from_a_sqlite_database_setting(tmp_path: Path):
         assert shown["status"] == "PENDING" and shown["workflow"] == "django_project.checkout"
 
 
+def test_in_a_django_test_case_on_sqlite_the_store_works_inside_the_tests_transaction(
+    tmp_path: Path,
+):
+    # TestCase's transaction holds the SQLite file for the whole test: the store's reads,
+    # its cancel, and an eager run's claim and steps go on Django's connection.
+    with project("sqlite", tmp_path) as made:
+        said = made.manage(
+            "test", "tests.apps.django_project.shop.sqlite_checks", "--noinput", check=False
+        )
+    assert "Ran 2 tests" in said and "\nOK" in said, said
+
+
 def test_an_engine_the_store_cant_use_is_refused_naming_the_alias(tmp_path: Path):
     with project("sqlite", tmp_path) as made:
         other = {

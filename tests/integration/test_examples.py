@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.workers import ROOT, clean_env
+import pytest
+
+from tests.support.services import BROKER_URL, delete_queues, unique
+from tests.support.workers import ROOT, Worker, clean_env
 
 
 def run_example(script: str, tmp_path: Path) -> str:
@@ -24,6 +28,7 @@ def run_example(script: str, tmp_path: Path) -> str:
         env={**clean_env(), "TMPDIR": str(tmpdir)},
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "No hostname was supplied" not in done.stderr  # kombu's warning, on every connection
     left = sorted(path.name for path in tmpdir.iterdir())
     assert not left, f"{script} left {left} in its temp dir"
     return done.stdout
@@ -62,3 +67,59 @@ def test_subscription_example_continues_patches_and_compensates(tmp_path):
     assert "generation 2, continued from sub-alice@1" in printed
     assert "mallory failed: no delivery address" in printed
     assert "mallory: compensated, compensations [('charge', 'ok')]" in printed
+
+
+def readme_first_example() -> str:
+    """The README's first Python snippet, as a user saves it to ``shop.py``."""
+    readme = (ROOT / "README.md").read_text()
+    return readme.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.broker
+def test_the_readmes_first_example_saved_as_shop_py_migrates_and_a_worker_runs_it(tmp_path):
+    snippet = readme_first_example()
+    database = tmp_path / "shop.sqlite3"
+    queue = unique("readme-")
+    # The user's Postgres and Redis become a SQLite file and this session's broker; the
+    # queue is the test's own, so that no other worker on the broker takes its run.
+    for given, ours in (
+        (
+            'app = Celery("shop", broker="redis://127.0.0.1:6379/0")\n',
+            f"app = Celery('shop', broker={BROKER_URL!r})\n"
+            f"app.conf.task_default_queue = {queue!r}\n",
+        ),
+        ('"postgresql+psycopg://postgres@127.0.0.1/shop"', repr(f"sqlite:///{database}")),
+    ):
+        assert given in snippet
+        snippet = snippet.replace(given, ours)
+    (tmp_path / "shop.py").write_text(snippet)
+    env = {
+        **{k: "" for k in os.environ if k.startswith("CELERY_DURABLE_")},
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),  # shop, and this checkout
+    }
+
+    def run(*command: str) -> str:
+        done = subprocess.run(
+            [sys.executable, *command],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **env},
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    try:
+        assert run("-c", "import shop") == ""
+        assert not database.exists()  # importing it touched no store and started no run
+        assert "created" in run("-m", "celery", "-A", "shop", "durable", "migrate")
+        worker = Worker("shop", env, queues=queue, name=unique("readme"), concurrency=1)
+        try:
+            worker.wait_ready()
+            printed = run("shop.py").splitlines()
+            assert printed == ["{'receipt': 'receipt-42-1999'}", "SUCCEEDED"], worker.log()
+        finally:
+            worker.stop()
+    finally:
+        delete_queues(BROKER_URL, [queue])

@@ -26,59 +26,25 @@ from typing import Any
 
 from celery_durable.contrib.django import transactions
 from celery_durable.contrib.django.setup import durables
-from celery_durable.durable import Durable
+from celery_durable.testing import Clock, EagerWorkflows
+from celery_durable.testing import eager_workflows as eager_durables
 
-
-class Clock:
-    """The durable timers' clock in a test: ``advance(seconds)`` moves every timer of the
-    project's namespaces that far (waits, sleeps, signal timeouts, workflow deadlines), then
-    sweeps, so the runs now due go on, in-process. The database's clock is not touched."""
-
-    def __init__(self, bound: list[Durable]) -> None:
-        self._bound = bound
-
-    def advance(self, seconds: float) -> int:
-        """Returns the runs woken."""
-        if seconds < 0:
-            raise ValueError(f"advance(seconds): a clock only goes forward, got {seconds!r}")
-        woken = 0
-        for durable in self._bound:
-            durable.store.bring_timers_forward(seconds)
-            woken += durable.sweep_once()
-        return woken
-
-
-class EagerWorkflows:
-    """What ``eager_workflows`` yields: the project's Durable instances and their clock."""
-
-    def __init__(self, bound: list[Durable]) -> None:
-        self.durables = bound
-        self.clock = Clock(bound)
-
-    @property
-    def durable(self) -> Durable:
-        """The project's Durable (the first, if it has several)."""
-        return self.durables[0]
+__all__ = ["Clock", "EagerWorkflows", "durable_eager", "eager_workflows"]
 
 
 @contextmanager
 def eager_workflows() -> Iterator[EagerWorkflows]:
     """Run the project's workflows in-process on the current (test) database."""
     bound = durables()
-    apps = {id(d.app): d.app for d in bound}.values()
-    saved = [(app, app.conf.task_always_eager) for app in apps]
-    for app in apps:
-        app.conf.task_always_eager = True
     for durable in bound:
         durable.runtime.reopen()  # the test runner has moved DATABASES to the test database
     with transactions.not_joining():
         try:
-            yield EagerWorkflows(bound)
+            with eager_durables(*bound) as kit:
+                yield kit
         finally:
             for durable in bound:
                 durable.runtime.reopen()
-            for app, eager in saved:
-                app.conf.task_always_eager = eager
 
 
 try:

@@ -11,15 +11,17 @@ starts there commit at once.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from django.db import connections, transaction
+from sqlalchemy.engine import URL
 
 from celery_durable.contrib.django.database import from_django
-from celery_durable.store.db import foreign
+from celery_durable.store.db import foreign, sqlite
 
 _NOT_JOINING = threading.local()
 
@@ -66,8 +68,27 @@ def django_on_commit(durable_config: Any) -> Callable[[Callable[[], None]], None
     return on_commit
 
 
+def django_sqlite_connection(url: URL) -> Any | None:
+    """Django's SQLite connection of this thread whose atomic block (a view's, or the one
+    ``TestCase`` wraps each test in) holds the file of ``url``: the store runs there, in
+    savepoints, since a connection of its own would wait for that block's lock."""
+    if not url.database:
+        return None
+    path = os.path.abspath(url.database)
+    for alias in connections:
+        if connections.settings[alias].get("ENGINE") != "django.db.backends.sqlite3":
+            continue
+        connection = connections[alias]
+        name = str(connection.settings_dict.get("NAME") or "")
+        if connection.in_atomic_block and name and os.path.abspath(name) == path:
+            return connection.connection
+    return None
+
+
 def install() -> None:
     if django_transaction not in foreign.CALLER_TRANSACTIONS:
         foreign.CALLER_TRANSACTIONS.append(django_transaction)
     if django_on_commit not in foreign.AFTER_COMMIT:
         foreign.AFTER_COMMIT.append(django_on_commit)
+    if django_sqlite_connection not in sqlite.SHARED_SQLITE:
+        sqlite.SHARED_SQLITE.append(django_sqlite_connection)

@@ -43,10 +43,16 @@ def parse_basic_auth(option: str | None) -> dict[str, str]:
     if not option:
         return {}
     users: dict[str, str] = {}
-    for pair in option.split(","):
+    pairs = option.split(",")
+    for number, pair in enumerate(pairs, 1):
         user, sep, password = pair.strip().partition(":")
+        fault = (not sep and "no ':'") or (not user and "an empty user") or "an empty password"
         if not sep or not user or not password:
-            raise ValueError(f"--basic-auth wants user:password[,user:password], got {pair!r}")
+            # Named by position, never echoed: the value may hold a password.
+            raise ValueError(
+                "--basic-auth wants user:password[,user:password]; "
+                f"entry {number} of {len(pairs)} has {fault}"
+            )
         users[user] = password
     return users
 

@@ -37,6 +37,7 @@ from celery_durable.store.db.dialect import dialect_of
 from celery_durable.store.db.losses import ConnectionLosses
 from celery_durable.store.db.pool import ProcessPool, borrowing
 from celery_durable.store.db.raw import RawStatement, compile_raw, positional_dialect
+from celery_durable.store.db.sqlite import own_engine, shared_engine
 
 try:  # the Postgres driver is optional: SQLite needs none
     import psycopg
@@ -184,7 +185,10 @@ class Connections:
 
     @property
     def engine(self) -> Engine:
-        """This process's engine: prefork children must not share the parent's sockets."""
+        """This process's engine: prefork children must not share the parent's sockets. On
+        SQLite, the host framework's connection while its transaction holds the file."""
+        if not self.is_postgres and (shared := shared_engine(self.url)) is not None:
+            return shared
         engine = self._engine
         if engine is not None and self._pid == os.getpid():
             return engine
@@ -229,24 +233,7 @@ class Connections:
             # SQLAlchemy's disconnect handling): the liveness path's guard.
             event.listen(engine, "invalidate", lambda *_: self.losses.note())
             return engine
-        engine = create_engine(self.url, connect_args={"timeout": 30, "check_same_thread": False})
-
-        @event.listens_for(engine, "connect")
-        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-            # Let SQLAlchemy, not pysqlite, decide where transactions begin.
-            dbapi_connection.isolation_level = None
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.close()
-
-        @event.listens_for(engine, "begin")
-        def _on_begin(conn: Connection) -> None:
-            # IMMEDIATE takes the write lock up front: no deadlock between two readers
-            # that both want to write.
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-        return engine
+        return own_engine(self.url)
 
     @contextmanager
     def write(self, *, borrow: bool = False) -> Iterator[Connection]:

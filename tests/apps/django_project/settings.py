@@ -67,6 +67,8 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": os.environ["TEST_DJANGO_SQLITE_PATH"],
+            # Django's runner would test on an in-memory database, which workers can't share.
+            "TEST": {"NAME": os.environ["TEST_DJANGO_SQLITE_PATH"] + ".test"},
         }
     }
 if os.environ.get("TEST_DJANGO_OTHER_ENGINE"):

@@ -39,6 +39,23 @@ def test_bad_declarations_are_refused_naming_them(durable):
     assert "the key function of limiter 'tenants' raised" in (failed.traceback or "")
 
 
+def test_a_concurrency_key_that_fails_is_named_as_the_user_wrote_it(durable):
+    @durable.workflow(concurrency=1, concurrency_key=lambda order: order)
+    def by_number(order: object) -> None: ...
+
+    @durable.workflow(concurrency=1, concurrency_key=lambda order: order.region)
+    def by_region(order: object) -> None: ...
+
+    with pytest.raises(InvalidArgument) as returned:
+        by_number.delay(7)
+    said = str(returned.value)
+    assert f"workflow {by_number.name}: concurrency_key returned int 7, not a string" in said
+    assert "key function of limiter" not in said
+    with pytest.raises(InvalidArgument) as raised:
+        by_region.delay(7)
+    assert f"workflow {by_region.name}: concurrency_key raised AttributeError" in str(raised.value)
+
+
 def test_a_limited_step_waits_for_the_slot_and_gets_it_when_released(durable):
     one = durable.limiter("one", concurrency=1)
     order: list[str] = []

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 import celery_durable as cd
 from celery_durable.core.config import DurableConfig
 from celery_durable.errors import ConfigurationError
+from tests.support.workers import ROOT
 
 
 def test_deferred_and_strict_steps_replay_alike(durable):
@@ -60,3 +65,41 @@ def test_the_buffer_bounds_are_checked_settings():
         environ={"CELERY_DURABLE_DEFERRED_MAX_AGE": "0.5", "CELERY_DURABLE_DEFERRED_MAX_STEPS": "7"}
     )
     assert (config.deferred_max_age, config.deferred_max_steps) == (0.5, 7)
+
+
+SCRIPT = """
+from celery import Celery
+from celery_durable import Durable
+
+app = Celery("shop", broker="memory://")
+durable = Durable(app, database_url="sqlite:///unused.sqlite3")
+
+
+@durable.step
+def reserve(order: int) -> int:
+    return order
+
+
+@durable.workflow
+def checkout(order: int) -> int:
+    return reserve(order)
+
+
+if __name__ == "__main__":
+    print(reserve.name, checkout.name)
+"""
+
+
+def test_steps_of_a_script_are_named_like_its_workflows_after_the_app(tmp_path):
+    (tmp_path / "shop_script.py").write_text(SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "shop_script.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["shop.reserve", "shop.checkout"]
+    assert not (tmp_path / "unused.sqlite3").exists()

@@ -112,11 +112,18 @@ def test_cli_show_json_applies_durable_redact(durable, flows):
     assert SECRET not in done.output
 
 
-def test_the_dashboard_command_refuses_a_malformed_basic_auth(durable):
+def test_the_dashboard_command_refuses_a_malformed_basic_auth_without_echoing_it(durable):
     obj = types.SimpleNamespace(app=durable.app)
-    done = CliRunner().invoke(durable_group, ["dashboard", "--basic-auth", "nopassword"], obj=obj)
-    assert done.exit_code == 2
-    assert "--basic-auth wants user:password[,user:password], got 'nopassword'" in done.output
+    for given, fault in (
+        ("s3cretpassword", "entry 1 of 1 has no ':'"),
+        ("ops:s3cret,admin:", "entry 2 of 2 has an empty password"),
+        (":s3cret", "entry 1 of 1 has an empty user"),
+    ):
+        done = CliRunner().invoke(durable_group, ["dashboard", "--basic-auth", given], obj=obj)
+        assert done.exit_code == 2
+        assert "--basic-auth wants user:password[,user:password]" in done.output
+        assert fault in done.output
+        assert "s3cret" not in done.output  # it may be a password
 
 
 def test_redact_takes_a_callable_or_keys():
