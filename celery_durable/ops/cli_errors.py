@@ -21,14 +21,6 @@ from celery_durable.store.db.outage import is_unreachable, unavailable
 from celery_durable.store.db.unusable import unusable
 
 
-def app_argument(ctx: click.Context | None = None) -> str:
-    """The ``-A`` argument the user gave celery, to name in the fix; ``<your app>`` when
-    unknown (not run from celery's command line)."""
-    ctx = ctx or click.get_current_context(silent=True)
-    given = ctx.find_root().params.get("app") if ctx is not None else None
-    return given if isinstance(given, str) and given else "<your app>"
-
-
 def database_error(exc: BaseException, store: Store, where: str) -> click.ClickException | None:
     """``where`` failing with ``exc`` as one line naming the database and the fix; None
     when ``exc`` isn't about the database (a bug: its traceback is wanted)."""
@@ -36,8 +28,7 @@ def database_error(exc: BaseException, store: Store, where: str) -> click.ClickE
     if problem is not None:
         database = store.url.render_as_string(hide_password=True)
         return click.ClickException(
-            f"{where}: the database {database} is not usable ({problem.text}): "
-            f"{problem.fix(app_argument())}"
+            f"{where}: the database {database} is not usable ({problem.text}): {problem.fix()}"
         )
     if is_unreachable(exc):
         return click.ClickException(str(unavailable(exc, store.url, where)))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 
+import click
 from sqlalchemy import exc as sa_exc
 
 try:  # the Postgres driver is optional: SQLite needs none
@@ -31,6 +32,7 @@ _AUTH_STATES = ("28000", "28P01")
 _AUTH_TEXTS = ("password authentication failed", "no pg_hba.conf entry", "authentication failed")
 
 TABLES, DATABASE, AUTH = "tables", "database", "authentication"
+_app_given: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,9 +43,11 @@ class Unusable:
     kind: str
     text: str
 
-    def fix(self, app: str = "<your app>") -> str:
-        """What to do about it; ``app``: the ``-A`` argument of the user's commands."""
+    def fix(self, app: str | None = None) -> str:
+        """What to do about it; ``app``: the ``-A`` argument of the user's commands
+        (default: the one this process was started with, when click knows it)."""
         if self.kind == TABLES:
+            app = app or app_argument()
             return (
                 f"run `celery -A {app} durable migrate` (durable_table_prefix and "
                 "durable_database_url say where the tables go)"
@@ -53,17 +57,36 @@ class Unusable:
         return "correct the user or password in durable_database_url"
 
 
+def app_argument() -> str:
+    """The ``-A`` argument of the celery command this process runs (a worker's pool
+    processes are forked inside it), to name in a fix; ``<your app>`` when unknown.
+    Remembered: a worker's threads (the sweeper's) have no click context of their own."""
+    global _app_given  # noqa: PLW0603 - one command line per process
+    ctx = click.get_current_context(silent=True)
+    given = ctx.find_root().params.get("app") if ctx is not None else None
+    if isinstance(given, str) and given:
+        _app_given = given
+    return _app_given or "<your app>"
+
+
+def _is_driver_error(exc: BaseException) -> bool:
+    if psycopg is not None and isinstance(exc, psycopg.Error):
+        return True
+    return isinstance(exc, sqlite3.Error)
+
+
 def unusable(exc: BaseException, table_prefix: str) -> Unusable | None:
     """What makes the database unusable, when ``exc`` (or the driver error SQLAlchemy
     wraps) says it doesn't exist, refused the credentials, or lacks a table or column of
     the store (one whose name starts with ``table_prefix``); None for anything else."""
-    inner: BaseException | None = exc
+    inner: BaseException = exc
     for _ in range(5):  # the driver error is at most a couple of wrappings deep
-        if inner is None or not isinstance(inner, sa_exc.StatementError | sa_exc.DBAPIError):
+        if isinstance(inner, sa_exc.StatementError) and inner.orig is not None:
+            inner = inner.orig
+        elif _is_driver_error(inner) or inner.__cause__ is None:
             break
-        inner = inner.orig
-    if inner is None:
-        return None
+        else:  # an error of ours raised from the driver's (Store.raise_if_tables_missing)
+            inner = inner.__cause__
     lines = str(inner).strip().splitlines()
     text = lines[0] if lines else type(inner).__name__
     if psycopg is not None and isinstance(inner, psycopg.Error):
