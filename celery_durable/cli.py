@@ -160,13 +160,14 @@ def show(
     # Only when items wait unstarted: ask the workers (a broadcast, about a second).
     consumed = consumed_queues(instance.app) if unstarted else None
     idle = unstarted - consumed if consumed is not None else set()
+    unannounced = run_details.unannounced_line(instance.runtime, details.run)
     if as_json:
         shown = run_details.details_json(details)
         mask = redactor_of(instance.app.conf.get("durable_redact"))
         for step in shown["steps"]:
             step["input"], step["output"] = mask(step["input"]), mask(step["output"])
         shown["items"] = [run_details.item_json(row) for row in rows]
-        shown["unconsumed_queues"] = sorted(idle)
+        shown.update(unconsumed_queues=sorted(idle), unannounced=unannounced)
         click.echo(json.dumps(shown))
         return
     run = details.run
@@ -177,6 +178,7 @@ def show(
     _echo_if(console.cancel_line(run))
     _echo_if(run_details.fork_line(run))
     _echo_if(run_details.wait_line(run))
+    _echo_if(unannounced)
     if run.parent_id:
         click.echo(f"child of {run.parent_id} (its step {run.parent_idx})")
     if run.wait_items:

@@ -13,7 +13,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
+from celery.signals import task_unknown
 
+from celery_durable.engine.announce import on_unknown_task
 from celery_durable.engine.runtime import bound_runtimes
 from celery_durable.store.db.outage import describe, is_unreachable, summary
 from celery_durable.store.db.unusable import app_argument, unusable
@@ -77,6 +79,7 @@ class DurableSweeper(bootsteps.StartStopStep):  # type: ignore[misc]
 
     def start(self, worker: Any) -> None:
         app_argument()  # remembered here, in click's context, for the sweeper's thread
+        task_unknown.connect(on_unknown_task, weak=False, dispatch_uid="celery_durable")
         for runtime in bound_runtimes(worker.app):
             # Import the driver and open the engine in the main thread: a child forked
             # while another thread holds an import lock would hang on that import.
