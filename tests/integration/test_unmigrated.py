@@ -1,5 +1,6 @@
 """A worker started on a database nobody migrated: a run started by name (``celery call``)
-is kept, redelivered until ``durable migrate``, then runs, on Postgres and on SQLite."""
+is kept, redelivered until ``durable migrate``, then runs, on Postgres and on SQLite; and
+one that meets an unreachable database stays a start by name until it is back."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from celery_durable.store import Store
 from tests.conftest import NAMESPACE, QUEUE
 from tests.support.cli import celery
+from tests.support.proxy import TcpProxy
 from tests.support.services import PG_URL, drop_tables, unique
 from tests.support.waiting import wait_until
 
@@ -64,3 +66,26 @@ def test_a_start_by_name_waits_for_migrate(basic_app, start_worker, key, unmigra
         store.dispose()
     shown = celery("durable", "show", run_id, env=unmigrated)
     assert shown.returncode == 0 and "SUCCEEDED" in shown.stdout, shown.stderr
+
+
+def test_a_start_by_name_during_an_outage_stays_one(basic_app, start_worker, key):
+    """Bug: the redelivery of a by-name start that met an unreachable database was marked
+    as a stored run's: once the database was back the worker found no run and dropped it."""
+    with TcpProxy.to_url(PG_URL) as proxy:
+        env = {"CELERY_DURABLE_DATABASE_URL": proxy.url(PG_URL)}
+        worker = start_worker("by-name-outage", env=env)
+        proxy.cut()
+        name = basic_app.five_steps.name
+        called = celery("call", name, "--args", json.dumps([key]), "--queue", QUEUE)
+        assert called.returncode == 0, called.stderr
+        run_id = called.stdout.strip().splitlines()[-1]
+        wait_until(
+            lambda: f"run {run_id}: the database is unreachable" in worker.log(),
+            30,
+            message=lambda: worker.log()[-3000:],
+        )
+        proxy.restore()
+        store = basic_app.durable.store
+        # Created by its next delivery (backing off up to 10 s), never dropped.
+        wait_until(lambda: store.get_status(run_id), 30, message=lambda: worker.log()[-3000:])
+        assert basic_app.durable.get_handle(run_id).get(timeout=30) == [10, 20, 30, 40, 50]
