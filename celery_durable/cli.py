@@ -39,12 +39,13 @@ from celery_durable.errors import (
     WorkflowNotResumable,
 )
 from celery_durable.ops import console, run_details
+from celery_durable.ops.cli_errors import DurableGroup, database_error
 from celery_durable.ops.dashboard.command import dashboard_command
 from celery_durable.ops.limiters import limiters_command
 from celery_durable.ops.schedules import schedules_command
 from celery_durable.runs.admin import RunDetails, cursor_of, describe_run, fork_run, resume_run
 from celery_durable.store import ItemRow
-from celery_durable.store.db.outage import is_unreachable, retry_while_unreachable, unavailable
+from celery_durable.store.db.outage import retry_while_unreachable
 
 
 def _durables(ctx: click.Context) -> list[Durable]:
@@ -58,7 +59,7 @@ def _durables(ctx: click.Context) -> list[Durable]:
     return found
 
 
-@click.group(name="durable", help="celery_durable: migrations and maintenance.")
+@click.group(cls=DurableGroup, name="durable", help="celery_durable: migrations and maintenance.")
 def durable() -> None:
     pass
 
@@ -112,9 +113,9 @@ def _one_line_errors(instance: Durable, action: str, workflow_id: str) -> Iterat
     except DurableError as exc:
         raise click.ClickException(f"{where}: {exc}") from None
     except Exception as exc:
-        if not is_unreachable(exc):
+        if (error := database_error(exc, instance.store, where)) is None:
             raise
-        raise click.ClickException(str(unavailable(exc, instance.store.url, where))) from None
+        raise error from None
 
 
 @durable.command(
@@ -159,13 +160,14 @@ def show(
     # Only when items wait unstarted: ask the workers (a broadcast, about a second).
     consumed = consumed_queues(instance.app) if unstarted else None
     idle = unstarted - consumed if consumed is not None else set()
+    unannounced = run_details.unannounced_line(instance.runtime, details.run)
     if as_json:
         shown = run_details.details_json(details)
         mask = redactor_of(instance.app.conf.get("durable_redact"))
         for step in shown["steps"]:
             step["input"], step["output"] = mask(step["input"]), mask(step["output"])
         shown["items"] = [run_details.item_json(row) for row in rows]
-        shown["unconsumed_queues"] = sorted(idle)
+        shown.update(unconsumed_queues=sorted(idle), unannounced=unannounced)
         click.echo(json.dumps(shown))
         return
     run = details.run
@@ -174,6 +176,7 @@ def show(
     _echo_if(console.cancel_line(run) or run_details.ended_cancel_line(run))
     _echo_if(run_details.fork_line(run))
     _echo_if(run_details.wait_line(run))
+    _echo_if(unannounced)
     if run.parent_id:
         click.echo(f"child of {run.parent_id} (its step {run.parent_idx})")
     if run.wait_items:
@@ -221,10 +224,9 @@ def _operation_errors(instance: Durable, what: str) -> Iterator[None]:
     except DurableError as exc:
         raise click.ClickException(f"cannot {what}: {exc}") from None
     except Exception as exc:
-        if not is_unreachable(exc):
+        if (error := database_error(exc, instance.store, f"cannot {what}")) is None:
             raise
-        down = unavailable(exc, instance.store.url, f"cannot {what}")
-        raise click.ClickException(str(down)) from None
+        raise error from None
 
 
 _STATUS_HELP = "Comma-separated: pending, running, waiting, succeeded, failed, cancelled."

@@ -374,9 +374,11 @@ class Durable(Operations):
         When this process has a database configured (``store_first`` defaults to that),
         the signal is stored here first and the broker carries only its wake-up, so a
         worker crash can't hold it back; if the store is unreachable it travels through
-        the broker for a worker to store. Nothing is raised for a finished, full or
-        unknown run: the signal is logged and kept with the reason.
-        See :meth:`WorkflowHandle.signal` for the path that raises instead.
+        the broker for a worker to store. Raises WorkflowNotFound when the store says the
+        run doesn't exist; nothing is raised for a finished or full run (nor for a missing
+        one when the signal goes through the broker: no database, ``store_first=False``
+        or the store unreachable): the signal is logged and kept with the reason.
+        See :meth:`WorkflowHandle.signal` for the path that raises for those too.
         """
         if store_first is None:
             store_first = self.database_configured

@@ -13,9 +13,12 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
+from celery.signals import task_unknown
 
+from celery_durable.engine.announce import on_unknown_task
 from celery_durable.engine.runtime import bound_runtimes
 from celery_durable.store.db.outage import describe, is_unreachable, summary
+from celery_durable.store.db.unusable import app_argument, unusable
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime import Runtime
@@ -35,7 +38,9 @@ def warn_other_brokers(runtime: Runtime) -> list[str]:
     namespace = runtime.config.namespace
     try:
         others = runtime.store.other_dispatchers(OTHER_BROKER_WINDOW)
-    except Exception:
+    except Exception as exc:
+        if unusable(exc, runtime.store.table_prefix) is not None:
+            return []  # no tables yet: the sweeper's first failure says what to run
         logger.warning(
             "celery_durable: looking for other brokers on namespace %r failed",
             namespace,
@@ -73,6 +78,8 @@ class DurableSweeper(bootsteps.StartStopStep):  # type: ignore[misc]
         self.sweepers: list[Sweeper] = []
 
     def start(self, worker: Any) -> None:
+        app_argument()  # remembered here, in click's context, for the sweeper's thread
+        task_unknown.connect(on_unknown_task, weak=False, dispatch_uid="celery_durable")
         for runtime in bound_runtimes(worker.app):
             # Import the driver and open the engine in the main thread: a child forked
             # while another thread holds an import lock would hang on that import.

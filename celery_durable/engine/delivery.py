@@ -30,6 +30,7 @@ from celery_durable.engine.liveness import take_over_from_gone_owner
 from celery_durable.engine.settle import settle_stop_or_error, settle_success
 from celery_durable.errors import ArgumentsRefused, LeaseLost, Suspended
 from celery_durable.store import Claim, OwedReport, RunRecord, Store, is_unreachable
+from celery_durable.store.db.unusable import Unusable, unusable
 
 if TYPE_CHECKING:
     from celery_durable.engine.definition import WorkflowDefinition
@@ -44,7 +45,12 @@ _TRANSACTIONAL_VISIBILITY_WAIT = 2.0
 
 
 class ClaimUnavailable(Exception):  # noqa: N818 - internal signal, not an error of the run
-    """Internal: the claim could not reach the database; the delivery is retried later."""
+    """Internal: the claim could not reach the database, or found it unusable (no tables
+    yet: ``unusable``); the delivery is kept and delivered again later."""
+
+    def __init__(self, text: str, unusable: Unusable | None = None) -> None:
+        super().__init__(text)
+        self.unusable = unusable
 
 
 def request_header(request: Any, name: str) -> Any:
@@ -102,6 +108,10 @@ def execute(
     except Exception as exc:
         if is_unreachable(exc):
             raise ClaimUnavailable(str(exc)) from exc
+        # Not migrated yet (or the database is missing): kept until someone acts.
+        not_usable = unusable(exc, store.table_prefix)
+        if not_usable is not None:
+            raise ClaimUnavailable(str(exc), not_usable) from exc
         raise
     if claim is None:
         run = _log_unclaimed(runtime, definition, run_id)

@@ -58,7 +58,9 @@ class FailureLog:
         try:
             self.runtime.store.raise_if_tables_missing(exc)
         except Exception as explained:  # noqa: BLE001 - log the clearer message
-            logger.error("%s: %s", where, explained)
+            # Nothing changes until someone migrates: said once, not per backoff step.
+            if self.count == 1:
+                logger.error("%s: %s; workflow deliveries are kept until then", where, explained)
             return
         logger.error("%s", where, exc_info=exc)
 

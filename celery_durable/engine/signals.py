@@ -134,11 +134,12 @@ def send_signal_via_broker(
 
     With ``store_first`` and a configured database, the signal is stored here and now
     (the broker then carries only the wake-up, which the sweeper replaces if it is lost);
-    when the database can't be reached, or the run isn't visible yet, the signal travels
-    in a message for a worker to store. Without ``idempotency_key`` the message id is
-    used, so a redelivered message is stored once. A signal the store refuses (finished
-    run, too many pending, no such run) is logged and kept with the reason. Returns the
-    message id.
+    when the database can't be reached, the signal travels in a message for a worker to
+    store. Without ``idempotency_key`` the message id is used, so a redelivered message
+    is stored once. A run the store says doesn't exist raises WorkflowNotFound, as
+    ``handle.signal`` does; a signal the store refuses otherwise (finished run, too many
+    pending) is logged and kept with the reason, as is one for a missing run that went
+    through the broker. Returns the message id.
     """
     _check_signal(workflow_id, name, idempotency_key)
     encoded = _encode_payload(runtime, name, payload)
@@ -154,12 +155,14 @@ def send_signal_via_broker(
 def _store_signal_here(
     runtime: RuntimeView, workflow_id: str, name: str, encoded: str, key: str
 ) -> bool:
-    """Store (or refuse and keep) the signal directly; False: send it through the broker."""
+    """Store (or refuse and keep) the signal directly; False: send it through the broker.
+    WorkflowNotFound is raised to the sender, who can act on it (a run started in a
+    transaction that hasn't committed isn't visible yet either: signal after the commit)."""
     fields = {**run_fields(workflow_id), "signal": name}
     try:
         stored = store_signal(runtime, workflow_id, name, encoded, key)
     except WorkflowNotFound:
-        return False  # perhaps a transactional start still committing: a worker retries
+        raise
     except (WorkflowAlreadyCompleted, PendingSignalsFull) as exc:
         _refuse(runtime, workflow_id, name, encoded, key, exc, fields)
         return True

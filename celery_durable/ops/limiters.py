@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from celery_durable.ops.cli_errors import database_error
 from celery_durable.ops.console import span, table
 from celery_durable.runs.admin import limiter_usage
 from celery_durable.store import LimiterUsage
@@ -66,7 +67,9 @@ def limiters_command(find: Callable[[click.Context], Any]) -> click.Command:
         try:
             usages = limiter_usage(instance.runtime)
         except Exception as exc:
-            raise click.ClickException(f"cannot read the limiters: {exc}") from None
+            where = "cannot read the limiters"
+            error = database_error(exc, instance.store, where)
+            raise error or click.ClickException(f"{where}: {exc}") from None
         if as_json:
             for usage in usages:
                 click.echo(json.dumps(usage_json(usage, limits)))

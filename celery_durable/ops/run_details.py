@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from celery_durable.engine.announce import UNANNOUNCED, announced_workflows
+from celery_durable.engine.runtime_view import RuntimeView
 from celery_durable.ops.console import decoded, error_brief, error_parts, iso, span, took
 from celery_durable.runs.admin import RunDetails
 from celery_durable.store import FINISHED_STATUSES, ItemRow, RunRecord, StepRecord
@@ -217,3 +219,16 @@ def item_lines(rows: Sequence[ItemRow], max_items: int, idle: set[str]) -> list[
     if len(shown) < len(rows):
         lines.append(f"    ... {len(rows) - len(shown)} more (--max-items 0 lists all)")
     return lines
+
+
+def unannounced_line(runtime: RuntimeView, run: RunRecord, max_age: float = 0.0) -> str | None:
+    """For a PENDING run: the line saying that no running worker of its namespace
+    announces its workflow (a broadcast, about a second, unless one was made within
+    ``max_age`` s); None when one does, when that is unknown, for any other status, and
+    in eager mode."""
+    if run.status != "PENDING" or runtime.app.conf.task_always_eager:
+        return None  # eager mode has no workers to announce anything
+    announced = announced_workflows(runtime.app, runtime.config.namespace, max_age)
+    if announced is None or run.name in announced:
+        return None
+    return f"{UNANNOUNCED}: start a worker whose app imports {run.name}; it takes the run at once"

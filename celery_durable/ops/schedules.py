@@ -18,6 +18,7 @@ import click
 
 from celery_durable.core.slots import UTC
 from celery_durable.errors import InvalidArgument
+from celery_durable.ops.cli_errors import database_error
 from celery_durable.ops.console import span, table
 from celery_durable.runs import firing
 from celery_durable.runs.schedules import timing_of
@@ -110,10 +111,12 @@ def schedules_command(find: Callable[[click.Context], Any]) -> click.Group:
     def schedules(ctx: click.Context, as_json: bool) -> None:
         if ctx.invoked_subcommand is not None:
             return
+        store = find(ctx).store
         try:
-            rows = find(ctx).store.list_schedules()
+            rows = store.list_schedules()
         except Exception as exc:
-            raise click.ClickException(f"cannot read the schedules: {exc}") from None
+            error = database_error(exc, store, "cannot read the schedules")
+            raise error or click.ClickException(f"cannot read the schedules: {exc}") from None
         if as_json:
             for row in rows:
                 click.echo(json.dumps(schedule_json(row)))

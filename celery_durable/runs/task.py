@@ -17,12 +17,10 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from celery import Task
-from celery.exceptions import Reject
 from celery.result import AsyncResult
-from kombu.utils.encoding import safe_repr
 from sqlalchemy.orm import Session
 
 from celery_durable.body.context import WorkflowContext
@@ -30,8 +28,7 @@ from celery_durable.body.fanout import ChildHandle, start_child
 from celery_durable.core import serialization, tracing, validate
 from celery_durable.core.ids import time_ordered_id
 from celery_durable.core.logs import log_started, run_fields
-from celery_durable.core.retry import backoff
-from celery_durable.engine import limits, taskevents
+from celery_durable.engine import limits
 from celery_durable.engine.canvas import Canvas, neutralise
 from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.delivery import (
@@ -49,6 +46,7 @@ from celery_durable.errors import (
 from celery_durable.runs.by_name import start_by_name
 from celery_durable.runs.dedup import Dedup
 from celery_durable.runs.handle import WorkflowHandle, canvas_member
+from celery_durable.runs.redelivery import redeliver_later
 from celery_durable.runs.starting import publish_after_commit, start_delay_of
 from celery_durable.store import NewRun
 from celery_durable.store.db.foreign import ForeignTransaction, after_commit, caller_transaction
@@ -60,10 +58,6 @@ if TYPE_CHECKING:
     from celery_durable.engine.runtime import Runtime
 
 logger = logging.getLogger("celery_durable.workflow")
-
-# How often a delivery found the database unreachable: its redelivery backs off.
-REDELIVERY_HEADER = "durable_redeliveries"
-_MAX_REDELIVERY_DELAY = 10.0
 
 
 class WorkflowTask(Task):  # type: ignore[misc]
@@ -408,46 +402,4 @@ class WorkflowTask(Task):  # type: ignore[misc]
             except ClaimUnavailable as unavailable:
                 if request.is_eager:
                     raise unavailable.__cause__ or unavailable from None
-                self._redeliver_later(args, kwargs, unavailable)
-
-    def _redeliver_later(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], unavailable: ClaimUnavailable
-    ) -> NoReturn:
-        """The database was unreachable at the claim: publish this delivery again a little
-        later (backing off) instead of dropping it, and acknowledge this one. Not an
-        attempt of the run: nothing ran (Flower shows RETRY, not SUCCESS)."""
-        request = self.request
-        redeliveries = int(request_header(request, REDELIVERY_HEADER) or 0)
-        delay = backoff(0.5, redeliveries, _MAX_REDELIVERY_DELAY)
-        headers: dict[str, Any] = {
-            REDELIVERY_HEADER: redeliveries + 1,
-            STORED_HEADER: True,
-            **tracing.carried(request),
-        }
-        if request_header(request, TRANSACTIONAL_HEADER):
-            headers[TRANSACTIONAL_HEADER] = True
-        delivery = getattr(request, "delivery_info", None) or {}
-        queue = delivery.get("routing_key") or self.definition.queue
-        options: dict[str, Any] = {"queue": queue} if queue else {}
-        logger.warning(
-            "workflow %s run %s: the database is unreachable (%s); delivering it again in "
-            "%.1fs (redelivery %d)",
-            self.definition.name,
-            request.id,
-            unavailable.__cause__,
-            delay,
-            redeliveries + 1,
-            extra=run_fields(request.id, self.definition.name),
-        )
-        try:
-            Task.apply_async(
-                self, args, kwargs, task_id=request.id, countdown=delay, headers=headers, **options
-            )
-        except Exception as exc:
-            # Neither the database nor the broker: hand the message back to the broker.
-            raise Reject(
-                f"could not publish run {request.id} again: {exc!r}", requeue=True
-            ) from exc
-        text = f"the database is unreachable; delivering run {request.id} again in {delay:.1f}s"
-        cause = safe_repr(unavailable.__cause__)
-        raise taskevents.ended(self.app, request.id, taskevents.RETRIED, text, exception=cause)
+                redeliver_later(self, args, kwargs, unavailable, carried)

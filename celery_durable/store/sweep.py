@@ -25,6 +25,14 @@ class SweepOps:
     db: Connections
     sql: Statements
 
+    def make_undelivered_run_due(self, run_id: str, name: str) -> bool:
+        """A PENDING run of workflow ``name`` whose message a worker discarded (it hasn't
+        registered the workflow): due now, for the first sweeper that has it; False when
+        no such run waits (not this namespace's, started, or already due)."""
+        values = params(run_id=run_id, name=name)
+        with self.db.write() as conn:
+            return bool(conn.execute(self.sql.sweep.make_undelivered_run_due, values).rowcount)
+
     def sweep_due_runs(
         self,
         limit: int,

@@ -209,9 +209,18 @@ def test_signal_and_wake_messages_no_worker_can_serve_are_refused_once(
     assert handle.get(timeout=30)["status"] == "confirmed"
 
 
+def test_send_signal_to_a_missing_run_raises(basic_app, shared_worker, key):
+    """Bug: durable.send_signal() returned a message id and raised nothing; the refusal
+    appeared only in a worker's log seconds later."""
+    with pytest.raises(WorkflowNotFound, match=f"ghost-{key}"):
+        basic_app.durable.send_signal(f"ghost-{key}", "approval", {"by": "nobody"})
+    assert _signal_rows(basic_app, f"ghost-{key}") == []  # nothing stored, nothing sent
+
+
 def test_broker_only_signal_errors_are_logged_and_kept(basic_app, shared_worker, key):
+    """Through the broker (no database here), only a worker can tell: it keeps the refusal."""
     durable = basic_app.durable
-    durable.send_signal(f"ghost-{key}", "approval", {"by": "nobody"})
+    durable.send_signal(f"ghost-{key}", "approval", {"by": "nobody"}, store_first=False)
     signals = durable.store.tables.signals
 
     def kept() -> str | None:

@@ -28,6 +28,9 @@ from celery_durable.store.reads import (
 )
 
 PAGE_SIZE = 50
+# How long the run page reuses the workers' answer to which workflows they announce: its
+# live part refreshes every few seconds, and each ask is a broadcast of about a second.
+ANNOUNCED_MAX_AGE = 10.0
 
 if TYPE_CHECKING:
     from celery_durable.ops.dashboard.operated import Operated
@@ -183,6 +186,7 @@ def run_page(
         "cancel_reason": run.cancel_reason,
         "cancel_requested": console.cancel_line(run),
         "waiting": run_details.waiting_of(run),
+        "unannounced": run_details.unannounced_line(durable.runtime, run, ANNOUNCED_MAX_AGE),
         "wait_items": run.wait_items,
         "args": shown(run.args, redact),
         "result": None if run.result is None else shown(run.result, redact),

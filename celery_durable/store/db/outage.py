@@ -25,6 +25,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL
 
 from celery_durable.errors import DatabaseUnavailable
+from celery_durable.store.db.unusable import unusable
 
 try:  # the Postgres driver is optional: SQLite needs none
     import psycopg
@@ -86,14 +87,16 @@ def retry_while_unreachable(
     call: Callable[[], T], timeout: float, url: URL, what: str, pause: float = 0.1
 ) -> T:
     """``call()``, tried again while the database is unreachable, for up to ``timeout``
-    seconds (pauses double up to 1 s); then DatabaseUnavailable naming ``what``."""
+    seconds (pauses double up to 1 s); then DatabaseUnavailable naming ``what``. An
+    unusable database (``unusable.py``) raises at once."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             return call()
         except Exception as exc:
             remaining = deadline - time.monotonic()
-            if not is_unreachable(exc):
+            # A database that doesn't exist or refuses the credentials won't come back.
+            if not is_unreachable(exc) or unusable(exc, "") is not None:
                 raise
             if remaining <= 0:
                 raise unavailable(exc, url, f"{what} (tried for {timeout:g}s)") from exc

@@ -53,6 +53,19 @@ class SweepStatements(Builder):
         self._due_runs()
         self._wake()
         self._dispatchers()
+        # A run's message that a worker without the workflow discarded (Celery's unknown
+        # task): due now, so a sweeper of a worker that registers it publishes it at once.
+        self.make_undelivered_run_due = (
+            update(runs)
+            .where(
+                self.ns,
+                runs.c.id == bindparam("p_run_id"),
+                runs.c.name == bindparam("p_name"),
+                runs.c.status == "PENDING",
+                runs.c.due_at > self.now,
+            )
+            .values(due_at=self.now, updated_at=self.now)
+        )
 
     def _due_runs(self) -> None:
         """What is due: expired leases, lost publishes, backoffs and timers that passed."""
