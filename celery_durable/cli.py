@@ -421,7 +421,12 @@ def cancel(ctx: click.Context, workflow_id: str, reason: str | None) -> None:
 
 @durable.command(help="Serve Prometheus metrics, read from the store (the metrics extra).")
 @click.option("--port", type=click.IntRange(0, 65535), default=9808, show_default=True)
-@click.option("--address", default="0.0.0.0", show_default=True)
+@click.option(
+    "--address",
+    default="127.0.0.1",
+    show_default=True,
+    help="Where to listen; 0.0.0.0 for every interface (Prometheus on another host).",
+)
 @click.option(
     "--interval",
     type=click.FloatRange(min=0),

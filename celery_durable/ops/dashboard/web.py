@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from flask import (
@@ -29,7 +30,9 @@ from flask import (
     request,
     url_for,
 )
+from flask.sessions import SecureCookieSessionInterface
 from werkzeug.exceptions import HTTPException, InternalServerError
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from celery_durable.core.redact import redactor_of
 from celery_durable.errors import DurableError, WorkflowAlreadyExists
@@ -48,6 +51,14 @@ if TYPE_CHECKING:
     from celery_durable.ops.dashboard.operated import Operated
 
 
+class SchemeSessionInterface(SecureCookieSessionInterface):
+    """Flask's signed-cookie session, its cookie ``Secure`` whenever the request came over
+    https (as the client saw it: behind a proxy, through ``X-Forwarded-Proto``)."""
+
+    def get_cookie_secure(self, app: Flask) -> bool:
+        return bool(request.is_secure) or super().get_cookie_secure(app)
+
+
 def create_app(
     durable: Operated,
     *,
@@ -57,6 +68,8 @@ def create_app(
     secret_key: bytes | str | None = None,
     refresh_seconds: float = 3.0,
     host_csrf: bool = False,
+    allowed_hosts: str | Collection[str] | None = None,
+    trusted_proxies: int = 0,
 ) -> Flask:
     """The dashboard for ``durable`` as a Flask app (a WSGI callable).
 
@@ -66,11 +79,27 @@ def create_app(
     ``host_csrf``: the web framework it is mounted in checks every POST's CSRF token before
     calling it, and puts the form field and token to render in the WSGI environ
     (:data:`~celery_durable.ops.dashboard.security.HOST_CSRF`); the dashboard's own
-    double-submit check is then off, and a POST arriving without that key is refused."""
+    double-submit check is then off, and a POST arriving without that key is refused.
+    ``allowed_hosts``: the names the Host header may give (``"ops.example.com,.corp"``;
+    ``"*"``: any); None: loopback only, or, with ``host_csrf``, whatever the framework
+    allowed (Django's ALLOWED_HOSTS). ``trusted_proxies``: how many reverse proxies in
+    front set ``X-Forwarded-For/Proto/Host/Port/Prefix``, which are then honoured
+    (Werkzeug's ProxyFix): the Host checked is the public one, and cookies are
+    ``Secure`` when the client's scheme is https."""
     users = security.parse_basic_auth(basic_auth)
+    hosts: tuple[str, ...]
+    if allowed_hosts is None:
+        hosts = (security.ANY_HOST,) if host_csrf else security.LOOPBACK_HOSTS
+    else:
+        hosts = security.parse_hosts(allowed_hosts)
     prefix = "/" + url_prefix.strip("/") if url_prefix.strip("/") else ""
     app = Flask(__name__, static_folder=None, template_folder=os.path.join(HERE, "templates"))
     app.secret_key = secret_key or os.urandom(32)
+    app.session_interface = SchemeSessionInterface()
+    if trusted_proxies:
+        n = trusted_proxies
+        proxied = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n, x_port=n, x_prefix=n)
+        app.wsgi_app = proxied  # type: ignore[method-assign]
     app.config.update(
         SESSION_COOKIE_NAME="durable_session",
         SESSION_COOKIE_SAMESITE="Strict",
@@ -88,6 +117,13 @@ def create_app(
 
     @app.before_request
     def guard() -> Response | None:
+        if not security.host_allowed(request.host, hosts):
+            # Before anything else: a rebound DNS name must not even get a login prompt.
+            return Response(
+                f"Refused: this dashboard does not answer to Host {request.host!r}; give "
+                "its name in --allowed-hosts (allowed_hosts=)\n",
+                400,
+            )
         if not security.allowed(users, request.authorization):
             return Response(
                 "Authentication required\n",
@@ -104,9 +140,15 @@ def create_app(
         if request.method == "POST":
             submitted = request.form.get(security.CSRF_FIELD)
             cookie = request.cookies.get(security.CSRF_COOKIE)
-            if not security.csrf_ok(cookie, submitted) or not security.same_origin(
-                request.headers.get("Origin"), request.host
-            ):
+            origin = request.headers.get("Origin")
+            if not security.same_origin(origin, request.host):
+                return Response(
+                    f"Refused: the form came from {origin}, not from this dashboard's host "
+                    f"{request.host!r}; behind a reverse proxy that rewrites Host, give "
+                    "--trusted-proxies so that X-Forwarded-Host is honoured\n",
+                    403,
+                )
+            if not security.csrf_ok(cookie, submitted):
                 return Response("Refused: missing or wrong CSRF token\n", 403)
         return None
 
@@ -120,6 +162,7 @@ def create_app(
                     g.csrf,
                     httponly=True,
                     samesite="Strict",
+                    secure=request.is_secure,
                     path=prefix or "/",
                 )
         return response
