@@ -32,6 +32,9 @@ CSRF_FIELD = "csrf_token"
 # Set by the host framework's view (``create_app(host_csrf=True)``) to ``(field, token)``.
 # A client can't put it there: a WSGI server turns request headers into HTTP_* keys only.
 HOST_CSRF = "celery_durable.host_csrf"
+# Set by the host framework's view to the name of the user who acts (the Django user),
+# recorded with each action; like HOST_CSRF, no request header can put it there.
+HOST_ACTOR = "celery_durable.actor"
 # The names a dashboard answers to unless told others: this machine's loopback.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 ANY_HOST = "*"
@@ -95,6 +98,17 @@ def host_csrf(environ: Mapping[str, Any]) -> tuple[str, str] | None:
         return None
     field, token = given
     return (field, token) if isinstance(field, str) and isinstance(token, str) else None
+
+
+def actor(environ: Mapping[str, Any], users: Mapping[str, str], authorization: Any) -> str | None:
+    """Who is acting: the user the host framework named, else the basic-auth user (once
+    ``allowed`` accepted it); None when nobody authenticated."""
+    given = environ.get(HOST_ACTOR)
+    if isinstance(given, str) and given:
+        return given
+    if users and authorization is not None and authorization.username:
+        return str(authorization.username)
+    return None
 
 
 def same_origin(origin: str | None, host: str | None) -> bool:

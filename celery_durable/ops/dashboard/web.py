@@ -41,7 +41,7 @@ from celery_durable.ops.dashboard import pages, security
 from celery_durable.ops.dashboard.schedules import ACTIONS, act_on_schedule, schedules_page
 from celery_durable.ops.dashboard.values import STATUS_ICONS
 from celery_durable.ops.limiters import usage_json
-from celery_durable.runs.admin import limiter_usage
+from celery_durable.runs.admin import limiter_usage, record_action
 from celery_durable.store import ALL_STATUSES, is_unreachable
 
 logger = logging.getLogger("celery_durable.dashboard")
@@ -255,6 +255,17 @@ def create_app(
             flash(f"Cannot {verb}: {exc}", "error")
         return redirect(url_for("durable.schedules"), 303)
 
+    def noted(run_id: str, action: str, detail: str | None = None) -> str:
+        """Record who did ``action`` in the run's actions log; what to add to the notice
+        if that failed (the action itself was done)."""
+        who = security.actor(request.environ, users, request.authorization)
+        try:
+            record_action(durable.runtime, run_id, action, who, detail)
+        except Exception as exc:  # noqa: BLE001 - the action was done: say so, and this
+            logger.error("dashboard: %s of %s not recorded", action, run_id, exc_info=exc)
+            return " It could not be recorded in the run's actions."
+        return ""
+
     @pages_bp.post("/action/<name>")
     def action(name: str) -> Any:
         if read_only:
@@ -266,10 +277,13 @@ def create_app(
             if name == "cancel":
                 reason = request.form.get("reason") or None
                 status = handle.cancel(reason)
-                message = f"Cancel requested: the run is {status}."
+                message = f"Cancel requested: the run is {status}." + noted(run_id, name, reason)
             elif name == "resume":
                 handle.resume()
-                message = "Resumed: the run is PENDING and continues at its first unfinished step."
+                message = (
+                    "Resumed: the run is PENDING and continues at its first unfinished step."
+                    + noted(run_id, name)
+                )
             elif name == "fork":
                 from_step = int(request.form.get("from_step", ""))
                 new_id = request.form.get("new_id") or None
@@ -279,6 +293,8 @@ def create_app(
                     raise DurableError(f"a run with id {exc.workflow_id!r} exists") from None
                 target = forked.id
                 message = f"Forked from {run_id} at step {from_step}: this new run is PENDING."
+                message += noted(run_id, name, f"as run {forked.id} from step {from_step}")
+                noted(forked.id, name, f"from run {run_id} at step {from_step}")
             elif name == "signal":
                 signal_name = request.form.get("name", "").strip()
                 if not signal_name:
@@ -290,7 +306,7 @@ def create_app(
                 key = request.form.get("idempotency_key") or None
                 stored = handle.signal(signal_name, payload, key)
                 message = (
-                    f"Signal {signal_name!r} stored."
+                    f"Signal {signal_name!r} stored." + noted(run_id, name, signal_name)
                     if stored
                     else "Nothing stored: this idempotency key was used before."
                 )
