@@ -205,7 +205,10 @@ def finished_task(app: Celery, task_id: str, value: Any, line: str) -> Any:
     with its line while task events are on, else the value. Celery only shows it (the
     worker's "Task ... succeeded" line, Flower's result; the run's own is in the store),
     so it is masked by ``durable_redact``."""
-    value = redactor_of(app.conf.get("durable_redact"))(value)
+    try:
+        value = redactor_of(app.conf.get("durable_redact"))(value)
+    except Exception as exc:  # noqa: BLE001 - the run is settled: only what is shown fails
+        value = f"<not shown: durable_redact raised {type(exc).__name__}>"
     if _delivery(app, task_id) is None:
         return value
     return Finished(value, line)
