@@ -6,6 +6,7 @@ embedded store; the Django side: tests/integration/test_django_dashboard.py."""
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import pytest
@@ -54,6 +55,8 @@ def test_the_basic_auth_user_is_recorded_with_each_action(durable, held):
     assert "<strong>cancel</strong> by <code>alice</code>: stop" in page
     shown = invoke(durable, "show", run.id)
     assert "cancel by alice at " in shown and shown.count(" by bob at ") == 1
+    as_json = json.loads(invoke(durable, "show", run.id, "--json"))["actions"]
+    assert [(a["action"], a["actor"], a["detail"]) for a in as_json] == actions_of(durable, run.id)
 
 
 def test_a_fork_is_recorded_on_both_runs(durable, held):
