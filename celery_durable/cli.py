@@ -207,6 +207,7 @@ def show(
             click.echo(item_line)
     _echo_if(run_details.signals_line(details))
     _echo_if(run_details.state_line(details))
+    _echo_if("\n".join(run_details.action_lines(details)) or None)
     if run.error:
         click.echo(f"error: {console.error_summary(run.error, width=500)}")
 
@@ -420,7 +421,7 @@ def cancel(ctx: click.Context, workflow_id: str, reason: str | None) -> None:
 
 @durable.command(help="Serve Prometheus metrics, read from the store (the metrics extra).")
 @click.option("--port", type=click.IntRange(0, 65535), default=9808, show_default=True)
-@click.option("--address", default="0.0.0.0", show_default=True)
+@click.option("--address", default="127.0.0.1", show_default=True, help="0.0.0.0: every interface")
 @click.option(
     "--interval",
     type=click.FloatRange(min=0),

@@ -90,6 +90,7 @@ class Durable(Operations):
         register_tasks(app)
         celery_signals.worker_process_shutdown.connect(self._on_process_exit, weak=False)
         apps.bind(app, self.runtime)
+        apps.hide_secret_settings()
         _BOUND.setdefault(app, []).append(self)
 
     def __repr__(self) -> str:

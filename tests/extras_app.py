@@ -52,6 +52,9 @@ def features() -> str:
     if page.status_code != 200:
         raise SystemExit(f"the dashboard answered {page.status}")
     durable.dashboard_app(asgi=True)  # a2wsgi
+    from celery_durable.ops.dashboard.serve import make_dashboard_server
+
+    make_dashboard_server(durable, "127.0.0.1", 0).server_close()  # waitress
     registry = CollectorRegistry()
     registry.register(DurableCollector([durable]))
     if b"celery_durable_runs" not in generate_latest(registry):

@@ -42,6 +42,8 @@ class Setting:
     # Seconds, given in any form validate.duration_seconds reads (30, "30s", "5m", "30d",
     # a timedelta); kind is float.
     duration: bool = False
+    # May hold a password: Celery masks it in ``celery inspect conf`` and Flower.
+    secret: bool = False
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -50,6 +52,7 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "sqlite:///celery_durable.sqlite3",
         help="SQLAlchemy URL of the store (Postgres via psycopg 3, or SQLite)",
+        secret=True,
     ),
     Setting(
         "database",
@@ -144,6 +147,7 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         help="a direct Postgres URL for LISTEN/NOTIFY wake-ups of handle waiters; default: "
         "durable_database_url, or polling when durable_pgbouncer is on",
+        secret=True,
     ),
     Setting(
         "retention",
@@ -162,6 +166,8 @@ SETTINGS: tuple[Setting, ...] = (
     ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
+# The settings' names as app.conf holds them, for Celery's masking of its configuration.
+SECRET_SETTINGS = tuple(f"durable_{s.name}" for s in SETTINGS if s.secret)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,15 +9,21 @@ Example::
     runtimes_of(app)                 # [<Runtime app='shop' settings=[...]>]
     runtime_for(app, "default")      # the one that serves a namespace
     broker_identity(app)             # 'redis://127.0.0.1:6379/0': whose runs it dispatches
+    hide_secret_settings()           # celery inspect conf shows durable_listen_url masked
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import weakref
 from typing import TYPE_CHECKING
 
 from celery import Celery
+from celery.app import utils as celery_settings
+
+from celery_durable.core.config import SECRET_SETTINGS
+from celery_durable.core.redact import mask_urls
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime_view import RuntimeView
@@ -60,7 +66,20 @@ def broker_identity(app: Celery) -> str:
         uri = str(maybe_sanitize_url(str(app.conf.broker_url or "amqp://")))
     # kombu masks the password as "**"; a URL that had none reads better without it.
     uri = uri.replace(":**@", "@").replace("://@", "://")
+    uri = mask_urls(uri)  # kombu leaves a password in the query string (?password=)
     if len(uri) > DISPATCHER_MAX:
         digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
         uri = f"{uri[: DISPATCHER_MAX - 17]}#{digest}"
     return uri
+
+
+def hide_secret_settings() -> None:
+    """Have Celery mask the library's secret settings (URLs that may hold a password)
+    wherever it shows its configuration: the control ``conf`` reply behind ``celery
+    inspect conf``, which Flower's worker page shows. Celery masks by name only, through
+    one pattern (``celery.app.utils.HIDDEN_SETTINGS``): the names it misses join it, once."""
+    pattern = celery_settings.HIDDEN_SETTINGS
+    missing = [name for name in SECRET_SETTINGS if not pattern.search(name)]
+    if missing:
+        extra = "|".join(re.escape(name) for name in missing)
+        celery_settings.HIDDEN_SETTINGS = re.compile(f"{pattern.pattern}|{extra}", pattern.flags)

@@ -51,6 +51,7 @@ from kombu.utils.objects import cached_property
 
 from celery_durable.body.suspend import describe_wait, iso_time
 from celery_durable.core import tracing
+from celery_durable.core.redact import redactor_of
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -201,7 +202,13 @@ def finished(app: Celery, ctx: WorkflowContext, value: Any) -> Any:
 
 def finished_task(app: Celery, task_id: str, value: Any, line: str) -> Any:
     """What a delivery (a run's or an item's) returns to Celery for a success: the value
-    with its line while task events are on, else the value."""
+    with its line while task events are on, else the value. Celery only shows it (the
+    worker's "Task ... succeeded" line, Flower's result; the run's own is in the store),
+    so it is masked by ``durable_redact``."""
+    try:
+        value = redactor_of(app.conf.get("durable_redact"))(value)
+    except Exception as exc:  # noqa: BLE001 - the run is settled: only what is shown fails
+        value = f"<not shown: durable_redact raised {type(exc).__name__}>"
     if _delivery(app, task_id) is None:
         return value
     return Finished(value, line)

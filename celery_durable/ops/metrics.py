@@ -24,7 +24,7 @@ finished runs) are never subtracted, so they only go up while this process runs.
 
 Example::
 
-    serve(durables_of(app), port=9808, address="0.0.0.0", interval=15.0)
+    serve(durables_of(app), port=9808, address="127.0.0.1", interval=15.0)
 """
 
 from __future__ import annotations

@@ -84,6 +84,10 @@ def details_json(details: RunDetails) -> dict[str, Any]:
             for s in details.pending_signals
         ],
         "state_keys": [{"key": k.key, "updated_at": iso(k.updated_at)} for k in details.state_keys],
+        "actions": [
+            {"action": a.action, "actor": a.actor, "detail": a.detail, "at": iso(a.created_at)}
+            for a in details.actions
+        ],
     }
 
 
@@ -160,6 +164,15 @@ def signals_line(details: RunDetails) -> str | None:
         return None
     shown = ", ".join(f"{name!r} x{n}" if n > 1 else repr(name) for name, n in names.items())
     return f"pending signals: {shown}"
+
+
+def action_lines(details: RunDetails) -> list[str]:
+    """``cancel by alice at <time>: <detail>``, one line per operator action."""
+    return [
+        f"{a.action} by {a.actor or 'an unauthenticated user'} at {iso(a.created_at)}"
+        + (f": {a.detail}" if a.detail else "")
+        for a in details.actions
+    ]
 
 
 def state_line(details: RunDetails) -> str | None:

@@ -41,6 +41,7 @@ from celery_durable.store import (
     LimiterUsage,
     PendingSignal,
     Resumed,
+    RunAction,
     RunFilter,
     RunRecord,
     RunStats,
@@ -156,6 +157,8 @@ class RunDetails:
     steps: list[StepRecord]
     pending_signals: list[PendingSignal]
     state_keys: list[StateKey]
+    # What operators did to it (dashboard, Django admin), and who.
+    actions: list[RunAction] = dataclasses.field(default_factory=list)
 
 
 def limiter_usage(runtime: Runtime) -> list[LimiterUsage]:
@@ -173,7 +176,37 @@ def describe_run(runtime: Runtime, run_id: str) -> RunDetails | None:
     if run is None:
         return None
     steps = sorted(store.load_steps(run_id).values(), key=lambda step: step.idx)
-    return RunDetails(run, steps, store.pending_signals(run_id), store.state_keys(run_id))
+    return RunDetails(
+        run,
+        steps,
+        store.pending_signals(run_id),
+        store.state_keys(run_id),
+        store.run_actions(run_id),
+    )
+
+
+# What an operator can do to a run, as the actions log names it.
+ACTIONS = ("cancel", "resume", "fork", "signal")
+
+
+def record_action(
+    runtime: Runtime, run_id: str, action: str, actor: str | None, detail: str | None = None
+) -> None:
+    """Note in the run's actions log that ``actor`` (a user name; None: nobody
+    authenticated) did ``action`` (one of ACTIONS), after it was done; ``detail``: what
+    it said (the cancel's reason, the fork's new run, the signal's name)."""
+    if action not in ACTIONS:
+        raise InvalidArgument(f"action={action!r} must be one of {', '.join(ACTIONS)}")
+    actor = None if actor is None else str(actor)[:255]
+    runtime.store.record_action(run_id, action, actor, detail)
+    logger.info(
+        "workflow run %s: %s by %s%s",
+        run_id,
+        action,
+        actor or "an unauthenticated user",
+        f" ({detail})" if detail else "",
+        extra=run_fields(run_id),
+    )
 
 
 def resume_run(runtime: Runtime, run_id: str, timeout: Any = None) -> Resumed:

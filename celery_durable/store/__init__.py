@@ -19,6 +19,7 @@ from celery_durable.store.operation_records import (
     OldestRun,
     PendingSignal,
     Resumed,
+    RunAction,
     RunFilter,
     RunStats,
     RunSummary,
@@ -61,6 +62,7 @@ from celery_durable.store.sql.build import TAKEOVER
 from celery_durable.store.store import Store
 
 __all__ = [
+    "RunAction",
     "ACTIVE_STATUSES",
     "ALL_STATUSES",
     "BatchWrite",

@@ -26,6 +26,7 @@ from celery_durable.store.operation_records import (
     OldestRun,
     PendingSignal,
     Resumed,
+    RunAction,
     RunFilter,
     RunStats,
     RunSummary,
@@ -139,6 +140,20 @@ class AdminOps:
             rows = conn.execute(self.sql.admin.state_keys, params(run_id=run_id)).all()
         return [StateKey(*row) for row in rows]
 
+    def record_action(
+        self, run_id: str, action: str, actor: str | None, detail: str | None = None
+    ) -> None:
+        """Note that an operator (``actor``, None: unknown) did ``action`` to the run."""
+        values = params(run_id=run_id, action=action, actor=actor, detail=detail)
+        with self.db.transaction() as conn:
+            conn.execute(self.sql.actions.record_action, values)
+
+    def run_actions(self, run_id: str) -> list[RunAction]:
+        """What operators did to the run, oldest first."""
+        with self.db.read() as conn:
+            rows = conn.execute(self.sql.actions.run_actions, params(run_id=run_id)).all()
+        return [RunAction(*row) for row in rows]
+
     def resume_run(self, run_id: str, grace: float, timeout: float | None = None) -> Resumed:
         """A FAILED or CANCELLED run becomes PENDING with a fresh attempt (and recovery)
         budget, due in ``grace`` seconds; the caller publishes it. Its recorded steps stay,
@@ -205,7 +220,7 @@ class AdminOps:
         sql = self.sql.admin
         if self.dialect.writes_in_ctes:
             with self.db.transaction() as conn:
-                runs, steps, signals, state, _items = conn.execute(
+                runs, steps, signals, state, _items, _actions = conn.execute(
                     sql.gc_runs[status], values
                 ).one()
             return Collected({status: runs} if runs else {}, steps, signals, state)
@@ -225,7 +240,7 @@ class AdminOps:
         """What ``gc_runs`` would delete of ``status`` for ``cutoff``, all batches."""
         with self._operations_read() as conn:
             row = conn.execute(self.sql.admin.count_collectable[status], params(cutoff=cutoff))
-            runs, steps, signals, state, _items = row.one()
+            runs, steps, signals, state, _items, _actions = row.one()
         return Collected({status: runs} if runs else {}, steps, signals, state)
 
     def explain(

@@ -106,6 +106,17 @@ class StateKey:
     updated_at: float
 
 
+@dataclasses.dataclass(frozen=True)
+class RunAction:
+    """What an operator did to a run (cancel, resume, fork, signal), and who: the
+    dashboard's basic-auth user or the Django user; None when nobody authenticated."""
+
+    action: str
+    actor: str | None
+    detail: str | None
+    created_at: float
+
+
 # -- operations (resume, fork) ----------------------------------------------------------------
 
 

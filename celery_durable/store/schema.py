@@ -58,6 +58,7 @@ class Tables:
     limiter_slots: Table
     schedules: Table
     schedule_slots: Table
+    actions: Table
 
 
 def settled_indexes(prefix: str) -> dict[str, tuple[str, ...]]:
@@ -242,6 +243,19 @@ def build_tables(prefix: str) -> Tables:
     items = build_items(metadata, prefix)
     limiter_keys, limiter_grants, limiter_slots = build_limiters(metadata, prefix)
     schedules, schedule_slots = build_schedules(metadata, prefix)
+    # What operators did to a run, and who (migration 0013); gc deletes them with it.
+    actions = Table(
+        f"{prefix}actions",
+        metadata,
+        Column("id", _SERIAL, primary_key=True, autoincrement=True),
+        Column("namespace", String(200), nullable=False),
+        Column("run_id", String(255), nullable=False),
+        Column("action", String(32), nullable=False),
+        Column("actor", String(255)),
+        Column("detail", Text),
+        Column("created_at", Float, nullable=False),
+    )
+    Index(f"ix_{prefix}actions_run", actions.c.namespace, actions.c.run_id, actions.c.id)
     return Tables(
         metadata,
         runs,
@@ -254,6 +268,7 @@ def build_tables(prefix: str) -> Tables:
         limiter_slots,
         schedules,
         schedule_slots,
+        actions,
     )
 
 

@@ -31,6 +31,7 @@ from celery_durable.store.db.connections import Connections, parse_listen_url, p
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.db.foreign import ForeignTransaction
 from celery_durable.store.db.listener import Listener
+from celery_durable.store.db.outage import describe
 from celery_durable.store.db.unusable import app_argument
 from celery_durable.store.items import ItemOps
 from celery_durable.store.kept_slots import KeptSlotOps
@@ -164,7 +165,7 @@ class Store(
         if missing and self.table_prefix in text:
             raise ConfigurationError(
                 f"the celery_durable tables ({self.table_prefix}*) are missing in "
-                f"{self.url.render_as_string(hide_password=True)}: run "
+                f"{describe(self.url)}: run "
                 f"`celery -A {app_argument()} durable migrate` or durable.migrate() "
                 "(durable_table_prefix and durable_database_url name where they go)"
             ) from exc

@@ -42,7 +42,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
 def checkouts(made: Project) -> Iterator[str]:
     """Runs started as the project starts them, all at once (a subprocess each costs a
     second): each test takes the ones it needs."""
-    return iter(start_checkouts(made, 8))
+    return iter(start_checkouts(made, 16))
 
 
 @pytest.fixture(scope="module")
@@ -75,17 +75,19 @@ def test_an_anonymous_user_is_sent_to_the_login_page(site, browser):
         expect(page.get_by_label("Username")).to_be_visible()
 
 
-def test_a_user_who_is_not_staff_is_refused(site, browser):
-    with page_of(browser, site, "plain") as page:
+@pytest.mark.parametrize("user", ["plain", "staff"])
+def test_a_user_without_the_view_permission_is_refused(site, browser, user):
+    """Bug: any staff user read every run's inputs and outputs."""
+    with page_of(browser, site, user) as page:
         assert page.goto("/durable/").status == 403
         assert page.goto("/durable/static/dashboard.css").status == 403
 
 
-def test_staff_cancel_a_run_from_its_page_and_a_post_without_the_token_is_refused(
+def test_an_operator_cancels_a_run_from_its_page_and_a_post_without_the_token_is_refused(
     site, browser, store, checkouts
 ):
     run_id, other_id = next(checkouts), next(checkouts)
-    with page_of(browser, site, "staff") as page:
+    with page_of(browser, site, "operator") as page:
         page.goto(f"/durable/run/{run_id}")
         expect(page.locator(".run-head")).to_contain_text(run_id)
         # The form carries Django's token, not the standalone dashboard's.
@@ -100,9 +102,12 @@ def test_staff_cancel_a_run_from_its_page_and_a_post_without_the_token_is_refuse
     cancelled = store.get_run(run_id)
     assert cancelled is not None and cancelled.status == "CANCELLED"
     assert cancelled.cancel_requested and cancelled.cancel_reason == "customer left"
+    assert [(a.action, a.actor, a.detail) for a in store.run_actions(run_id)] == [
+        ("cancel", "operator", "customer left")
+    ]
 
     form = {"id": other_id, "reason": "forged"}
-    # The staff session, and no token / the standalone dashboard's double-submit pair /
+    # The operator's session, and no token / the standalone dashboard's double-submit pair /
     # a token that is not the session's: Django's CSRF check refuses each.
     attempts = [
         (cookies, form),
@@ -137,7 +142,7 @@ def test_the_admin_lists_the_namespaces_runs_with_filters_and_dashboard_links(
         assert elsewhere.insert_run(new_run("of-another-namespace", name=REFUND))
     finally:
         elsewhere.dispose()
-    with page_of(browser, site, "staff") as page:
+    with page_of(browser, site, "viewer") as page:
         page.goto("/admin/celery_durable/run/")
         rows = page.locator("#result_list tbody tr")
         listed = set(rows.locator("th a").all_inner_texts())
@@ -169,14 +174,15 @@ def test_the_admin_lists_the_namespaces_runs_with_filters_and_dashboard_links(
         expect(page.locator(".field-page a.dashboard-link")).to_be_visible()
         assert page.locator("input[type=submit]").count() == 0
         page.goto("/admin/celery_durable/run/")
-        assert "Delete selected" not in page.locator("select[name=action]").inner_text()
+        # A viewer is offered no action at all (not even Django's delete).
+        assert page.locator("select[name=action]").count() == 0
 
 
 def test_the_admin_cancels_after_confirming_as_the_cli_does_then_resumes(
     made, site, browser, store, checkouts
 ):
     by_admin, by_cli = next(checkouts), next(checkouts)
-    with page_of(browser, site, "staff") as page:
+    with page_of(browser, site, "operator") as page:
         page.goto(f"/admin/celery_durable/run/?q={by_admin}")
         selected(page, [by_admin], "Cancel selected runs")
         expect(page.locator("#content")).to_contain_text("Cancel these runs?")
@@ -206,6 +212,11 @@ def test_the_admin_cancels_after_confirming_as_the_cli_does_then_resumes(
         )
         resumed = store.get_run(by_admin)
         assert resumed is not None and resumed.status == "PENDING"
+        assert [(a.action, a.actor, a.detail) for a in store.run_actions(by_admin)] == [
+            ("cancel", "operator", "out of stock"),
+            ("resume", "operator", None),
+        ]
+        assert store.run_actions(by_cli) == []  # the CLI's operator is no user of the site
 
         # A run that can't be: said so, and nothing else happens.
         page.goto(f"/admin/celery_durable/run/?q={by_admin}")
@@ -215,42 +226,98 @@ def test_the_admin_cancels_after_confirming_as_the_cli_does_then_resumes(
 
 
 # Django's test client in the project's process: settings that need no server of their own.
-SETTINGS_CHECKS = """
+PERMISSION_CHECKS = """
 import json
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-def status_as(username, path, **post):
+def client_of(username):
     client = Client()
     client.force_login(User.objects.get(username=username))
-    response = client.post(path, post) if post else client.get(path)
-    return response.status_code, response.content.decode()
+    return client
 
-plain = User.objects.get(username="plain")
-plain.user_permissions.add(Permission.objects.get(codename="view_order"))
-run_page = status_as("plain", "/durable/run/RUN")
-print(json.dumps({
-    "staff": status_as("staff", "/durable/")[0],
-    "plain": run_page[0],
-    "cancel_shown": "Cancel run" in run_page[1],
-    "post": status_as("plain", "/durable/action/cancel", id="RUN")[0],
-}))
+def said_to(username, run_id, admin_run_id):
+    client = client_of(username)
+    run_page = client.get(f"/durable/run/{run_id}")
+    changelist = client.get("/admin/celery_durable/run/")
+    return {
+        "dashboard": client.get("/durable/").status_code,
+        "cancel_shown": "Cancel run" in run_page.content.decode(),
+        "admin_list": changelist.status_code,
+        "admin_cancel_offered": "Cancel selected runs" in changelist.content.decode(),
+        "post": client.post("/durable/action/cancel", {"id": run_id}).status_code,
+        "admin_post": client.post(
+            "/admin/celery_durable/run/",
+            {"action": "cancel_runs", "_selected_action": admin_run_id, "post": "yes"},
+        ).status_code,
+    }
+
+for name in NAMED:
+    User.objects.get(username="operator").user_permissions.add(
+        Permission.objects.get(codename=name.split(".")[1])
+    )
+print(json.dumps({user: said_to(user, *runs) for user, runs in RUNS.items()}))
 """
 
 
-def test_a_named_permission_replaces_staff_and_read_only_shows_no_action(made, checkouts, store):
-    run_id = next(checkouts)
-    code = SETTINGS_CHECKS.replace("RUN", run_id)
-    named = {"TEST_DJANGO_DASHBOARD_PERMISSION": "shop.view_order"}
-    said = json.loads(made.manage("shell", "-c", code, env=named).strip().splitlines()[-1])
-    assert said == {"staff": 403, "plain": 200, "cancel_shown": True, "post": 303}
-    cancelled = store.get_run(run_id)
-    assert cancelled is not None and cancelled.status == "CANCELLED"
+def said(made: Project, runs: dict[str, tuple[str, str]], **env: str) -> Any:
+    named = [env["TEST_DJANGO_DASHBOARD_PERMISSION"]] if env.get("GRANT_NAMED") else []
+    code = PERMISSION_CHECKS.replace("RUNS", repr(runs)).replace("NAMED", repr(named))
+    return json.loads(made.manage("shell", "-c", code, env=env).strip().splitlines()[-1])
 
-    other = next(checkouts)
-    code = SETTINGS_CHECKS.replace("RUN", other)
-    read_only = {**named, "TEST_DJANGO_DASHBOARD_READ_ONLY": "1"}
-    said = json.loads(made.manage("shell", "-c", code, env=read_only).strip().splitlines()[-1])
-    assert said == {"staff": 403, "plain": 200, "cancel_shown": False, "post": 403}
-    untouched = store.get_run(other)
-    assert untouched is not None and untouched.status == "PENDING"
+
+def test_view_permission_reads_change_permission_acts(made, checkouts, store):
+    """Bug: any staff user could read, cancel, resume, fork and signal every run."""
+    runs = {user: (next(checkouts), next(checkouts)) for user in ("staff", "viewer", "operator")}
+    answers = said(made, runs)
+    refused = {"dashboard": 403, "cancel_shown": False, "admin_list": 403}
+    assert answers["staff"] == {
+        **refused,
+        "admin_cancel_offered": False,
+        "post": 403,
+        "admin_post": 403,
+    }
+    assert answers["viewer"] == {
+        "dashboard": 200,
+        "cancel_shown": False,
+        "admin_list": 200,
+        "admin_cancel_offered": False,
+        "post": 403,
+        "admin_post": 200,  # the changelist again: Django offers no such action to them
+    }
+    assert answers["operator"] == {
+        "dashboard": 200,
+        "cancel_shown": True,
+        "admin_list": 200,
+        "admin_cancel_offered": True,
+        "post": 303,
+        "admin_post": 302,
+    }
+    statuses = {user: [store.get_status(r) for r in ids] for user, ids in runs.items()}
+    assert statuses == {
+        "staff": ["PENDING", "PENDING"],
+        "viewer": ["PENDING", "PENDING"],
+        "operator": ["CANCELLED", "CANCELLED"],
+    }
+    for run_id in runs["operator"]:
+        assert [(a.action, a.actor) for a in store.run_actions(run_id)] == [("cancel", "operator")]
+
+
+def test_a_named_permission_is_needed_too_and_read_only_shows_no_action(made, checkouts, store):
+    named = {"TEST_DJANGO_DASHBOARD_PERMISSION": "shop.view_order"}
+    runs = {"operator": (next(checkouts), next(checkouts))}
+    answers = said(made, runs, **named)
+    assert answers["operator"]["dashboard"] == 403 and answers["operator"]["post"] == 403
+    assert [store.get_status(r) for r in runs["operator"]] == ["PENDING", "PENDING"]
+
+    read_only = {**named, "TEST_DJANGO_DASHBOARD_READ_ONLY": "1", "GRANT_NAMED": "1"}
+    answers = said(made, runs, **read_only)
+    assert answers["operator"] == {
+        "dashboard": 200,
+        "cancel_shown": False,
+        "admin_list": 200,
+        "admin_cancel_offered": False,
+        "post": 403,
+        "admin_post": 200,
+    }
+    assert [store.get_status(r) for r in runs["operator"]] == ["PENDING", "PENDING"]

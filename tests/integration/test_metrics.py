@@ -186,3 +186,29 @@ def test_the_same_figures_on_the_embedded_sqlite_store(durable):
     assert metrics.item_figures() == [("double", "ok", 2)]
     (items,) = metrics.item_durations()
     assert (items.label, items.count) == ("double", 2)
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses (hex, as /proc/net/tcp{,6} gives them) of sockets listening
+    on ``port``."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                local, state = row.split()[1], row.split()[3]
+                address, _, hex_port = local.partition(":")
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    found.add(address)
+    return found
+
+
+def test_the_endpoint_listens_on_loopback_unless_told_otherwise(basic_app):
+    """Bug: it listened on 0.0.0.0, every interface, by default."""
+    port = free_port()
+    endpoint = CeleryProcess("tests.apps.basic", ["durable", "metrics", f"--port={port}"], {}, "m")
+    try:
+        wait_until(lambda: listening_addresses(port), 60, 0.1, lambda: endpoint.log())
+        assert listening_addresses(port) == {"0100007F"}  # 127.0.0.1, little-endian hex
+        assert f"on http://127.0.0.1:{port}/metrics" in endpoint.log()
+    finally:
+        endpoint.stop()

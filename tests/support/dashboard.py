@@ -12,8 +12,9 @@ import base64
 import importlib
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -41,12 +42,16 @@ class Dashboard(CeleryProcess):
         ]
         super().__init__(app, command, env or {}, "dashboard")
 
-    def wait_ready(self, timeout: float = 60.0) -> Dashboard:
+    def wait_ready(
+        self, timeout: float = 60.0, probe: Callable[[], bool] | None = None
+    ) -> Dashboard:
+        """Once ``probe()`` (a GET of the runs page answered 200) is true."""
+
         def up() -> bool:
             if self.proc.poll() is not None:
                 raise AssertionError(f"the dashboard exited early:\n{self.log()}")
             try:
-                return self.get("/")[0] == 200
+                return probe() if probe is not None else self.get("/")[0] == 200
             except OSError:
                 return False
 
@@ -55,15 +60,43 @@ class Dashboard(CeleryProcess):
 
     def get(self, path: str, password: str | None = None) -> tuple[int, str]:
         """``(status, body)`` of a GET with basic auth (``password`` overrides ours)."""
+        status, _, body = self.call("GET", path, password=password)
+        return status, body
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        headers: Mapping[str, str] | None = None,
+        form: Mapping[str, str] | None = None,
+        password: str | None = None,
+    ) -> tuple[int, Any, str]:
+        """``(status, headers, body)`` of a request with basic auth and ``headers`` (a
+        ``Host`` among them is sent as given); ``form``: a form-encoded body. Redirects
+        are not followed."""
         pair = f"{self.user}:{password or self.password}".encode()
         request = urllib.request.Request(
-            self.url + path, headers={"Authorization": "Basic " + base64.b64encode(pair).decode()}
+            self.url + path,
+            method=method,
+            data=None if form is None else urllib.parse.urlencode(form).encode(),
+            headers={
+                "Authorization": "Basic " + base64.b64encode(pair).decode(),
+                **(headers or {}),
+            },
         )
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return response.status, response.read().decode()
+            with _NO_REDIRECTS.open(request, timeout=10) as response:
+                return response.status, response.headers, response.read().decode()
         except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
+            return exc.code, exc.headers, exc.read().decode()
+
+
+class _Unredirected(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # the 303 after an action is the answer looked at
+
+
+_NO_REDIRECTS = urllib.request.build_opener(_Unredirected)
 
 
 CHROMIUM = "/usr/bin/chromium"

@@ -29,10 +29,22 @@ from .flower import free_port
 from .waiting import wait_until
 from .workers import ROOT
 
-USERS = {"staff": "staff-pw-1", "plain": "plain-pw-1"}  # a staff user and one who isn't
+# Staff users with no permission on runs, with view_run, and with view_run and change_run;
+# and a user who isn't staff.
+USERS = {
+    "staff": "staff-pw-1",
+    "viewer": "viewer-pw-1",
+    "operator": "operator-pw-1",
+    "plain": "plain-pw-1",
+}
 MAKE_USERS = """
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
+view, change = (Permission.objects.get(codename=c) for c in ("view_run", "change_run"))
 User.objects.create_user("staff", password="staff-pw-1", is_staff=True)
+viewer = User.objects.create_user("viewer", password="viewer-pw-1", is_staff=True)
+viewer.user_permissions.add(view)
+operator = User.objects.create_user("operator", password="operator-pw-1", is_staff=True)
+operator.user_permissions.add(view, change)
 User.objects.create_user("plain", password="plain-pw-1")
 """
 

@@ -45,7 +45,7 @@ def measure(gets: int, run_id: str) -> None:
     from celery_durable.contrib.django.setup import durable  # noqa: PLC0415
 
     django_client = Client()
-    django_client.force_login(User.objects.get(username="staff"))
+    django_client.force_login(User.objects.get(username="operator"))
     flask_client = durable().dashboard_app(url_prefix="/durable").test_client()
     pages = {"runs": "/durable/", "run": f"/durable/run/{run_id}"}
     medians = {

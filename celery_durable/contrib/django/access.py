@@ -1,13 +1,22 @@
-"""Who may see the dashboard and the runs in the admin, and act on them.
+"""Who may see the runs (the dashboard and the admin) and act on them: Django's model
+permissions of the ``Run`` model.
 
-- ``CELERY_DURABLE_DASHBOARD_PERMISSION``: a permission (``"shop.view_orders"``) a user
-  needs; unset (None), any active staff user may.
-- ``CELERY_DURABLE_DASHBOARD_READ_ONLY``: True shows no actions (dashboard and admin)
-  and refuses the dashboard's POSTs.
+- ``celery_durable.view_run``: read runs, their steps, inputs and outputs (the dashboard's
+  pages, the admin's list and detail).
+- ``celery_durable.change_run``: act on them too: cancel, resume, fork, signal (the
+  dashboard's actions, the admin's). Without it the dashboard shows no action.
+- ``CELERY_DURABLE_DASHBOARD_PERMISSION``: one more permission (``"shop.view_orders"``)
+  needed for either, if set.
+- ``CELERY_DURABLE_DASHBOARD_READ_ONLY``: True shows no actions to anyone (dashboard and
+  admin) and refuses the dashboard's POSTs.
+
+Superusers hold every permission; a staff user holds none until granted (``is_staff`` only
+opens the admin site).
 
 Example::
 
-    allowed(request.user)      # True for staff, or for holders of the named permission
+    may_view(request.user)     # True for holders of celery_durable.view_run
+    may_act(request.user)      # ... and celery_durable.change_run
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ from typing import Any
 
 PERMISSION_SETTING = "CELERY_DURABLE_DASHBOARD_PERMISSION"
 READ_ONLY_SETTING = "CELERY_DURABLE_DASHBOARD_READ_ONLY"
+VIEW_PERMISSION = "celery_durable.view_run"
+CHANGE_PERMISSION = "celery_durable.change_run"
 
 
 def permission() -> str | None:
@@ -30,14 +41,19 @@ def read_only() -> bool:
     return bool(getattr(settings, READ_ONLY_SETTING, False))
 
 
-def allowed(user: Any) -> bool:
-    """Whether an authenticated ``user`` may see the runs."""
-    if not user.is_active:
+def _holds(user: Any, needed: str) -> bool:
+    if not user.is_active or not user.has_perm(needed):
         return False
-    needed = permission()
-    return bool(user.has_perm(needed)) if needed else bool(user.is_staff)
+    extra = permission()
+    return bool(user.has_perm(extra)) if extra else True
+
+
+def may_view(user: Any) -> bool:
+    """Whether an authenticated ``user`` may see the runs (view or change permission, as
+    Django's admin reads a view permission)."""
+    return _holds(user, VIEW_PERMISSION) or _holds(user, CHANGE_PERMISSION)
 
 
 def may_act(user: Any) -> bool:
-    """Whether ``user`` may cancel and resume runs (what the dashboard's actions allow)."""
-    return allowed(user) and not read_only()
+    """Whether ``user`` may cancel, resume, fork and signal runs."""
+    return _holds(user, CHANGE_PERMISSION) and not read_only()

@@ -4,9 +4,10 @@ confirmation first and then doing what ``manage.py durable cancel`` / ``resume``
 
 Listed only when the store's URL came from ``DATABASES`` (the runs must be on a Django
 database alias; see :mod:`~celery_durable.contrib.django.models`): otherwise no one sees
-them there. Who may see them and
-act: the dashboard's rule (:mod:`~celery_durable.contrib.django.access`). No add, change
-or delete: runs change through the operations only. Each action is in the admin's log.
+them there. Who may see them (``celery_durable.view_run``) and act
+(``celery_durable.change_run``): :mod:`~celery_durable.contrib.django.access`. No add,
+change form or delete: runs change through the operations only. Each action is in the
+admin's log and in the run's actions, with the user who acted.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from celery_durable.contrib.django.models import Run, bound
 from celery_durable.contrib.django.setup import durable
 from celery_durable.errors import DurableError
 from celery_durable.ops import console
+from celery_durable.runs.admin import record_action
 
 QUESTIONS = {
     "cancel_runs": "Cancel these runs? A pending or waiting run is cancelled at once, a "
@@ -88,10 +90,10 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     )
 
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return listed() and access.allowed(request.user)
+        return listed() and access.may_view(request.user)
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return listed() and access.allowed(request.user)
+        return listed() and access.may_view(request.user)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -159,18 +161,22 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return None
 
     def operate(self, request: HttpRequest, run: Run, action: str, reason: str | None) -> None:
-        handle = durable().get_handle(run.id)
+        instance = durable()
+        handle = instance.get_handle(run.id)
         try:
             if action == "cancel_runs":
                 status = handle.cancel(reason)
                 pending = "" if status.finished else f" ({console.cancel_pending(status)})"
                 said = f"cancel requested: the run is {status}{pending}"
+                done, detail = "cancel", reason
             else:
                 said = f"resumed: the run is {handle.resume()}"
+                done, detail = "resume", None
         except DurableError as exc:
             self.message_user(request, f"{run.id}: not done: {exc}", messages.ERROR)
             return
         self.log_change(request, run, said)
+        record_action(instance.runtime, run.id, done, request.user.get_username(), detail)
         self.message_user(request, f"{run.id}: {said}", messages.SUCCESS)
 
 

@@ -87,7 +87,8 @@ class Run(models.Model):
         managed = False
         db_table = "durable_runs"  # bound() points it at the store's prefix
         verbose_name = "workflow run"
-        default_permissions = ("view",)
+        # view: read runs; change: act on them (cancel, resume, fork, signal).
+        default_permissions = ("view", "change")
         ordering = ("-created_at", "-id")
 
     def __str__(self) -> str:

@@ -1,10 +1,12 @@
 """The dashboard as a Django view: Django's login, permissions and CSRF in front of the
 Flask app, which renders the pages.
 
-The view checks the user (anonymous: Django's login redirect; not allowed: 403, see
+The view checks the user (anonymous: Django's login redirect; without
+``celery_durable.view_run``: 403; a POST without ``celery_durable.change_run``: 403, see
 :mod:`~celery_durable.contrib.django.access`), lets ``csrf_protect`` check every POST's
 ``csrfmiddlewaretoken``, then calls the dashboard's WSGI app with the request's environ,
-telling it (``create_app(host_csrf=True)``) which field and token its forms carry.
+telling it (``create_app(host_csrf=True)``) which field and token its forms carry and who
+acts (recorded with each action). A user who may not act is shown no action.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from werkzeug.test import run_wsgi_app
 
 from celery_durable.contrib.django import access
 from celery_durable.contrib.django.setup import durable
-from celery_durable.ops.dashboard.security import HOST_CSRF
+from celery_durable.ops.dashboard.security import HOST_ACTOR, HOST_CSRF
 
 logger = logging.getLogger("celery_durable.dashboard")
 CSRF_FIELD = "csrfmiddlewaretoken"  # the field CsrfViewMiddleware reads
@@ -68,6 +70,7 @@ def environ_of(request: HttpRequest, body: bytes) -> dict[str, Any]:
             # Django read the body (CSRF reads the form): the app gets a fresh stream.
             "wsgi.input": io.BytesIO(body),
             HOST_CSRF: (CSRF_FIELD, get_token(request)),
+            HOST_ACTOR: request.user.get_username(),
         }
     )
     # What an ASGI request's META lacks and a WSGI app reads.
@@ -86,7 +89,10 @@ def environ_of(request: HttpRequest, body: bytes) -> dict[str, Any]:
 def dashboard(request: HttpRequest, path: str = "") -> HttpResponse:
     if not request.user.is_authenticated:
         return redirect_to_login(request.get_full_path())
-    if not access.allowed(request.user):
+    if not access.may_view(request.user):
+        raise PermissionDenied
+    acts = access.may_act(request.user)
+    if request.method == "POST" and not acts:
         raise PermissionDenied
     try:
         body = request.body
@@ -95,7 +101,7 @@ def dashboard(request: HttpRequest, path: str = "") -> HttpResponse:
     mount = request.path_info[: len(request.path_info) - len(path)]
     if request.method == "POST":
         logger.info("dashboard: %s by %s", request.path_info, request.user.get_username())
-    app = dashboard_app(mount, access.read_only())
+    app = dashboard_app(mount, not acts)
     chunks, status, headers = run_wsgi_app(app, environ_of(request, body), buffered=True)
     try:
         content = b"".join(chunks)

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from celery_durable.errors import ConfigurationError
+
 if TYPE_CHECKING:
     from celery_durable.ops.dashboard.operated import Operated
 
@@ -34,6 +36,26 @@ def dashboard_command(find: Callable[[click.Context], Operated]) -> click.Comman
         default=None,
         help="user:password[,user:password], as Flower's (or the env var of the same name).",
     )
+    @click.option(
+        "--allowed-hosts",
+        envvar="CELERY_DURABLE_DASHBOARD_ALLOWED_HOSTS",
+        default=None,
+        help="Host names it answers to, comma-separated (.example.com: its subdomains; "
+        "*: any). Default: localhost, 127.0.0.1, ::1 and --address.",
+    )
+    @click.option(
+        "--allow-unauthenticated",
+        is_flag=True,
+        help="Serve beyond loopback without --basic-auth (something in front authenticates).",
+    )
+    @click.option(
+        "--trusted-proxies",
+        envvar="CELERY_DURABLE_DASHBOARD_TRUSTED_PROXIES",
+        type=click.IntRange(0, 10),
+        default=0,
+        show_default=True,
+        help="How many reverse proxies in front set X-Forwarded-*: honour that many.",
+    )
     @click.option("--read-only", is_flag=True, help="Show runs, offer no action.")
     @click.option("--url-prefix", default="", help="Serve the pages under this path: /durable.")
     @click.pass_context
@@ -42,6 +64,9 @@ def dashboard_command(find: Callable[[click.Context], Operated]) -> click.Comman
         port: int,
         address: str,
         basic_auth: str | None,
+        allowed_hosts: str | None,
+        allow_unauthenticated: bool,
+        trusted_proxies: int,
         read_only: bool,
         url_prefix: str,
     ) -> None:
@@ -59,9 +84,14 @@ def dashboard_command(find: Callable[[click.Context], Operated]) -> click.Comman
                 port,
                 echo=click.echo,
                 basic_auth=basic_auth,
+                allowed_hosts=allowed_hosts,
+                allow_unauthenticated=allow_unauthenticated,
+                trusted_proxies=trusted_proxies,
                 read_only=read_only,
                 url_prefix=url_prefix,
             )
+        except ConfigurationError as exc:
+            raise click.UsageError(str(exc)) from None
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--basic-auth") from None
         except OSError as exc:

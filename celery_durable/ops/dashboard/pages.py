@@ -207,6 +207,15 @@ def run_page(
             for s in consumed_signals(store, run_id)
         ],
         "state": state,
+        "actions": [
+            {
+                "action": a.action,
+                "actor": a.actor,
+                "detail": a.detail,
+                "when": console.iso(a.created_at, False),
+            }
+            for a in details.actions
+        ],
         "forkable": sum(1 for s in details.steps if s.status == "ok"),
     }
 

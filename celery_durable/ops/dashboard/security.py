@@ -6,17 +6,24 @@ that every POST form must repeat; a POST from another origin is refused too. Mou
 framework with CSRF of its own (Django), that framework checks the POSTs instead and
 hands the dashboard the field and token its forms carry (``HOST_CSRF``).
 
+The Host header must name this dashboard (``allowed_hosts``, loopback by default): a page
+of another site whose name was made to resolve to 127.0.0.1 (DNS rebinding) sends its
+own name and is refused before anything else. Nothing beyond loopback is served without
+authentication unless asked for (``exposure_refusal``).
+
 Example::
 
     users = parse_basic_auth("ops:s3cret,admin:pw")
     allowed(users, request.authorization)   # True or False
+    host_allowed("evil.example:5580", LOOPBACK_HOSTS)   # False
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import secrets
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,6 +32,12 @@ CSRF_FIELD = "csrf_token"
 # Set by the host framework's view (``create_app(host_csrf=True)``) to ``(field, token)``.
 # A client can't put it there: a WSGI server turns request headers into HTTP_* keys only.
 HOST_CSRF = "celery_durable.host_csrf"
+# Set by the host framework's view to the name of the user who acts (the Django user),
+# recorded with each action; like HOST_CSRF, no request header can put it there.
+HOST_ACTOR = "celery_durable.actor"
+# The names a dashboard answers to unless told others: this machine's loopback.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+ANY_HOST = "*"
 # No inline script or style may run: even an escaping bug could not execute a payload.
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -93,6 +106,17 @@ def host_csrf(environ: Mapping[str, Any]) -> tuple[str, str] | None:
     return (field, token) if isinstance(field, str) and isinstance(token, str) else None
 
 
+def actor(environ: Mapping[str, Any], users: Mapping[str, str], authorization: Any) -> str | None:
+    """Who is acting: the user the host framework named, else the basic-auth user (once
+    ``allowed`` accepted it); None when nobody authenticated."""
+    given = environ.get(HOST_ACTOR)
+    if isinstance(given, str) and given:
+        return given
+    if users and authorization is not None and authorization.username:
+        return str(authorization.username)
+    return None
+
+
 def same_origin(origin: str | None, host: str | None) -> bool:
     """A POST's Origin header (when the browser sends one) names this host."""
     if not origin:
@@ -100,3 +124,53 @@ def same_origin(origin: str | None, host: str | None) -> bool:
     if origin == "null":
         return False
     return urlsplit(origin).netloc == (host or "")
+
+
+def parse_hosts(option: str | Collection[str] | None) -> tuple[str, ...]:
+    """``"ops.example.com,.internal"`` (or a list) as names: a leading dot allows the
+    subdomains, ``*`` any Host."""
+    names = option.split(",") if isinstance(option, str) else list(option or ())
+    return tuple(name.strip().lower().rstrip(".") for name in names if name.strip())
+
+
+def host_name(host: str) -> str:
+    """The name of a Host header, without its port: ``[::1]:5580`` -> ``::1``."""
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
+
+
+def host_allowed(host: str | None, allowed: Collection[str]) -> bool:
+    """Whether the request's Host names one of ``allowed``."""
+    if ANY_HOST in allowed:
+        return True
+    name = host_name(host or "").lower().rstrip(".")
+    if not name:
+        return False
+    return any(
+        name == ref or (ref.startswith(".") and (name.endswith(ref) or name == ref[1:]))
+        for ref in allowed
+    )
+
+
+def is_loopback(address: str) -> bool:
+    """Whether ``address`` (what the server binds) is reachable from this machine only."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_refusal(address: str, authenticated: bool, allow_unauthenticated: bool) -> str | None:
+    """Why serving on ``address`` is refused (None: it is not): beyond loopback, anyone
+    who reaches the address could cancel, resume and signal runs."""
+    if is_loopback(address) or authenticated or allow_unauthenticated:
+        return None
+    return (
+        f"refusing to serve the dashboard on {address} without authentication: anyone who "
+        "can reach it could read every run and cancel, resume or signal them. Give "
+        "--basic-auth user:password, or --allow-unauthenticated if something in front of "
+        "it (a reverse proxy, a VPN) authenticates"
+    )

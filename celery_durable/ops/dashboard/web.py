@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from flask import (
@@ -29,7 +30,9 @@ from flask import (
     request,
     url_for,
 )
+from flask.sessions import SecureCookieSessionInterface
 from werkzeug.exceptions import HTTPException, InternalServerError
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from celery_durable.core.redact import redactor_of
 from celery_durable.errors import DurableError, WorkflowAlreadyExists
@@ -38,7 +41,7 @@ from celery_durable.ops.dashboard import pages, security
 from celery_durable.ops.dashboard.schedules import ACTIONS, act_on_schedule, schedules_page
 from celery_durable.ops.dashboard.values import STATUS_ICONS
 from celery_durable.ops.limiters import usage_json
-from celery_durable.runs.admin import limiter_usage
+from celery_durable.runs.admin import limiter_usage, record_action
 from celery_durable.store import ALL_STATUSES, is_unreachable
 
 logger = logging.getLogger("celery_durable.dashboard")
@@ -46,6 +49,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 if TYPE_CHECKING:
     from celery_durable.ops.dashboard.operated import Operated
+
+
+class SchemeSessionInterface(SecureCookieSessionInterface):
+    """Flask's signed-cookie session, its cookie ``Secure`` whenever the request came over
+    https (as the client saw it: behind a proxy, through ``X-Forwarded-Proto``)."""
+
+    def get_cookie_secure(self, app: Flask) -> bool:
+        return bool(request.is_secure) or super().get_cookie_secure(app)
 
 
 def create_app(
@@ -57,6 +68,8 @@ def create_app(
     secret_key: bytes | str | None = None,
     refresh_seconds: float = 3.0,
     host_csrf: bool = False,
+    allowed_hosts: str | Collection[str] | None = None,
+    trusted_proxies: int = 0,
 ) -> Flask:
     """The dashboard for ``durable`` as a Flask app (a WSGI callable).
 
@@ -66,11 +79,27 @@ def create_app(
     ``host_csrf``: the web framework it is mounted in checks every POST's CSRF token before
     calling it, and puts the form field and token to render in the WSGI environ
     (:data:`~celery_durable.ops.dashboard.security.HOST_CSRF`); the dashboard's own
-    double-submit check is then off, and a POST arriving without that key is refused."""
+    double-submit check is then off, and a POST arriving without that key is refused.
+    ``allowed_hosts``: the names the Host header may give (``"ops.example.com,.corp"``;
+    ``"*"``: any); None: loopback only, or, with ``host_csrf``, whatever the framework
+    allowed (Django's ALLOWED_HOSTS). ``trusted_proxies``: how many reverse proxies in
+    front set ``X-Forwarded-For/Proto/Host/Port/Prefix``, which are then honoured
+    (Werkzeug's ProxyFix): the Host checked is the public one, and cookies are
+    ``Secure`` when the client's scheme is https."""
     users = security.parse_basic_auth(basic_auth)
+    hosts: tuple[str, ...]
+    if allowed_hosts is None:
+        hosts = (security.ANY_HOST,) if host_csrf else security.LOOPBACK_HOSTS
+    else:
+        hosts = security.parse_hosts(allowed_hosts)
     prefix = "/" + url_prefix.strip("/") if url_prefix.strip("/") else ""
     app = Flask(__name__, static_folder=None, template_folder=os.path.join(HERE, "templates"))
     app.secret_key = secret_key or os.urandom(32)
+    app.session_interface = SchemeSessionInterface()
+    if trusted_proxies:
+        n = trusted_proxies
+        proxied = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n, x_port=n, x_prefix=n)
+        app.wsgi_app = proxied  # type: ignore[method-assign]
     app.config.update(
         SESSION_COOKIE_NAME="durable_session",
         SESSION_COOKIE_SAMESITE="Strict",
@@ -88,6 +117,13 @@ def create_app(
 
     @app.before_request
     def guard() -> Response | None:
+        if not security.host_allowed(request.host, hosts):
+            # Before anything else: a rebound DNS name must not even get a login prompt.
+            return Response(
+                f"Refused: this dashboard does not answer to Host {request.host!r}; give "
+                "its name in --allowed-hosts (allowed_hosts=)\n",
+                400,
+            )
         if not security.allowed(users, request.authorization):
             return Response(
                 "Authentication required\n",
@@ -104,9 +140,15 @@ def create_app(
         if request.method == "POST":
             submitted = request.form.get(security.CSRF_FIELD)
             cookie = request.cookies.get(security.CSRF_COOKIE)
-            if not security.csrf_ok(cookie, submitted) or not security.same_origin(
-                request.headers.get("Origin"), request.host
-            ):
+            origin = request.headers.get("Origin")
+            if not security.same_origin(origin, request.host):
+                return Response(
+                    f"Refused: the form came from {origin}, not from this dashboard's host "
+                    f"{request.host!r}; behind a reverse proxy that rewrites Host, give "
+                    "--trusted-proxies so that X-Forwarded-Host is honoured\n",
+                    403,
+                )
+            if not security.csrf_ok(cookie, submitted):
                 return Response("Refused: missing or wrong CSRF token\n", 403)
         return None
 
@@ -120,6 +162,7 @@ def create_app(
                     g.csrf,
                     httponly=True,
                     samesite="Strict",
+                    secure=request.is_secure,
                     path=prefix or "/",
                 )
         return response
@@ -212,6 +255,17 @@ def create_app(
             flash(f"Cannot {verb}: {exc}", "error")
         return redirect(url_for("durable.schedules"), 303)
 
+    def noted(run_id: str, action: str, detail: str | None = None) -> str:
+        """Record who did ``action`` in the run's actions log; what to add to the notice
+        if that failed (the action itself was done)."""
+        who = security.actor(request.environ, users, request.authorization)
+        try:
+            record_action(durable.runtime, run_id, action, who, detail)
+        except Exception as exc:  # noqa: BLE001 - the action was done: say so, and this
+            logger.error("dashboard: %s of %s not recorded", action, run_id, exc_info=exc)
+            return " It could not be recorded in the run's actions."
+        return ""
+
     @pages_bp.post("/action/<name>")
     def action(name: str) -> Any:
         if read_only:
@@ -223,10 +277,13 @@ def create_app(
             if name == "cancel":
                 reason = request.form.get("reason") or None
                 status = handle.cancel(reason)
-                message = f"Cancel requested: the run is {status}."
+                message = f"Cancel requested: the run is {status}." + noted(run_id, name, reason)
             elif name == "resume":
                 handle.resume()
-                message = "Resumed: the run is PENDING and continues at its first unfinished step."
+                message = (
+                    "Resumed: the run is PENDING and continues at its first unfinished step."
+                    + noted(run_id, name)
+                )
             elif name == "fork":
                 from_step = int(request.form.get("from_step", ""))
                 new_id = request.form.get("new_id") or None
@@ -236,6 +293,8 @@ def create_app(
                     raise DurableError(f"a run with id {exc.workflow_id!r} exists") from None
                 target = forked.id
                 message = f"Forked from {run_id} at step {from_step}: this new run is PENDING."
+                message += noted(run_id, name, f"as run {forked.id} from step {from_step}")
+                noted(forked.id, name, f"from run {run_id} at step {from_step}")
             elif name == "signal":
                 signal_name = request.form.get("name", "").strip()
                 if not signal_name:
@@ -247,7 +306,7 @@ def create_app(
                 key = request.form.get("idempotency_key") or None
                 stored = handle.signal(signal_name, payload, key)
                 message = (
-                    f"Signal {signal_name!r} stored."
+                    f"Signal {signal_name!r} stored." + noted(run_id, name, signal_name)
                     if stored
                     else "Nothing stored: this idempotency key was used before."
                 )

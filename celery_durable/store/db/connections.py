@@ -32,9 +32,11 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, func, true
 from sqlalchemy.engine import URL, make_url
 
+from celery_durable.core.redact import mask_urls
 from celery_durable.errors import ConfigurationError
 from celery_durable.store.db.dialect import dialect_of
 from celery_durable.store.db.losses import ConnectionLosses
+from celery_durable.store.db.outage import describe
 from celery_durable.store.db.pool import ProcessPool, borrowing
 from celery_durable.store.db.raw import RawStatement, compile_raw, positional_dialect
 from celery_durable.store.db.sqlite import own_engine, shared_engine
@@ -66,7 +68,7 @@ def require_driver(url: URL) -> None:
     """A Postgres URL needs psycopg 3: say which extra installs it."""
     if url.get_backend_name() == "postgresql" and psycopg is None:
         raise ConfigurationError(
-            f"durable_database_url={url.render_as_string(hide_password=True)!r} needs the "
+            f"durable_database_url={describe(url)!r} needs the "
             'psycopg driver: pip install "celery-durable[postgres]"'
         )
 
@@ -77,17 +79,17 @@ def parse_url(url: str) -> Any:
         parsed = make_url(url)
     except Exception as exc:  # noqa: BLE001 - SQLAlchemy raises several types here
         raise ConfigurationError(
-            f"durable_database_url={url!r} is not a valid URL: {exc}"
+            f"durable_database_url={mask_urls(url)!r} is not a valid URL: {mask_urls(str(exc))}"
         ) from None
     if parsed.drivername in ("postgres", "postgresql", "postgresql+psycopg2", "postgres+psycopg"):
         raise ConfigurationError(
-            f"durable_database_url={url!r}: use a postgresql+psycopg:// URL "
+            f"durable_database_url={mask_urls(url)!r}: use a postgresql+psycopg:// URL "
             "(celery_durable talks to Postgres through psycopg 3)"
         )
     if parsed.get_backend_name() not in ("postgresql", "sqlite"):
         raise ConfigurationError(
-            f"durable_database_url={url!r}: only postgresql+psycopg (psycopg 3) and sqlite "
-            "are supported"
+            f"durable_database_url={mask_urls(url)!r}: only postgresql+psycopg (psycopg 3) "
+            "and sqlite are supported"
         )
     require_driver(parsed)
     return parsed
@@ -100,11 +102,13 @@ def parse_listen_url(url: str) -> URL | None:
     try:
         parsed = make_url(url)
     except Exception:  # noqa: BLE001 - SQLAlchemy raises several types here
-        raise ConfigurationError(f"durable_listen_url={url!r} is not a valid URL") from None
+        raise ConfigurationError(
+            f"durable_listen_url={mask_urls(url)!r} is not a valid URL"
+        ) from None
     if parsed.get_backend_name() != "postgresql":
         raise ConfigurationError(
-            f"durable_listen_url={url!r}: use a postgresql+psycopg:// URL of the Postgres "
-            "server itself (LISTEN does not work through PgBouncer's transaction pooling)"
+            f"durable_listen_url={mask_urls(url)!r}: use a postgresql+psycopg:// URL of the "
+            "Postgres server itself (LISTEN does not work through PgBouncer's transaction pooling)"
         )
     require_driver(parsed)
     return parsed

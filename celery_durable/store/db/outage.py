@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL
 
+from celery_durable.core.redact import mask_urls
 from celery_durable.errors import DatabaseUnavailable
 from celery_durable.store.db.unusable import unusable
 
@@ -66,8 +67,9 @@ def is_unreachable(exc: BaseException) -> bool:
 
 
 def describe(url: URL) -> str:
-    """The database URL without its password, for messages and logs."""
-    return url.render_as_string(hide_password=True)
+    """The database URL without its password (in the URL or its query), for messages
+    and logs."""
+    return mask_urls(url.render_as_string(hide_password=True))
 
 
 def summary(exc: BaseException) -> str:

@@ -367,6 +367,7 @@ class AdminStatements(Builder):
             "signals": self.tables.signals,
             "state": self.tables.state,
             "items": self.tables.items,  # a fan-out's items go with their run
+            "actions": self.tables.actions,  # what operators did to it
         }
 
     def _collectable(self, status: str) -> Any:

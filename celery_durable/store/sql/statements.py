@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
+from celery_durable.store.sql.actions import ActionStatements
 from celery_durable.store.sql.admin import AdminStatements
 from celery_durable.store.sql.batches import BatchStatements
 from celery_durable.store.sql.carry import CarryStatements
@@ -55,6 +56,7 @@ class Statements:
         self.batches = BatchStatements(tables, dialect, namespace)
         self.long_lived = LongLivedStatements(tables, dialect, namespace)
         self.admin = AdminStatements(tables, dialect, namespace, dispatcher)
+        self.actions = ActionStatements(tables, dialect, namespace)
         self.reads = ReadStatements(tables, dialect, namespace)
         self.metrics = MetricStatements(tables, dialect, namespace)
         self.outbox = OutboxStatements(tables, dialect, namespace, dispatcher)

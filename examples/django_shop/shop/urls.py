@@ -10,7 +10,8 @@ from orders import views
 urlpatterns: list[URLPattern | URLResolver] = [
     path("orders/", views.place_order, name="place-order"),
     path("orders/<int:pk>/", views.order_detail, name="order-detail"),
-    # Staff only (python manage.py createsuperuser), behind Django's login and CSRF check.
+    # For holders of celery_durable.view_run (change_run to act), behind Django's login
+    # and CSRF check; a superuser (python manage.py createsuperuser) holds both.
     path("durable/", include("celery_durable.contrib.django.urls")),
     path("admin/", admin.site.urls),
 ]

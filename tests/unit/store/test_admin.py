@@ -341,3 +341,20 @@ def test_gc_keeps_runs_that_finished_after_the_cutoff(store):
     assert store.count_collectable("FAILED", cutoff).runs == {"FAILED": 1}
     assert store.gc_runs("FAILED", cutoff, batch=10).runs == {"FAILED": 1}
     assert store.get_status("old") is None and store.get_status("slow") == "FAILED"
+
+
+def test_actions_are_kept_per_run_in_order_and_go_with_the_run(store):
+    make(store, "acted", "wf", "CANCELLED")
+    make(store, "alive", "wf", "PENDING")
+    store.record_action("acted", "cancel", "alice", "out of stock")
+    store.record_action("acted", "resume", None)
+    store.record_action("alive", "signal", "bob", "approval")
+    actions = store.run_actions("acted")
+    assert [(a.action, a.actor, a.detail) for a in actions] == [
+        ("cancel", "alice", "out of stock"),
+        ("resume", None, None),
+    ]
+    assert actions[0].created_at <= actions[1].created_at <= store.now()
+    assert store.gc_runs("CANCELLED", store.now() + 1, batch=10).runs == {"CANCELLED": 1}
+    assert store.run_actions("acted") == []
+    assert [a.actor for a in store.run_actions("alive")] == ["bob"]
