@@ -17,7 +17,7 @@ import click
 from celery_durable.engine.runtime import bound_runtimes
 from celery_durable.errors import DurableError
 from celery_durable.store import Store
-from celery_durable.store.db.outage import is_unreachable, unavailable
+from celery_durable.store.db.outage import describe, is_unreachable, unavailable
 from celery_durable.store.db.unusable import unusable
 
 
@@ -26,7 +26,7 @@ def database_error(exc: BaseException, store: Store, where: str) -> click.ClickE
     when ``exc`` isn't about the database (a bug: its traceback is wanted)."""
     problem = unusable(exc, store.table_prefix)
     if problem is not None:
-        database = store.url.render_as_string(hide_password=True)
+        database = describe(store.url)
         return click.ClickException(
             f"{where}: the database {database} is not usable ({problem.text}): {problem.fix()}"
         )
