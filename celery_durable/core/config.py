@@ -81,6 +81,9 @@ SETTINGS: tuple[Setting, ...] = (
         ".<namespace> appended outside the default namespace",
     ),
     Setting("max_pending_signals", int, 100, 1, "unconsumed signals a run may hold"),
+    Setting("max_steps", int, 10_000, 1, "steps one run (generation) may record"),
+    Setting("max_child_depth", int, 32, 1, "how deep child workflows may nest"),
+    Setting("max_map_items", int, 100_000, 1, "items one cd.map may hold"),
     Setting(
         "max_payload_bytes",
         int,
@@ -198,6 +201,9 @@ class DurableConfig:
     namespace: str = "default"
     signal_queue: str = "celery_durable.signals"
     max_pending_signals: int = 100
+    max_steps: int = 10_000
+    max_child_depth: int = 32
+    max_map_items: int = 100_000
     max_payload_bytes: int = 16 * 1024 * 1024
     max_recoveries: int = 10
     sweep_batch: int = 500

@@ -125,6 +125,9 @@ def execute(
         deferred_max_age=config.deferred_max_age,
         hard_deadline=hard_deadline,
         max_payload_bytes=config.max_payload_bytes,
+        max_steps=config.max_steps,
+        max_child_depth=config.max_child_depth,
+        max_map_items=config.max_map_items,
     )
     faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
     logger.info(
