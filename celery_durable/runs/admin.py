@@ -342,6 +342,14 @@ def gc(
             total += deleted
             if deleted.total < batch:
                 break
+    # Signals whose run is gone or never existed: no run's deletion takes them.
+    if dry_run:
+        total += Collected(signals=store.count_orphan_signals(cutoff))
+    else:
+        while (orphans := store.gc_orphan_signals(cutoff, batch)) > 0:
+            total += Collected(signals=orphans)
+            if orphans < batch:
+                break
     if not dry_run:
         log_collected("gc", total, older_than)
     return total

@@ -169,3 +169,22 @@ def test_children_nested_past_max_child_depth_fail_the_run_that_asks(bounded):
     assert "RunLimitExceeded" in failed.value.error_message  # the top run says why
     for run_id in (handle.id, f"{handle.id}:0", grandchild):
         assert bounded.get_handle(run_id).record().status == "FAILED"
+
+
+def test_gc_deletes_signals_whose_run_does_not_exist(bounded):
+    """Bug: signals kept for runs that never existed stayed forever; `durable gc` (and
+    Durable.gc, which it calls) deleted only the signals of the runs it deleted."""
+    signals = bounded.store.tables.signals
+    orphan = {"namespace": bounded.store.namespace, "name": "go", "payload": "1", "error": "x"}
+    with bounded.store.engine.begin() as conn:
+        conn.execute(
+            sa.insert(signals),
+            [{**orphan, "run_id": f"ghost-{i}", "created_at": 1000.0} for i in range(3)],
+        )
+    assert bounded.gc("1s", dry_run=True).signals == 3
+    assert bounded.gc("1s").signals == 3
+    with bounded.store.engine.connect() as conn:
+        left = conn.execute(
+            sa.select(signals.c.id).where(signals.c.namespace == bounded.store.namespace)
+        ).all()
+    assert left == []
