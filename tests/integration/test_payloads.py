@@ -17,6 +17,7 @@ from celery_durable.core.config import DurableConfig
 from tests.support.eager import eager_durable, failure_of
 from tests.support.refusals import assert_refused_once
 from tests.support.services import unique
+from tests.support.waiting import wait_until
 
 LIMIT = 4096
 SETTING = "durable_max_payload_bytes"
@@ -173,7 +174,8 @@ def test_a_raw_signal_message_over_the_workers_limit_is_refused_once(basic_app, 
 
     namespace = unique("ns-limit-")
     env = {"CELERY_DURABLE_MAX_PAYLOAD_BYTES": str(LIMIT), "CELERY_DURABLE_NAMESPACE": namespace}
-    worker = start_worker("limit", env=env, queues=unique("q-limit-"))
+    workflows = unique("q-limit-")
+    worker = start_worker("limit", env=env, queues=workflows)
     queue = default_signal_queue(namespace)
     run_id = f"run-{key}"
     config = basic_app.durable.config
@@ -192,5 +194,17 @@ def test_a_raw_signal_message_over_the_workers_limit_is_refused_once(basic_app, 
     signals = store.tables.signals
     with store.engine.connect() as conn:
         held = conn.execute(sa.select(signals.c.id).where(signals.c.run_id == run_id)).all()
-    store.dispose()
     assert held == []
+    # A start by name (send_task, celery call) over the limit: the run is stored FAILED
+    # for the operator, its arguments are not (the error says nothing was stored).
+    started = basic_app.app.send_task(
+        basic_app.five_steps.name, args=["x" * 5000], queue=workflows, task_id=f"wf-{key}"
+    )
+    run = wait_until(
+        lambda: (found := store.get_run(started.id)) and found.status == "FAILED" and found,
+        60,
+        message="the run started by name to fail",
+    )
+    store.dispose()
+    assert SETTING in run.error and "nothing was stored" in run.error, run.error
+    assert len(run.args) < LIMIT and f"over the limit of {LIMIT} bytes ({SETTING})" in run.args
