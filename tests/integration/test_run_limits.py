@@ -188,3 +188,33 @@ def test_gc_deletes_signals_whose_run_does_not_exist(bounded):
             sa.select(signals.c.id).where(signals.c.namespace == bounded.store.namespace)
         ).all()
     assert left == []
+
+
+def test_a_worker_fails_a_run_at_its_max_steps_and_stays_up(basic_app, start_worker, key):
+    """A real worker (its own namespace and queue, durable_max_steps=3) runs a five-step
+    workflow started by name: the run fails at its fourth step with the error naming the
+    setting, the run and continue_as_new, three steps stored, never left RUNNING."""
+    from celery_durable.store import Store
+    from tests.support.services import unique
+    from tests.support.waiting import wait_until
+
+    namespace, queue = unique("ns-steps-"), unique("q-steps-")
+    env = {"CELERY_DURABLE_MAX_STEPS": "3", "CELERY_DURABLE_NAMESPACE": namespace}
+    worker = start_worker("steps", env=env, queues=queue)
+    config = basic_app.durable.config
+    store = Store(config.database_url, config.table_prefix, namespace)
+    try:
+        run_id = f"steps-{key}"
+        basic_app.app.send_task(basic_app.five_steps.name, args=[key], queue=queue, task_id=run_id)
+        run = wait_until(
+            lambda: (found := store.get_run(run_id)) and found.status == "FAILED" and found,
+            60,
+            message="the run to fail at its step limit",
+        )
+        assert "RunLimitExceeded" in run.error and "durable_max_steps=3" in run.error
+        assert repr(run_id) in run.error and "continue_as_new" in run.error
+        assert run.attempts == 1  # permanent: not retried
+        assert sorted(store.load_steps(run_id)) == [0, 1, 2]
+        assert worker.proc.poll() is None  # the worker is still up
+    finally:
+        store.dispose()
