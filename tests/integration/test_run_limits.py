@@ -41,9 +41,8 @@ def test_the_limits_have_defaults_and_are_read_like_the_other_settings():
 def bounded(basic_app) -> Iterator[Durable]:
     """A Durable running workflows in-process (eager) with small limits."""
     prefix = basic_app.durable.config.table_prefix
-    with eager_durable(
-        "limits", prefix, max_steps=20, max_child_depth=2, max_map_items=5
-    ) as durable:
+    limits = {"max_steps": 20, "max_child_depth": 2, "max_map_items": 5}
+    with eager_durable("limits", prefix, max_pending_signals=10, **limits) as durable:
         yield durable
 
 
@@ -218,3 +217,31 @@ def test_a_worker_fails_a_run_at_its_max_steps_and_stays_up(basic_app, start_wor
         assert worker.proc.poll() is None  # the worker is still up
     finally:
         store.dispose()
+
+
+def test_signals_sent_at_once_keep_to_the_cap_of_pending_and_refused_ones(bounded):
+    """Bug: with a cap of 100 pending signals, 300 sent at once all landed in the signals
+    table: the pending ones under the cap, every refused one kept beside them."""
+    import threading
+
+    @bounded.workflow(name="l.waits")
+    def waits() -> Any:
+        return cd.wait_for_signal("never", timeout=600)
+
+    handle = waits.delay()
+    start = threading.Barrier(6)
+
+    def send(sender: int) -> None:
+        start.wait()
+        for i in range(25):
+            bounded.send_signal(handle.id, "go", i, idempotency_key=f"{sender}-{i}")
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    kept = rows(bounded, "signals", handle.id)
+    assert len([r for r in kept if r.consumed_at is None]) == 10  # durable_max_pending_signals
+    refused = [r for r in kept if r.error is not None]
+    assert len(refused) == 10 and all("PendingSignalsFull" in r.error for r in refused)
