@@ -183,7 +183,7 @@ def describe_run(
     if run is None:
         return None
     count = count_steps(store, run_id)
-    first = max(0, count - steps_limit) if steps_from is None else steps_from
+    first = steps_from if steps_from is not None else max(0, count - (steps_limit or count))
     # One step past the page tells whether another page follows.
     steps = steps_page(store, run_id, first, steps_limit + 1 if steps_limit else count + 1)
     later = steps.pop().idx if steps_limit and len(steps) > steps_limit else None
