@@ -136,16 +136,23 @@ def _one_line_errors(instance: Durable, action: str, workflow_id: str) -> Iterat
     show_default=True,
     help="Items listed per fan-out step (0: all); the counts cover every item.",
 )
+@run_details.steps_page_options
 @click.pass_context
 def show(
-    ctx: click.Context, workflow_id: str, timeout: float, as_json: bool, max_items: int
+    ctx: click.Context,
+    workflow_id: str,
+    timeout: float,
+    as_json: bool,
+    max_items: int,
+    steps_from: int,
+    steps_limit: int,
 ) -> None:
     instance = _only_durable(ctx)
     _check_id(workflow_id)
     store = instance.store
 
     def read() -> tuple[RunDetails | None, list[ItemRow]]:
-        details = describe_run(instance.runtime, workflow_id)
+        details = describe_run(instance.runtime, workflow_id, steps_from, steps_limit)
         return details, [] if details is None else store.list_items(workflow_id)
 
     try:
@@ -205,6 +212,7 @@ def show(
             click.echo(f"    {console.error_summary(step.error)}")
         for item_line in run_details.item_lines(items.get(step.idx, []), max_items, idle):
             click.echo(item_line)
+    _echo_if(run_details.page_line(details))
     _echo_if(run_details.signals_line(details))
     _echo_if(run_details.state_line(details))
     _echo_if("\n".join(run_details.action_lines(details)) or None)
@@ -366,7 +374,7 @@ def fork(
         click.echo(line)
 
 
-@durable.command(help="Delete finished runs, with their steps, signals and state.")
+@durable.command(help="Delete finished runs (their steps, signals, state) and orphan signals.")
 @click.option("--older-than", required=True, help="Finished longer ago than this: 30d, 12h.")
 @click.option("--status", default=None, help="Of succeeded, failed, cancelled (default all).")
 @click.option("--dry-run", is_flag=True, help="Print the counts only; delete nothing.")
@@ -375,13 +383,7 @@ def gc(ctx: click.Context, older_than: str, status: str | None, dry_run: bool) -
     instance = _only_durable(ctx)
     with _operation_errors(instance, "collect runs"):
         collected = instance.gc(older_than, status, dry_run)
-    by_status = ", ".join(f"{n} {s.lower()}" for s, n in sorted(collected.runs.items()))
-    click.echo(
-        f"{'would delete' if dry_run else 'deleted'} {collected.total} run(s) finished before "
-        f"{console.iso(collected.before, False)}{f' ({by_status})' if by_status else ''} "
-        f"with {collected.steps} steps, {collected.signals} signals, {collected.state} "
-        "state values"
-    )
+    click.echo(console.collected_line(collected, dry_run))
 
 
 @durable.command(name="signal", help="Send a signal (payload as JSON, default null) to a run.")

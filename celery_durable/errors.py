@@ -129,6 +129,12 @@ class PayloadTooLarge(NotSerialisable, ValueError):
     Refused before anything is written; a permanent error, like NotSerialisable."""
 
 
+class RunLimitExceeded(PermanentError):
+    """A run grew past one of its limits (``durable_max_steps``, ``durable_max_child_depth``,
+    ``durable_max_map_items``); the message names the setting and the run. Raised before
+    anything over the limit is written; the run fails at once, never retried."""
+
+
 class WorkflowFailed(DurableError):
     """The workflow ended FAILED; carries the stored error's type, message and traceback."""
 

@@ -128,7 +128,7 @@ def _compensate_one(ctx: WorkflowContext, original: StepRecord) -> Compensation:
     step = COMPENSATED[original.name]
     name = COMPENSATE_STEP_PREFIX + original.name
     step_input = serialization.dumps({"of": original.idx})
-    index = ctx.take_index()
+    index = ctx.take_index(bounded=False)
     recorded = ctx.history.get(index)
     if recorded is not None:
         check_replay(ctx, index, recorded, name, step_input)

@@ -17,6 +17,8 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+from celery_durable.errors import RunLimitExceeded
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
@@ -158,6 +160,13 @@ class WorkflowContext:
     max_payload_bytes: int | None = None
     # durable_max_payload_depth: any of those nested deeper than this is refused.
     max_payload_depth: int = 100
+    # durable_max_steps: a new step at this index or beyond fails the run (a looping run
+    # should continue_as_new); None: no limit. Replayed steps and a rollback's pass.
+    max_steps: int | None = None
+    # durable_max_child_depth and durable_max_map_items: a deeper child or a larger map
+    # fails the run before anything of it is stored; None: no limit.
+    max_child_depth: int | None = None
+    max_map_items: int | None = None
     # A limited step's slot the run holds for its step at an index, kept by the record of
     # the step before it (body/limiter.py), and the slot of the step running now that its
     # record keeps for the next one: (limit, key, step index).
@@ -211,12 +220,18 @@ class WorkflowContext:
         if self.stopping is not None:
             raise self.stopping
 
-    def take_index(self) -> int:
+    def take_index(self, *, bounded: bool = True) -> int:
+        """The next step's index. ``bounded``: a new step past ``max_steps`` fails the run
+        (False for a rollback, which must run whatever the body's length)."""
         # A patch marker the code no longer asks for (its patched()/deprecate_patch() call
         # was removed) is passed over, as Temporal does.
         while _is_patch_marker(self.history.get(self.next_index)):
             self.next_index += 1
         index = self.next_index
+        if bounded and self.max_steps is not None and index >= self.max_steps:
+            if index not in self.history:
+                # Through stop(): a body that catches it still fails, at its next step or end.
+                raise self.stop(self.too_many_steps(index))
         self.next_index += 1
         if index == 0:  # until the first step says it is behind a limiter (hold_slot)
             _FIRST_STEP_LIMIT.pop(self.workflow_name, None)
@@ -225,6 +240,14 @@ class WorkflowContext:
             # Until a step behind the same limiter and key says otherwise (hold_slot).
             learn_next_shares_slot(self.workflow_name, index - 1, False)
         return index
+
+    def too_many_steps(self, index: int) -> RunLimitExceeded:
+        return RunLimitExceeded(
+            f"workflow run {self.workflow_id!r} reached durable_max_steps={self.max_steps} "
+            f"recorded steps (step {index} refused, nothing of it stored); a run that loops "
+            "should call celery_durable.continue_as_new(...) to go on with a fresh history, "
+            "or raise durable_max_steps"
+        )
 
     def next_shares_slot(self, index: int) -> bool:
         """The step after step ``index`` ran behind the same limiter and key last time."""

@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -43,7 +44,7 @@ from celery_durable.body.step import Step
 from celery_durable.core import faults, serialization
 from celery_durable.core.ids import derived_id
 from celery_durable.core.logs import log_started
-from celery_durable.errors import InvalidArgument, NonDeterminismError
+from celery_durable.errors import InvalidArgument, NonDeterminismError, RunLimitExceeded
 from celery_durable.store import FanOut, NewRun, StepRecord
 
 R = TypeVar("R")
@@ -80,12 +81,22 @@ def map(  # noqa: A001 - cd.map is the public name, like the builtin it mirrors
         raise TypeError("cd.map() needs at least one iterable")
     index = ctx.take_index()
     owner = f"step {step.name}"
+    limit = ctx.max_map_items
+    # One past the limit is enough to refuse: an endless iterable is never exhausted.
+    given = zip(*iterables, strict=False)
+    taken = given if limit is None else itertools.islice(given, limit + 1)
     inputs = [
         serialization.encode_arguments(
             owner, step.fn, args, {}, ctx.max_payload_bytes, ctx.max_payload_depth
         )
-        for args in zip(*iterables, strict=False)
+        for args in taken
     ]
+    if limit is not None and len(inputs) > limit:
+        raise RunLimitExceeded(
+            f"workflow run {ctx.workflow_id!r}: cd.map({step.name}) at step {index} has more "
+            f"than durable_max_map_items={limit} items; nothing of it was stored (split it "
+            "into several maps, or raise durable_max_map_items)"
+        )
     digest = hashlib.sha256()
     for text in inputs:
         digest.update(text.encode("utf-8") + b"\n")
@@ -193,6 +204,7 @@ def start_child(
     if recorded is not None:
         check_replay(ctx, index, recorded, name, step_input)
         return ChildHandle(index, child_id, workflow_name)
+    check_child_depth(ctx, workflow_name, index)
     dispatcher = ctx.dispatcher
     assert dispatcher is not None
     run = new_run(child_id)
@@ -206,3 +218,19 @@ def start_child(
         publish(child_id)
         faults.reach(faults.AFTER_DISPATCH, **ctx.log_fields(index), batch=0)
     return ChildHandle(index, child_id, workflow_name)
+
+
+def check_child_depth(ctx: WorkflowContext, workflow_name: str, index: int) -> None:
+    """RunLimitExceeded when a child of this run would nest deeper than
+    ``durable_max_child_depth``. A top-level run's child is depth 1: only a child that
+    starts a child asks the store (one query) how deep it is."""
+    limit = ctx.max_child_depth
+    if limit is None or ctx.parent_id is None:
+        return
+    depth = 1 + ctx.store.count_ancestors(ctx.workflow_id, limit)
+    if depth > limit:
+        raise RunLimitExceeded(
+            f"workflow run {ctx.workflow_id!r}: child {workflow_name} at step {index} would "
+            f"be nested {depth} deep, over durable_max_child_depth={limit}; nothing of it "
+            "was stored"
+        )

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from celery import Celery
 from celery.app import utils as celery_settings
 
-from celery_durable.core.config import SECRET_SETTINGS
 from celery_durable.core.redact import mask_urls
+from celery_durable.core.settings import SECRET_SETTINGS
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime_view import RuntimeView

@@ -136,6 +136,9 @@ def execute(
         hard_deadline=hard_deadline,
         max_payload_bytes=config.max_payload_bytes,
         max_payload_depth=config.max_payload_depth,
+        max_steps=config.max_steps,
+        max_child_depth=config.max_child_depth,
+        max_map_items=config.max_map_items,
     )
     faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
     logger.info(

@@ -89,7 +89,9 @@ def settle(
         if marker is None:
             ctx.next_index = max(ctx.next_index, max(ctx.history, default=-1) + 1)
             ending = serialization.dumps({"status": status, "error": error})
-            marker = StepRecord(ctx.take_index(), ROLLBACK_STEP, "ok", "[]", ending, None, 0.0)
+            marker = StepRecord(
+                ctx.take_index(bounded=False), ROLLBACK_STEP, "ok", "[]", ending, None, 0.0
+            )
             write_fenced(ctx, marker)
         else:
             recorded = serialization.loads(marker.output or "{}")

@@ -376,13 +376,20 @@ def _refuse(
     exc: Exception,
     fields: dict[str, Any],
 ) -> None:
-    """Keep a signal the store refused, with the reason, and log it."""
-    runtime.store.reject_signal(
-        workflow_id, name, payload_json, idempotency_key, f"{type(exc).__name__}: {exc}"
+    """Keep a signal the store refused, with the reason, and log it. Not kept when its run
+    does not exist, or already holds durable_max_pending_signals refused signals."""
+    kept = runtime.store.reject_signal(
+        workflow_id,
+        name,
+        payload_json,
+        idempotency_key,
+        f"{type(exc).__name__}: {exc}",
+        runtime.config.max_pending_signals,
     )
-    logger.error(
-        "signal %r for workflow %s refused and kept: %s", name, workflow_id, exc, extra=fields
-    )
+    cap = f"it holds durable_max_pending_signals={runtime.config.max_pending_signals} already"
+    why = "no such run" if isinstance(exc, WorkflowNotFound) else cap
+    outcome = "refused and kept" if kept else f"refused, not kept ({why})"
+    logger.error("signal %r for workflow %s %s: %s", name, workflow_id, outcome, exc, extra=fields)
 
 
 def _drop_malformed(
@@ -407,10 +414,17 @@ def _drop_malformed(
     )
     kept = False
     if keepable and runtime is not None:
+        # Kept as text, never parsed: its size is all the payload limit can judge.
+        size, limit = len(payload.encode("utf-8")), runtime.config.max_payload_bytes
+        if size > limit:
+            setting = serialization.MAX_PAYLOAD_SETTING
+            problem = f"{problem}; its {size} bytes are over {limit} ({setting})"
         label = name if _text_problem(name, 200) is None else repr(name)[:200]
         try:
-            runtime.store.reject_signal(workflow_id, label, payload, None, f"malformed: {problem}")
-            kept = True
+            reason, cap = f"malformed: {problem}", runtime.config.max_pending_signals
+            kept = size <= limit and runtime.store.reject_signal(
+                workflow_id, label, payload, None, reason, cap
+            )
         except Exception:  # noqa: BLE001 - it is logged below either way
             logger.exception("keeping a malformed signal failed")
     outcome = "kept in the signals table with the reason" if kept else "acknowledged and dropped"

@@ -22,6 +22,7 @@ from typing import Any
 from celery_durable.body.suspend import SIGNAL_STEP_PREFIX
 from celery_durable.store import (
     FINISHED_STATUSES,
+    Collected,
     Forked,
     RunRecord,
     RunStats,
@@ -279,3 +280,15 @@ def fork_lines(
                 f"again in the fork: resend it with durable signal {new} {name} PAYLOAD"
             )
     return lines
+
+
+def collected_line(collected: Collected, dry_run: bool) -> str:
+    """What ``durable gc`` deleted (or would): runs by status, then their rows; the
+    signals count those of runs that no longer exist too."""
+    by_status = ", ".join(f"{n} {s.lower()}" for s, n in sorted(collected.runs.items()))
+    return (
+        f"{'would delete' if dry_run else 'deleted'} {collected.total} run(s) finished before "
+        f"{iso(collected.before, False)}{f' ({by_status})' if by_status else ''} "
+        f"with {collected.steps} steps, {collected.signals} signals, {collected.state} "
+        "state values"
+    )

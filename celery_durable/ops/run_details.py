@@ -6,8 +6,10 @@ The values every listing shares (times, durations, errors) are ``console``'s.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import click
 
 from celery_durable.engine.announce import UNANNOUNCED, announced_workflows
 from celery_durable.engine.runtime_view import RuntimeView
@@ -79,6 +81,10 @@ def details_json(details: RunDetails) -> dict[str, Any]:
         "error": error_parts(run.error),
         "waiting": waiting_of(run),
         "steps": [step_json(run, step) for step in details.steps],
+        # The steps above are one page (--steps-from, --steps-limit) of step_count.
+        "step_count": details.step_count,
+        "steps_from": details.steps_from,
+        "next_steps_from": details.next_steps_from,
         "pending_signals": [
             {"name": s.name, "sent_at": iso(s.created_at), "idempotency_key": s.idempotency_key}
             for s in details.pending_signals
@@ -245,3 +251,37 @@ def unannounced_line(runtime: RuntimeView, run: RunRecord, max_age: float = 0.0)
     if announced is None or run.name in announced:
         return None
     return f"{UNANNOUNCED}: start a worker whose app imports {run.name}; it takes the run at once"
+
+
+# Steps ``durable show`` prints by default: a looping run's history can be 100,000 long.
+STEPS_LIMIT = 1000
+
+
+def steps_page_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--steps-from`` and ``--steps-limit``: which page of a run's steps to print."""
+    command = click.option(
+        "--steps-limit",
+        type=click.IntRange(min=0),
+        default=STEPS_LIMIT,
+        show_default=True,
+        help="Steps printed at most (0: all of them).",
+    )(command)
+    return click.option(
+        "--steps-from",
+        type=click.IntRange(min=0),
+        default=0,
+        show_default=True,
+        help="The step index the printed steps start at.",
+    )(command)
+
+
+def page_line(details: RunDetails) -> str | None:
+    """Which steps were printed, when not all of them were, and how to see the others."""
+    shown = len(details.steps)
+    if shown == details.step_count:
+        return None
+    if not shown:
+        return f"no step from index {details.steps_from} ({details.step_count} in all)"
+    line = f"steps {details.steps[0].idx} to {details.steps[-1].idx} shown of {details.step_count}"
+    after = details.next_steps_from
+    return line if after is None else f"{line}; the next page: --steps-from {after}"

@@ -49,6 +49,7 @@ from celery_durable.store import (
     StateKey,
     StepRecord,
 )
+from celery_durable.store.reads import count_steps, steps_page
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime import Runtime
@@ -154,9 +155,12 @@ class RunDetails:
     """Everything ``durable show`` prints about one run."""
 
     run: RunRecord
-    steps: list[StepRecord]
+    steps: list[StepRecord]  # one page of them: see step_count and steps_from
     pending_signals: list[PendingSignal]
     state_keys: list[StateKey]
+    step_count: int = 0  # every step the run recorded
+    steps_from: int = 0  # the index the page starts at
+    next_steps_from: int | None = None  # where the next page starts; None: no more steps
     # What operators did to it (dashboard, Django admin), and who.
     actions: list[RunAction] = dataclasses.field(default_factory=list)
 
@@ -168,20 +172,33 @@ def limiter_usage(runtime: Runtime) -> list[LimiterUsage]:
     return runtime.store.limiter_usage(limits)
 
 
-def describe_run(runtime: Runtime, run_id: str) -> RunDetails | None:
-    """The run, its steps (in order, with durations), its unconsumed signals and the keys
-    it published with ``set_state``; None if there is no such run."""
+def describe_run(
+    runtime: Runtime, run_id: str, steps_from: int | None = 0, steps_limit: int = 0
+) -> RunDetails | None:
+    """The run, a page of its steps (in order, with durations), its unconsumed signals and
+    the keys it published with ``set_state``; None if there is no such run.
+
+    ``steps_limit`` steps from index ``steps_from`` on (0: all of them); ``steps_from``
+    None: the last page, where a running run is now. The page is read by index range, so
+    a history of 100,000 steps costs what a page does."""
     store = runtime.store
     run = store.get_run(run_id)
     if run is None:
         return None
-    steps = sorted(store.load_steps(run_id).values(), key=lambda step: step.idx)
+    count = count_steps(store, run_id)
+    first = steps_from if steps_from is not None else max(0, count - (steps_limit or count))
+    # One step past the page tells whether another page follows.
+    steps = steps_page(store, run_id, first, steps_limit + 1 if steps_limit else count + 1)
+    later = steps.pop().idx if steps_limit and len(steps) > steps_limit else None
     return RunDetails(
         run,
         steps,
         store.pending_signals(run_id),
         store.state_keys(run_id),
-        store.run_actions(run_id),
+        step_count=count,
+        steps_from=first,
+        next_steps_from=later,
+        actions=store.run_actions(run_id),
     )
 
 
@@ -374,6 +391,14 @@ def gc(
             deleted = store.gc_runs(finished, cutoff, batch)
             total += deleted
             if deleted.total < batch:
+                break
+    # Signals whose run is gone or never existed: no run's deletion takes them.
+    if dry_run:
+        total += Collected(signals=store.count_orphan_signals(cutoff))
+    else:
+        while (orphans := store.gc_orphan_signals(cutoff, batch)) > 0:
+            total += Collected(signals=orphans)
+            if orphans < batch:
                 break
     if not dry_run:
         log_collected("gc", total, older_than)

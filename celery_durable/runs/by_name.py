@@ -80,6 +80,14 @@ def _refused_run(
     except (TypeError, ValueError, RecursionError):
         encoded = serialization.dumps([[safe_repr(args)], {"kwargs": safe_repr(kwargs)}])
     config = task.runtime.config
+    size = serialization.payload_size(encoded, config.max_payload_bytes)
+    if size is not None:
+        # The error says nothing was stored: a note of what was sent stands in for them.
+        note = (
+            f"not stored: the arguments are {size} bytes as JSON, over the limit of "
+            f"{config.max_payload_bytes} bytes ({serialization.MAX_PAYLOAD_SETTING})"
+        )
+        encoded = serialization.dumps([[note], {}])
     return lambda run_id: NewRun(
         id=run_id,
         name=task.definition.name,

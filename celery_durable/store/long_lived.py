@@ -51,6 +51,14 @@ class LongLivedOps:
                 return True
             return conn.execute(self.sql.long_lived.check_fenced, values).first() is not None
 
+    def count_ancestors(self, run_id: str, limit: int) -> int:
+        """How many runs ``run_id`` descends from (0: a top-level run), at most ``limit``."""
+        with self.db.read() as conn:
+            found = conn.execute(
+                self.sql.long_lived.count_ancestors, params(run_id=run_id, limit=limit)
+            ).scalar()
+        return int(found or 0)
+
     def mark_compensable(self, run_id: str, fence: int) -> bool:
         """The run finished a step with a compensation: a cancel rolls it back."""
         values = params(run_id=run_id, fence=fence)

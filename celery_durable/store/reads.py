@@ -11,6 +11,7 @@ Example::
     runs = runs_by_id_prefix(store, "order-4", limit=50)
     taken = consumed_signals(store, "order-42")          # [ConsumedSignal(...), ...]
     current = current_steps(store, ["order-42", "order-43"])  # {"order-42": CurrentStep}
+    page = steps_page(store, "order-42", first=100, limit=100)  # steps 100 to 199
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from celery_durable.store.operation_records import RunSummary
+from celery_durable.store.records import StepRecord
 from celery_durable.store.sql.reads import ConsumedSignal, CurrentStep
 
 if TYPE_CHECKING:
@@ -28,9 +30,12 @@ __all__ = [
     "ConsumedSignal",
     "CurrentStep",
     "consumed_signals",
+    "count_steps",
     "current_steps",
     "recent_durations",
     "runs_by_id_prefix",
+    "step_at",
+    "steps_page",
 ]
 
 
@@ -76,3 +81,25 @@ def current_steps(store: Store, run_ids: list[str]) -> dict[str, CurrentStep]:
     with store._operations_read() as conn:
         rows = conn.execute(store.sql.reads.current_steps, {"p_run_ids": run_ids}).all()
     return {row.run_id: CurrentStep(*row) for row in rows}
+
+
+def steps_page(store: Store, run_id: str, first: int, limit: int) -> list[StepRecord]:
+    """At most ``limit`` steps of the run from index ``first`` on, in order: a long history
+    is read a page at a time, never whole."""
+    values = {"p_run_id": run_id, "p_first": first, "p_limit": limit}
+    with store._operations_read() as conn:
+        rows = conn.execute(store.sql.reads.steps_page, values).all()
+    return [StepRecord(*row) for row in rows]
+
+
+def count_steps(store: Store, run_id: str) -> int:
+    """How many steps the run has recorded."""
+    with store._operations_read() as conn:
+        return int(conn.execute(store.sql.reads.count_steps, {"p_run_id": run_id}).scalar_one())
+
+
+def step_at(store: Store, run_id: str, idx: int) -> StepRecord | None:
+    """The run's step at ``idx``, or None."""
+    with store._operations_read() as conn:
+        row = conn.execute(store.sql.steps.get_step, {"p_run_id": run_id, "p_idx": idx}).first()
+    return None if row is None else StepRecord(*row)

@@ -55,17 +55,41 @@ class SignalOps:
             return SignalStore(Outcome.STORED)
 
     def reject_signal(
-        self, run_id: str, name: str, payload: str, idempotency_key: str | None, error: str
-    ) -> None:
-        """Keep a signal that could not be delivered, with the reason, for inspection.
+        self,
+        run_id: str,
+        name: str,
+        payload: str,
+        idempotency_key: str | None,
+        error: str,
+        max_kept: int,
+    ) -> bool:
+        """Keep a signal that could not be delivered, with the reason, for inspection;
+        False (not kept) when the run does not exist or already holds ``max_kept``
+        refused signals. The run's row lock serialises the count with other senders.
 
         The key stays free: a resend after the cause is fixed is stored."""
+        sql = self.sql.signals
         reason = error if idempotency_key is None else f"{error} (key {idempotency_key})"
+        values = params(run_id=run_id, name=name, payload=payload, error=reason)
+        with self.db.transaction() as conn:
+            if conn.execute(sql.insert_signal_lock_run, values).first() is None:
+                return False
+            if conn.execute(sql.reject_signal_count_kept, values).scalar_one() >= max_kept:
+                return False
+            conn.execute(sql.reject_signal, values)
+            return True
+
+    def gc_orphan_signals(self, cutoff: float, batch: int) -> int:
+        """Delete up to ``batch`` signals older than ``cutoff`` whose run does not exist."""
+        values = params(cutoff=cutoff, batch=batch)
         with self.db.write() as conn:
-            conn.execute(
-                self.sql.signals.reject_signal,
-                params(run_id=run_id, name=name, payload=payload, error=reason),
-            )
+            return int(conn.execute(self.sql.signals.gc_orphan_signals, values).rowcount)
+
+    def count_orphan_signals(self, cutoff: float) -> int:
+        """What ``gc_orphan_signals`` would delete for ``cutoff``, all batches."""
+        with self.db.read() as conn:
+            values = params(cutoff=cutoff)
+            return int(conn.execute(self.sql.signals.count_orphan_signals, values).scalar_one())
 
     def consume_signal(
         self,

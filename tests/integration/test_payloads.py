@@ -17,6 +17,7 @@ from celery_durable.core.config import DurableConfig
 from tests.support.eager import eager_durable, failure_of
 from tests.support.refusals import assert_refused_once
 from tests.support.services import unique
+from tests.support.waiting import wait_until
 
 LIMIT = 4096
 SETTING = "durable_max_payload_bytes"
@@ -163,23 +164,47 @@ def test_signal_payloads_over_the_limit_are_refused_and_not_stored(small):
 def test_a_raw_signal_message_over_the_workers_limit_is_refused_once(basic_app, start_worker, key):
     """Through the broker: a worker with a 4 KB limit (and a namespace of its own, so no
     other worker takes its signal queue) refuses an oversized payload by name, and keeps
-    nothing: before, it stored it (here as a refused signal of a run it can't find)."""
+    nothing: before, it stored it (here as a refused signal of a run it can't find). A
+    malformed one (not JSON) for a run that exists was kept whole as a refused signal,
+    past the limit: now it is refused and kept nowhere either."""
     from celery_durable.core.config import default_signal_queue
     from celery_durable.engine.signals import SIGNAL_TASK
+    from celery_durable.store import Store
+    from tests.support.builders import new_run
 
     namespace = unique("ns-limit-")
     env = {"CELERY_DURABLE_MAX_PAYLOAD_BYTES": str(LIMIT), "CELERY_DURABLE_NAMESPACE": namespace}
-    worker = start_worker("limit", env=env, queues=unique("q-limit-"))
+    workflows = unique("q-limit-")
+    worker = start_worker("limit", env=env, queues=workflows)
     queue = default_signal_queue(namespace)
     run_id = f"run-{key}"
-    task_id = f"big-{key}"
+    config = basic_app.durable.config
+    store = Store(config.database_url, config.table_prefix, namespace)
+    store.insert_run(new_run(run_id, grace=3600))  # the malformed one's run exists
     payload = '{"b":"' + "x" * 5000 + '"}'
-    basic_app.app.send_task(
-        SIGNAL_TASK, args=(namespace, run_id, "go", payload), queue=queue, task_id=task_id
-    )
-    tail = assert_refused_once(worker, 0, {task_id: queue})
+    messages = {f"big-{key}": payload, f"bad-{key}": "{not json " + "x" * 5000}
+    for task_id, text in messages.items():
+        basic_app.app.send_task(
+            SIGNAL_TASK, args=(namespace, run_id, "go", text), queue=queue, task_id=task_id
+        )
+    tail = assert_refused_once(worker, 0, dict.fromkeys(messages, queue))
     assert f"payload is 5008 bytes of JSON, over the limit of {LIMIT} bytes ({SETTING})" in tail
-    signals = basic_app.durable.store.tables.signals
-    with basic_app.durable.store.engine.connect() as conn:
+    assert f"its 5010 bytes are over {LIMIT} ({SETTING})" in tail
+    assert "acknowledged and dropped" in tail and "kept in the signals table" not in tail
+    signals = store.tables.signals
+    with store.engine.connect() as conn:
         held = conn.execute(sa.select(signals.c.id).where(signals.c.run_id == run_id)).all()
     assert held == []
+    # A start by name (send_task, celery call) over the limit: the run is stored FAILED
+    # for the operator, its arguments are not (the error says nothing was stored).
+    started = basic_app.app.send_task(
+        basic_app.five_steps.name, args=["x" * 5000], queue=workflows, task_id=f"wf-{key}"
+    )
+    run = wait_until(
+        lambda: (found := store.get_run(started.id)) and found.status == "FAILED" and found,
+        60,
+        message="the run started by name to fail",
+    )
+    store.dispose()
+    assert SETTING in run.error and "nothing was stored" in run.error, run.error
+    assert len(run.args) < LIMIT and f"over the limit of {LIMIT} bytes ({SETTING})" in run.args

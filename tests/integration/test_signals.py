@@ -218,20 +218,35 @@ def test_send_signal_to_a_missing_run_raises(basic_app, shared_worker, key):
 
 
 def test_broker_only_signal_errors_are_logged_and_kept(basic_app, shared_worker, key):
-    """Through the broker (no database here), only a worker can tell: it keeps the refusal."""
+    """Through the broker (store_first=False), only a worker can tell that a run doesn't
+    exist. A signal refused for a run that exists is kept with the reason; one for a run
+    that does not exist is logged and not kept (before, it was kept forever: gc never
+    deletes it, as no run's deletion takes it)."""
     durable = basic_app.durable
+    since = len(shared_worker.log())
     durable.send_signal(f"ghost-{key}", "approval", {"by": "nobody"}, store_first=False)
+    finished = basic_app.booking.delay(key, 60)
+    wait_until(lambda: waiting(finished), 30, message="the run to wait")
+    finished.cancel()
+    durable.send_signal(finished.id, "approval", {"by": "late"}, idempotency_key=f"late-{key}")
     signals = durable.store.tables.signals
 
-    def kept() -> str | None:
+    def errors(run_id: str) -> list[str]:
         with durable.store.engine.connect() as conn:
-            return conn.execute(
-                sa.select(signals.c.error).where(signals.c.run_id == f"ghost-{key}")
-            ).scalar()
+            query = sa.select(signals.c.error).where(
+                signals.c.run_id == run_id, signals.c.error.isnot(None)
+            )
+            return list(conn.execute(query).scalars())
 
-    error = wait_until(kept, 30, message="the refused signal to be kept")
-    assert error.startswith("WorkflowNotFound") and f"ghost-{key}" in error
-    wait_until(lambda: "refused and kept" in shared_worker.log(), 10)
+    def refused(run_id: str) -> str | None:
+        lines = [line for line in shared_worker.log()[since:].splitlines() if run_id in line]
+        return next((line for line in lines if "signal 'approval'" in line), None)
+
+    line = wait_until(lambda: refused(f"ghost-{key}"), 30, message="the ghost's refusal")
+    assert "refused, not kept (no such run)" in line and "no workflow run with id" in line, line
+    assert errors(f"ghost-{key}") == []
+    kept = wait_until(lambda: errors(finished.id), 30, message="the refused signal to be kept")
+    assert len(kept) == 1 and kept[0].startswith("WorkflowAlreadyCompleted"), kept
 
 
 def test_query_before_and_after_set_state(basic_app, shared_worker, key, rds):

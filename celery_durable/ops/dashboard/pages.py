@@ -18,19 +18,22 @@ from typing import TYPE_CHECKING, Any
 from celery_durable.core.redact import Redactor
 from celery_durable.ops import console, run_details
 from celery_durable.ops.dashboard.values import VALUE_LIMIT, error_of, percentile, run_row, shown
-from celery_durable.runs.admin import describe_run
+from celery_durable.runs.admin import RunDetails, describe_run
 from celery_durable.store import ALL_STATUSES, FINISHED_STATUSES, ItemRow, RunStats, StepRecord
 from celery_durable.store.reads import (
     consumed_signals,
     current_steps,
     recent_durations,
     runs_by_id_prefix,
+    step_at,
 )
 
 PAGE_SIZE = 50
 # How long the run page reuses the workers' answer to which workflows they announce: its
 # live part refreshes every few seconds, and each ask is a broadcast of about a second.
 ANNOUNCED_MAX_AGE = 10.0
+# Steps a run page shows: the live refresh reads this page again, never the whole history.
+STEPS_PAGE = 100
 
 if TYPE_CHECKING:
     from celery_durable.ops.dashboard.operated import Operated
@@ -129,10 +132,15 @@ def step_when(step: StepRecord, run_started: float | None) -> str:
 
 
 def run_page(
-    durable: Operated, run_id: str, redact: Redactor, max_items: int = 100
+    durable: Operated,
+    run_id: str,
+    redact: Redactor,
+    max_items: int = 100,
+    steps_from: int | None = None,
 ) -> dict[str, Any] | None:
-    """Everything the run page shows; None if there is no such run."""
-    details = describe_run(durable.runtime, run_id)
+    """Everything the run page shows, with STEPS_PAGE steps from index ``steps_from`` on
+    (None: the last ones, where a running run is now); None if there is no such run."""
+    details = describe_run(durable.runtime, run_id, steps_from, STEPS_PAGE)
     if details is None:
         return None
     store = durable.store
@@ -216,7 +224,24 @@ def run_page(
             }
             for a in details.actions
         ],
-        "forkable": sum(1 for s in details.steps if s.status == "ok"),
+        # The steps before the page are taken as finished, as they are but for a frontier.
+        "forkable": details.steps_from + sum(1 for s in details.steps if s.status == "ok"),
+        "step_pages": step_pages(details, steps_from),
+    }
+
+
+def step_pages(details: RunDetails, asked: int | None) -> dict[str, Any]:
+    """Where this page of steps sits in the history, and the pages around it (the
+    ``steps_from`` of each; None where there is none)."""
+    first = details.steps_from
+    last = details.steps[-1].idx if details.steps else None
+    return {
+        "count": details.step_count,
+        "first": first,
+        "last": last,
+        "asked": asked,  # the live refresh keeps an earlier page the user chose
+        "earlier": max(0, first - STEPS_PAGE) if first > 0 else None,
+        "later": details.next_steps_from,
     }
 
 
@@ -234,7 +259,7 @@ def full_value(durable: Operated, run_id: str, what: str, redact: Redactor) -> s
         idx, _, field = rest.partition("-")
         if not idx.isdigit() or field not in ("input", "output"):
             return None
-        step = store.load_steps(run_id).get(int(idx))
+        step = step_at(store, run_id, int(idx))
         raw = None if step is None else getattr(step, field)
     return None if raw is None else shown(raw, redact, limit=None).text
 

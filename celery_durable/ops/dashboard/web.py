@@ -217,7 +217,9 @@ def create_app(
 
     @pages_bp.get("/run/<path:run_id>")
     def run(run_id: str) -> Any:
-        shown = pages.run_page(durable, run_id, redact)
+        asked = request.args.get("steps_from", "")
+        steps_from = int(asked) if asked.isdigit() and len(asked) < 10 else None
+        shown = pages.run_page(durable, run_id, redact, steps_from=steps_from)
         if shown is None:
             abort(404, f"no workflow run {run_id!r}")
         template = "_run_live.html" if request.args.get("partial") else "run.html"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, literal, select, update
+from sqlalchemy import bindparam, func, literal, select, update
 
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import DueRun
@@ -25,6 +25,7 @@ class LongLivedStatements(Builder):
         super().__init__(tables, dialect, namespace)
         self._rollback()
         self._continue_as_new()
+        self._nesting()
 
     def _rollback(self) -> None:
         """A saga's rollback: fenced writes allowed after a cancel."""
@@ -119,3 +120,22 @@ class LongLivedStatements(Builder):
             )
             .returning(*columns_of(runs, DueRun))
         )
+
+    def _nesting(self) -> None:
+        """How many ancestors a run has (its parents, theirs...), counted up to
+        ``p_limit``: one recursive query, each round a primary-key lookup."""
+        runs = self.tables.runs
+        chain = (
+            select(runs.c.parent_id, literal(0).label("depth"))
+            .where(self.run_is)
+            .cte("chain", recursive=True)
+        )
+        parent = runs.alias("parent")
+        chain = chain.union_all(
+            select(parent.c.parent_id, chain.c.depth + 1).where(
+                parent.c.namespace == self.namespace,
+                parent.c.id == chain.c.parent_id,
+                chain.c.depth < bindparam("p_limit"),
+            )
+        )
+        self.count_ancestors = select(func.max(chain.c.depth))

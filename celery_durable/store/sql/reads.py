@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import and_, bindparam, func, select
 
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.operation_records import RunSummary
+from celery_durable.store.records import StepRecord
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.admin import settled, status_literal
 from celery_durable.store.sql.build import Builder, columns_of
@@ -99,6 +100,15 @@ class ReadStatements(Builder):
         )
 
         steps, last = self.tables.steps, self.tables.steps.alias("last")
+        # A page of a run's history: a range of the primary key (namespace, run_id, idx).
+        of_run = and_(steps.c.namespace == self.namespace, steps.c.run_id == bindparam("p_run_id"))
+        self.steps_page = (
+            select(*columns_of(steps, StepRecord))
+            .where(of_run, steps.c.idx >= bindparam("p_first"))
+            .order_by(steps.c.idx)
+            .limit(bindparam("p_limit"))
+        )
+        self.count_steps = select(func.count()).select_from(steps).where(of_run)
         # One primary-key probe per run of the page: the highest idx of (namespace, run_id).
         highest = (
             select(func.max(last.c.idx))

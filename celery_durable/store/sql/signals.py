@@ -8,7 +8,7 @@ Example::
 
 from __future__ import annotations
 
-from sqlalchemy import Float, and_, bindparam, func, select, update
+from sqlalchemy import Float, and_, bindparam, delete, exists, func, select, update
 
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
@@ -30,6 +30,27 @@ class SignalStatements(Builder):
             mine, signals.c.idempotency_key == bindparam("p_key")
         )
         self.insert_signal_count_pending = select(func.count()).select_from(signals).where(pending)
+        # Refused signals kept for inspection: bounded per run like the pending ones.
+        self.reject_signal_count_kept = (
+            select(func.count()).select_from(signals).where(mine, signals.c.error.isnot(None))
+        )
+        # Signals whose run is gone (kept by versions that stored refusals for runs that
+        # never existed): gc deletes them in batches.
+        orphans = (
+            select(signals.c.id)
+            .where(
+                signals.c.namespace == namespace,
+                signals.c.created_at < bindparam("p_cutoff", type_=Float),
+                ~exists().where(runs.c.namespace == namespace, runs.c.id == signals.c.run_id),
+            )
+            .order_by(signals.c.id)
+        )
+        self.gc_orphan_signals = delete(signals).where(
+            signals.c.id.in_(orphans.limit(bindparam("p_batch")).scalar_subquery())
+        )
+        self.count_orphan_signals = select(func.count()).select_from(
+            orphans.order_by(None).subquery()
+        )
         row = {
             "namespace": namespace,
             "run_id": bindparam("p_run_id"),

@@ -10,7 +10,8 @@ import pytest
 from celery import Celery
 
 from celery_durable import ConfigurationError, Durable
-from celery_durable.core.config import SETTINGS, DurableConfig
+from celery_durable.core.config import DurableConfig
+from celery_durable.core.settings import SETTINGS
 
 DURATIONS = [s.name for s in SETTINGS if s.duration]
 

@@ -261,7 +261,7 @@ def test_fork_takes_a_copy_of_the_unconsumed_signals_in_order(store):
     wait = StepRecord(0, "w", "ok", "[]", None, None)
     taken = store.consume_signal("origin", claim.fence, "a", wait)
     assert taken.payload == '"a"'  # the first "a" is consumed: not carried
-    store.reject_signal("origin", "late", '"x"', None, "refused")  # kept, never pending
+    store.reject_signal("origin", "late", '"x"', None, "refused", 100)  # kept, never pending
     store.settle_run("origin", claim.fence, "FAILED", error='{"type":"x.Bug","message":"bug"}')
     forked = store.fork_run("origin", "fork", 1, grace=60)
     assert forked.run is not None and forked.signals == ("b", "a", "c")

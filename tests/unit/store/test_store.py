@@ -198,10 +198,3 @@ def test_a_cancelled_run_is_never_claimed_or_retried(store):
     store.cancel_run("c2", None)
     assert store.claim_run("c2", "next", lease=30) is None
     assert dead is not None
-
-
-def test_a_refused_signal_keeps_its_reason_but_not_its_key(store):
-    store.reject_signal("ghost", "go", "1", "key-1", "WorkflowNotFound: no run 'ghost'")
-    store.insert_run(new_run("ghost"))
-    assert store.insert_signal("ghost", "go", "1", "key-1", 10).outcome is Outcome.STORED
-    assert store.insert_signal("ghost", "go", "1", "key-1", 10).outcome is Outcome.DUPLICATE
