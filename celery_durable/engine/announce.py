@@ -4,9 +4,10 @@ the workflows every Durable of its app registered. A run of a workflow none of t
 announces waits PENDING: ``durable show`` and the dashboard say so.
 
 A worker that receives a run's message without having registered its workflow (Celery
-logs "Received unregistered task" and discards it) makes the run due at once, so that a
-worker that does register it publishes it at its next sweep (at its start, if none runs
-yet) instead of after the dispatch grace.
+logs "Received unregistered task" and discards it) counts that as a dispatch nobody
+claimed and says so once per workflow. A worker that registers the workflow makes such
+runs due as it starts, so its first sweep publishes them instead of waiting out their
+backoff.
 
 Example::
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 from celery.worker.control import inspect_command
@@ -27,6 +28,9 @@ from celery_durable.core.logs import run_fields
 from celery_durable.engine.apps import runtimes_of
 from celery_durable.engine.publish import STORED_HEADER
 from celery_durable.engine.queues import INSPECT_TIMEOUT, INSPECT_WAIT
+
+if TYPE_CHECKING:
+    from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.worker")
 
@@ -92,19 +96,36 @@ def on_unknown_task(sender: Any = None, name: str = "", id: str = "", **kwargs: 
         return  # not a run's message (one sent by name has no run yet)
     for runtime in runtimes_of(sender.app):
         try:
-            made_due = runtime.store.make_undelivered_run_due(id, name)
-        except Exception:  # noqa: BLE001 - the dispatch grace still brings it back
-            logger.warning("run %s: could not make it due again", id, exc_info=True)
+            counted = runtime.store.count_discarded_run(id, name)
+        except Exception:  # noqa: BLE001 - the sweeper's backoff still brings it back
+            logger.warning("run %s: could not count its discarded delivery", id, exc_info=True)
             continue
         namespace = runtime.config.namespace
-        if made_due and (namespace, name) not in _warned:
+        if counted and (namespace, name) not in _warned:
             _warned.add((namespace, name))
             logger.warning(
                 "workflow %s run %s was delivered to this worker, which has not registered "
                 "the workflow (Celery discarded the message); the run stays PENDING in "
-                "namespace %r until a worker that registers it takes it, at once",
+                "namespace %r until a worker that registers it starts and takes it",
                 name,
                 id,
                 namespace,
                 extra=run_fields(id, name),
             )
+
+
+def take_unclaimed_runs(runtime: RuntimeView) -> None:
+    """At a worker's start: the runs of its workflows that were published and not claimed
+    are due now, for its first sweep (a worker without them may have discarded them)."""
+    try:
+        made_due = runtime.store.make_unclaimed_runs_due(sorted(runtime.workflows))
+    except Exception:  # noqa: BLE001 - no tables yet, an outage: the sweeper says which
+        logger.debug("making unclaimed runs due at start failed", exc_info=True)
+        return
+    if made_due:
+        logger.info(
+            "celery_durable: %d published and unclaimed run(s) of this worker's workflows "
+            "are due now (namespace %r)",
+            made_due,
+            runtime.config.namespace,
+        )

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from celery import bootsteps
 from celery.signals import task_unknown
 
-from celery_durable.engine.announce import on_unknown_task
+from celery_durable.engine.announce import on_unknown_task, take_unclaimed_runs
 from celery_durable.engine.runtime import bound_runtimes
 from celery_durable.store.db.outage import describe, is_unreachable, summary
 from celery_durable.store.db.unusable import app_argument, unusable
@@ -98,6 +98,7 @@ class DurableSweeper(bootsteps.StartStopStep):  # type: ignore[misc]
                 )
             else:
                 warn_other_brokers(runtime)
+                take_unclaimed_runs(runtime)
             runtime.sweeper.start()
             self.sweepers.append(runtime.sweeper)
             logger.info(

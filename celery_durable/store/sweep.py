@@ -25,13 +25,22 @@ class SweepOps:
     db: Connections
     sql: Statements
 
-    def make_undelivered_run_due(self, run_id: str, name: str) -> bool:
+    def count_discarded_run(self, run_id: str, name: str) -> bool:
         """A PENDING run of workflow ``name`` whose message a worker discarded (it hasn't
-        registered the workflow): due now, for the first sweeper that has it; False when
-        no such run waits (not this namespace's, started, or already due)."""
+        registered the workflow): one more dispatch that no worker claimed (see
+        ``durable_max_dispatches``); False when no such run waits."""
         values = params(run_id=run_id, name=name)
         with self.db.write() as conn:
-            return bool(conn.execute(self.sql.sweep.make_undelivered_run_due, values).rowcount)
+            return bool(conn.execute(self.sql.sweep.count_discarded_run, values).rowcount)
+
+    def make_unclaimed_runs_due(self, names: Sequence[str]) -> int:
+        """The PENDING runs of the workflows ``names`` that were published and never
+        claimed, due now (a worker that registers them starts); how many."""
+        if not names:
+            return 0
+        with self.db.write() as conn:
+            found = conn.execute(self.sql.sweep.make_unclaimed_runs_due, params(names=list(names)))
+            return int(found.rowcount)
 
     def sweep_due_runs(
         self,

@@ -1,10 +1,12 @@
 """A run of a workflow that no running worker has registered: `durable show` says so, and
-a worker that registers it takes it as it starts, not a dispatch grace later."""
+a worker that registers it takes it as it starts, not a dispatch grace later; a worker
+that discards its message counts a dispatch and leaves its due time alone."""
 
 from __future__ import annotations
 
 import json
 
+import sqlalchemy as sa
 from celery import Celery
 
 from celery_durable import Durable, WorkflowStatus
@@ -37,6 +39,16 @@ def test_a_run_no_worker_announces_is_said_then_taken_at_once(basic_app, start_w
             30,
             message=lambda: stranger.log()[-3000:],
         )
+        # The discard counts as a dispatch nobody claimed, and the run keeps its due time:
+        # made due at once, a worker that has the workflow and one that doesn't (on the
+        # run's queue) would pass it round every sweep, to NeverClaimed in seconds.
+        store = basic_app.durable.store
+        runs = store.tables.runs
+        with store.engine.connect() as conn:
+            query = sa.select(runs.c.dispatches, runs.c.due_at).where(runs.c.id == handle.id)
+            dispatches, due_at = conn.execute(query).one()
+        assert dispatches == 1
+        assert due_at > store.now() + 30, (due_at, store.now())
         shown = celery("durable", "show", handle.id)
         assert shown.returncode == 0, shown.stderr
         assert f"{UNANNOUNCED}: start a worker whose app imports {five_steps.name}" in shown.stdout

@@ -54,14 +54,28 @@ class SweepStatements(Builder):
         self._wake()
         self._dispatchers()
         # A run's message that a worker without the workflow discarded (Celery's unknown
-        # task): due now, so a sweeper of a worker that registers it publishes it at once.
-        self.make_undelivered_run_due = (
+        # task) counts as a dispatch no worker claimed; its due time stays, so workers
+        # without it never pass it round in a loop.
+        self.count_discarded_run = (
             update(runs)
             .where(
                 self.ns,
                 runs.c.id == bindparam("p_run_id"),
                 runs.c.name == bindparam("p_name"),
                 runs.c.status == "PENDING",
+            )
+            .values(dispatches=runs.c.dispatches + 1, updated_at=self.now)
+        )
+        # At a worker's start: the PENDING runs of its workflows that were published and
+        # not claimed (a worker without the workflow discarded them, or their publish was
+        # lost) are due now, for its first sweep, instead of after their backoff.
+        self.make_unclaimed_runs_due = (
+            update(runs)
+            .where(
+                self.ns,
+                runs.c.status == "PENDING",
+                runs.c.name.in_(bindparam("p_names", expanding=True)),
+                runs.c.dispatches > 0,
                 runs.c.due_at > self.now,
             )
             .values(due_at=self.now, updated_at=self.now)

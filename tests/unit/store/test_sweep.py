@@ -158,3 +158,21 @@ def test_a_claim_starts_the_count_of_unclaimed_dispatches_again(store):
         assert wait_until(lambda: unclaimed_sweep(store), 10) == {"claimed-late": "PENDING"}
     assert wait_until(lambda: unclaimed_sweep(store), 10) == {"claimed-late": "FAILED"}
     assert store.get_run("claimed-late").error == NEVER_CLAIMED
+
+
+def test_a_discarded_delivery_counts_and_a_starting_worker_makes_such_runs_due(store):
+    """A worker without the workflow discards a run's message: one more unclaimed dispatch,
+    due time unchanged (no loop between workers); a worker that has the workflow makes
+    the published, unclaimed runs of it due as it starts, and leaves the rest alone."""
+    for run_id, name in (("discarded", "wf"), ("queued", "wf"), ("other", "other")):
+        assert store.insert_run(new_run(run_id, name=name, grace=600))
+    assert store.count_discarded_run("discarded", "wf")
+    assert store.count_discarded_run("other", "other")
+    assert not store.count_discarded_run("discarded", "another-name")
+    discarded = store.get_run("discarded")
+    assert discarded.dispatches == 1 and discarded.due_at > store.now() + 300
+    assert store.make_unclaimed_runs_due(["wf"]) == 1  # not "queued": never published again
+    assert store.get_run("discarded").due_at <= store.now()
+    assert store.get_run("queued").due_at > store.now() + 300
+    assert store.get_run("other").due_at > store.now() + 300
+    assert store.make_unclaimed_runs_due([]) == 0
