@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+import celery_durable as cd
+
 from .flower import free_port
 from .waiting import wait_until
 from .workers import CeleryProcess
@@ -118,3 +120,14 @@ def chromium() -> Iterator[Any]:
             yield launched
         finally:
             launched.close()
+
+
+def held_run(durable: Any) -> Any:
+    """A run ``held-1`` of ``durable`` that waits for the signal ``go``, for the
+    dashboard's in-process tests to act on."""
+
+    @durable.workflow
+    def held() -> Any:
+        return cd.wait_for_signal("go")
+
+    return held.apply_async((), workflow_id="held-1")

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-import celery_durable as cd
 from celery_durable import Durable
 from celery_durable.ops.dashboard.security import HOST_CSRF
+from tests.support.dashboard import held_run
 
 pytest.importorskip("flask")
 
@@ -20,11 +20,7 @@ CHECKED = {HOST_CSRF: ("csrfmiddlewaretoken", "from-the-host")}
 
 @pytest.fixture
 def waiting(durable: Durable) -> Any:
-    @durable.workflow
-    def held() -> Any:
-        return cd.wait_for_signal("go")
-
-    return held.apply_async((), workflow_id="held-1")
+    return held_run(durable)
 
 
 def test_forms_carry_the_hosts_field_and_token_and_its_checked_posts_act(durable, waiting):

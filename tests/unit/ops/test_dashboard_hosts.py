@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-import celery_durable as cd
 from celery_durable import Durable
 from celery_durable.errors import ConfigurationError
 from celery_durable.ops.dashboard import security
+from tests.support.dashboard import held_run
 
 pytest.importorskip("flask")
 
@@ -21,11 +21,7 @@ REBOUND = "rebound.example:5580"  # an attacker's name, made to resolve to 127.0
 
 @pytest.fixture
 def waiting(durable: Durable) -> Any:
-    @durable.workflow
-    def held() -> Any:
-        return cd.wait_for_signal("go")
-
-    return held.apply_async((), workflow_id="held-1")
+    return held_run(durable)
 
 
 def test_a_rebound_host_with_a_matching_origin_gets_no_token_and_sends_no_signal(durable, waiting):
