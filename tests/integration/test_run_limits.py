@@ -7,11 +7,13 @@ delivery path in-process), and a real worker for the step limit, on both brokers
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from celery.result import allow_join_result
 
 import celery_durable as cd
 from celery_durable import Durable
@@ -222,7 +224,6 @@ def test_a_worker_fails_a_run_at_its_max_steps_and_stays_up(basic_app, start_wor
 def test_signals_sent_at_once_keep_to_the_cap_of_pending_and_refused_ones(bounded):
     """Bug: with a cap of 100 pending signals, 300 sent at once all landed in the signals
     table: the pending ones under the cap, every refused one kept beside them."""
-    import threading
 
     @bounded.workflow(name="l.waits")
     def waits() -> Any:
@@ -237,10 +238,15 @@ def test_signals_sent_at_once_keep_to_the_cap_of_pending_and_refused_ones(bounde
             bounded.send_signal(handle.id, "go", i, idempotency_key=f"{sender}-{i}")
 
     threads = [threading.Thread(target=send, args=(n,)) for n in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
+    # In eager mode each send's wake-up is applied inside Celery's denied_join_result(),
+    # which saves and restores a process-wide flag: threads interleaved can leave it set,
+    # and every later .get() in this process refuses ("Never call result.get() within a
+    # task!"). allow_join_result() restores it once they are done.
+    with allow_join_result():
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
     kept = rows(bounded, "signals", handle.id)
     assert len([r for r in kept if r.consumed_at is None]) == 10  # durable_max_pending_signals
     refused = [r for r in kept if r.error is not None]
