@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from celery import Task
+from celery import Celery, Task
 
 from celery_durable.core import tracing
 from celery_durable.core.ids import derived_id
@@ -90,6 +90,19 @@ def batch_ranges(items: Iterable[int], batch_size: int) -> list[tuple[int, int]]
     return ranges
 
 
+def queue_option(app: Celery, queue: str | None) -> dict[str, Any]:
+    """The ``queue`` option of a publish to ``queue`` (none: the task's routing decides).
+    Given by name, Celery adds a queue it doesn't know to ``app.amqp.queues``; from the
+    sweeper's thread that races the consumer's start, which iterates that dict ("dictionary
+    changed size during iteration" ended a worker). The same Queue, built without adding it,
+    publishes the same message."""
+    if not queue:
+        return {}
+    queues = app.amqp.queues
+    known = queues.get(queue)
+    return {"queue": known if known is not None else queues.new_missing(queue)}
+
+
 class Dispatch:
     """Publishes item tasks and runs for a body (the context's ``Dispatcher``)."""
 
@@ -118,7 +131,7 @@ class Dispatch:
         batch's item count."""
         app = self.runtime.app
         namespace = self.runtime.config.namespace
-        options: dict[str, Any] = {"queue": queue} if queue else {}
+        options = queue_option(app, queue)
         tracing.add_start_headers(options)  # each item's span: a child of the dispatcher's
         task = app.tasks.get(step_name)
         messages: list[tuple[Any, ...]] = [(namespace, run_id, idx, item) for item in items]

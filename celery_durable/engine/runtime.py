@@ -27,7 +27,7 @@ from celery_durable.core.config import DurableConfig
 from celery_durable.engine import apps
 from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.leases import LeaseKeeper
-from celery_durable.engine.publish import STORED_HEADER, Dispatch
+from celery_durable.engine.publish import STORED_HEADER, Dispatch, queue_option
 from celery_durable.engine.queues import FleetWatch
 from celery_durable.engine.sweeper import Sweeper
 from celery_durable.store import Store
@@ -103,7 +103,7 @@ class Runtime:
     def publish(self, run_id: str, name: str, args: str, queue: str | None) -> None:
         """Publish a stored run's task message (the sweeper's re-dispatch, a wake-up)."""
         call_args, call_kwargs = serialization.loads(args)
-        options: dict[str, Any] = {"queue": queue} if queue else {}
+        options = queue_option(self.app, queue)
         options["headers"] = {STORED_HEADER: True}
         tracing.add_link_headers(options)  # a wake-up's sender, linked by the resumed run
         task = self.app.tasks.get(name)

@@ -110,3 +110,22 @@ def test_batch_ranges_keep_consecutive_items_of_one_of_the_maps_batches_together
     assert batch_ranges([9, 5, 4, 1, 0, 3, 6, 4], 3) == [(0, 2), (3, 3), (6, 1), (9, 1)]
     assert batch_ranges([2, 3], 1) == [(2, 1), (3, 1)]
     assert batch_ranges([], 50) == []
+
+
+def test_publishing_to_a_queue_the_app_does_not_know_leaves_its_queues_unchanged(tmp_path):
+    """Bug: the sweeper's publish to a queue by name added it to ``app.amqp.queues`` from its
+    thread while the consumer, starting, iterated that dict: "dictionary changed size during
+    iteration" ended the worker. The message still goes to that queue."""
+    app = Celery("queues", broker="memory://")
+    durable = Durable(app, database_url=f"sqlite:///{tmp_path}/store.sqlite3")
+
+    @durable.workflow
+    def wf() -> None: ...
+
+    before = set(app.amqp.queues)
+    durable.runtime.publish("run-1", wf.name, "[[], {}]", "not-declared-yet")
+    durable.runtime.dispatch.publish_items("some.step", "items-queue", "run-1", 0, [0, 1])
+    assert set(app.amqp.queues) == before
+    with app.connection_for_read() as conn:
+        for name, count in (("not-declared-yet", 1), ("items-queue", 2)):
+            assert conn.default_channel.queue_declare(name, passive=True).message_count == count
