@@ -125,13 +125,13 @@ def test_filter_the_runs_open_one_and_see_its_steps(
 
 
 def screenshot(page: Any, name: str, tmp_path: Path) -> None:
-    """Into tmp_path, and into docs/ with UPDATE_SCREENSHOTS=1 (committed for the README)."""
+    """Into tmp_path, and into docs/images/ with UPDATE_SCREENSHOTS=1 (committed for the docs site)."""
     path = tmp_path / name
     page.screenshot(path=str(path), full_page=False)
     assert path.stat().st_size > 10_000
     if os.environ.get("UPDATE_SCREENSHOTS"):
-        (ROOT / "docs").mkdir(exist_ok=True)
-        shutil.copy(path, ROOT / "docs" / name)
+        (ROOT / "docs" / "images").mkdir(exist_ok=True)
+        shutil.copy(path, ROOT / "docs" / "images" / name)
 
 
 def test_cancel_a_waiting_run(page, waiting_run):

@@ -1,9 +1,9 @@
-"""Takes docs/flower-task-waiting.png: Flower's task page of a booking that waits for a signal.
+"""Takes docs/images/flower-task-waiting.png: Flower's task page of a booking that waits for a signal.
 
 Needs Postgres and Redis (the test suite's defaults), Flower, Playwright's Python package and
 Debian's Chromium (``apt-get install chromium``; no browser download)::
 
-    python docs/flower_screenshot.py
+    python docs/tools/flower_screenshot.py
 
 It starts a worker (-E) and Flower on this module's app, starts ``shop.booking`` as
 ``booking-42``, waits until Flower shows it WAITING, screenshots the task page, then cancels
@@ -102,7 +102,7 @@ def main() -> None:
         time.sleep(3)  # Flower's event consumer starts after its web server answers
         handle = booking.apply_async(args=("booking-42",), workflow_id="booking-42")
         _until("WAITING", lambda: (_task(port, handle.id) or {}).get("state") == "WAITING")
-        _screenshot(f"http://127.0.0.1:{port}/task/{handle.id}", HERE / "flower-task-waiting.png")
+        _screenshot(f"http://127.0.0.1:{port}/task/{handle.id}", HERE.parent / "images" / "flower-task-waiting.png")
         handle.cancel("screenshot taken")
     finally:
         for process in (worker, flower):
