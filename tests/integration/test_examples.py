@@ -5,33 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.support.examples import run_example
 from tests.support.services import BROKER_URL, delete_queues, unique
-from tests.support.workers import ROOT, Worker, clean_env
-
-
-def run_example(script: str, tmp_path: Path) -> str:
-    """Run ``examples/<script>`` as a user would (none of the test session's durable
-    settings in its environment, no data directory given); return what it printed. Its
-    temp dir is a private one, which must be empty again once the example has exited."""
-    tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
-    done = subprocess.run(
-        [sys.executable, f"examples/{script}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**clean_env(), "TMPDIR": str(tmpdir)},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "No hostname was supplied" not in done.stderr  # kombu's warning, on every connection
-    left = sorted(path.name for path in tmpdir.iterdir())
-    assert not left, f"{script} left {left} in its temp dir"
-    return done.stdout
+from tests.support.workers import ROOT, Worker
 
 
 def test_quickstart_resumes_after_a_crash(tmp_path):
