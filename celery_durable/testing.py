@@ -33,6 +33,8 @@ from celery import current_app
 
 from celery_durable.durable import Durable, durables_of
 
+__all__ = ["Clock", "EagerWorkflows", "durable_eager", "eager_workflows"]
+
 
 class Clock:
     """The durable timers' clock in a test: ``advance(seconds)`` moves every timer of its

@@ -5,7 +5,7 @@ worker, Redis and Postgres. One browser for the session; each test has its own c
 The tests run in the Redis pass only: the dashboard talks to the database, and to the
 broker only through the operations the broker suites already cover.
 
-``UPDATE_SCREENSHOTS=1`` writes the two screenshots the README shows into docs/.
+``UPDATE_SCREENSHOTS=1`` writes the two screenshots the docs site shows into docs/images/.
 """
 
 from __future__ import annotations
