@@ -125,7 +125,7 @@ def test_filter_the_runs_open_one_and_see_its_steps(
 
 
 def screenshot(page: Any, name: str, tmp_path: Path) -> None:
-    """Into tmp_path, and into docs/images/ with UPDATE_SCREENSHOTS=1 (committed for the docs site)."""
+    """Into tmp_path, and into docs/images/ with UPDATE_SCREENSHOTS=1 (for the docs site)."""
     path = tmp_path / name
     page.screenshot(path=str(path), full_page=False)
     assert path.stat().st_size > 10_000
