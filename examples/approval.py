@@ -41,6 +41,7 @@ app.conf.broker_transport_options = {
 durable = Durable(app, database_url=f"sqlite:///{DATA}/durable.sqlite3", poll_interval=0.2)
 
 
+# --8<-- [start:workflow]
 @durable.step
 def reserve(booking_id: str) -> str:
     return f"hold-{booking_id}"
@@ -69,12 +70,33 @@ def booking(booking_id: str) -> dict:
     return {"status": "confirmed", "receipt": charge(booking_id)}
 
 
+# --8<-- [end:workflow]
+
+
 def wait_status(handle: cd.WorkflowHandle, status: cd.WorkflowStatus) -> None:
     deadline = time.monotonic() + 60
     while handle.status() is not status:
         if time.monotonic() > deadline:
             raise SystemExit(f"{handle.id} never reached {status}")
         time.sleep(0.05)
+
+
+# --8<-- [start:driver]
+def demo() -> None:
+    first, second = booking.delay("b-1"), booking.delay("b-2")
+    wait_status(first, cd.WorkflowStatus.WAITING)
+    print(f"b-1 is {first.status()}; query: {first.query()}")
+    first.signal("approval", {"by": "alice"}, idempotency_key="approve-b-1")
+    print(f"b-1 result: {first.get(timeout=60)}; query: {first.query()}")
+    wait_status(second, cd.WorkflowStatus.WAITING)
+    second.cancel(reason="customer left")
+    try:
+        second.get(timeout=10)
+    except WorkflowCancelled as exc:
+        print(f"b-2 cancelled: {exc.reason}")
+
+
+# --8<-- [end:driver]
 
 
 def main() -> None:
@@ -96,17 +118,7 @@ def main() -> None:
         env={**os.environ, "APPROVAL_DIR": str(DATA)},
     )
     try:
-        first, second = booking.delay("b-1"), booking.delay("b-2")
-        wait_status(first, cd.WorkflowStatus.WAITING)
-        print(f"b-1 is {first.status()}; query: {first.query()}")
-        first.signal("approval", {"by": "alice"}, idempotency_key="approve-b-1")
-        print(f"b-1 result: {first.get(timeout=60)}; query: {first.query()}")
-        wait_status(second, cd.WorkflowStatus.WAITING)
-        second.cancel(reason="customer left")
-        try:
-            second.get(timeout=10)
-        except WorkflowCancelled as exc:
-            print(f"b-2 cancelled: {exc.reason}")
+        demo()
     finally:
         worker.terminate()
         worker.wait(30)

@@ -41,6 +41,7 @@ app.conf.broker_transport_options = {
 durable = Durable(app, database_url=f"sqlite:///{DATA}/durable.sqlite3", poll_interval=0.2)
 
 
+# --8<-- [start:workflow]
 @durable.step
 def split(doc_id: str) -> list[int]:
     return [1, 2, 3, 4, 5]
@@ -78,6 +79,9 @@ def report(doc_id: str) -> dict:
     }
 
 
+# --8<-- [end:workflow]
+
+
 def start_worker(name: str, queue: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
@@ -101,20 +105,26 @@ def start_worker(name: str, queue: str) -> subprocess.Popen[bytes]:
     )
 
 
+# --8<-- [start:driver]
+def demo() -> None:
+    handle = report.apply_async(args=("doc-1",), workflow_id="report-doc-1")
+    result = handle.get(timeout=120)
+    print(f"images: {result['images']}")
+    print(f"sizes: {result['sizes']}; cover: {result['cover']}")
+    child = durable.get_handle(result["child"])
+    print(f"child {child.id}: {child.status()}, {result['shipped']!r}")
+    items = durable.store.list_items(handle.id)
+    print(f"step 1 items: {[(row.item, row.status) for row in items if row.idx == 1]}")
+
+
+# --8<-- [end:driver]
+
+
 def main() -> None:
     durable.migrate()
     workers = [start_worker("main", "celery"), start_worker("gpu", "gpu")]
     try:
-        handle = report.apply_async(args=("doc-1",), workflow_id="report-doc-1")
-        result = handle.get(timeout=120)
-        print(f"images: {result['images']}")
-        print(f"sizes: {result['sizes']}; cover: {result['cover']}")
-        print(
-            f"child {result['child']}: {durable.get_handle(result['child']).status()}, "
-            f"{result['shipped']!r}"
-        )
-        items = durable.store.list_items(handle.id)
-        print(f"step 1 items: {[(row.item, row.status) for row in items if row.idx == 1]}")
+        demo()
     finally:
         for worker in workers:
             worker.terminate()

@@ -28,6 +28,7 @@ app = Celery("orders", broker=os.environ.get("CELERY_BROKER_URL", "redis://127.0
 durable = Durable(app)
 
 
+# --8<-- [start:checkout]
 @durable.step
 def reserve(order_id: int) -> dict:
     return {"order": order_id, "amount": 1000 + 500 * (order_id % 4)}
@@ -50,6 +51,9 @@ def checkout(order_id: int) -> dict:
     item = reserve(order_id)
     receipt = charge(order_id, item["amount"])
     return {"receipt": receipt, "parcel": ship(order_id)}
+
+
+# --8<-- [end:checkout]
 
 
 @durable.workflow

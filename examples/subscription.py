@@ -43,6 +43,7 @@ app.conf.broker_transport_options = {
 durable = Durable(app, database_url=f"sqlite:///{DATA}/durable.sqlite3", poll_interval=0.2)
 
 
+# --8<-- [start:steps]
 @durable.step
 def price(customer: str, period: int) -> int:
     return 1000
@@ -68,6 +69,10 @@ def deliver(customer: str, period: int) -> None:
         raise PermanentError("no delivery address")
 
 
+# --8<-- [end:steps]
+
+
+# --8<-- [start:workflow]
 @durable.workflow
 def subscription(customer: str, period: int = 1, paid: int = 0) -> dict:
     if CODE == "v2" and cd.patched("tax"):  # v2: runs past this point before the deploy
@@ -81,6 +86,9 @@ def subscription(customer: str, period: int = 1, paid: int = 0) -> dict:
     if cd.wait_for_signal("renew") == "stop":  # the billing period
         return {"periods": period, "paid": paid}
     cd.continue_as_new(customer, period + 1, paid)  # same id, fresh history
+
+
+# --8<-- [end:workflow]
 
 
 def start_worker(code: str) -> subprocess.Popen[bytes]:
@@ -100,31 +108,39 @@ def wait_for(what: str, condition: object) -> None:
         time.sleep(0.05)
 
 
+# --8<-- [start:driver]
+def demo(workers: list[subprocess.Popen[bytes]]) -> None:
+    alice = subscription.apply_async(("alice",), workflow_id="sub-alice")
+    wait_for("period 1", lambda: alice.status() is cd.WorkflowStatus.WAITING)
+    print(f"period 1 on v1: {alice.query()}")
+    workers[0].terminate()  # the deploy: v1 stops while alice's run is in flight
+    workers[0].wait(30)
+    workers.append(start_worker("v2"))
+    for payload in ("renew", "renew", "stop"):  # kept until each period waits for one
+        alice.signal("renew", payload)
+    print(f"alice: {alice.get(timeout=60)}")
+    record = alice.record()
+    print(f"generation {record.generation}, continued from {record.continued_from}")
+    mallory = subscription.apply_async(("mallory",), workflow_id="sub-mallory")
+    try:
+        mallory.get(timeout=60)
+    except WorkflowFailed as exc:
+        print(f"mallory failed: {exc.error_message}")
+    ran = [(c.step.rsplit(".", 1)[-1], c.status) for c in mallory.compensations()]
+    print(f"mallory: {mallory.record().compensation}, compensations {ran}")
+
+
+# --8<-- [end:driver]
+
+
 def main() -> None:
     durable.migrate()
-    worker = start_worker("v1")
+    workers = [start_worker("v1")]
     try:
-        alice = subscription.apply_async(("alice",), workflow_id="sub-alice")
-        wait_for("period 1", lambda: alice.status() is cd.WorkflowStatus.WAITING)
-        print(f"period 1 on v1: {alice.query()}")
-        worker.terminate()  # the deploy: v1 stops while alice's run is in flight
-        worker.wait(30)
-        worker = start_worker("v2")
-        for payload in ("renew", "renew", "stop"):  # kept until each period waits for one
-            alice.signal("renew", payload)
-        print(f"alice: {alice.get(timeout=60)}")
-        record = alice.record()
-        print(f"generation {record.generation}, continued from {record.continued_from}")
-        mallory = subscription.apply_async(("mallory",), workflow_id="sub-mallory")
-        try:
-            mallory.get(timeout=60)
-        except WorkflowFailed as exc:
-            print(f"mallory failed: {exc.error_message}")
-        ran = [(c.step.rsplit(".", 1)[-1], c.status) for c in mallory.compensations()]
-        print(f"mallory: {mallory.record().compensation}, compensations {ran}")
+        demo(workers)
     finally:
-        worker.terminate()
-        worker.wait(30)
+        workers[-1].terminate()
+        workers[-1].wait(30)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,22 @@ def test_quickstart_resumes_after_a_crash(tmp_path):
     assert "times each step ran: {'reserve': 1, 'charge': 2, 'ship': 1}" in printed
 
 
+def test_steps_example_retries_defers_and_fails_for_good(tmp_path):
+    printed = run_example("steps.py", tmp_path)
+    assert (
+        "o-1 result: {'receipt': 'charged 1375 (idempotency key order-o-1)', "
+        "'parcel': 'parcel-o-1'}"
+    ) in printed
+    # fetch_rate retried in-process; the run's second attempt replayed all but ship.
+    assert "o-1 calls: {'fetch_rate': 3, 'charge': 1, 'ship': 2}; run attempts: 2" in printed
+    assert (
+        "o-1 steps: [(0, 'fetch_rate', 'ok', 1), (1, 'to_cents', 'ok', 1), "
+        "(2, 'check_card', 'ok', 1), (3, 'charge', 'ok', 1), (4, 'ship', 'ok', 2)]"
+    ) in printed
+    assert "o-2 failed: celery_durable.errors.PermanentError: card expired" in printed
+    assert "o-2 attempts: 1 of 3" in printed
+
+
 def test_approval_example_signals_queries_timers_and_cancel(tmp_path):
     printed = run_example("approval.py", tmp_path)
     assert "b-1 is WAITING; query: {'stage': 'awaiting approval'}" in printed
@@ -46,6 +62,21 @@ def test_subscription_example_continues_patches_and_compensates(tmp_path):
     assert "generation 2, continued from sub-alice@1" in printed
     assert "mallory failed: no delivery address" in printed
     assert "mallory: compensated, compensations [('charge', 'ok')]" in printed
+
+
+def test_saga_example_compensates_from_the_body_and_on_cancel(tmp_path):
+    printed = run_example("saga.py", tmp_path)
+    assert "t-1: {'status': 'declined', 'undone': ['book_hotel', 'book_flight']}" in printed
+    assert "t-2 cancelled: traveller changed plans; compensated" in printed
+    assert "t-2 compensations: [('book_hotel', 1, 'ok'), ('book_flight', 0, 'ok')]" in printed
+    assert (
+        "t-3: {'status': 'booked', 'flight': 'flight-t-3', 'hotel': 'hotel-t-3'}; compensations: []"
+    ) in printed
+    # Each compensation ran once, latest first; the confirmed trip kept its bookings.
+    assert (
+        "undone: ['cancelled hotel-t-1', 'cancelled flight-t-1', "
+        "'cancelled hotel-t-2', 'cancelled flight-t-2']"
+    ) in printed
 
 
 def readme_first_example() -> str:
