@@ -1,5 +1,5 @@
-"""Takes docs/images/flower-task-waiting.png: Flower's task page of a booking waiting for a
-signal.
+"""Takes docs/images/flower-task-waiting.png: Flower's task page of a booking that waits for
+a signal.
 
 Needs Postgres and Redis (the test suite's defaults), Flower, Playwright's Python package and
 Debian's Chromium (``apt-get install chromium``; no browser download)::
@@ -103,8 +103,10 @@ def main() -> None:
         time.sleep(3)  # Flower's event consumer starts after its web server answers
         handle = booking.apply_async(args=("booking-42",), workflow_id="booking-42")
         _until("WAITING", lambda: (_task(port, handle.id) or {}).get("state") == "WAITING")
-        image = HERE.parent / "images" / "flower-task-waiting.png"
-        _screenshot(f"http://127.0.0.1:{port}/task/{handle.id}", image)
+        _screenshot(
+            f"http://127.0.0.1:{port}/task/{handle.id}",
+            HERE.parent / "images" / "flower-task-waiting.png",
+        )
         handle.cancel("screenshot taken")
     finally:
         for process in (worker, flower):
