@@ -397,7 +397,8 @@ class Durable(Operations):
     def dashboard_app(self, *, asgi: bool = False, **options: Any) -> Any:
         """The dashboard as a WSGI app (ASGI with ``asgi=True``), to mount in a web app;
         needs the ``dashboard`` extra. ``options``: ``basic_auth``, ``read_only``,
-        ``url_prefix``, ``secret_key``.
+        ``url_prefix``, ``secret_key``, ``allowed_hosts``, ``trusted_proxies``,
+        ``refresh_seconds`` (see the dashboard's page of the docs).
 
         Example: ``DispatcherMiddleware(site, {"/durable": durable.dashboard_app()})``
         """
