@@ -29,6 +29,7 @@ BROKER.mkdir(parents=True, exist_ok=True)
 EFFECTS = DATA / "effects.log"
 HOLD = DATA / "hold-step-2"
 
+# --8<-- [start:app]
 # The file broker needs no host, but kombu warns "No hostname was supplied" on every
 # connection of a URL without one.
 app = Celery("quickstart", broker="filesystem://localhost/")
@@ -43,6 +44,7 @@ app.conf.broker_transport_options = {
 durable = Durable(
     app, database_url=f"sqlite:///{DATA}/durable.sqlite3", lock_timeout=3, poll_interval=0.2
 )
+# --8<-- [end:app]
 
 
 def did(what: str) -> None:
@@ -50,6 +52,7 @@ def did(what: str) -> None:
         log.write(what + "\n")
 
 
+# --8<-- [start:workflow]
 @durable.step
 def reserve(order_id: int) -> dict:
     did("reserve")
@@ -75,6 +78,7 @@ def checkout(order_id: int) -> dict:
     item = reserve(order_id)
     receipt = charge(order_id, item["amount"])
     return {"receipt": receipt, "parcel": ship(order_id)}
+    # --8<-- [end:workflow]
 
 
 def start_worker(name: str) -> subprocess.Popen[bytes]:
@@ -110,6 +114,7 @@ def wait_for(condition: object, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+# --8<-- [start:main]
 def main() -> None:
     durable.migrate()
     HOLD.touch()
@@ -136,6 +141,7 @@ def main() -> None:
     }
     print(f"result: {result}")
     print(f"times each step ran: {counts}")
+    # --8<-- [end:main]
 
 
 if __name__ == "__main__":
