@@ -1,8 +1,9 @@
 """The workflows under test (examples/testing/test_booking.py): a booking waits up to an
 hour for an approval signal, then keeps a day's grace before it charges.
 
-``CELERY_DURABLE_DATABASE_URL`` names the store and ``CELERY_BROKER_URL`` the broker, as in
-production; the tests run the workflows eagerly, with no broker and no worker.
+``CELERY_DURABLE_DATABASE_URL`` names the store, ``CELERY_BROKER_URL`` the broker and
+``BOOKING_QUEUE`` the queue, as in production. test_booking.py runs the workflows eagerly,
+with no broker and no worker; test_booking_worker.py on a real worker.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import celery_durable as cd
 from celery_durable import Durable
 
 app = Celery("booking", broker=os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0"))
+app.conf.task_default_queue = os.environ.get("BOOKING_QUEUE", "booking")
 durable = Durable(app)
 
 RELEASED: list[str] = []  # what release() let go, for the tests to look at
