@@ -1,7 +1,10 @@
 """examples/django_shop works as its README says: ``python manage.py migrate``, ``celery -A
 shop worker -l info``, ``python manage.py runserver``, then a POST to /orders/ whose order
 and checkout start in one transaction; a real worker marks the order paid. On Postgres (a
-database the test makes) and on SQLite (the example's default), on the session's broker."""
+database the test makes) and on SQLite (the example's default), on the session's broker.
+Its tests (orders/tests.py) pass under Django's runner. The docs' Django page includes
+shop/settings.py, shop/celery.py, shop/urls.py, orders/views.py, orders/workflows.py and
+orders/tests.py, which these tests run."""
 
 from __future__ import annotations
 
@@ -71,3 +74,11 @@ def test_a_posted_order_is_paid_by_its_checkout_and_a_rollback_leaves_nothing(
         assert answer.status == 302 and answer.getheader("Location", "").startswith(
             "/admin/login/"
         ), (answer.status, answer.getheader("Location"))
+
+
+def test_the_shops_own_tests_pass_with_djangos_runner_and_no_broker(tmp_path: Path):
+    with shop("sqlite", tmp_path) as made:
+        # Port 1 has no broker: the eager checkout and the rolled-back start publish nothing.
+        made.env["CELERY_BROKER_URL"] = "redis://127.0.0.1:1/0"
+        said = made.run("python manage.py test orders", "--noinput").stderr
+    assert "Ran 2 tests" in said and "\nOK" in said, said

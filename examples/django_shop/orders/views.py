@@ -23,6 +23,7 @@ class TooMany(Exception):
     pass
 
 
+# --8<-- [start:place-order]
 # A JSON endpoint for curl and scripts: no browser session, so no CSRF cookie to check.
 @csrf_exempt
 @require_POST
@@ -44,6 +45,7 @@ def place_order(request: HttpRequest) -> JsonResponse:
     except TooMany as exc:
         return JsonResponse({"error": str(exc), "rolled_back_run": run.id}, status=409)
     return JsonResponse({"order": order.pk, "run": run.id}, status=201)
+    # --8<-- [end:place-order]
 
 
 @require_GET

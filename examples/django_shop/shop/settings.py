@@ -15,6 +15,7 @@ ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# --8<-- [start:apps]
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.contenttypes",
@@ -27,6 +28,7 @@ INSTALLED_APPS = [
     "celery_durable.contrib.django",
     "orders",
 ]
+# --8<-- [end:apps]
 # The dashboard and the admin need sessions, users and Django's CSRF check.
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -53,6 +55,7 @@ TEMPLATES = [
     }
 ]
 
+# --8<-- [start:databases]
 if os.environ.get("SHOP_DATABASE", "sqlite") == "postgres":
     DATABASES = {
         "default": {
@@ -67,9 +70,15 @@ if os.environ.get("SHOP_DATABASE", "sqlite") == "postgres":
 else:
     # The web server and the worker are separate processes: a file both open, not :memory:.
     DATABASES = {
-        "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DIR / "db.sqlite3"}
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": BASE_DIR / "db.sqlite3",
+            # Django's runner tests SQLite in memory, which the store refuses: a file.
+            "TEST": {"NAME": BASE_DIR / "test_db.sqlite3"},
+        }
     }
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 # A queue of the shop's own, so other projects on the same broker don't take its tasks.
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("SHOP_QUEUE", "django_shop")
+# --8<-- [end:databases]
