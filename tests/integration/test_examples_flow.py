@@ -30,7 +30,9 @@ def test_schedules_example_fires_each_slot_from_the_workers_and_takes_beat_entri
     ]
     rows = {line.split()[0]: line.split() for line in lines[lines.index(header) + 1 :] if line}
     assert rows["heartbeat"][1:4] == ["every", "1s", "paused"]
-    assert rows["report-eu"][1:4] == ["every", "2s", "active"]
+    assert rows["report-eu"][1:3] == ["every", "2s"]
+    # "skipping" if a run of it outlived its slot on a slow machine (overlap="skip")
+    assert rows["report-eu"][3] in ("active", "skipping")
 
 
 def test_canvas_example_chains_groups_chords_reports_and_starts_by_name(tmp_path):
