@@ -18,26 +18,15 @@ import time
 from pathlib import Path
 
 from celery import Celery
-from scratch import data_dir
+from scratch import data_dir, file_broker
 
 import celery_durable as cd
 from celery_durable import Durable, WorkflowCancelled
 
 DATA = data_dir("APPROVAL_DIR", driver=__name__ == "__main__")
-BROKER = DATA / "broker"
-BROKER.mkdir(parents=True, exist_ok=True)
 
-# The file broker needs no host, but kombu warns "No hostname was supplied" on every
-# connection of a URL without one.
 app = Celery("approval", broker="filesystem://localhost/")
-app.conf.broker_transport_options = {
-    "data_folder_in": str(BROKER),
-    "data_folder_out": str(BROKER),
-    "control_folder": str(DATA / "control"),
-    # The file broker looks for new messages once a second by default: a demo of hops
-    # (signals, timers, items) reads better at a tenth of that.
-    "polling_interval": 0.1,
-}
+app.conf.broker_transport_options = file_broker(DATA)
 durable = Durable(app, database_url=f"sqlite:///{DATA}/durable.sqlite3", poll_interval=0.2)
 
 

@@ -21,27 +21,16 @@ from typing import Any
 
 from celery import Celery, chain, chord, group
 from celery.result import AsyncResult
-from filebroker import make_atomic
-from scratch import data_dir
+from scratch import data_dir, file_broker
 
 import celery_durable as cd
 from celery_durable import Durable
 
 DATA = data_dir("CANVAS_DIR", driver=__name__ == "__main__")
-BROKER = DATA / "broker"
-BROKER.mkdir(parents=True, exist_ok=True)
-TRANSPORT = {
-    "data_folder_in": str(BROKER),
-    "data_folder_out": str(BROKER),
-    "control_folder": str(DATA / "control"),
-    "polling_interval": 0.1,  # the file broker's default is a second: too slow for a demo
-}
+TRANSPORT = file_broker(DATA)
 RESULTS = f"db+sqlite:///{DATA}/results.sqlite3"  # Celery's SQLAlchemy result backend
 
-make_atomic()  # whole messages only: see filebroker.py
 
-# The file broker needs no host, but kombu warns "No hostname was supplied" on every
-# connection of a URL without one.
 app = Celery("canvas", broker="filesystem://localhost/", backend=RESULTS)
 app.conf.broker_transport_options = TRANSPORT
 durable = Durable(app, database_url=f"sqlite:///{DATA}/durable.sqlite3", poll_interval=0.2)

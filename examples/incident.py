@@ -25,25 +25,18 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from celery import Celery
-from scratch import data_dir
+from scratch import data_dir, file_broker
 
 import celery_durable as cd
 from celery_durable import Durable, WorkflowStatus
 from celery_durable.cli import durable as durable_group
 
 DATA = data_dir("INCIDENT_DIR", driver=__name__ == "__main__")
-BROKER = DATA / "broker"
-BROKER.mkdir(parents=True, exist_ok=True)
 HERE = Path(__file__).parent
 
 # --8<-- [start:app]
 app = Celery("incident", broker="filesystem://localhost/")
-app.conf.broker_transport_options = {
-    "data_folder_in": str(BROKER),
-    "data_folder_out": str(BROKER),
-    "control_folder": str(DATA / "control"),
-    "polling_interval": 0.1,
-}
+app.conf.broker_transport_options = file_broker(DATA)
 durable = Durable(
     app, database_url=f"sqlite:///{DATA}/durable.sqlite3", lock_timeout=3, poll_interval=0.2
 )

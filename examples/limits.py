@@ -19,27 +19,16 @@ import time
 from pathlib import Path
 
 from celery import Celery
-from filebroker import make_atomic
-from scratch import data_dir
+from scratch import data_dir, file_broker
 
 import celery_durable as cd
 from celery_durable import Durable, WorkflowCancelled
 
 DATA = data_dir("LIMITS_DIR", driver=__name__ == "__main__")
-BROKER = DATA / "broker"
-BROKER.mkdir(parents=True, exist_ok=True)
 
-make_atomic()  # whole messages only: see filebroker.py
 
-# The file broker needs no host, but kombu warns "No hostname was supplied" on every
-# connection of a URL without one.
 app = Celery("limits", broker="filesystem://localhost/")
-app.conf.broker_transport_options = {
-    "data_folder_in": str(BROKER),
-    "data_folder_out": str(BROKER),
-    "control_folder": str(DATA / "control"),
-    "polling_interval": 0.1,  # the file broker's default is a second: too slow for a demo
-}
+app.conf.broker_transport_options = file_broker(DATA)
 durable = Durable(app, database_url=f"sqlite:///{DATA}/durable.sqlite3", poll_interval=0.2)
 
 # --8<-- [start:limiter]

@@ -40,27 +40,18 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 
 # --8<-- [end:tracing-imports]
-from scratch import data_dir
+from scratch import data_dir, file_broker
 
 import celery_durable as cd
 from celery_durable import Durable, WorkflowFailed
 
 DATA = data_dir("OBSERVE_DIR", driver=__name__ == "__main__")
-BROKER = DATA / "broker"
-BROKER.mkdir(parents=True, exist_ok=True)
 SPANS = DATA / "spans.jsonl"
 WORKER_LOG = DATA / "worker.log"
 HERE = Path(__file__).parent
 
-# The file broker needs no host, but kombu warns "No hostname was supplied" on every
-# connection of a URL without one.
 app = Celery("observe", broker="filesystem://localhost/")
-app.conf.broker_transport_options = {
-    "data_folder_in": str(BROKER),
-    "data_folder_out": str(BROKER),
-    "control_folder": str(DATA / "control"),
-    "polling_interval": 0.1,
-}
+app.conf.broker_transport_options = file_broker(DATA)
 durable = Durable(app, database_url=f"sqlite:///{DATA}/durable.sqlite3", poll_interval=0.2)
 
 

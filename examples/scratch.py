@@ -1,4 +1,5 @@
-"""Where an example keeps its files: one temp directory per run, removed when it ends.
+"""Where an example keeps its files: one temp directory per run, removed when it ends, with
+Celery's file broker in it.
 
 ``python examples/<name>.py`` (the driver) makes the directory, hands it to the workers it
 starts through an environment variable, and removes it at exit. Every other process that
@@ -12,7 +13,14 @@ import atexit
 import os
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
+from time import monotonic
+from typing import Any
+
+from kombu.transport import filesystem
+from kombu.utils.encoding import str_to_bytes
+from kombu.utils.json import dumps
 
 
 def data_dir(variable: str, driver: bool) -> Path:
@@ -30,3 +38,33 @@ def data_dir(variable: str, driver: bool) -> Path:
     os.environ[variable] = path
     atexit.register(shutil.rmtree, path, ignore_errors=True)
     return Path(path)
+
+
+def file_broker(data: Path) -> dict[str, Any]:
+    """The transport options of Celery's file broker (``filesystem://localhost/``; a URL
+    without a host makes kombu warn on every connection), its folders under ``data``.
+
+    kombu writes a message into the folder in place: the file exists, empty, before its
+    bytes are written, and a consumer polling the folder can take it then, fail to decode
+    it and stop the worker ("JSONDecodeError: Expecting value"; celery/kombu#1551). Here a
+    message is written under a name no consumer reads, then renamed into place, which is
+    atomic."""
+    filesystem.Channel._put = _put_whole  # noqa: SLF001 - kombu's own method, replaced
+    folder = data / "broker"
+    folder.mkdir(parents=True, exist_ok=True)
+    return {
+        "data_folder_in": str(folder),
+        "data_folder_out": str(folder),
+        "control_folder": str(data / "control"),
+        # The file broker looks for new messages once a second by default: a demo of hops
+        # (signals, timers, items) reads better at a tenth of that.
+        "polling_interval": 0.1,
+    }
+
+
+def _put_whole(self: Any, queue: str, payload: Any, **kwargs: Any) -> None:
+    name = f"{int(round(monotonic() * 1000))}_{uuid.uuid4()}.{queue}.msg"
+    aside = os.path.join(self.data_folder_out, f".writing-{uuid.uuid4()}")
+    with open(aside, "wb") as file:
+        file.write(str_to_bytes(dumps(payload)))
+    os.replace(aside, os.path.join(self.data_folder_out, name))

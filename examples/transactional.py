@@ -18,23 +18,16 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from celery import Celery
-from scratch import data_dir
+from scratch import data_dir, file_broker
 from sqlalchemy.orm import Session
 
 from celery_durable import Durable, WorkflowNotFound
 
 DATA = data_dir("TRANSACTIONAL_DIR", driver=__name__ == "__main__")
-BROKER = DATA / "broker"
-BROKER.mkdir(parents=True, exist_ok=True)
 DATABASE_URL = f"sqlite:///{DATA}/shop.sqlite3"
 
 app = Celery("transactional", broker="filesystem://localhost/")
-app.conf.broker_transport_options = {
-    "data_folder_in": str(BROKER),
-    "data_folder_out": str(BROKER),
-    "control_folder": str(DATA / "control"),
-    "polling_interval": 0.1,
-}
+app.conf.broker_transport_options = file_broker(DATA)
 durable = Durable(app, database_url=DATABASE_URL, poll_interval=0.2)
 
 # --8<-- [start:workflow]
