@@ -1,7 +1,7 @@
 """celery_durable.contrib.django in a real Django project (``tests/apps/django_project``),
 on Postgres and SQLite, with a real worker: the store found in ``DATABASES``, starts that
-commit and roll back with the view's ``transaction.atomic()``, the tables made by
-``manage.py migrate``, and ``manage.py durable``."""
+commit and roll back with the view's ``transaction.atomic()``, the tables made and
+upgraded by ``manage.py migrate``, and ``manage.py durable``."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 
 from celery_durable.store import Store
+from celery_durable.store.migrations import Migrated, current, upgrade
 from tests.support.django import ADMIN_DSN, APP, Project, project, require_django
 from tests.support.services import BROKER_URL, delete_queues, queue_length, unique
 from tests.support.waiting import wait_until
@@ -38,6 +40,24 @@ def test_migrate_makes_the_durable_tables_and_then_has_nothing_to_do(pg_project)
     assert "No migrations to apply" in again
     assert pg_project.run_ids() == []  # the table is there, in the project's database
     assert pg_project.manage("durable", "list", "--json").strip() == ""  # a line per run
+
+
+@pytest.mark.parametrize("database", ["postgres", "sqlite"])
+def test_migrate_upgrades_tables_an_older_release_made(database: str, tmp_path: Path):
+    # A project migrated under a release whose head was 0012: its tables at 0012, and the
+    # app's migrations of that release (0001-0003) recorded as applied.
+    with project(database, tmp_path) as made:
+        store = store_of(made)
+        try:
+            older = upgrade(store, revision="0012")
+            assert isinstance(older, Migrated) and older.after == "0012" != older.head
+            made.manage("migrate", "--fake", "celery_durable", "0003")
+            made.manage("migrate", "--noinput")  # with the new release installed
+            assert current(store) == older.head
+            tables = sa.inspect(store.engine).get_table_names()
+            assert f"{made.prefix}actions" in tables
+        finally:
+            store.dispose()
 
 
 @pytest.mark.parametrize("how", ["--rollback", "--fail"])

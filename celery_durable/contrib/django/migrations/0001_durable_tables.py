@@ -1,21 +1,13 @@
 """The durable tables: the library's own Alembic revisions, run on the store's database.
-Alembic stays the single source of the schema; this migration only runs it, so a later
-release upgrades the tables through ``manage.py migrate`` as well."""
+Alembic stays the single source of the schema; this migration only runs it. Tables it
+made under an older release are upgraded by the later ``*_durable_tables_upgrade``
+migrations, one per release that adds a revision (see ``contrib.django.tables``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import migrations
 
-
-def upgrade_durable_tables(apps: Any, schema_editor: Any) -> None:
-    from celery_durable.contrib.django.setup import durables  # noqa: PLC0415
-
-    for durable in durables():
-        durable.migrate()
-        # Its connections would keep Django's test runner from dropping a test database.
-        durable.store.dispose()
+from celery_durable.contrib.django.tables import upgrade_tables
 
 
 class Migration(migrations.Migration):
@@ -23,8 +15,4 @@ class Migration(migrations.Migration):
     atomic = False
     initial = True
     dependencies: list[tuple[str, str]] = []
-    operations = [
-        migrations.RunPython(
-            upgrade_durable_tables, reverse_code=migrations.RunPython.noop, elidable=False
-        )
-    ]
+    operations = [upgrade_tables()]
