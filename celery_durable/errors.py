@@ -135,6 +135,21 @@ class RunLimitExceeded(PermanentError):
     anything over the limit is written; the run fails at once, never retried."""
 
 
+class WorkerLost(DurableError):
+    """The error a run (or a map item) is stored FAILED with when its worker was lost
+    ``durable_max_recoveries`` times (out of memory, a crash in native code, SIGKILL): it
+    is poison, so it is not run again. Never raised in your process: ``handle.get()``
+    raises ``WorkflowFailed`` whose ``error_type`` names this class. Fix the cause, then
+    ``durable resume``."""
+
+
+class NeverClaimed(DurableError):
+    """The error a run is stored FAILED with when the sweeper published it
+    ``durable_max_dispatches`` times since its last claim and no worker claimed it (every
+    worker refused it or died of it, or none consumes its queue). Never raised in your
+    process: ``WorkflowFailed.error_type`` names it. Fix the cause, then ``durable resume``."""
+
+
 class WorkflowFailed(DurableError):
     """The workflow ended FAILED; carries the stored error's type, message and traceback."""
 
