@@ -130,8 +130,9 @@ SETTINGS: tuple[Setting, ...] = (
         "listen_url",
         str,
         "",
-        help="a direct Postgres URL for LISTEN/NOTIFY wake-ups of handle waiters; default: "
-        "durable_database_url, or polling when durable_pgbouncer is on",
+        help="a direct Postgres URL (not through PgBouncer) for the LISTEN/NOTIFY wake-ups of "
+        "handle waiters and the workers' proofs of life; default: durable_database_url, or "
+        "polling and leases alone when durable_pgbouncer is on",
         secret=True,
     ),
     Setting(

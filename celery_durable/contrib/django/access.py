@@ -5,7 +5,7 @@ permissions of the ``Run`` model.
   pages, the admin's list and detail).
 - ``celery_durable.change_run``: act on them too: cancel, resume, fork, signal (the
   dashboard's actions, the admin's). Without it the dashboard shows no action.
-- ``CELERY_DURABLE_DASHBOARD_PERMISSION``: one more permission (``"shop.view_orders"``)
+- ``CELERY_DURABLE_DASHBOARD_PERMISSION``: one more permission (``"orders.view_order"``)
   needed for either, if set.
 - ``CELERY_DURABLE_DASHBOARD_READ_ONLY``: True shows no actions to anyone (dashboard and
   admin) and refuses the dashboard's POSTs.
