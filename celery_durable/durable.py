@@ -36,6 +36,7 @@ from celery_durable.engine.items import register_item_task
 from celery_durable.engine.leases import LeaseKeeper
 from celery_durable.engine.publish import Dispatch
 from celery_durable.engine.runtime import Runtime
+from celery_durable.engine.runtime_view import SweepPass
 from celery_durable.engine.signals import SignalQueue, register_tasks, send_signal_via_broker
 from celery_durable.engine.sweeper import Sweeper
 from celery_durable.errors import (
@@ -83,7 +84,7 @@ class Durable(Operations):
         # other sources (env, app.conf) are checked once they are merged, on first use.
         DurableConfig.check_keywords(settings)
         self.runtime = Runtime(app, settings)
-        self.runtime.sweep_passes.append(SchedulePass(self.runtime))
+        self.runtime.sweep_passes.append(SweepPass("schedules", SchedulePass(self.runtime)))
         app.steps["worker"].add(DurableSweeper)
         app.steps["worker"].add(SignalQueue)
         app.steps["consumer"].add(DeliveryGuard)

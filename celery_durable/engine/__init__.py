@@ -8,7 +8,7 @@ settle), ``settle``, ``rollback``, ``continue_as_new``, ``items`` (fan-out item 
 runs the sweepers), ``retention``,
 ``leases`` (the heartbeat), ``liveness`` (taking over a dead owner's runs before its lease
 ends, and keeping this process's proof of life), ``queues``, ``taskevents`` (what Flower
-sees), ``apps`` (which Runtime serves which Celery app) and ``policy`` (is this process
+sees), ``apps`` (which Runtime serves which Celery app) and ``shutdown`` (is this process
 shutting down). It may
 import ``body``, ``store``, ``core`` and ``errors``.
 """

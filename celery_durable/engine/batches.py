@@ -3,7 +3,7 @@ consecutive items, and the item task (:mod:`celery_durable.engine.items`) runs s
 message here: its fifth argument is the batch's item count.
 
 A first delivery of at most 64 items runs in one open transaction that holds each item's
-advisory lock (``store/batches_first.py``), so each item row is written once, by its
+advisory lock (``store/open_batch.py``), so each item row is written once, by its
 record; anything else claims the batch's items in one statement under one claim token (a
 lease that the process's heartbeat renews). Either way the task runs them in order
 under the step's own retry policy, and records what it ran in one transaction at the
@@ -29,8 +29,7 @@ from celery import Task
 
 from celery_durable.core import faults, serialization
 from celery_durable.core.logs import run_fields
-from celery_durable.engine import policy as shutdown
-from celery_durable.engine import taskevents
+from celery_durable.engine import shutdown, taskevents
 from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import NotSerialisable, PermanentError
 from celery_durable.store import ItemClaim, OpenBatch, Settled

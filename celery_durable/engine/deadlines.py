@@ -24,10 +24,11 @@ logger = logging.getLogger("celery_durable.sweeper")
 DEADLINE_EXCEEDED = "deadline exceeded"
 
 
-def cancel_overdue(runtime: RuntimeView, batch: int = 100) -> int:
-    """Cancel the runs past their deadline; returns how many were told to stop."""
+def cancel_overdue(runtime: RuntimeView, batch: int | None = None) -> int:
+    """Cancel the runs past their deadline (``batch`` at most, by default
+    ``durable_sweep_batch``); returns how many were told to stop."""
     told = 0
-    for run_id in runtime.store.overdue_runs(batch):
+    for run_id in runtime.store.overdue_runs(batch or runtime.config.sweep_batch):
         cancelled = cancel(runtime, run_id, DEADLINE_EXCEEDED)
         if cancelled.requested:
             told += 1

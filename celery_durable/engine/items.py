@@ -29,8 +29,7 @@ from kombu.utils.encoding import safe_repr
 
 from celery_durable.core import faults, serialization, tracing, validate
 from celery_durable.core.logs import log_malformed, run_fields
-from celery_durable.engine import policy as shutdown
-from celery_durable.engine import taskevents
+from celery_durable.engine import shutdown, taskevents
 from celery_durable.engine.apps import runtime_for
 from celery_durable.engine.batches import execute_batch, log_item_retry, may_run_open
 from celery_durable.engine.canvas import report_taken

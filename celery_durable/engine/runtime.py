@@ -15,7 +15,6 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from celery import Celery, Task
@@ -25,12 +24,30 @@ from celery_durable.body.step import Step
 from celery_durable.core import logs, serialization, tracing
 from celery_durable.core.config import DurableConfig
 from celery_durable.engine import apps
+from celery_durable.engine.deadlines import cancel_overdue
 from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.leases import LeaseKeeper
+from celery_durable.engine.limits import hand_off_slots
 from celery_durable.engine.publish import STORED_HEADER, Dispatch, queue_option
 from celery_durable.engine.queues import FleetWatch
+from celery_durable.engine.runtime_view import RuntimeView, SweepPass
 from celery_durable.engine.sweeper import Sweeper
 from celery_durable.store import Store
+
+
+def engine_passes(runtime: RuntimeView, sweeper: Sweeper) -> list[SweepPass]:
+    """The sweep's passes of the engine's own features, in order; the layers above add
+    theirs after them (``durable.py``: the schedules)."""
+    return [
+        SweepPass("due runs", sweeper.dispatch_due_runs),
+        SweepPass("signalled runs", sweeper.wake_signalled_runs),
+        SweepPass("items", sweeper.sweep_items),
+        SweepPass("limiter slots", lambda: hand_off_slots(runtime)),
+        SweepPass("deadlines", lambda: cancel_overdue(runtime), publishes=False),
+        SweepPass("owed reports", sweeper.report_owed, publishes=False),
+        SweepPass("revokes", sweeper.cancel_revoked, publishes=False),
+        SweepPass("retention", sweeper.retain, publishes=False),
+    ]
 
 
 class Runtime:
@@ -46,12 +63,12 @@ class Runtime:
         self.steps: dict[str, Step[Any, Any]] = {}
         self.limiters: dict[str, Limiter] = {}
         # Declared above the engine (runs.schedules.ScheduleSpec by name), fired by a pass
-        # that layer adds to ``sweep_passes``: the sweeper runs each one every poll.
+        # that layer adds to ``sweep_passes``.
         self.schedules: dict[str, Any] = {}
         self.slot_workflows: set[str] = set()  # workflows given ``scheduled_for``
-        self.sweep_passes: list[Callable[[], int]] = []
         self.leases = LeaseKeeper(self)
         self.sweeper = Sweeper(self)
+        self.sweep_passes: list[SweepPass] = engine_passes(self, self.sweeper)
         self.dispatch = Dispatch(self)
         self.fleet = FleetWatch(app)
 

@@ -11,12 +11,13 @@ checks that where the Runtime hands itself to a part (``LeaseKeeper(self)``, ...
 
 Example::
 
-    def cancel_overdue(runtime: RuntimeView, batch: int = 100) -> int:
+    def cancel_overdue(runtime: RuntimeView, batch: int | None = None) -> int:
         for run_id in runtime.store.overdue_runs(batch): ...
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,6 +30,18 @@ if TYPE_CHECKING:
     from celery_durable.core.config import DurableConfig
     from celery_durable.engine.definition import WorkflowDefinition
     from celery_durable.store import OpenItem, Store
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepPass:
+    """One pass of every sweep: ``act`` finds what is due and acts on it. With
+    ``publishes`` (the default) it returns how many runs or items it published, which the
+    sweep adds up; otherwise what it returns is its own (a count of cancels, of deletes).
+    Every pass, the kernel's and each feature's, is one of these in ``sweep_passes``."""
+
+    name: str
+    act: Callable[[], Any]
+    publishes: bool = True
 
 
 class LeaseTracking(Protocol):
@@ -84,8 +97,8 @@ class RuntimeView(Protocol):
     def limiters(self) -> Mapping[str, Limiter]: ...
 
     @property
-    def sweep_passes(self) -> Sequence[Callable[[], int]]:
-        """Passes added above the engine (schedules), run by the sweeper every poll."""
+    def sweep_passes(self) -> Sequence[SweepPass]:
+        """Every pass of a sweep, in the order the sweeper runs them each poll."""
         ...
 
     @property

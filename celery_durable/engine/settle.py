@@ -22,8 +22,7 @@ from celery.exceptions import Retry
 from celery_durable.body.context import WorkflowContext
 from celery_durable.core import faults, serialization
 from celery_durable.core.retry import backoff, retryable
-from celery_durable.engine import canvas, taskevents
-from celery_durable.engine import policy as shutdown
+from celery_durable.engine import canvas, shutdown, taskevents
 from celery_durable.engine.continue_as_new import settle_continued
 from celery_durable.engine.finish import finish
 from celery_durable.engine.publish import publish_woken

@@ -23,10 +23,8 @@ from celery_durable.core.logs import run_fields
 from celery_durable.core.retry import backoff
 from celery_durable.engine import retention
 from celery_durable.engine.canvas import report_owed
-from celery_durable.engine.deadlines import cancel_overdue
 from celery_durable.engine.items import REVOKED, cancel, revoke_item
 from celery_durable.engine.leases import FailureLog
-from celery_durable.engine.limits import hand_off_slots
 from celery_durable.engine.liveness import LOOK_EVERY, GoneOwners, lease_window
 from celery_durable.engine.publish import publish_or_leave, publish_woken
 from celery_durable.engine.queues import QueueWatch
@@ -152,7 +150,18 @@ class Sweeper:
         return backoff(interval, self.failures.count, 30 * interval)
 
     def sweep_once(self) -> int:
-        """One sweep; returns how many runs were published."""
+        """One sweep: every pass of ``runtime.sweep_passes``, in order; returns how many
+        runs and items they published."""
+        published = 0
+        for each in list(self.runtime.sweep_passes):
+            done = each.act()
+            if each.publishes:
+                published += done
+        return published
+
+    def dispatch_due_runs(self) -> int:
+        """Runs whose lease expired (or whose owner is gone), whose message was lost, or
+        whose backoff or timer is due: published again; poison runs failed."""
         runtime, config = self.runtime, self.runtime.config
         names = sorted(runtime.workflows)
         lost_error = worker_lost_error(config.max_recoveries)
@@ -177,18 +186,15 @@ class Sweeper:
                 else:
                     published += self._publish(run, "dispatched workflow %s run %s again")
             if len(due) < config.sweep_batch:
-                break
-        for run in runtime.store.wake_signalled_runs(config.dispatch_grace, names, self.takeover):
-            # A signal whose wake-up message was lost: the run still waits for it.
+                return published
+
+    def wake_signalled_runs(self) -> int:
+        """Runs waiting for a signal that is stored but whose wake-up message was lost."""
+        runtime, published = self.runtime, 0
+        names = sorted(runtime.workflows)
+        grace = runtime.config.dispatch_grace
+        for run in runtime.store.wake_signalled_runs(grace, names, self.takeover):
             published += self._publish(run, "woke workflow %s run %s for a stored signal")
-        published += self.sweep_items(names)
-        published += hand_off_slots(runtime)
-        cancel_overdue(runtime, config.sweep_batch)
-        for each in list(runtime.sweep_passes):
-            published += each()
-        self.report_owed()
-        self.cancel_revoked()
-        self.retain()
         return published
 
     def report_owed(self) -> None:
@@ -212,10 +218,11 @@ class Sweeper:
             if len(owed) < config.sweep_batch:
                 break
 
-    def sweep_items(self, names: list[str]) -> int:
+    def sweep_items(self) -> int:
         """Items: publish again the lost, the orphaned and the due retries; fail poison
         items; wake runs whose awaited items have all settled but were never woken."""
         runtime, config = self.runtime, self.runtime.config
+        names = sorted(runtime.workflows)
         store, grace = runtime.store, config.dispatch_grace
         published = 0
         steps = sorted(runtime.steps)

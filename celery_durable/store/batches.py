@@ -1,7 +1,7 @@
 """The Store's operations on batched items (``cd.map(..., batch_size=K)``). Mixed into
 :class:`~celery_durable.store.store.Store`; the SQL is in ``sql/batches.py`` (the claim)
 and ``sql/items.py`` (each item's record, as an item task's). A batch's first delivery
-runs in one open transaction instead (``batches_first.py``).
+runs in one open transaction instead (``open_batch.py``).
 
 A batch task claims its consecutive items in one statement, under one claim token, runs
 them in order, and records what it ran in one transaction: the run's row locked first, as
@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from celery_durable.store.batches_first import MOST_ITEMS_OPEN, OpenBatch
 from celery_durable.store.db.connections import Connections
+from celery_durable.store.open_batch import MOST_ITEMS_OPEN, OpenBatch
 from celery_durable.store.records import BatchWrite, DueRun, ItemClaim, Settled
 from celery_durable.store.sql.batches import outcomes_param
 from celery_durable.store.sql.build import params
@@ -35,7 +35,7 @@ class BatchOps:
 
     def open_batch(self, run_id: str, idx: int, first: int, count: int) -> OpenBatch:
         """A batch's first delivery, in one transaction (Postgres, at most
-        ``MOST_ITEMS_OPEN`` items; see ``batches_first``): its ``claims`` are the items to
+        ``MOST_ITEMS_OPEN`` items; see ``open_batch``): its ``claims`` are the items to
         run; none: take ``claim_batch``."""
         opened = OpenBatch(self.sql, self.db, (run_id, idx, first, count))
         if self.sql.batches.open_batch is not None and count <= MOST_ITEMS_OPEN:

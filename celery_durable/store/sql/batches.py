@@ -217,7 +217,7 @@ class BatchStatements(Builder):
 
     def _open(self, in_batch: Any, active: Any) -> None:
         """Postgres: a batch's first delivery in one open transaction, as an item's (see
-        ``store/batches_first.py``): each item's advisory lock taken and the items read in
+        ``store/open_batch.py``): each item's advisory lock taken and the items read in
         one statement, the rest cancelled or turned into a claim before it commits."""
         self.open_batch: Any = None
         self.check_open_batch_items: Any = None

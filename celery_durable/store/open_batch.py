@@ -1,6 +1,6 @@
 """A batch's first delivery in one transaction (Postgres): open, run, record, commit.
 
-As an item's first delivery (``store/items_first.py``): the transaction that records the
+As an item's first delivery (``store/open_item.py``): the transaction that records the
 batch opens before its first item runs and takes each item's transaction-level advisory
 lock, in the statement that reads the items. Those locks are the batch's lease: every
 other claimant only tries them, and Postgres drops them with the worker's connection. The
