@@ -73,7 +73,7 @@ class Durable(Operations):
     """celery_durable for one Celery app and one namespace.
 
     Settings come from keyword arguments (``database_url=...``, ``lock_timeout=...``; see
-    :mod:`celery_durable.config`), ``CELERY_DURABLE_*`` env vars and ``app.conf.durable_*``.
+    the Settings reference), ``CELERY_DURABLE_*`` env vars and ``app.conf.durable_*``.
     They are read on first use, so ``app.conf`` may be filled after this call.
     """
 
@@ -380,7 +380,7 @@ class Durable(Operations):
         run doesn't exist; nothing is raised for a finished or full run (nor for a missing
         one when the signal goes through the broker: no database, ``store_first=False``
         or the store unreachable): the signal is logged and kept with the reason.
-        See :meth:`WorkflowHandle.signal` for the path that raises for those too.
+        See ``WorkflowHandle.signal`` for the path that raises for those too.
         """
         if store_first is None:
             store_first = self.database_configured

@@ -47,7 +47,7 @@ class Dispatcher(Protocol):
     """What the engine lends a body to start work elsewhere: publishing Celery messages.
 
     The body API can't import the engine (layers point one way), so the engine passes
-    this in the context; :class:`celery_durable.engine.publish.Dispatch` implements it.
+    this in the context; ``celery_durable.engine.publish.Dispatch`` implements it.
     """
 
     @property

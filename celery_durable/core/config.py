@@ -70,7 +70,7 @@ def _url_of_framework(values: dict[str, Any], given: dict[str, Given]) -> None:
 
 @dataclasses.dataclass
 class DurableConfig:
-    """Validated settings of one :class:`~celery_durable.Durable` instance."""
+    """Validated settings of one ``Durable`` instance."""
 
     database_url: str = "sqlite:///celery_durable.sqlite3"
     database: str = "default"
@@ -174,7 +174,7 @@ class DurableConfig:
         return dict(overrides)
 
     def validate(self) -> DurableConfig:
-        """Raise :class:`ConfigurationError` naming every setting out of range, as it was
+        """Raise ``ConfigurationError`` naming every setting out of range, as it was
         given (not as from_sources clamped it), with its source and the allowed range."""
         problems = self._problems(as_given=True)
         if problems:

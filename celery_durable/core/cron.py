@@ -36,7 +36,7 @@ def _at_or_before(values: tuple[int, ...], value: int) -> int | None:
 @dataclasses.dataclass(frozen=True)
 class Cron(Schedule):
     """A cron expression in a time zone, and the values its fields allow; build it with
-    :meth:`Cron.parse`."""
+    ``Cron.parse``."""
 
     expression: str
     tz: dt.tzinfo

@@ -7,7 +7,7 @@ These values go to the database and the broker verbatim, so they must obey both:
 - Postgres ``text``/``varchar`` can't hold NUL, and ``varchar(255)`` counts characters.
 - Both need UTF-8; a lone surrogate (``"\\udcff"``, e.g. from ``os.fsdecode``) has none.
 
-Every check raises :class:`~celery_durable.errors.InvalidArgument` (a ``ValueError``) naming
+Every check raises ``InvalidArgument`` (a ``ValueError``) naming
 the argument, the value and the rule, before anything is written or published.
 
 Example::

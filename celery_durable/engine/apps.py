@@ -1,4 +1,4 @@
-"""Which :class:`~celery_durable.engine.runtime.Runtime` (one per Durable) is bound to
+"""Which ``Runtime`` (one per Durable) is bound to
 which Celery app.
 
 Worker bootsteps and the signal tasks are registered once per app and serve every Durable

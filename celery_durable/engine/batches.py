@@ -1,5 +1,5 @@
 """Batch tasks: ``cd.map(step, items, batch_size=K)`` sends one Celery task per K
-consecutive items, and the item task (:mod:`celery_durable.engine.items`) runs such a
+consecutive items, and the item task (``celery_durable.engine.items``) runs such a
 message here: its fifth argument is the batch's item count.
 
 A first delivery of at most 64 items runs in one open transaction that holds each item's

@@ -1,6 +1,6 @@
 """Item tasks: each step's own Celery task, which runs the items of fan-outs (``cd.map``,
 ``step.start``, routed steps) outside the workflow body; cancellation (their publishing is
-in :mod:`celery_durable.engine.publish`).
+in ``celery_durable.engine.publish``).
 
 Every step is registered as a Celery task under its own name (Flower shows items under
 it), with ``acks_late`` and ``reject_on_worker_lost``. A message carries only (namespace,

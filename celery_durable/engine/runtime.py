@@ -1,10 +1,10 @@
 """The Runtime: what the engine, the runs and the ops need of a Durable, and nothing more.
 
-:class:`~celery_durable.Durable` builds one per instance and binds it to the Celery app
-(:mod:`celery_durable.engine.apps`); everything below ``durable.py`` takes a Runtime, so that
+``Durable`` builds one per instance and binds it to the Celery app
+(``celery_durable.engine.apps``); everything below ``durable.py`` takes a Runtime, so that
 no module of the engine depends on the class that registers workflows. The parts it holds,
 and the passes they run, sit below this module: they take its
-:class:`~celery_durable.engine.runtime_view.RuntimeView`, so none of them imports it back.
+``RuntimeView``, so none of them imports it back.
 
 Example::
 
@@ -133,7 +133,7 @@ class Runtime:
 
 
 class HasRuntime(Protocol):
-    """What holds a Runtime: a :class:`~celery_durable.Durable`, typed here without
+    """What holds a Runtime: a ``Durable``, typed here without
     importing it (``durable.py`` sits above every module that takes one)."""
 
     @property

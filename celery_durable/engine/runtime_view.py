@@ -1,4 +1,4 @@
-"""What the Runtime's parts use of the Runtime: :class:`RuntimeView`, a protocol.
+"""What the Runtime's parts use of the Runtime: ``RuntimeView``, a protocol.
 
 The Runtime (``engine/runtime.py``) holds the lease keeper, the sweeper and the dispatcher,
 and through the sweeper every pass it runs (items, limits, deadlines, canvas reports,

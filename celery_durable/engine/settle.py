@@ -3,7 +3,7 @@
 Every way out of a workflow body ends in one of these; each writes the run's outcome (and
 the failed step's record, if it still has to be written) in one statement or transaction.
 A delivery that ends without the run's result or failure raises
-:class:`~celery_durable.taskevents.DeliveryEnded`, so Celery never reports it a SUCCESS.
+``DeliveryEnded``, so Celery never reports it a SUCCESS.
 
 Example::
 

@@ -2,7 +2,7 @@
 
 Every worker consumes ``durable_signal_queue`` (default ``celery_durable.signals``) on top
 of its ``-Q`` queues; nothing to configure. The body's side is
-:func:`celery_durable.wait_for_signal`.
+``celery_durable.wait_for_signal``.
 
 Example::
 

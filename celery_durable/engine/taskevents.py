@@ -2,7 +2,7 @@
 
 A run is one Celery task id, delivered once per start, wake-up, retry or recovery; Flower
 shows it as one task. A delivery that neither returns the run's result nor raises its
-failure ends with :class:`DeliveryEnded` (Celery's ``Ignore``), so Celery sends no
+failure ends with ``DeliveryEnded`` (Celery's ``Ignore``), so Celery sends no
 ``task-succeeded`` for it; the delivery sends instead a task event of its own, which
 Flower and ``celery events`` show as a state (ranked above STARTED, below SUCCESS and
 FAILURE, so Celery's final states still win):
@@ -24,7 +24,7 @@ FAILING     ``task-failing``   just before Celery's FAILURE, to carry the run's 
 Every one of them, and Celery's SUCCESS and RETRY, carries the run's line in the
 ``result`` field, which Flower displays and searches: ``[workflow=order-42 attempt=2
 step=3 (shop.charge)]``. Events are sent only when the worker sends task events (``-E``,
-``worker_send_task_events``, or Flower's "enable events"): :class:`WorkflowRequest`, in the
+``worker_send_task_events``, or Flower's "enable events"): ``WorkflowRequest``, in the
 worker's main process, tells each delivery whether they are on.
 
 Item tasks (``cd.map``, ``step.start``, routed steps) report the same way, their line naming

@@ -2,7 +2,7 @@
 
 Needs the ``metrics`` extra (``pip install "celery-durable[metrics]"``: prometheus_client 0.20
 or later, whose ``start_http_server`` returns the server it starts). Every figure is read from
-the database (:mod:`celery_durable.store.metrics`), so one endpoint serves a whole fleet,
+the database (``celery_durable.store.metrics``), so one endpoint serves a whole fleet,
 prefork children included, and survives restarts of the workers:
 
 - gauges: ``celery_durable_runs{workflow,status}``, ``..._oldest_pending_age_seconds``,

@@ -1,4 +1,4 @@
-"""The operator's calls of a :class:`~celery_durable.Durable`: list, stats, bulk resume and
+"""The operator's calls of a ``Durable``: list, stats, bulk resume and
 gc, each what the command of the same name runs. Mixed into Durable.
 
 Example::

@@ -134,7 +134,7 @@ def run_filter(
 
 
 def list_runs(runtime: Runtime, *, limit: int = 50, **filters: Any) -> RunPage:
-    """A page of runs, newest first; see :meth:`Durable.list_runs`."""
+    """A page of runs, newest first; see ``Durable.list_runs``."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise InvalidArgument(f"limit={limit!r} must be an int from 1 to {MAX_PAGE}")
     wanted = run_filter(runtime, **filters)
@@ -227,7 +227,7 @@ def record_action(
 
 
 def resume_run(runtime: Runtime, run_id: str, timeout: Any = None) -> Resumed:
-    """FAILED or CANCELLED -> PENDING, published; see :meth:`WorkflowHandle.resume`.
+    """FAILED or CANCELLED -> PENDING, published; see ``WorkflowHandle.resume``.
     ``timeout``: its new deadline from now (seconds, "2h", a timedelta); None: none."""
     validate.check_workflow_id(run_id)
     seconds = None if timeout is None else validate.parse_duration(timeout, "timeout")
@@ -324,7 +324,7 @@ def fork_run(
     timeout: Any = None,
 ) -> Forked:
     """A new run keeping ``run_id``'s steps before ``from_step`` and its unconsumed
-    signals; see :meth:`WorkflowHandle.fork`. Returns the fork (``run``, published, and
+    signals; see ``WorkflowHandle.fork``. Returns the fork (``run``, published, and
     ``signals``, the names of those it took)."""
     validate.check_workflow_id(run_id)
     if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 0:
@@ -372,7 +372,7 @@ def gc(
     batch: int = GC_BATCH,
 ) -> Collected:
     """Delete finished runs that finished more than ``older_than`` ago; see
-    :meth:`Durable.gc`."""
+    ``Durable.gc``."""
     seconds = validate.parse_duration(older_than, "older_than")
     statuses = parse_statuses(status) or FINISHED_STATUSES
     if set(statuses) - set(FINISHED_STATUSES):

@@ -3,7 +3,7 @@ by whichever worker's sweeper reaches the slot first. No beat process, no lock s
 
 Each worker upserts the schedules its code declares when it starts (``sync``); a schedule
 gone from the code is disabled, its row and runs kept. The slots are fired by
-:mod:`celery_durable.runs.firing`.
+``celery_durable.runs.firing``.
 
 Example::
 

@@ -92,7 +92,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
         connection: Connection | Session | ForeignTransaction | None = None,
         **options: Any,
     ) -> WorkflowHandle:
-        """Insert the run, then publish it; returns a :class:`WorkflowHandle`.
+        """Insert the run, then publish it; returns a ``WorkflowHandle``.
 
         ``workflow_id`` (or Celery's ``task_id``) names the run; a taken id raises
         WorkflowAlreadyExists unless ``if_exists="return"``. ``dedup_key``: while a run of

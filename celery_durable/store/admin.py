@@ -84,7 +84,7 @@ def filter_params(run_filter: RunFilter, limit: int) -> dict[str, Any]:
 
 
 class AdminOps:
-    """Mixed into :class:`~celery_durable.store.store.Store`."""
+    """Mixed into ``Store``."""
 
     db: Connections
     sql: Statements

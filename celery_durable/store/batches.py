@@ -1,5 +1,5 @@
 """The Store's operations on batched items (``cd.map(..., batch_size=K)``). Mixed into
-:class:`~celery_durable.store.store.Store`; the SQL is in ``sql/batches.py`` (the claim)
+``Store``; the SQL is in ``sql/batches.py`` (the claim)
 and ``sql/items.py`` (each item's record, as an item task's). A batch's first delivery
 runs in one open transaction instead (``open_batch.py``).
 

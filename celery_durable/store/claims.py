@@ -1,6 +1,6 @@
 """The Store's claims of a run: by a delivery of its message (``claim_run``), or over a
 live lease whose owner died (``take_over_run``). Mixed into
-:class:`~celery_durable.store.store.Store`; the SQL is ``RunStatements._claim``.
+``Store``; the SQL is ``RunStatements._claim``.
 
 Example::
 

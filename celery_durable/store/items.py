@@ -1,5 +1,5 @@
 """The Store's operations on items: the sub-records of fan-out steps (parallel items,
-remote steps, children). Mixed into :class:`~celery_durable.store.store.Store`; the SQL is
+remote steps, children). Mixed into ``Store``; the SQL is
 in ``item_statements``.
 
 Every write that can settle an item locks the parent run's row first, then writes the

@@ -2,7 +2,7 @@
 ``sql/kept_slots.py``): one transaction (one statement on Postgres), so the next step of
 the run behind the same limiter and key starts without a take of its own; and the claim
 that takes the slot of the run's first step, so that step starts without one either. Mixed
-into :class:`~celery_durable.store.store.Store`.
+into ``Store``.
 
 Example::
 

@@ -1,5 +1,5 @@
 """The Store's lease operations: renew a run's lease (or all of a process's) and give
-leases back. Mixed into :class:`~celery_durable.store.store.Store`; the SQL is in
+leases back. Mixed into ``Store``; the SQL is in
 ``statements.RunStatements``.
 
 Example::

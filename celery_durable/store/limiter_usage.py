@@ -1,6 +1,6 @@
 """What operators see of the limiters: each key's slots in use, its waiters, the oldest
 wait and the tokens left (``durable limiters``, the dashboard, Prometheus). Mixed into
-:class:`~celery_durable.store.store.Store`.
+``Store``.
 
 Example::
 

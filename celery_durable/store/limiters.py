@@ -1,6 +1,6 @@
 """The Store's limiter operations: take a slot (and a token) or wait for one, in the same
 transaction as the suspension; hand freed slots to the next waiters; read the limiters for
-operators. Mixed into :class:`~celery_durable.store.store.Store`; the SQL is in
+operators. Mixed into ``Store``; the SQL is in
 ``sql/limiters.py``.
 
 A key's slots are rows, taken with FOR UPDATE SKIP LOCKED: takers of one key lock different

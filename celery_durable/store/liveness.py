@@ -1,6 +1,6 @@
 """The Store's proof of life of a process: a session-level advisory lock keyed on its
 owner id, held on a connection of its own. Mixed into
-:class:`~celery_durable.store.store.Store`; the SQL is in ``sql/liveness.py``.
+``Store``; the SQL is in ``sql/liveness.py``.
 
 When the process dies its connection closes, the server ends the session and the lock
 goes with it: a claimant that finds the process's lease can take the run over at once

@@ -1,5 +1,5 @@
 """The Store's operations for long-lived workflows: a saga's rollback writes and
-continue_as_new. Mixed into :class:`~celery_durable.store.store.Store`; the SQL is in
+continue_as_new. Mixed into ``Store``; the SQL is in
 ``sql/long_lived.py``.
 
 Example::

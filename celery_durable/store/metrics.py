@@ -49,7 +49,7 @@ class Histogram:
 
 
 class StoreMetrics:
-    """Metric reads of one :class:`~celery_durable.store.Store` (its namespace)."""
+    """Metric reads of one ``Store`` (its namespace)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store

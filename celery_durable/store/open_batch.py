@@ -9,7 +9,7 @@ once, by its record; the record, the parent's wake-up and the commit go in one r
 
 A batch that runs past a lease beat records what it ran and turns the rest into a claimed
 batch's items (owner, lease, attempt) in the same commit, and goes on as a claimed batch.
-A batch of more than :data:`MOST_ITEMS_OPEN` items is claimed from the start: Postgres
+A batch of more than ``MOST_ITEMS_OPEN`` items is claimed from the start: Postgres
 sizes its lock table for ``max_locks_per_transaction`` (64 by default) locks per session.
 
 Example::
@@ -37,7 +37,7 @@ MOST_ITEMS_OPEN = 64
 
 
 class OpenBatch:
-    """A batch's open transaction, from :meth:`BatchOps.open_batch`. ``claims``: the
+    """A batch's open transaction, from ``BatchOps.open_batch``. ``claims``: the
     items to run, in order, all of the batch's (empty: take the claimed path). Only an
     open batch holds a connection; ``abandon`` gives it back without writing."""
 

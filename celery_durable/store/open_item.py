@@ -14,7 +14,7 @@ no transaction id until the record). A step that runs longer than a lease beat i
 *converted* by the lease heartbeat: it writes the usual claim (owner, lease, attempt) and
 commits, and the item goes on as a claimed one.
 
-Redeliveries, re-dispatches and retries take the claimed path (:meth:`ItemOps.claim_item`),
+Redeliveries, re-dispatches and retries take the claimed path (``ItemOps.claim_item``),
 which counts attempts and recoveries: a poison item is still found and failed.
 
 Example::
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 
 class ItemSettling(Protocol):
-    """What an open item falls back on, the claimed path's writes (:class:`ItemOps`, which
+    """What an open item falls back on, the claimed path's writes (``ItemOps``, which
     opens items, implements it: named here so this module needn't import that one)."""
 
     sql: Statements
@@ -65,7 +65,7 @@ RUN, SKIP, CLAIM = "run", "skip", "claim"
 
 
 class OpenItem:
-    """An item's open transaction, from :meth:`ItemOps.open_item`.
+    """An item's open transaction, from ``ItemOps.open_item``.
 
     ``verdict``: RUN (run ``claim``'s step, then ``settle`` or ``retry``), SKIP (recorded,
     running elsewhere or unknown: nothing to do) or CLAIM (take the claimed path). Only a

@@ -1,5 +1,5 @@
 """The Store's outbox operations: take the reports that settled runs still owe Celery,
-clear the ones made. Mixed into :class:`~celery_durable.store.store.Store`; the SQL is in
+clear the ones made. Mixed into ``Store``; the SQL is in
 ``sql/outbox.py``.
 
 Example::

@@ -1,6 +1,6 @@
 """The Store's schedule operations: upsert what the code declares, lock the due schedules
 for one sweeper (others skip them), record each slot once, pause and list. Mixed into
-:class:`~celery_durable.store.store.Store`; the SQL is in ``sql/schedules.py``.
+``Store``; the SQL is in ``sql/schedules.py``.
 
 A slot fires once because its ``schedule_slots`` row is inserted in the transaction that
 starts its run (with the run's own idempotent id), while the schedule's row is locked.

@@ -1,5 +1,5 @@
 """The Store's operations on signals: store, refuse and consume them, and suspend a run
-until one arrives. Mixed into :class:`~celery_durable.store.store.Store`; the SQL is in
+until one arrives. Mixed into ``Store``; the SQL is in
 ``statements`` (``SignalStatements``).
 
 Example::

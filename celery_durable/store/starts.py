@@ -1,7 +1,7 @@
 """The Store's operations of a start that names an active run (the run of a dedup key, a
 debounced start that moves it and replaces its arguments) or limits its time (the runs past
 their deadline). Mixed into
-:class:`~celery_durable.store.store.Store`; the SQL is in ``sql/runs.py``.
+``Store``; the SQL is in ``sql/runs.py``.
 
 Example::
 

@@ -1,5 +1,5 @@
 """The Store's operations for the sweeper: take due runs, wake signalled ones. Mixed into
-:class:`~celery_durable.store.store.Store`; the SQL is in ``sweep_statements``.
+``Store``; the SQL is in ``sweep_statements``.
 
 Example::
 

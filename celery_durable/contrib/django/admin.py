@@ -3,9 +3,9 @@ each run to its dashboard page, and two actions, cancel and resume, each asking 
 confirmation first and then doing what ``manage.py durable cancel`` / ``resume`` do.
 
 Listed only when the store's URL came from ``DATABASES`` (the runs must be on a Django
-database alias; see :mod:`~celery_durable.contrib.django.models`): otherwise no one sees
+database alias; see ``models``): otherwise no one sees
 them there. Who may see them (``celery_durable.view_run``) and act
-(``celery_durable.change_run``): :mod:`~celery_durable.contrib.django.access`. No add,
+(``celery_durable.change_run``): ``access``. No add,
 change form or delete: runs change through the operations only. Each action is in the
 admin's log and in the run's actions, with the user who acted.
 """

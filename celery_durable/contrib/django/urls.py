@@ -4,7 +4,7 @@
 
 Every page and action of the dashboard is under that prefix (``/durable/run/<id>``);
 ``reverse("celery_durable:dashboard", kwargs={"path": ""})`` is its runs page. Who may
-open it: :mod:`celery_durable.contrib.django.access`.
+open it: ``celery_durable.contrib.django.access``.
 """
 
 from __future__ import annotations

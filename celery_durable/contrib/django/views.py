@@ -3,7 +3,7 @@ Flask app, which renders the pages.
 
 The view checks the user (anonymous: Django's login redirect; without
 ``celery_durable.view_run``: 403; a POST without ``celery_durable.change_run``: 403, see
-:mod:`~celery_durable.contrib.django.access`), lets ``csrf_protect`` check every POST's
+``access``), lets ``csrf_protect`` check every POST's
 ``csrfmiddlewaretoken``, then calls the dashboard's WSGI app with the request's environ,
 telling it (``create_app(host_csrf=True)``) which field and token its forms carry and who
 acts (recorded with each action). A user who may not act is shown no action.

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 def dashboard_app(durable: Operated, *, asgi: bool = False, **options: Any) -> Any:
     """The dashboard as a WSGI application, or an ASGI one when ``asgi`` (through
-    a2wsgi, part of the extra). ``options``: see :func:`celery_durable.dashboard.web.create_app`.
+    a2wsgi, part of the extra). ``options``: see ``celery_durable.ops.dashboard.web.create_app``.
     """
     try:
         from celery_durable.ops.dashboard.web import create_app

@@ -1,4 +1,4 @@
-"""What the dashboard uses of a :class:`~celery_durable.Durable`, as a Protocol: ``durable.py``
+"""What the dashboard uses of a ``Durable``, as a Protocol: ``durable.py``
 sits above ``ops``, so the dashboard names the methods it calls instead of importing it.
 
 Example::

@@ -1,5 +1,5 @@
 """The dashboard's schedules page and its actions: what ``durable schedules`` lists (the
-same :func:`~celery_durable.ops.schedules.schedule_json`), and pause, resume and trigger,
+same ``schedule_json``), and pause, resume and trigger,
 which call the same store and firing operations as ``durable schedules pause|resume|trigger``.
 
 Example::

@@ -1,6 +1,6 @@
 """How the dashboard shows stored values: decoded, redacted, pretty, cut at a limit.
 
-Every input, output, result and state value goes through :func:`shown`, which applies the
+Every input, output, result and state value goes through ``shown``, which applies the
 ``durable_redact`` hook and cuts the text at ``limit`` characters (the page links to the
 whole value). The templates escape the text; nothing here builds HTML.
 

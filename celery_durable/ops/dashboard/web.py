@@ -78,7 +78,7 @@ def create_app(
     (random by default; give one when several processes serve the dashboard).
     ``host_csrf``: the web framework it is mounted in checks every POST's CSRF token before
     calling it, and puts the form field and token to render in the WSGI environ
-    (:data:`~celery_durable.ops.dashboard.security.HOST_CSRF`); the dashboard's own
+    (``HOST_CSRF``); the dashboard's own
     double-submit check is then off, and a POST arriving without that key is refused.
     ``allowed_hosts``: the names the Host header may give (``"ops.example.com,.corp"``;
     ``"*"``: any); None: loopback only, or, with ``host_csrf``, whatever the framework

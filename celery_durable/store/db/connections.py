@@ -1,7 +1,7 @@
 """Connections to the store: one pool per process, the psycopg fast path, LISTEN.
 
 Prefork children must not share the parent's sockets, so the engine is created lazily per
-process and forgotten (not closed) in a forked child. Its pool (:class:`ProcessPool`) is
+process and forgotten (not closed) in a forked child. Its pool (``ProcessPool``) is
 the only source of connections: SQLAlchemy's reads and transactions, the hot-path
 statements (compiled once, sent straight to psycopg) and the lease heartbeat all use it, so
 a process holds one connection per thread that talks to the store at the same moment (a
@@ -294,7 +294,7 @@ class Connections:
         transaction. ``retry``: the statement is idempotent (fenced, or insert-or-verify),
         so a connection that died (server restart, idle kill) is replaced and the
         statement sent once more. ``relaxed``: an UPDATE or DELETE that commits without
-        waiting for the WAL flush (:func:`relaxed_commit`): still one statement.
+        waiting for the WAL flush (``relaxed_commit``): still one statement.
         """
         if not self.is_postgres:
             with self.write() as conn:

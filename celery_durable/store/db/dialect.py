@@ -22,7 +22,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 
 class Dialect:
-    """The answers of one backend; :func:`dialect_of` gives the store's."""
+    """The answers of one backend; ``dialect_of`` gives the store's."""
 
     name: str
     # Rows are locked one by one (FOR UPDATE / FOR SHARE, SKIP LOCKED, MATERIALIZED CTEs):

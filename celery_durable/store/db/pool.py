@@ -72,7 +72,7 @@ class ProcessPool(Pool):
     """Connections of one process, last in first out; it grows to the number of threads
     that use the store at once, and keeps them.
 
-    A borrowing checkout (:func:`borrowing`) takes an idle connection, or waits up to
+    A borrowing checkout (``borrowing``) takes an idle connection, or waits up to
     ``borrow_timeout`` seconds for one to come back; only then does it open a temporary one,
     closed on return. A connection lent to a borrower comes back after one statement, so
     other checkouts wait for it (as long) rather than open another. Connections come back

@@ -1,7 +1,7 @@
 """The statements of batched items (``cd.map(..., batch_size=K)``): one Celery task claims
 a run of consecutive items at once, runs them in order and records them together (see
 ``store/batches.py``). The claim itself is ``claim_item``'s, over a range of items: both
-are built by :func:`claim_update`.
+are built by ``claim_update``.
 
 Example::
 

@@ -45,7 +45,7 @@ def params(**values: Any) -> dict[str, Any]:
 
 
 def run_params(run: Any) -> dict[str, Any]:
-    """The parameters of ``insert_run`` for a :class:`~celery_durable.store.records.NewRun`."""
+    """The parameters of ``insert_run`` for a ``NewRun``."""
     return params(
         id=run.id,
         name=run.name,

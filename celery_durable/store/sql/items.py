@@ -1,5 +1,5 @@
 """The statements of items: fan-out steps' sub-records (parallel items, remote steps,
-children), each named after the :class:`~celery_durable.store.store.Store` method that runs
+children), each named after the ``Store`` method that runs
 it, like those in ``statements``.
 
 An item is unsettled exactly while ``finished_at`` is NULL; the partial index on that keeps

@@ -1,7 +1,7 @@
 """The SQL of ``durable metrics``: every figure the Prometheus endpoint serves, read from
 the tables, so it is right for a whole fleet of workers (see ``store/metrics.py``).
 
-Each attribute is named after the :class:`~celery_durable.store.metrics.StoreMetrics`
+Each attribute is named after the ``StoreMetrics``
 method that runs it. Histograms come back as cumulative bucket counts (``le_0``, ``le_1``,
 ...), a count and a sum per label.
 
