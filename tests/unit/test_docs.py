@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -154,10 +155,9 @@ def test_the_readme_is_a_landing_page_whose_links_resolve() -> None:
 def test_the_home_page_shows_the_readmes_tested_example() -> None:
     """The README's first block is run by tests/integration/test_examples.py; the home page
     shows the same program."""
-    first = [body for where, body in python_blocks() if where.startswith(("README", "docs/index"))]
     readme = next(body for where, body in python_blocks() if where.startswith("README"))
     home = next(body for where, body in python_blocks() if where.startswith("docs/index.md"))
-    assert first and home == readme
+    assert home == readme
 
 
 def python_blocks() -> Iterator[tuple[str, str]]:
