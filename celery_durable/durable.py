@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from celery import Celery
 from celery import signals as celery_signals
 
-from celery_durable.body.limiter import Limiter, declare, named, workflow_limiter
 from celery_durable.body.step import DEFAULT_MAX_BACKOFF, Step, StepOptions
 from celery_durable.core import validate
 from celery_durable.core.config import DurableConfig
@@ -45,6 +44,7 @@ from celery_durable.errors import (
     InvalidArgument,
     WorkflowNotFound,
 )
+from celery_durable.limiters.limiter import Limiter, declare, named, workflow_limiter
 from celery_durable.ops.operations import Operations
 from celery_durable.runs.firing import SchedulePass
 from celery_durable.runs.firing import declare as declare_schedule

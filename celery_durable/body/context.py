@@ -168,7 +168,7 @@ class WorkflowContext:
     max_child_depth: int | None = None
     max_map_items: int | None = None
     # A limited step's slot the run holds for its step at an index, kept by the record of
-    # the step before it (body/limiter.py), and the slot of the step running now that its
+    # the step before it (limiters/limiter.py), and the slot of the step running now that its
     # record keeps for the next one: (limit, key, step index).
     kept_slot: tuple[Limit, str, int] | None = None
     kept_slot_waited: bool = False  # others waited for the key when the claim took it

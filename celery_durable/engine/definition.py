@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from celery_durable.body.limiter import Limiter
+from celery_durable.limiters.limiter import Limiter
 
 
 @dataclasses.dataclass(frozen=True)

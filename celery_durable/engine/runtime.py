@@ -19,7 +19,6 @@ from typing import Any, Protocol
 
 from celery import Celery, Task
 
-from celery_durable.body.limiter import Limiter
 from celery_durable.body.step import Step
 from celery_durable.core import logs, serialization, tracing
 from celery_durable.core.config import DurableConfig
@@ -27,11 +26,12 @@ from celery_durable.engine import apps
 from celery_durable.engine.deadlines import cancel_overdue
 from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.leases import LeaseKeeper
-from celery_durable.engine.limits import hand_off_slots
 from celery_durable.engine.publish import STORED_HEADER, Dispatch, queue_option
 from celery_durable.engine.queues import FleetWatch
 from celery_durable.engine.runtime_view import RuntimeView, SweepPass
 from celery_durable.engine.sweeper import Sweeper
+from celery_durable.limiters.limiter import Limiter
+from celery_durable.limiters.run_slots import hand_off_slots
 from celery_durable.store import Store
 
 

@@ -25,10 +25,10 @@ if TYPE_CHECKING:
     from celery import Celery
 
     from celery_durable.body.context import Dispatcher
-    from celery_durable.body.limiter import Limiter
     from celery_durable.body.step import Step
     from celery_durable.core.config import DurableConfig
     from celery_durable.engine.definition import WorkflowDefinition
+    from celery_durable.limiters.limiter import Limiter
     from celery_durable.store import OpenItem, Store
 
 

@@ -6,10 +6,10 @@ Example::
     from celery_durable.store import Store, StepRecord, Outcome
 """
 
+from celery_durable.limiters.buckets import Limit
+from celery_durable.limiters.usage import LimiterUsage
 from celery_durable.store.db.outage import is_unreachable
 from celery_durable.store.items import DISPATCH_BATCH
-from celery_durable.store.limiter_usage import LimiterUsage
-from celery_durable.store.limits import Limit
 from celery_durable.store.liveness import ProofOfLife
 from celery_durable.store.open_batch import OpenBatch
 from celery_durable.store.open_item import CLAIM, RUN, SKIP, OpenItem

@@ -14,9 +14,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from celery_durable.limiters.buckets import Limit
 from celery_durable.store.db.connections import Connections
 from celery_durable.store.db.dialect import Dialect
-from celery_durable.store.limits import Limit
 from celery_durable.store.records import Claim
 from celery_durable.store.sql.build import params
 from celery_durable.store.sql.statements import Statements

@@ -24,6 +24,9 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from celery_durable.errors import ConfigurationError
+from celery_durable.limiters.kept_slots import KeptSlotOps
+from celery_durable.limiters.store import LimiterOps
+from celery_durable.limiters.usage import LimiterUsageOps
 from celery_durable.store.admin import AdminOps
 from celery_durable.store.batches import BatchOps
 from celery_durable.store.claims import ClaimOps
@@ -34,10 +37,7 @@ from celery_durable.store.db.listener import Listener
 from celery_durable.store.db.outage import describe
 from celery_durable.store.db.unusable import app_argument
 from celery_durable.store.items import ItemOps
-from celery_durable.store.kept_slots import KeptSlotOps
 from celery_durable.store.leases import LeaseOps
-from celery_durable.store.limiter_usage import LimiterUsageOps
-from celery_durable.store.limiters import LimiterOps
 from celery_durable.store.liveness import LivenessOps
 from celery_durable.store.long_lived import LongLivedOps
 from celery_durable.store.outbox import OutboxOps

@@ -14,6 +14,9 @@ Example::
 
 from __future__ import annotations
 
+from celery_durable.limiters.kept_slot_statements import KeptSlotStatements
+from celery_durable.limiters.run_slot_statements import LimitedRunStatements
+from celery_durable.limiters.statements import LimiterStatements
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.actions import ActionStatements
@@ -21,9 +24,6 @@ from celery_durable.store.sql.admin import AdminStatements
 from celery_durable.store.sql.batches import BatchStatements
 from celery_durable.store.sql.carry import CarryStatements
 from celery_durable.store.sql.items import ItemStatements
-from celery_durable.store.sql.kept_slots import KeptSlotStatements
-from celery_durable.store.sql.limited_runs import LimitedRunStatements
-from celery_durable.store.sql.limiters import LimiterStatements
 from celery_durable.store.sql.liveness import LivenessStatements
 from celery_durable.store.sql.long_lived import LongLivedStatements
 from celery_durable.store.sql.metrics import MetricStatements

@@ -19,10 +19,10 @@ from typing import Any
 
 from sqlalchemy import Integer, and_, bindparam, exists, false, func, select
 
+from celery_durable.limiters.statements import WHOLE_RUN, LimiterStatements, others_waiting
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.build import Builder
-from celery_durable.store.sql.limiters import WHOLE_RUN, LimiterStatements, others_waiting
 from celery_durable.store.sql.runs import RunStatements
 
 

@@ -1,4 +1,4 @@
-"""A limiter's slots as rows (``store/limiters.py``), on SQLite and Postgres: a run limiter's
+"""A limiter's slots as rows (``limiters/store.py``), on SQLite and Postgres: a run limiter's
 start takes its slot in the insert's transaction; a slot is free, with no write, once its
 run settles or its step is recorded, and the next hand-off gives it to the waiter of highest
 priority; a key's rows grow as they are all taken, never past ``concurrency``; and on
@@ -10,8 +10,8 @@ import threading
 
 import sqlalchemy as sa
 
+from celery_durable.limiters.store import WHOLE_RUN
 from celery_durable.store import Limit, Outcome, StepRecord, Store
-from celery_durable.store.limiters import WHOLE_RUN
 from tests.support.builders import claimed, new_run
 from tests.support.pgwire import messages_in, trace_text
 from tests.support.threads import run_in_threads

@@ -357,7 +357,7 @@ class LimiterStatements(Builder):
 
         self.take_slot = take(not_(ahead))
         # The take with other guards, for a statement that folds it in (a claim's, a
-        # start's: sql/limited_runs.py).
+        # start's: limiters/run_slot_statements.py).
         self.take_when = lambda *guards: take(not_(ahead), *guards)
         # A running step's take, in one statement: only while its run holds the lease.
         self.take_slot_fenced = take(not_(ahead), exists().where(self.live))

@@ -1,5 +1,5 @@
 """A limited step's record that keeps its slot for the run's next step (the SQL is in
-``sql/kept_slots.py``): one transaction (one statement on Postgres), so the next step of
+``kept_slot_statements.py``): one transaction (one statement on Postgres), so the next step of
 the run behind the same limiter and key starts without a take of its own; and the claim
 that takes the slot of the run's first step, so that step starts without one either. Mixed
 into ``Store``.
@@ -18,10 +18,10 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from celery_durable.limiters.buckets import Limit
 from celery_durable.store.claims import claim_of_row
 from celery_durable.store.db.connections import Connections
 from celery_durable.store.db.dialect import Dialect
-from celery_durable.store.limits import Limit
 from celery_durable.store.records import Claim, Outcome, StepRecord, StepWrite
 from celery_durable.store.sql.build import params, step_params
 from celery_durable.store.sql.statements import Statements

@@ -1,4 +1,4 @@
-"""What operators see of limiters (ops/limiters.py), on the embedded default: the
+"""What operators see of limiters (limiters/report.py), on the embedded default: the
 ``durable limiters`` command (table and JSON), ``durable show`` naming the limiter a run
 waits for, the dashboard's panel, and the Prometheus gauges."""
 

@@ -19,8 +19,8 @@ from celery_durable.body.context import WorkflowContext
 from celery_durable.core.logs import run_fields
 from celery_durable.engine import taskevents
 from celery_durable.engine.publish import publish_woken
+from celery_durable.limiters.store import WHOLE_RUN
 from celery_durable.store import Outcome
-from celery_durable.store.limiters import WHOLE_RUN
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection

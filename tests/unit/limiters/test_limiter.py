@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from celery_durable import InvalidArgument, WorkflowStatus
-from celery_durable.body.limiter import parse_rate
-from celery_durable.engine.limits import CATCH_UP_POLLS
+from celery_durable.limiters.limiter import parse_rate
+from celery_durable.limiters.run_slots import CATCH_UP_POLLS
 from tests.support.waiting import wait_until
 
 

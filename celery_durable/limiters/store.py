@@ -1,7 +1,7 @@
 """The Store's limiter operations: take a slot (and a token) or wait for one, in the same
 transaction as the suspension; hand freed slots to the next waiters; read the limiters for
 operators. Mixed into ``Store``; the SQL is in
-``sql/limiters.py``.
+``limiters/statements.py``.
 
 A key's slots are rows, taken with FOR UPDATE SKIP LOCKED: takers of one key lock different
 rows and never wait for each other while slots are free, and two of them never take one
@@ -33,13 +33,13 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
+from celery_durable.limiters.buckets import CATCH_UP, Limit, lock_bucket, spend_tokens, tokens_in
+from celery_durable.limiters.statements import WHOLE_RUN
 from celery_durable.store.db.connections import Connections
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.db.foreign import ForeignTransaction
-from celery_durable.store.limits import CATCH_UP, Limit, lock_bucket, spend_tokens, tokens_in
 from celery_durable.store.records import DueRun, NewRun, Outcome, StepRecord
 from celery_durable.store.sql.build import hold_run, params, run_params
-from celery_durable.store.sql.limiters import WHOLE_RUN
 from celery_durable.store.sql.statements import Statements
 
 __all__ = ["WHOLE_RUN", "Limit", "LimiterOps", "SlotHeld"]

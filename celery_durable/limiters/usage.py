@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from celery_durable.limiters.buckets import Limit, tokens_in
 from celery_durable.store.db.connections import Connections
-from celery_durable.store.limits import Limit, tokens_in
 from celery_durable.store.sql.statements import Statements
 
 

@@ -21,10 +21,10 @@ from typing import Any
 
 from sqlalchemy import Integer, bindparam, exists, func, not_, select, update
 
+from celery_durable.limiters.statements import others_waiting
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.build import Builder
-from celery_durable.store.sql.limiters import others_waiting
 from celery_durable.store.sql.steps import StepStatements
 
 
