@@ -25,8 +25,8 @@ from celery import Celery
 from sqlalchemy import create_engine, text
 
 from celery_durable import Durable
-from celery_durable.runs import firing
-from celery_durable.runs.schedules import sync
+from celery_durable.schedules import firing
+from celery_durable.schedules.declared import sync
 
 URL = os.environ.get(
     "BENCH_DATABASE_URL",

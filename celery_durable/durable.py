@@ -46,11 +46,11 @@ from celery_durable.errors import (
 )
 from celery_durable.limiters.limiter import Limiter, declare, named, workflow_limiter
 from celery_durable.ops.operations import Operations
-from celery_durable.runs.firing import SchedulePass
-from celery_durable.runs.firing import declare as declare_schedule
 from celery_durable.runs.handle import WorkflowHandle
-from celery_durable.runs.schedules import from_beat as beat_entries
 from celery_durable.runs.task import WorkflowTask
+from celery_durable.schedules.declared import from_beat as beat_entries
+from celery_durable.schedules.firing import SchedulePass
+from celery_durable.schedules.firing import declare as declare_schedule
 from celery_durable.store import Store
 
 if TYPE_CHECKING:

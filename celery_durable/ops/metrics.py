@@ -45,10 +45,10 @@ from prometheus_client.core import (
 
 from celery_durable.engine.runtime import runtime_of
 from celery_durable.runs.admin import limiter_usage
+from celery_durable.schedules.store import ScheduleRow
 from celery_durable.store import LimiterUsage
 from celery_durable.store.db.outage import describe, summary
 from celery_durable.store.metrics import Histogram, RunFigures, StoreMetrics
-from celery_durable.store.schedules import ScheduleRow
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime import HasRuntime, Runtime

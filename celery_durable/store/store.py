@@ -27,6 +27,7 @@ from celery_durable.errors import ConfigurationError
 from celery_durable.limiters.kept_slots import KeptSlotOps
 from celery_durable.limiters.store import LimiterOps
 from celery_durable.limiters.usage import LimiterUsageOps
+from celery_durable.schedules.store import ScheduleOps
 from celery_durable.store.admin import AdminOps
 from celery_durable.store.batches import BatchOps
 from celery_durable.store.claims import ClaimOps
@@ -50,7 +51,6 @@ from celery_durable.store.records import (
     StepRecord,
     StepWrite,
 )
-from celery_durable.store.schedules import ScheduleOps
 from celery_durable.store.schema import FINISHED_STATUSES, Tables, build_tables
 from celery_durable.store.signals import SignalOps
 from celery_durable.store.sql.build import params, run_params, step_params, write_carried

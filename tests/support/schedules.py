@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery_durable.runs import firing
-from celery_durable.runs.schedules import sync
+from celery_durable.schedules import firing
+from celery_durable.schedules.declared import sync
 
 
 def fire_at(durable: Any, moment: float) -> int:

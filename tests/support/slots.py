@@ -1,4 +1,4 @@
-"""Moments and zones for the unit tests of periodic schedules (celery_durable/core/slots.py,
+"""Moments and zones for the unit tests of periodic schedules (schedules/firing_times.py,
 cron.py, interval.py): fixed datetimes, no clock."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from zoneinfo import ZoneInfo
 
-from celery_durable.core.slots import Schedule
+from celery_durable.schedules.firing_times import Schedule
 
 UTC = dt.timezone.utc
 PARIS = ZoneInfo("Europe/Paris")

@@ -39,9 +39,9 @@ from celery_durable.errors import DurableError, WorkflowAlreadyExists
 from celery_durable.limiters.report import usage_json
 from celery_durable.ops import console
 from celery_durable.ops.dashboard import pages, security
-from celery_durable.ops.dashboard.schedules import ACTIONS, act_on_schedule, schedules_page
 from celery_durable.ops.dashboard.values import STATUS_ICONS
 from celery_durable.runs.admin import limiter_usage, record_action
+from celery_durable.schedules.dashboard import ACTIONS, act_on_schedule, schedules_page
 from celery_durable.store import ALL_STATUSES, is_unreachable
 
 logger = logging.getLogger("celery_durable.dashboard")

@@ -17,6 +17,7 @@ from __future__ import annotations
 from celery_durable.limiters.kept_slot_statements import KeptSlotStatements
 from celery_durable.limiters.run_slot_statements import LimitedRunStatements
 from celery_durable.limiters.statements import LimiterStatements
+from celery_durable.schedules.statements import ScheduleStatements
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.actions import ActionStatements
@@ -31,7 +32,6 @@ from celery_durable.store.sql.open_items import OpenItemStatements
 from celery_durable.store.sql.outbox import OutboxStatements
 from celery_durable.store.sql.reads import ReadStatements
 from celery_durable.store.sql.runs import RunStatements
-from celery_durable.store.sql.schedules import ScheduleStatements
 from celery_durable.store.sql.signals import SignalStatements
 from celery_durable.store.sql.state import StateStatements
 from celery_durable.store.sql.steps import StepStatements

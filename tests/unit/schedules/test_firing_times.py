@@ -1,4 +1,4 @@
-"""What every periodic schedule answers (celery_durable/core/slots.py), asked of both
+"""What every periodic schedule answers (celery_durable/schedules/firing_times.py), asked of both
 kinds: between()'s newest-``limit`` window, aware datetimes only, comparison by value;
 and the zones and slot texts they share. Every moment is a fixed datetime: no clock."""
 
@@ -11,11 +11,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from celery_durable.core import cron, cron_syntax, interval, slots
-from celery_durable.core.cron import Cron
-from celery_durable.core.interval import Interval
-from celery_durable.core.slots import Schedule, slot_text, zone
 from celery_durable.errors import InvalidArgument
+from celery_durable.schedules import cron, cron_syntax, interval
+from celery_durable.schedules import firing_times as slots
+from celery_durable.schedules.cron import Cron
+from celery_durable.schedules.firing_times import Schedule, slot_text, zone
+from celery_durable.schedules.interval import Interval
 from tests.support.slots import PARIS, utc
 
 
@@ -78,7 +79,7 @@ def test_schedules_compare_and_hash_by_value() -> None:
     assert len({Interval(60), Interval.parse("1m"), Interval.parse(dt.timedelta(seconds=60))}) == 1
 
 
-def test_schedules_import_nothing_of_celery_durable_but_errors_and_core() -> None:
+def test_firing_time_arithmetic_imports_nothing_of_celery_durable_but_errors_and_validate() -> None:
     for module in (slots, cron_syntax, cron, interval):
         tree = ast.parse(inspect.getsource(module))
         imported = {
@@ -92,5 +93,9 @@ def test_schedules_import_nothing_of_celery_durable_but_errors_and_core() -> Non
             for alias in node.names
         }
         ours = {name for name in imported if name.startswith("celery_durable")}
-        core = {f"celery_durable.core.{name}" for name in ("validate", "slots", "cron_syntax")}
-        assert ours <= {"celery_durable.errors", *core}, module.__name__
+        arithmetic = {
+            f"celery_durable.schedules.{name}" for name in ("firing_times", "cron_syntax")
+        }
+        assert ours <= {"celery_durable.errors", "celery_durable.core.validate", *arithmetic}, (
+            module.__name__
+        )

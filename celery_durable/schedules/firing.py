@@ -25,10 +25,10 @@ from sqlalchemy import Connection
 
 from celery_durable.core import serialization
 from celery_durable.core.ids import time_ordered_id
-from celery_durable.core.slots import UTC, Schedule, slot_text, zone
 from celery_durable.engine.items import cancel
 from celery_durable.errors import InvalidArgument
-from celery_durable.runs.schedules import (
+from celery_durable.runs.task import WorkflowTask
+from celery_durable.schedules.declared import (
     SLOT_ARGUMENT,
     ScheduleSpec,
     build_spec,
@@ -36,9 +36,9 @@ from celery_durable.runs.schedules import (
     sync,
     timing_of,
 )
-from celery_durable.runs.task import WorkflowTask
+from celery_durable.schedules.firing_times import UTC, Schedule, slot_text, zone
+from celery_durable.schedules.store import ScheduleRow
 from celery_durable.store import ACTIVE_STATUSES
-from celery_durable.store.schedules import ScheduleRow
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime import Runtime

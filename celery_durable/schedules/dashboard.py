@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from celery_durable.errors import InvalidArgument
 from celery_durable.ops import console
-from celery_durable.ops.schedules import schedule_json
-from celery_durable.runs import firing
+from celery_durable.schedules import firing
+from celery_durable.schedules.report import schedule_json
 
 if TYPE_CHECKING:
     from celery_durable.ops.dashboard.operated import Operated

@@ -3,7 +3,7 @@ by whichever worker's sweeper reaches the slot first. No beat process, no lock s
 
 Each worker upserts the schedules its code declares when it starts (``sync``); a schedule
 gone from the code is disabled, its row and runs kept. The slots are fired by
-``celery_durable.runs.firing``.
+``celery_durable.schedules.firing``.
 
 Example::
 
@@ -25,11 +25,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.core import serialization, validate
-from celery_durable.core.cron import Cron
-from celery_durable.core.interval import Interval
-from celery_durable.core.slots import Schedule, zone
 from celery_durable.errors import InvalidArgument
-from celery_durable.store.schedules import DeclaredSchedule, ScheduleRow
+from celery_durable.schedules.cron import Cron
+from celery_durable.schedules.firing_times import Schedule, zone
+from celery_durable.schedules.interval import Interval
+from celery_durable.schedules.store import DeclaredSchedule, ScheduleRow
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime import Runtime

@@ -7,9 +7,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from celery_durable.core.slots import EPOCH, TICK, Schedule, as_utc, check_limit
 from celery_durable.core.validate import DURATION_FORMS, duration_seconds, show
 from celery_durable.errors import InvalidArgument
+from celery_durable.schedules.firing_times import EPOCH, TICK, Schedule, as_utc, check_limit
 
 
 def _interval_micros(every: object, argument: str) -> int:

@@ -10,10 +10,10 @@ import calendar
 import dataclasses
 import datetime as dt
 
-from celery_durable.core.cron_syntax import CronFields, parse_fields
-from celery_durable.core.slots import EPOCH, UTC, Schedule, as_utc, zone
 from celery_durable.core.validate import show
 from celery_durable.errors import InvalidArgument
+from celery_durable.schedules.cron_syntax import CronFields, parse_fields
+from celery_durable.schedules.firing_times import EPOCH, UTC, Schedule, as_utc, zone
 
 _SECOND = dt.timedelta(seconds=1)
 _ZERO, _LAST = dt.timedelta(0), dt.timedelta(hours=23, minutes=59, seconds=59)

@@ -12,7 +12,7 @@ import pytest
 from celery.schedules import crontab
 
 from celery_durable import InvalidArgument, WorkflowStatus
-from celery_durable.runs import firing
+from celery_durable.schedules import firing
 from tests.support.schedules import fire_at, next_slot, runs_of, slot_outcomes
 
 

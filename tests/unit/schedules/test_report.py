@@ -1,4 +1,4 @@
-"""What operators see and do of schedules (ops/schedules.py), on the embedded default:
+"""What operators see and do of schedules (schedules/report.py), on the embedded default:
 ``durable schedules`` (table and JSON) with its statuses, and pause, resume, trigger and
 backfill from the command line, each with ``--json``; the dashboard's schedules page and
 its pause, resume and trigger (CSRF required); the Prometheus lag gauge."""

@@ -8,8 +8,8 @@ and starts one run per slot, with the id ``schedule:<name>:<slot_text(slot)>``.
 Example::
 
     import datetime as dt
-    from celery_durable.core.cron import Cron
-    from celery_durable.core.interval import Interval
+    from celery_durable.schedules.cron import Cron
+    from celery_durable.schedules.interval import Interval
 
     nightly = Cron.parse("30 2 * * *", tz="Europe/Paris")
     now = dt.datetime(2026, 3, 28, 12, 0, tzinfo=dt.timezone.utc)

@@ -1,6 +1,6 @@
 """The Store's schedule operations: upsert what the code declares, lock the due schedules
 for one sweeper (others skip them), record each slot once, pause and list. Mixed into
-``Store``; the SQL is in ``sql/schedules.py``.
+``Store``; the SQL is in ``schedules/statements.py``.
 
 A slot fires once because its ``schedule_slots`` row is inserted in the transaction that
 starts its run (with the run's own idempotent id), while the schedule's row is locked.
@@ -23,9 +23,9 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from celery_durable.schedules.statements import DECLARED
 from celery_durable.store.db.connections import Connections
 from celery_durable.store.sql.build import params
-from celery_durable.store.sql.schedules import DECLARED
 from celery_durable.store.sql.statements import Statements
 
 

@@ -1,4 +1,4 @@
-"""Cron syntax (celery_durable/core/cron_syntax.py): the values each field lists, the
+"""Cron syntax (celery_durable/schedules/cron_syntax.py): the values each field lists, the
 aliases, the Vixie day rule's flag, and bad expressions refused naming the argument, the
 field and the value."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from celery_durable.core.cron_syntax import parse_fields
 from celery_durable.errors import InvalidArgument
+from celery_durable.schedules.cron_syntax import parse_fields
 
 
 @pytest.mark.parametrize(

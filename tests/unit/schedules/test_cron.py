@@ -1,4 +1,4 @@
-"""Cron schedules (celery_durable/core/cron.py): what the fields mean in time (seconds,
+"""Cron schedules (celery_durable/schedules/cron.py): what the fields mean in time (seconds,
 the Vixie day rule, leap days, crons that never fire), the local wall time of a zone, and
 DST: a skipped wall time doesn't fire, a repeated one fires once, at its first occurrence.
 Every moment is a fixed datetime: no clock, no sleep."""
@@ -10,8 +10,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from celery_durable.core.cron import Cron
 from celery_durable.errors import InvalidArgument
+from celery_durable.schedules.cron import Cron
 from tests.support.slots import NEW_YORK, PARIS, UTC, utc, walk
 
 LORD_HOWE = ZoneInfo("Australia/Lord_Howe")  # its clock moves by 30 minutes

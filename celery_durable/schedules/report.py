@@ -16,13 +16,13 @@ from typing import Any
 
 import click
 
-from celery_durable.core.slots import UTC
 from celery_durable.errors import InvalidArgument
 from celery_durable.ops.cli_errors import database_error
 from celery_durable.ops.console import span, table
-from celery_durable.runs import firing
-from celery_durable.runs.schedules import timing_of
-from celery_durable.store.schedules import ScheduleRow
+from celery_durable.schedules import firing
+from celery_durable.schedules.declared import timing_of
+from celery_durable.schedules.firing_times import UTC
+from celery_durable.schedules.store import ScheduleRow
 
 
 def status_of(row: ScheduleRow) -> str:

@@ -1,4 +1,4 @@
-"""Interval schedules (celery_durable/core/interval.py): what they take, slots anchored
+"""Interval schedules (celery_durable/schedules/interval.py): what they take, slots anchored
 at the epoch in UTC, and DST ignored. Every moment is a fixed datetime: no clock, no sleep."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import datetime as dt
 
 import pytest
 
-from celery_durable.core.interval import Interval
 from celery_durable.errors import InvalidArgument
+from celery_durable.schedules.interval import Interval
 from tests.support.slots import PARIS, UTC, utc, walk
 
 
