@@ -1,12 +1,7 @@
 """celery_durable: durable, step-persistent workflows on Celery and Postgres."""
 
-from celery_durable.body.compensation import Compensation, compensate
 from celery_durable.body.context import WorkflowContext
-from celery_durable.body.continue_as_new import continue_as_new
-from celery_durable.body.fanout import ChildHandle, StepFuture, gather, map
 from celery_durable.body.patching import deprecate_patch, patched
-from celery_durable.body.state import set_state
-from celery_durable.body.suspend import sleep, sleep_until, wait_for_signal
 from celery_durable.durable import Durable
 from celery_durable.errors import (
     ArgumentsRefused,
@@ -33,8 +28,13 @@ from celery_durable.errors import (
     WorkflowNotFound,
     WorkflowNotResumable,
 )
+from celery_durable.fanout.compose import ChildHandle, StepFuture, gather, map
 from celery_durable.runs.handle import WorkflowHandle, WorkflowStatus
 from celery_durable.runs.task import WorkflowTask
+from celery_durable.sagas.compensation import Compensation, compensate
+from celery_durable.sagas.continue_as_new import continue_as_new
+from celery_durable.waits.state import set_state
+from celery_durable.waits.suspend import sleep, sleep_until, wait_for_signal
 
 __all__ = [
     "ArgumentsRefused",

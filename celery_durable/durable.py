@@ -31,12 +31,10 @@ from celery_durable.engine import apps
 from celery_durable.engine.bootstep import DurableSweeper
 from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.guard import DeliveryGuard
-from celery_durable.engine.items import register_item_task
 from celery_durable.engine.leases import LeaseKeeper
 from celery_durable.engine.publish import Dispatch
 from celery_durable.engine.runtime import Runtime
 from celery_durable.engine.runtime_view import SweepPass
-from celery_durable.engine.signals import SignalQueue, register_tasks, send_signal_via_broker
 from celery_durable.engine.sweeper import Sweeper
 from celery_durable.errors import (
     ConfigurationError,
@@ -44,6 +42,7 @@ from celery_durable.errors import (
     InvalidArgument,
     WorkflowNotFound,
 )
+from celery_durable.fanout.item_tasks import register_item_task
 from celery_durable.limiters.limiter import Limiter, declare, named, workflow_limiter
 from celery_durable.ops.operations import Operations
 from celery_durable.runs.handle import WorkflowHandle
@@ -52,6 +51,7 @@ from celery_durable.schedules.declared import from_beat as beat_entries
 from celery_durable.schedules.firing import SchedulePass
 from celery_durable.schedules.firing import declare as declare_schedule
 from celery_durable.store import Store
+from celery_durable.waits.signals import SignalQueue, register_tasks, send_signal_via_broker
 
 if TYPE_CHECKING:
     from celery_durable.store.migrations import Migrated

@@ -21,8 +21,6 @@ from contextlib import contextmanager
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from celery_durable.body.context import FailedStep, WorkflowContext, enter_body
-from celery_durable.body.dispatch import dispatch
-from celery_durable.body.fanin import StepFuture
 from celery_durable.body.replay import (
     check_replay,
     confirm_lease,
@@ -39,6 +37,8 @@ from celery_durable.errors import (
     NotSerialisable,
     WorkflowCancelled,
 )
+from celery_durable.fanout.dispatch import dispatch
+from celery_durable.fanout.fanin import StepFuture
 from celery_durable.limiters.limiter import Limiter, give_back_kept_slot, hold_slot, release_slot
 from celery_durable.store import StepRecord
 

@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from celery_durable.core.logs import run_fields
-from celery_durable.engine.items import cancel
+from celery_durable.fanout.item_tasks import cancel
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime_view import RuntimeView

@@ -21,14 +21,16 @@ from celery_durable.body.context import (
     deactivate,
     first_step_limit,
 )
+from celery_durable.canvas import reports as canvas
 from celery_durable.core import faults, serialization, tracing, validate
 from celery_durable.core.logs import log_malformed, run_fields
-from celery_durable.engine import canvas, rollback, shutdown, taskevents
+from celery_durable.engine import shutdown, taskevents
 from celery_durable.engine.liveness import take_over_from_gone_owner
 from celery_durable.engine.settle import settle_stop_or_error, settle_success
 from celery_durable.errors import ArgumentsRefused, LeaseLost, Suspended
 from celery_durable.limiters import run_slots as limits
 from celery_durable.limiters.limiter import give_back_kept_slot
+from celery_durable.sagas import rollback
 from celery_durable.store import Claim, OwedReport, RunRecord, Store, is_unreachable
 from celery_durable.store.db.unusable import Unusable, unusable
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from celery_durable.body.context import WorkflowContext
+from celery_durable.canvas.reports import report_settled
 from celery_durable.core import faults
-from celery_durable.engine.canvas import report_settled
 from celery_durable.engine.publish import publish_woken
 from celery_durable.store import FINISHED_STATUSES, OwedReport, StepRecord
 

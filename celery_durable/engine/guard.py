@@ -30,7 +30,7 @@ from kombu.serialization import dumps, loads
 from celery_durable.core import serialization
 from celery_durable.core.validate import show
 from celery_durable.engine.apps import runtimes_of
-from celery_durable.engine.signals import SIGNAL_TASK, WAKE_TASK
+from celery_durable.waits.signals import SIGNAL_TASK, WAKE_TASK
 
 logger = logging.getLogger("celery_durable.worker")
 

@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import Retry
 
 from celery_durable.body.context import WorkflowContext
+from celery_durable.canvas import reports as canvas
 from celery_durable.core import faults, serialization
 from celery_durable.core.retry import backoff, retryable
-from celery_durable.engine import canvas, shutdown, taskevents
-from celery_durable.engine.continue_as_new import settle_continued
+from celery_durable.engine import shutdown, taskevents
 from celery_durable.engine.finish import finish
 from celery_durable.engine.publish import publish_woken
-from celery_durable.engine.rollback import finish_or_roll_back
 from celery_durable.errors import (
     ContinuedAsNew,
     LeaseLost,
@@ -34,6 +33,8 @@ from celery_durable.errors import (
     Suspended,
     WorkflowCancelled,
 )
+from celery_durable.sagas.continued import settle_continued
+from celery_durable.sagas.rollback import finish_or_roll_back
 from celery_durable.store import Claim, StepRecord
 
 if TYPE_CHECKING:

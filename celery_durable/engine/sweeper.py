@@ -18,16 +18,16 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from celery_durable.canvas.reports import report_owed
 from celery_durable.core import faults, serialization
 from celery_durable.core.logs import run_fields
 from celery_durable.core.retry import backoff
 from celery_durable.engine import retention
-from celery_durable.engine.canvas import report_owed
-from celery_durable.engine.items import REVOKED, cancel, revoke_item
 from celery_durable.engine.leases import FailureLog
 from celery_durable.engine.liveness import LOOK_EVERY, GoneOwners, lease_window
 from celery_durable.engine.publish import publish_or_leave, publish_woken
 from celery_durable.engine.queues import QueueWatch
+from celery_durable.fanout.item_tasks import REVOKED, cancel, revoke_item
 from celery_durable.store import FINISHED_STATUSES, TAKEOVER, DueItem, DueRun
 
 if TYPE_CHECKING:

@@ -19,7 +19,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from celery_durable.body.suspend import SIGNAL_STEP_PREFIX
 from celery_durable.store import (
     FINISHED_STATUSES,
     Collected,
@@ -30,6 +29,7 @@ from celery_durable.store import (
     StepRecord,
     attempt_of,
 )
+from celery_durable.waits.suspend import SIGNAL_STEP_PREFIX
 
 ERROR_WIDTH = 70
 STATUS_COLUMNS = ("PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED")

@@ -22,24 +22,24 @@ from celery.backends.base import DisabledBackend
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult
 
-from celery_durable.body.compensation import Compensation
-from celery_durable.body.state import query, wait_for_state
+from celery_durable.canvas.reports import CELERY_STATES
 from celery_durable.core import serialization, validate
 from celery_durable.core.logs import run_fields
-from celery_durable.engine.canvas import CELERY_STATES
-from celery_durable.engine.items import cancel
 from celery_durable.engine.publish import publish_woken
 from celery_durable.engine.runtime import runtime_of
-from celery_durable.engine.signals import send_signal
 from celery_durable.errors import (
     WorkflowAlreadyCompleted,
     WorkflowCancelled,
     WorkflowFailed,
     WorkflowNotFound,
 )
+from celery_durable.fanout.item_tasks import cancel
 from celery_durable.runs.admin import fork_run, resume_run
+from celery_durable.sagas.compensation import Compensation
 from celery_durable.store import FINISHED_STATUSES, DueRun, RunRecord, StepRecord
 from celery_durable.store.db.outage import describe, is_unreachable, summary, unavailable
+from celery_durable.waits.signals import send_signal
+from celery_durable.waits.state import query, wait_for_state
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime import HasRuntime, Runtime

@@ -18,11 +18,11 @@ from celery import Celery, Task
 from celery.exceptions import Reject
 from kombu.utils.encoding import safe_repr
 
+from celery_durable.canvas.reports import Canvas
 from celery_durable.core import tracing
 from celery_durable.core.logs import run_fields
 from celery_durable.core.retry import backoff
 from celery_durable.engine import taskevents
-from celery_durable.engine.canvas import Canvas
 from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.delivery import TRANSACTIONAL_HEADER, ClaimUnavailable, request_header
 from celery_durable.engine.publish import STORED_HEADER

@@ -24,11 +24,11 @@ from celery.result import AsyncResult
 from sqlalchemy.orm import Session
 
 from celery_durable.body.context import WorkflowContext
-from celery_durable.body.fanout import ChildHandle, start_child
+from celery_durable.canvas.by_name import start_by_name
+from celery_durable.canvas.reports import Canvas, neutralise
 from celery_durable.core import serialization, tracing, validate
 from celery_durable.core.ids import time_ordered_id
 from celery_durable.core.logs import log_started, run_fields
-from celery_durable.engine.canvas import Canvas, neutralise
 from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.delivery import (
     TRANSACTIONAL_HEADER,
@@ -42,8 +42,8 @@ from celery_durable.errors import (
     RunNotPublished,
     WorkflowAlreadyExists,
 )
+from celery_durable.fanout.compose import ChildHandle, start_child
 from celery_durable.limiters import run_slots as limits
-from celery_durable.runs.by_name import start_by_name
 from celery_durable.runs.dedup import Dedup
 from celery_durable.runs.handle import WorkflowHandle, canvas_member
 from celery_durable.runs.redelivery import redeliver_later

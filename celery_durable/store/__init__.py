@@ -6,13 +6,13 @@ Example::
     from celery_durable.store import Store, StepRecord, Outcome
 """
 
+from celery_durable.fanout.items import DISPATCH_BATCH
+from celery_durable.fanout.open_batch import OpenBatch
+from celery_durable.fanout.open_item import CLAIM, RUN, SKIP, OpenItem
 from celery_durable.limiters.buckets import Limit
 from celery_durable.limiters.usage import LimiterUsage
 from celery_durable.store.db.outage import is_unreachable
-from celery_durable.store.items import DISPATCH_BATCH
 from celery_durable.store.liveness import ProofOfLife
-from celery_durable.store.open_batch import OpenBatch
-from celery_durable.store.open_item import CLAIM, RUN, SKIP, OpenItem
 from celery_durable.store.operation_records import (
     Collected,
     Forked,

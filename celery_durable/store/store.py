@@ -23,13 +23,16 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
+from celery_durable.canvas.outbox import OutboxOps
 from celery_durable.errors import ConfigurationError
+from celery_durable.fanout.batches import BatchOps
+from celery_durable.fanout.items import ItemOps
 from celery_durable.limiters.kept_slots import KeptSlotOps
 from celery_durable.limiters.store import LimiterOps
 from celery_durable.limiters.usage import LimiterUsageOps
+from celery_durable.sagas.store import LongLivedOps
 from celery_durable.schedules.store import ScheduleOps
 from celery_durable.store.admin import AdminOps
-from celery_durable.store.batches import BatchOps
 from celery_durable.store.claims import ClaimOps
 from celery_durable.store.db.connections import Connections, parse_listen_url, parse_url
 from celery_durable.store.db.dialect import Dialect
@@ -37,11 +40,8 @@ from celery_durable.store.db.foreign import ForeignTransaction
 from celery_durable.store.db.listener import Listener
 from celery_durable.store.db.outage import describe
 from celery_durable.store.db.unusable import app_argument
-from celery_durable.store.items import ItemOps
 from celery_durable.store.leases import LeaseOps
 from celery_durable.store.liveness import LivenessOps
-from celery_durable.store.long_lived import LongLivedOps
-from celery_durable.store.outbox import OutboxOps
 from celery_durable.store.records import (
     Cancellation,
     DueRun,
@@ -52,13 +52,13 @@ from celery_durable.store.records import (
     StepWrite,
 )
 from celery_durable.store.schema import FINISHED_STATUSES, Tables, build_tables
-from celery_durable.store.signals import SignalOps
 from celery_durable.store.sql.build import params, run_params, step_params, write_carried
 from celery_durable.store.sql.carry import carried_params
 from celery_durable.store.sql.statements import Statements
 from celery_durable.store.starts import StartOps
 from celery_durable.store.sweep import SweepOps
-from celery_durable.store.timers import TimerOps
+from celery_durable.waits.signal_store import SignalOps
+from celery_durable.waits.timer_store import TimerOps
 
 
 class Store(

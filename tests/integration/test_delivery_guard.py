@@ -21,7 +21,7 @@ from kombu import Connection, Exchange, Queue
 
 import celery_durable as cd
 from celery_durable import NotSerialisable
-from celery_durable.engine.signals import SIGNAL_TASK
+from celery_durable.waits.signals import SIGNAL_TASK
 from tests.apps import guarded
 from tests.apps.guarded import nested
 from tests.conftest import NAMESPACE, QUEUE

@@ -15,8 +15,8 @@ import pytest
 
 from celery_durable import WorkflowStatus
 from celery_durable.engine.publish import item_task_id
-from celery_durable.engine.signals import WAKE_TASK
-from celery_durable.engine.wake import wake_outcome
+from celery_durable.waits.signals import WAKE_TASK
+from celery_durable.waits.wake import wake_outcome
 from tests.conftest import GPU_QUEUE
 from tests.support.flower import Flower
 from tests.support.services import effects, unique

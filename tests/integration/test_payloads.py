@@ -168,8 +168,8 @@ def test_a_raw_signal_message_over_the_workers_limit_is_refused_once(basic_app, 
     malformed one (not JSON) for a run that exists was kept whole as a refused signal,
     past the limit: now it is refused and kept nowhere either."""
     from celery_durable.core.config import default_signal_queue
-    from celery_durable.engine.signals import SIGNAL_TASK
     from celery_durable.store import Store
+    from celery_durable.waits.signals import SIGNAL_TASK
     from tests.support.builders import new_run
 
     namespace = unique("ns-limit-")

@@ -143,7 +143,7 @@ def _signal_rows(basic_app, run_id: str) -> list:  # type: ignore[no-untyped-def
 def test_malformed_signal_messages_are_logged_and_never_become_data(basic_app, shared_worker, key):
     """Bug: raw messages with a payload that is not JSON, a name that is not a string, or
     ids too long or not Unicode were stored as data (or made the task fail, signal lost)."""
-    from celery_durable.engine.signals import SIGNAL_TASK
+    from celery_durable.waits.signals import SIGNAL_TASK
 
     durable = basic_app.durable
     ns, queue = durable.config.namespace, durable.config.signal_queue
@@ -182,7 +182,7 @@ def test_signal_and_wake_messages_no_worker_can_serve_are_refused_once(
     """Bug (issue 20): a celery_durable.signal message with the wrong number of arguments
     raised TypeError, a celery_durable.wake for a namespace no app has LookupError, and a
     wake naming an id with NUL psycopg.DataError: each a raw traceback in the worker."""
-    from celery_durable.engine.signals import SIGNAL_TASK, WAKE_TASK
+    from celery_durable.waits.signals import SIGNAL_TASK, WAKE_TASK
 
     durable = basic_app.durable
     ns, queue = durable.config.namespace, durable.config.signal_queue

@@ -37,7 +37,7 @@ class Dialect:
     # and LATERAL joins: gc and the carrying settle are one statement each.
     writes_in_ctes: bool
     # Transaction-level advisory locks: the first delivery of an item runs in one
-    # transaction (``store/open_item.py``).
+    # transaction (``fanout/open_item.py``).
     advisory_locks: bool
     # Session-level advisory locks, which end with their session: a process's proof of
     # life (``store/liveness.py``), so a claimant sees at once that a lease's owner died.

@@ -14,29 +14,29 @@ Example::
 
 from __future__ import annotations
 
+from celery_durable.canvas.outbox_statements import OutboxStatements
+from celery_durable.fanout.batch_statements import BatchStatements
+from celery_durable.fanout.item_statements import ItemStatements
+from celery_durable.fanout.open_item_statements import OpenItemStatements
 from celery_durable.limiters.kept_slot_statements import KeptSlotStatements
 from celery_durable.limiters.run_slot_statements import LimitedRunStatements
 from celery_durable.limiters.statements import LimiterStatements
+from celery_durable.sagas.statements import LongLivedStatements
 from celery_durable.schedules.statements import ScheduleStatements
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.actions import ActionStatements
 from celery_durable.store.sql.admin import AdminStatements
-from celery_durable.store.sql.batches import BatchStatements
 from celery_durable.store.sql.carry import CarryStatements
-from celery_durable.store.sql.items import ItemStatements
 from celery_durable.store.sql.liveness import LivenessStatements
-from celery_durable.store.sql.long_lived import LongLivedStatements
 from celery_durable.store.sql.metrics import MetricStatements
-from celery_durable.store.sql.open_items import OpenItemStatements
-from celery_durable.store.sql.outbox import OutboxStatements
 from celery_durable.store.sql.reads import ReadStatements
 from celery_durable.store.sql.runs import RunStatements
-from celery_durable.store.sql.signals import SignalStatements
-from celery_durable.store.sql.state import StateStatements
 from celery_durable.store.sql.steps import StepStatements
 from celery_durable.store.sql.sweep import SweepStatements
-from celery_durable.store.sql.timers import TimerStatements
+from celery_durable.waits.signal_statements import SignalStatements
+from celery_durable.waits.state_statements import StateStatements
+from celery_durable.waits.timer_statements import TimerStatements
 
 
 class Statements:

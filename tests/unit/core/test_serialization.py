@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from celery_durable.canvas.reports import rebuilt_error
 from celery_durable.core import serialization
-from celery_durable.engine.canvas import rebuilt_error
 from celery_durable.errors import NotSerialisable, StepFailed
 
 SETTING = "durable_max_payload_depth"

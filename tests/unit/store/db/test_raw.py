@@ -47,5 +47,5 @@ def _statements(obj: Any, path: str = "sql", depth: int = 0) -> Any:
     for name, value in vars(obj).items():
         if isinstance(value, (sa.Select, sa.Insert, sa.Update, sa.Delete)):
             yield f"{path}.{name}", value
-        elif depth < 2 and type(value).__module__.startswith("celery_durable.store.sql"):
+        elif depth < 2 and type(value).__name__.endswith("Statements"):
             yield from _statements(value, f"{path}.{name}", depth + 1)

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from celery_durable.fanout import items as items_module
 from celery_durable.store import FanOut, Outcome, StepRecord
-from celery_durable.store import items as items_module
 from tests.support.builders import claimed, fan, new_run, started
 from tests.support.plans import fill_analysed, plans_during
 from tests.support.waiting import wait_until

@@ -1,5 +1,5 @@
 """The statements of an item's first delivery in one transaction (Postgres only; see
-``store/open_item.py``): open and lock it, settle, retry or convert it to a claim.
+``fanout/open_item.py``): open and lock it, settle, retry or convert it to a claim.
 
 Example::
 

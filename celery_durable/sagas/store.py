@@ -1,6 +1,6 @@
 """The Store's operations for long-lived workflows: a saga's rollback writes and
 continue_as_new. Mixed into ``Store``; the SQL is in
-``sql/long_lived.py``.
+``sagas/statements.py``.
 
 Example::
 

@@ -1,4 +1,4 @@
-"""The canvas a run stores when it starts (engine/canvas.py): taken from apply_async's
+"""The canvas a run stores when it starts (canvas/reports.py): taken from apply_async's
 options or from a message, stored as JSON, and the run's error rebuilt for Celery."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from celery import Celery
 from celery.app.task import Context
 
-from celery_durable.engine.canvas import Canvas, neutralise, rebuilt_error
+from celery_durable.canvas.reports import Canvas, neutralise, rebuilt_error
 
 
 @pytest.fixture

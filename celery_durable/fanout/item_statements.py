@@ -31,13 +31,13 @@ from sqlalchemy import (
     update,
 )
 
+from celery_durable.fanout.batch_statements import claim_update, run_active
+from celery_durable.fanout.item_rows import fanout_rows
+from celery_durable.fanout.open_item_statements import not_run_open
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import DueItem, ItemRow, LostItem
 from celery_durable.store.schema import FINISHED_STATUSES, Tables, open_child
-from celery_durable.store.sql.batches import claim_update, run_active
 from celery_durable.store.sql.build import Builder, columns_of
-from celery_durable.store.sql.fanout_rows import fanout_rows
-from celery_durable.store.sql.open_items import not_run_open
 
 
 class ItemStatements(Builder):

@@ -1,6 +1,6 @@
 """The Store's operations on batched items (``cd.map(..., batch_size=K)``). Mixed into
-``Store``; the SQL is in ``sql/batches.py`` (the claim)
-and ``sql/items.py`` (each item's record, as an item task's). A batch's first delivery
+``Store``; the SQL is in ``fanout/batch_statements.py`` (the claim)
+and ``fanout/item_statements.py`` (each item's record, as an item task's). A batch's first delivery
 runs in one open transaction instead (``open_batch.py``).
 
 A batch task claims its consecutive items in one statement, under one claim token, runs
@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from celery_durable.fanout.batch_statements import outcomes_param
+from celery_durable.fanout.open_batch import MOST_ITEMS_OPEN, OpenBatch
 from celery_durable.store.db.connections import Connections
-from celery_durable.store.open_batch import MOST_ITEMS_OPEN, OpenBatch
 from celery_durable.store.records import BatchWrite, DueRun, ItemClaim, Settled
-from celery_durable.store.sql.batches import outcomes_param
 from celery_durable.store.sql.build import params
 from celery_durable.store.sql.statements import Statements
 

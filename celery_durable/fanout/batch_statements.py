@@ -1,6 +1,6 @@
 """The statements of batched items (``cd.map(..., batch_size=K)``): one Celery task claims
 a run of consecutive items at once, runs them in order and records them together (see
-``store/batches.py``). The claim itself is ``claim_item``'s, over a range of items: both
+``fanout/batches.py``). The claim itself is ``claim_item``'s, over a range of items: both
 are built by ``claim_update``.
 
 Example::
@@ -34,18 +34,18 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSON
 
-from celery_durable.store.db.dialect import Dialect
-from celery_durable.store.records import Settled
-from celery_durable.store.schema import ACTIVE_STATUSES, Tables
-from celery_durable.store.sql.build import Builder
-from celery_durable.store.sql.open_items import (
+from celery_durable.fanout.open_item_statements import (
     convert_to_claim,
     first_delivery,
     item_lock,
     not_run_open,
 )
+from celery_durable.store.db.dialect import Dialect
+from celery_durable.store.records import Settled
+from celery_durable.store.schema import ACTIVE_STATUSES, Tables
+from celery_durable.store.sql.build import Builder
 
-# A batch's outcomes as settle_batch's JSON parameter carries them (see store/batches.py).
+# A batch's outcomes as settle_batch's JSON parameter carries them (see fanout/batches.py).
 OUTCOME_COLUMNS = (
     ("item", Integer),
     ("status", Text),
@@ -217,7 +217,7 @@ class BatchStatements(Builder):
 
     def _open(self, in_batch: Any, active: Any) -> None:
         """Postgres: a batch's first delivery in one open transaction, as an item's (see
-        ``store/open_batch.py``): each item's advisory lock taken and the items read in
+        ``fanout/open_batch.py``): each item's advisory lock taken and the items read in
         one statement, the rest cancelled or turned into a claim before it commits."""
         self.open_batch: Any = None
         self.check_open_batch_items: Any = None

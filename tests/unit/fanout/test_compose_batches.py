@@ -8,7 +8,7 @@ import pytest
 
 import celery_durable as cd
 from celery_durable import InvalidArgument, WorkflowFailed, WorkflowStatus
-from celery_durable.body.fanout import AUTO_MAX, auto_size
+from celery_durable.fanout.compose import AUTO_MAX, auto_size
 from tests.support.flaky_map import flaky_map
 from tests.support.waiting import wait_until
 

@@ -17,17 +17,17 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from celery_durable.body.compensation import (
+from celery_durable.body.context import WorkflowContext
+from celery_durable.core import serialization
+from celery_durable.engine.finish import finish
+from celery_durable.errors import LeaseLost, StoreUnavailable
+from celery_durable.sagas.compensation import (
     ROLLBACK_STEP,
     Compensation,
     pending_compensations,
     run_compensations,
     write_fenced,
 )
-from celery_durable.body.context import WorkflowContext
-from celery_durable.core import serialization
-from celery_durable.engine.finish import finish
-from celery_durable.errors import LeaseLost, StoreUnavailable
 from celery_durable.store import Claim, StepRecord
 
 if TYPE_CHECKING:

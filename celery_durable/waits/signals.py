@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Celery, bootsteps
 
-from celery_durable.body.suspend import check_signal_name
 from celery_durable.core import serialization, tracing, validate
 from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.core.retry import backoff
 from celery_durable.engine.apps import runtime_for, runtimes_of
 from celery_durable.engine.publish import publish_or_leave
-from celery_durable.engine.wake import wake, wake_outcome
 from celery_durable.errors import PendingSignalsFull, WorkflowAlreadyCompleted, WorkflowNotFound
 from celery_durable.store import Outcome, is_unreachable
+from celery_durable.waits.suspend import check_signal_name
+from celery_durable.waits.wake import wake, wake_outcome
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime_view import RuntimeView

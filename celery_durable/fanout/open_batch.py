@@ -1,6 +1,6 @@
 """A batch's first delivery in one transaction (Postgres): open, run, record, commit.
 
-As an item's first delivery (``store/open_item.py``): the transaction that records the
+As an item's first delivery (``fanout/open_item.py``): the transaction that records the
 batch opens before its first item runs and takes each item's transaction-level advisory
 lock, in the statement that reads the items. Those locks are the batch's lease: every
 other claimant only tries them, and Postgres drops them with the worker's connection. The
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from celery_durable.fanout.batch_statements import outcomes_param
 from celery_durable.store.records import BatchWrite, DueRun, ItemClaim, Settled
-from celery_durable.store.sql.batches import outcomes_param
 from celery_durable.store.sql.build import params
 
 if TYPE_CHECKING:

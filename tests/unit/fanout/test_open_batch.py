@@ -8,8 +8,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from celery_durable.fanout.open_batch import MOST_ITEMS_OPEN
 from celery_durable.store import OpenBatch, Outcome, Settled, Store
-from celery_durable.store.open_batch import MOST_ITEMS_OPEN
 from tests.conftest import store_on
 from tests.support.builders import claimed, fan, started
 from tests.support.services import PG_URL

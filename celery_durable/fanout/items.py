@@ -21,9 +21,9 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from celery_durable.fanout.open_item import CLAIM, OpenItem
 from celery_durable.store.db.connections import Connections
 from celery_durable.store.db.dialect import Dialect
-from celery_durable.store.open_item import CLAIM, OpenItem
 from celery_durable.store.records import (
     ITEM_FAILED,
     DueItem,

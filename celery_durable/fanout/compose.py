@@ -27,14 +27,6 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from celery_durable.body.context import WorkflowContext, enter_body
-from celery_durable.body.dispatch import dispatch, write_fanout
-from celery_durable.body.fanin import (
-    ChildHandle,
-    StepFuture,
-    collect,
-    gather,
-    wait_for,
-)
 from celery_durable.body.replay import (
     check_replay,
     record,
@@ -45,6 +37,14 @@ from celery_durable.core import faults, serialization
 from celery_durable.core.ids import derived_id
 from celery_durable.core.logs import log_started
 from celery_durable.errors import InvalidArgument, NonDeterminismError, RunLimitExceeded
+from celery_durable.fanout.dispatch import dispatch, write_fanout
+from celery_durable.fanout.fanin import (
+    ChildHandle,
+    StepFuture,
+    collect,
+    gather,
+    wait_for,
+)
 from celery_durable.store import FanOut, NewRun, StepRecord
 
 R = TypeVar("R")

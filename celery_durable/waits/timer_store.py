@@ -1,5 +1,5 @@
 """Moving a namespace's timers, for tests (``celery_durable.testing``'s clock): mixed
-into ``Store``; the SQL is in ``sql/timers.py``.
+into ``Store``; the SQL is in ``waits/timer_statements.py``.
 
 The database's clock can't be set, so the timers move instead: every due time of a waiting
 run, every run's deadline and every deadline a waiting step recorded comes ``seconds``

@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from kombu.utils.encoding import safe_repr
 
+from celery_durable.canvas.reports import Canvas
 from celery_durable.core import serialization
 from celery_durable.core.logs import log_started
-from celery_durable.engine.canvas import Canvas
 from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.delivery import request_header
 from celery_durable.engine.guard import ARGUMENTS_REFUSED

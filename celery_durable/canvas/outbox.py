@@ -1,6 +1,6 @@
 """The Store's outbox operations: take the reports that settled runs still owe Celery,
 clear the ones made. Mixed into ``Store``; the SQL is in
-``sql/outbox.py``.
+``canvas/outbox_statements.py``.
 
 Example::
 

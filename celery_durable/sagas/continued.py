@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from celery_durable.body.context import WorkflowContext
 from celery_durable.engine.publish import publish_woken
-from celery_durable.engine.rollback import finish_or_roll_back
 from celery_durable.errors import ContinuedAsNew
+from celery_durable.sagas.rollback import finish_or_roll_back
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime_view import RuntimeView

@@ -1,9 +1,9 @@
 """Batch tasks: ``cd.map(step, items, batch_size=K)`` sends one Celery task per K
-consecutive items, and the item task (``celery_durable.engine.items``) runs such a
+consecutive items, and the item task (``celery_durable.fanout.item_tasks``) runs such a
 message here: its fifth argument is the batch's item count.
 
 A first delivery of at most 64 items runs in one open transaction that holds each item's
-advisory lock (``store/open_batch.py``), so each item row is written once, by its
+advisory lock (``fanout/open_batch.py``), so each item row is written once, by its
 record; anything else claims the batch's items in one statement under one claim token (a
 lease that the process's heartbeat renews). Either way the task runs them in order
 under the step's own retry policy, and records what it ran in one transaction at the

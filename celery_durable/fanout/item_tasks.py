@@ -27,14 +27,14 @@ from celery import Celery, Task
 from celery.exceptions import TaskRevokedError
 from kombu.utils.encoding import safe_repr
 
+from celery_durable.canvas.reports import report_taken
 from celery_durable.core import faults, serialization, tracing, validate
 from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.engine import shutdown, taskevents
 from celery_durable.engine.apps import runtime_for
-from celery_durable.engine.batches import execute_batch, log_item_retry, may_run_open
-from celery_durable.engine.canvas import report_taken
 from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import DuplicateRegistration, NotSerialisable, PermanentError
+from celery_durable.fanout.batch_tasks import execute_batch, log_item_retry, may_run_open
 from celery_durable.store import (
     CLAIM,
     RUN,

@@ -1,0 +1,1 @@
+"""Long-lived workflows: sagas' compensations and rollback, and ``continue_as_new``."""
