@@ -42,7 +42,7 @@ from celery_durable.limiters.report import limiters_command
 from celery_durable.ops import console, run_details
 from celery_durable.ops.cli_errors import DurableGroup, database_error
 from celery_durable.ops.dashboard.command import dashboard_command
-from celery_durable.runs.admin import RunDetails, cursor_of, describe_run, fork_run, resume_run
+from celery_durable.runs.admin import RunDetails, cursor_of
 from celery_durable.schedules.report import schedules_command
 from celery_durable.store import ItemRow
 from celery_durable.store.db.outage import retry_while_unreachable
@@ -77,7 +77,7 @@ def migrate(ctx: click.Context, sql: bool, revision: str) -> None:
 @click.pass_context
 def sweep(ctx: click.Context) -> None:
     for instance in _durables(ctx):
-        click.echo(f"published {instance.sweep_once()} run(s)")
+        click.echo(f"published {instance.runtime.sweeper.sweep_once()} run(s)")
 
 
 def _only_durable(ctx: click.Context) -> Durable:
@@ -113,7 +113,7 @@ def _one_line_errors(instance: Durable, action: str, workflow_id: str) -> Iterat
     except DurableError as exc:
         raise click.ClickException(f"{where}: {exc}") from None
     except Exception as exc:
-        if (error := database_error(exc, instance.store, where)) is None:
+        if (error := database_error(exc, instance.runtime.store, where)) is None:
             raise
         raise error from None
 
@@ -149,11 +149,11 @@ def show(
 ) -> None:
     instance = _only_durable(ctx)
     _check_id(workflow_id)
-    store = instance.store
+    store = instance.runtime.store
 
     def read() -> tuple[RunDetails | None, list[ItemRow]]:
-        details = describe_run(instance.runtime, workflow_id, steps_from, steps_limit)
-        return details, [] if details is None else store.list_items(workflow_id)
+        details = instance.describe_run(workflow_id, steps_from, steps_limit)
+        return details, [] if details is None else instance.list_items(workflow_id)
 
     try:
         details, rows = retry_while_unreachable(
@@ -233,7 +233,7 @@ def _operation_errors(instance: Durable, what: str) -> Iterator[None]:
     except DurableError as exc:
         raise click.ClickException(f"cannot {what}: {exc}") from None
     except Exception as exc:
-        if (error := database_error(exc, instance.store, f"cannot {what}")) is None:
+        if (error := database_error(exc, instance.runtime.store, f"cannot {what}")) is None:
             raise
         raise error from None
 
@@ -324,7 +324,7 @@ def resume(
             _check_id(workflow_id)
             try:
                 with _one_line_errors(instance, "resume", workflow_id):
-                    resumed = resume_run(instance.runtime, workflow_id, timeout)
+                    resumed = instance.resume_run(workflow_id, timeout)
             except click.ClickException as exc:
                 click.echo(f"Error: {exc.message}", err=True)
                 refused += 1
@@ -365,10 +365,10 @@ def fork(
     _check_id(workflow_id)
     with _one_line_errors(instance, "fork", workflow_id):
         try:
-            forked = fork_run(instance.runtime, workflow_id, from_step, new_id, timeout)
+            forked = instance.fork_run(workflow_id, from_step, new_id, timeout)
         except WorkflowAlreadyExists as exc:
             raise DurableError(f"a run with id {exc.workflow_id!r} already exists") from None
-        steps = instance.store.load_steps(workflow_id)
+        steps = instance.runtime.store.load_steps(workflow_id)
     in_order = [steps[idx] for idx in sorted(steps)]
     for line in console.fork_lines(workflow_id, from_step, forked, in_order):
         click.echo(line)

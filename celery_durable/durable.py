@@ -31,26 +31,20 @@ from celery_durable.engine import apps
 from celery_durable.engine.bootstep import DurableSweeper
 from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.guard import DeliveryGuard
-from celery_durable.engine.leases import LeaseKeeper
-from celery_durable.engine.publish import Dispatch
 from celery_durable.engine.runtime import Runtime
 from celery_durable.engine.runtime_view import SweepPass
-from celery_durable.engine.sweeper import Sweeper
 from celery_durable.errors import (
     ConfigurationError,
     DuplicateRegistration,
     InvalidArgument,
-    WorkflowNotFound,
 )
 from celery_durable.fanout.item_tasks import register_item_task
 from celery_durable.limiters.limiter import Limiter, declare, named, workflow_limiter
 from celery_durable.ops.operations import Operations
-from celery_durable.runs.handle import WorkflowHandle
 from celery_durable.runs.task import WorkflowTask
 from celery_durable.schedules.declared import from_beat as beat_entries
 from celery_durable.schedules.firing import SchedulePass
 from celery_durable.schedules.firing import declare as declare_schedule
-from celery_durable.store import Store
 from celery_durable.waits.signals import SignalQueue, register_tasks, send_signal_via_broker
 
 if TYPE_CHECKING:
@@ -75,6 +69,11 @@ class Durable(Operations):
     Settings come from keyword arguments (``database_url=...``, ``lock_timeout=...``; see
     the Settings reference), ``CELERY_DURABLE_*`` env vars and ``app.conf.durable_*``.
     They are read on first use, so ``app.conf`` may be filled after this call.
+
+    It is also the operator API (``list_runs``, ``stats``, ``resume_runs``, ``gc``...:
+    ``Operations``), the one the CLI, the dashboard and the Django admin call.
+    ``durable.runtime`` is internal: the machinery (store, sweeper, leases, dispatch) for
+    celery_durable's own tests and integrations, with no stability promise.
     """
 
     def __init__(self, app: Celery, **settings: Any) -> None:
@@ -83,7 +82,7 @@ class Durable(Operations):
         # Unknown names and wrong types fail here, at import; ranges that depend on the
         # other sources (env, app.conf) are checked once they are merged, on first use.
         DurableConfig.check_keywords(settings)
-        self.runtime = Runtime(app, settings)
+        super().__init__(Runtime(app, settings))
         self.runtime.sweep_passes.append(SweepPass("schedules", SchedulePass(self.runtime)))
         app.steps["worker"].add(DurableSweeper)
         app.steps["worker"].add(SignalQueue)
@@ -97,40 +96,22 @@ class Durable(Operations):
     def __repr__(self) -> str:
         return f"<Durable app={self.app.main!r} settings={sorted(self._settings)}>"
 
-    # -- the runtime's parts ------------------------------------------------------------------
+    # -- what a user reads ---------------------------------------------------------------------
 
     @property
     def config(self) -> DurableConfig:
+        """The merged settings (keywords, env vars, app.conf), read on first use."""
         return self.runtime.config
 
     @property
-    def store(self) -> Store:
-        return self.runtime.store
-
-    @property
-    def dispatcher(self) -> str:
-        """The broker this app publishes to, as its runs record it (see Runtime.dispatcher)."""
-        return self.runtime.dispatcher
-
-    @property
     def workflows(self) -> dict[str, WorkflowDefinition]:
+        """The workflows registered on this Durable, by task name."""
         return self.runtime.workflows
 
     @property
     def steps(self) -> dict[str, Step[Any, Any]]:
+        """The steps registered on this Durable, by name."""
         return self.runtime.steps
-
-    @property
-    def leases(self) -> LeaseKeeper:
-        return self.runtime.leases
-
-    @property
-    def sweeper(self) -> Sweeper:
-        return self.runtime.sweeper
-
-    @property
-    def dispatch(self) -> Dispatch:
-        return self.runtime.dispatch
 
     # -- registration ------------------------------------------------------------------------
 
@@ -350,18 +331,6 @@ class Durable(Operations):
 
     # -- runs ---------------------------------------------------------------------------------
 
-    def get_handle(self, workflow_id: str) -> WorkflowHandle:
-        """A handle for an existing run; WorkflowNotFound if there is none."""
-        validate.check_workflow_id(workflow_id)
-        run = self.store.get_run(workflow_id)
-        if run is None:
-            raise WorkflowNotFound(workflow_id)
-        return WorkflowHandle(self.runtime, workflow_id, run.name)
-
-    def publish(self, run_id: str, name: str, args: str, queue: str | None) -> None:
-        """Publish a stored run's task message (the sweeper's re-dispatch)."""
-        self.runtime.publish(run_id, name, args, queue)
-
     def send_signal(
         self,
         workflow_id: str,
@@ -407,10 +376,6 @@ class Durable(Operations):
 
         return dashboard_app(self, asgi=asgi, **options)
 
-    def sweep_once(self) -> int:
-        """Run one sweep now (what every worker's sweeper does each poll interval)."""
-        return self.sweeper.sweep_once()
-
     # -- schema -------------------------------------------------------------------------------
 
     def migrate(self, revision: str = "head", sql: bool = False) -> str | Migrated:
@@ -419,13 +384,13 @@ class Durable(Operations):
         the DDL instead."""
         from celery_durable.store.migrations import upgrade
 
-        return upgrade(self.store, revision=revision, sql=sql)
+        return upgrade(self.runtime.store, revision=revision, sql=sql)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     def _on_process_exit(self, **_: Any) -> None:
         if self.runtime.store_opened:
-            self.leases.release_all()
+            self.runtime.leases.release_all()
 
 
 def _refuse_coroutine(fn: Callable[..., Any], what: str) -> None:

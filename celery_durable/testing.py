@@ -33,7 +33,15 @@ from celery import current_app
 
 from celery_durable.durable import Durable, durables_of
 
-__all__ = ["Clock", "EagerWorkflows", "durable_eager", "eager_workflows"]
+__all__ = ["Clock", "EagerWorkflows", "durable_eager", "eager_workflows", "sweep"]
+
+
+def sweep(*durables: Durable) -> int:
+    """Run one sweep of each Durable now, what every worker's sweeper does each poll
+    interval: publish the runs that are due, wake those signalled, hand off limiter
+    slots, fire schedules...; returns the runs published. (``durable sweep`` on the
+    command line.)"""
+    return sum(durable.runtime.sweeper.sweep_once() for durable in durables)
 
 
 class Clock:
@@ -50,8 +58,8 @@ class Clock:
             raise ValueError(f"advance(seconds): a clock only goes forward, got {seconds!r}")
         woken = 0
         for durable in self._durables:
-            durable.store.bring_timers_forward(seconds)
-            woken += durable.sweep_once()
+            durable.runtime.store.bring_timers_forward(seconds)
+            woken += sweep(durable)
         return woken
 
 
@@ -66,6 +74,10 @@ class EagerWorkflows:
     def durable(self) -> Durable:
         """The first Durable (the only one, most of the time)."""
         return self.durables[0]
+
+    def sweep(self) -> int:
+        """One sweep of its Durables now (see ``sweep``); returns the runs published."""
+        return sweep(*self.durables)
 
 
 @contextmanager

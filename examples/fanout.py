@@ -102,7 +102,7 @@ def demo() -> None:
     print(f"sizes: {result['sizes']}; cover: {result['cover']}")
     child = durable.get_handle(result["child"])
     print(f"child {child.id}: {child.status()}, {result['shipped']!r}")
-    items = durable.store.list_items(handle.id)
+    items = durable.list_items(handle.id)
     print(f"step 1 items: {[(row.item, row.status) for row in items if row.idx == 1]}")
 
 

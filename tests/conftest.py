@@ -105,7 +105,7 @@ def basic_app() -> Iterator[object]:
 
     basic.durable.migrate()
     yield basic
-    basic.durable.store.dispose()
+    basic.durable.runtime.store.dispose()
     drop_tables(PG_URL, PREFIX)
     queues = [QUEUE, OTHER_QUEUE, GPU_QUEUE, CANVAS_QUEUE, LIMITED_QUEUE, SCHEDULED_QUEUE]
     queues.append(basic.durable.config.signal_queue)
@@ -253,7 +253,7 @@ def batched_app(basic_app: object) -> Iterator[object]:
     from tests.apps import batched
 
     yield batched
-    batched.durable.store.dispose()
+    batched.durable.runtime.store.dispose()
     delete_queues(BROKER_URL, [batched.QUEUE])
 
 
@@ -305,4 +305,4 @@ def durable(tmp_path, monkeypatch) -> Iterator[Durable]:  # type: ignore[no-unty
     instance = Durable(app, database_url=f"sqlite:///{tmp_path}/store.sqlite3")
     instance.migrate()
     yield instance
-    instance.store.dispose()
+    instance.runtime.store.dispose()

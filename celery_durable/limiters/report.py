@@ -16,7 +16,7 @@ import click
 
 from celery_durable.ops.cli_errors import database_error
 from celery_durable.ops.console import span, table
-from celery_durable.runs.admin import limiter_usage
+from celery_durable.ops.operations import Operations
 from celery_durable.store import LimiterUsage
 
 
@@ -55,20 +55,20 @@ def usage_lines(usages: Sequence[LimiterUsage], limits: dict[str, Any]) -> list[
     return table(["LIMITER", "KEY", "IN USE", "WAITING", "OLDEST WAIT", "TOKENS"], rows, right=4)
 
 
-def limiters_command(find: Callable[[click.Context], Any]) -> click.Command:
-    """The command, reading the Durable that ``find`` returns for the click context."""
+def limiters_command(find: Callable[[click.Context], Operations]) -> click.Command:
+    """The command, reading the operations (the Durable) ``find`` returns for the context."""
 
     @click.command(name="limiters", help="Each limiter: slots in use, waiters, tokens left.")
     @click.option("--json", "as_json", is_flag=True, help="One JSON object per limiter key.")
     @click.pass_context
     def limiters(ctx: click.Context, as_json: bool) -> None:
         instance = find(ctx)
-        limits = {name: each.limit for name, each in instance.runtime.limiters.items()}
+        limits = instance.declared_limits()
         try:
-            usages = limiter_usage(instance.runtime)
+            usages = instance.limiter_usage()
         except Exception as exc:
             where = "cannot read the limiters"
-            error = database_error(exc, instance.store, where)
+            error = database_error(exc, instance.runtime.store, where)
             raise error or click.ClickException(f"{where}: {exc}") from None
         if as_json:
             for usage in usages:

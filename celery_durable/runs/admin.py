@@ -1,7 +1,8 @@
 """Operations on runs without writing SQL: list, stats, show, resume, fork, gc, retention.
 
-``Durable.list_runs``, ``Durable.stats`` and the handle's methods call these; the CLI
-prints what they return.
+The implementation beneath the operator API (``ops.operations.Operations``, which a
+``Durable`` is): the CLI, the dashboard and the Django admin reach these through it, and a
+handle's ``resume`` and ``fork`` call them directly (``runs`` sits below ``ops``).
 
 Example::
 

@@ -1,6 +1,6 @@
 """The dashboard's schedules page and its actions: what ``durable schedules`` lists (the
 same ``schedule_json``), and pause, resume and trigger,
-which call the same store and firing operations as ``durable schedules pause|resume|trigger``.
+which call the same operations as ``durable schedules pause|resume|trigger``.
 
 Example::
 
@@ -14,20 +14,19 @@ from typing import TYPE_CHECKING, Any
 
 from celery_durable.errors import InvalidArgument
 from celery_durable.ops import console
-from celery_durable.schedules import firing
 from celery_durable.schedules.report import schedule_json
 
 if TYPE_CHECKING:
-    from celery_durable.ops.dashboard.operated import Operated
+    from celery_durable.ops.operations import Operations
 
 ACTIONS = ("pause", "resume", "trigger")
 
 
-def schedules_page(durable: Operated) -> list[dict[str, Any]]:
+def schedules_page(durable: Operations) -> list[dict[str, Any]]:
     """Each schedule of the namespace as ``durable schedules --json`` says it, with its
     lag and slot times for people."""
     rows = []
-    for row in durable.store.list_schedules():
+    for row in durable.list_schedules():
         shown = schedule_json(row)
         shown["lag"] = console.span(row.last_lag) if row.last_lag is not None else None
         shown["next_slot_shown"] = console.iso(row.next_slot, False)
@@ -36,17 +35,16 @@ def schedules_page(durable: Operated) -> list[dict[str, Any]]:
     return rows
 
 
-def act_on_schedule(durable: Operated, verb: str, name: str) -> str:
+def act_on_schedule(durable: Operations, verb: str, name: str) -> str:
     """Pause, resume or trigger the schedule ``name``; returns what happened, or raises
     InvalidArgument (no such schedule, its workflow not declared here)."""
     if not name:
         raise InvalidArgument("give the schedule's name")
     if verb == "trigger":
-        run_id = firing.trigger(durable.runtime, name)
+        run_id = durable.trigger_schedule(name)
         return f"Triggered {name!r}: run {run_id} started."
-    paused = verb == "pause"
-    if not durable.store.set_schedule_paused(name, paused):
-        raise InvalidArgument(f"no schedule named {name!r}")
-    if paused:
+    if verb == "pause":
+        durable.pause_schedule(name)
         return f"Paused {name!r}: its slots no longer fire."
+    durable.resume_schedule(name)
     return f"Resumed {name!r}: its slots fire again."

@@ -19,7 +19,7 @@ import click
 from celery_durable.errors import InvalidArgument
 from celery_durable.ops.cli_errors import database_error
 from celery_durable.ops.console import span, table
-from celery_durable.schedules import firing
+from celery_durable.ops.operations import Operations
 from celery_durable.schedules.declared import timing_of
 from celery_durable.schedules.firing_times import UTC
 from celery_durable.schedules.store import ScheduleRow
@@ -97,8 +97,8 @@ def _moment(text: str, argument: str) -> dt.datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def schedules_command(find: Callable[[click.Context], Any]) -> click.Group:
-    """The command group, reading the Durable that ``find`` returns for the context."""
+def schedules_command(find: Callable[[click.Context], Operations]) -> click.Group:
+    """The command group, on the operations (the Durable) ``find`` returns for the context."""
     as_json_option = click.option("--json", "as_json", is_flag=True, help="JSON output.")
 
     @click.group(
@@ -111,11 +111,11 @@ def schedules_command(find: Callable[[click.Context], Any]) -> click.Group:
     def schedules(ctx: click.Context, as_json: bool) -> None:
         if ctx.invoked_subcommand is not None:
             return
-        store = find(ctx).store
+        operations = find(ctx)
         try:
-            rows = store.list_schedules()
+            rows = operations.list_schedules()
         except Exception as exc:
-            error = database_error(exc, store, "cannot read the schedules")
+            error = database_error(exc, operations.runtime.store, "cannot read the schedules")
             raise error or click.ClickException(f"cannot read the schedules: {exc}") from None
         if as_json:
             for row in rows:
@@ -124,7 +124,9 @@ def schedules_command(find: Callable[[click.Context], Any]) -> click.Group:
         for line in schedule_lines(rows):
             click.echo(line)
 
-    def _act(ctx: click.Context, as_json: bool, name: str, act: Callable[[Any], Any]) -> None:
+    def _act(
+        ctx: click.Context, as_json: bool, name: str, act: Callable[[Operations], Any]
+    ) -> None:
         instance = find(ctx)
         try:
             done = act(instance)
@@ -137,9 +139,11 @@ def schedules_command(find: Callable[[click.Context], Any]) -> click.Group:
 
     def switch(paused: bool) -> Callable[..., None]:
         def command(ctx: click.Context, name: str, as_json: bool) -> None:
-            def act(instance: Any) -> dict[str, Any]:
-                if not instance.store.set_schedule_paused(name, paused):
-                    raise InvalidArgument(f"no schedule named {name!r}")
+            def act(operations: Operations) -> dict[str, Any]:
+                if paused:
+                    operations.pause_schedule(name)
+                else:
+                    operations.resume_schedule(name)
                 return {"paused": paused}
 
             _act(ctx, as_json, name, act)
@@ -157,7 +161,7 @@ def schedules_command(find: Callable[[click.Context], Any]) -> click.Group:
     @as_json_option
     @click.pass_context
     def trigger(ctx: click.Context, name: str, as_json: bool) -> None:
-        _act(ctx, as_json, name, lambda d: {"run_id": firing.trigger(d.runtime, name)})
+        _act(ctx, as_json, name, lambda d: {"run_id": d.trigger_schedule(name)})
 
     @schedules.command(name="backfill", help="Start the slots in a range that never fired.")
     @click.argument("name")
@@ -171,7 +175,7 @@ def schedules_command(find: Callable[[click.Context], Any]) -> click.Group:
             ctx,
             as_json,
             name,
-            lambda d: {"run_ids": firing.backfill(d.runtime, name, first, last)},
+            lambda d: {"run_ids": d.backfill_schedule(name, first, last)},
         )
 
     return schedules

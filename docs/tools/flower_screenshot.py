@@ -115,8 +115,8 @@ def main() -> None:
         from sqlalchemy import MetaData
 
         meta = MetaData()
-        meta.reflect(durable.store.engine, only=lambda name, _: name.startswith("docs_"))
-        meta.drop_all(durable.store.engine)
+        meta.reflect(durable.runtime.store.engine, only=lambda name, _: name.startswith("docs_"))
+        meta.drop_all(durable.runtime.store.engine)
 
 
 def _healthy(port: int) -> bool:

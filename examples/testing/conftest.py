@@ -20,4 +20,4 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
         durable.migrate()  # the tables, as `celery -A booking durable migrate` makes them
         yield
-        durable.store.dispose()
+        durable.runtime.store.dispose()

@@ -153,11 +153,11 @@ def charge(key: str, n: int) -> int:
     """Notes the slot row its step holds (``limited:<key>:slots``, "run:slot")."""
     ctx = cd.WorkflowContext.current()
     assert ctx is not None
-    slots = durable.store.tables.limiter_slots
-    with durable.store.engine.connect() as conn:
+    slots = durable.runtime.store.tables.limiter_slots
+    with durable.runtime.store.engine.connect() as conn:
         held = conn.execute(
             sa.select(slots.c.slot).where(
-                slots.c.namespace == durable.store.namespace,
+                slots.c.namespace == durable.runtime.store.namespace,
                 slots.c.limiter == plenty.name,
                 slots.c.run_id == ctx.workflow_id,
                 slots.c.idx == n,

@@ -22,7 +22,7 @@ def test_a_chain_runs_its_next_task_once_with_the_final_result_after_a_signal(ca
     canvas = canvas_app
     result = chain(canvas.add.s(1, 2), canvas.approval.s(key), canvas.record.s(key)).apply_async()
     run_id = result.parent.id  # the run exists once `add` has applied it
-    store = canvas.durable.store
+    store = canvas.durable.runtime.store
     wait_until(lambda: store.get_status(run_id) == "WAITING", 60, message="the wait")
     handle = canvas.durable.get_handle(run_id)
     assert seen(rds, key) == []  # the chain's next task waits for the run, not the message

@@ -66,13 +66,13 @@ def test_beat_starts_one_run_per_firing(canvas_app, key, tmp_path):
     finally:
         beat.stop()
     fired_count = beat.log().count("Sending due task tick")
-    runs = canvas.durable.store.tables.runs
+    runs = canvas.durable.runtime.store.tables.runs
     tick_runs = sa.select(runs.c.id, runs.c.status).where(
         runs.c.name == canvas.tick.name, runs.c.args.contains(key)
     )
 
     def all_done() -> list[Any]:
-        with canvas.durable.store.engine.connect() as conn:
+        with canvas.durable.runtime.store.engine.connect() as conn:
             rows = conn.execute(tick_runs).all()
         return (
             rows if len(rows) == fired_count and {r.status for r in rows} == {"SUCCEEDED"} else []

@@ -64,7 +64,7 @@ def test_migrate_says_whether_it_created_upgraded_or_found_nothing_to_do(
 
 
 def test_show_signal_and_cancel_a_run(basic_app, shared_worker, key):
-    store = basic_app.durable.store
+    store = basic_app.durable.runtime.store
     handle = basic_app.collector.delay(key, 2)
     wait_until(lambda: handle.status().value == "WAITING", 30, message="the run to wait")
     assert [s.status for s in store.load_steps(handle.id).values()] == ["ok", "waiting"]

@@ -33,12 +33,12 @@ def test_a_map_of_50_routed_items_completes_in_order(
     assert task.acks_late and task.reject_on_worker_lost
     rows = item_rows(basic_app, handle.id)
     assert [(r.idx, r.item, r.status) for r in rows] == [(0, n, "ok") for n in range(50)]
-    steps = basic_app.durable.store.load_steps(handle.id)
+    steps = basic_app.durable.runtime.store.load_steps(handle.id)
     assert list(steps) == [0] and steps[0].status == "ok"  # one step index for the fan-out
     # It began when it was dispatched, with its items, in the attempt that dispatched it,
     # although the parent recorded its outcome later (after suspending on its items).
-    items = basic_app.durable.store.tables.items
-    with basic_app.durable.store.engine.connect() as conn:
+    items = basic_app.durable.runtime.store.tables.items
+    with basic_app.durable.runtime.store.engine.connect() as conn:
         created, finished = conn.execute(
             sa.select(sa.func.min(items.c.created_at), sa.func.max(items.c.finished_at)).where(
                 items.c.run_id == handle.id
@@ -57,7 +57,7 @@ def test_futures_gather_and_a_routed_call(basic_app, shared_worker, shared_gpu_w
         "images": ["page-1", "page-2", "page-3"],
     }
     assert effects(rds, key, "fetch-a") == effects(rds, key, "fetch-b") == 1
-    names = [s.name for s in basic_app.durable.store.load_steps(handle.id).values()]
+    names = [s.name for s in basic_app.durable.runtime.store.load_steps(handle.id).values()]
     assert names == [basic_app.fetch.name] * 2 + [basic_app.render.name] * 2
 
 
@@ -125,7 +125,9 @@ def test_a_duplicate_item_delivery_acks_without_running(
     handle = basic_app.rendered.delay(key, 3)
     assert handle.get(timeout=60) == ["page-0", "page-1", "page-2"]
     # The same item's message again (same task id), as a broker redelivery would bring it.
-    basic_app.durable.dispatch.publish_items(basic_app.render.name, GPU_QUEUE, handle.id, 0, [1])
+    basic_app.durable.runtime.dispatch.publish_items(
+        basic_app.render.name, GPU_QUEUE, handle.id, 0, [1]
+    )
     wait_until(
         lambda: (
             f"item 1 of step 0 ({basic_app.render.name}) of run {handle.id} not claimed"
@@ -157,8 +159,8 @@ def test_items_tables_rows_are_sub_records_of_one_step(
 ):
     handle = basic_app.report.delay(key)
     handle.get(timeout=60)
-    items = basic_app.durable.store.tables.items
-    with basic_app.durable.store.engine.connect() as conn:
+    items = basic_app.durable.runtime.store.tables.items
+    with basic_app.durable.runtime.store.engine.connect() as conn:
         rows = conn.execute(
             sa.select(items.c.idx, sa.func.count())
             .where(items.c.run_id == handle.id)
@@ -175,8 +177,8 @@ def test_an_item_running_longer_than_its_lease_keeps_it(
     rds.set(f"block:{key}:render", "1")
     handle = basic_app.rendered.delay(key, 1, 0)
     wait_until(lambda: rds.get(f"started:{key}:render"), 60, message="the item to start")
-    items = basic_app.durable.store.tables.items
-    store = basic_app.durable.store
+    items = basic_app.durable.runtime.store.tables.items
+    store = basic_app.durable.runtime.store
 
     def lease_end() -> float:
         with store.engine.connect() as conn:

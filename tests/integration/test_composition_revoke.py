@@ -19,7 +19,7 @@ REVOKED = "celery.exceptions.TaskRevokedError"
 
 
 def item_status(basic_app, run_id: str, item: int) -> str | None:  # type: ignore[no-untyped-def]
-    rows = basic_app.durable.store.list_items(run_id)
+    rows = basic_app.durable.runtime.store.list_items(run_id)
     return next((row.status for row in rows if row.item == item), None)
 
 
@@ -78,7 +78,9 @@ def test_revoking_a_running_item_fails_its_map_and_no_copy_runs_again(
     # A copy of the item (a redelivery, a re-dispatch) on a worker that never heard of
     # the revoke: acknowledged without running.
     fresh = start_worker("gpu-b", queues=GPU_QUEUE)
-    basic_app.durable.dispatch.publish_items(basic_app.render.name, GPU_QUEUE, handle.id, 0, [1])
+    basic_app.durable.runtime.dispatch.publish_items(
+        basic_app.render.name, GPU_QUEUE, handle.id, 0, [1]
+    )
     not_claimed(basic_app, fresh, handle.id, 1)
     assert effects(rds, key, "render1") == 1
     assert item_status(basic_app, handle.id, 1) == "revoked"

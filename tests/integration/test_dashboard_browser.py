@@ -173,7 +173,7 @@ def test_fork_from_step_2(basic_app, shared_worker, page, key):
     expect(page.locator(".notice-ok")).to_contain_text(f"Forked from {origin.id} at step 2")
     expect(page.locator(".facts")).to_contain_text(f"{origin.id} at step 2")
     expect(run_status(page)).to_have_text("✓ succeeded", timeout=30 * SECONDS)
-    store = basic_app.durable.store
+    store = basic_app.durable.runtime.store
     kept, before = store.load_steps(f"{key}-forked"), store.load_steps(origin.id)
     assert [kept[0], kept[1]] == [before[0], before[1]]
 
@@ -259,7 +259,7 @@ def orders(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, dict[str, str
     sys.modules.pop("examples.orders", None)
     module = importlib.import_module("examples.orders")
     yield module, env
-    module.durable.store.dispose()
+    module.durable.runtime.store.dispose()
     sys.modules.pop("examples.orders", None)
 
 
@@ -368,5 +368,5 @@ def test_pause_a_schedule_from_its_page(browser, durable, embedded_board):
         expect(page.locator(".notice-ok")).to_contain_text("Paused 'report-eu'")
         expect(row.locator("[data-status]")).to_have_text("paused")
         expect(row.get_by_role("button", name="Resume report-eu")).to_be_visible()
-    [stored] = [r for r in durable.store.list_schedules() if r.name == "report-eu"]
+    [stored] = [r for r in durable.runtime.store.list_schedules() if r.name == "report-eu"]
     assert stored.paused

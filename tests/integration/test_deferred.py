@@ -35,7 +35,7 @@ def test_deferred_records_ride_on_the_next_write(deferred_app, start_worker, key
     start_worker(app=APP)
     handle, result = run(deferred_app, rds, deferred_app.mixed, key)
     assert result == [0, 10, 20, 30, 40]
-    steps = deferred_app.durable.store.load_steps(handle.id)
+    steps = deferred_app.durable.runtime.store.load_steps(handle.id)
     assert [(i, s.status) for i, s in steps.items()] == [(i, "ok") for i in range(5)]
     assert [effects(rds, key, n) for n in ("d0", "d1", "s2", "d3", "d4")] == [1] * 5
 

@@ -104,7 +104,7 @@ def test_starts_nested_too_deeply_are_refused_before_anything_is_stored(basic_ap
     )
     with pytest.raises(NotSerialisable, match=f"argument 'value' .* nested 101 levels.*{SETTING}"):
         guarded.echo.delay(value=nested(101))
-    assert basic_app.durable.store.get_run(run_id) is None
+    assert basic_app.durable.runtime.store.get_run(run_id) is None
 
 
 def test_every_entry_of_a_value_takes_the_configured_limit(basic_app):
@@ -169,7 +169,7 @@ def test_a_start_by_name_nested_too_deeply_fails_its_run_and_the_worker_lives(
     pid = worker.proc.pid
     run_id = f"by-name-{key}"
     basic_app.app.send_task("tests.guarded.echo", args=(nested(DEEP),), task_id=run_id, queue=QUEUE)
-    store = basic_app.durable.store
+    store = basic_app.durable.runtime.store
     run = wait_until(
         lambda: (found := store.get_run(run_id)) and found.status == "FAILED" and found,
         60,
@@ -195,8 +195,8 @@ def test_a_map_item_nested_too_deeply_fails_the_run_and_stores_no_item(worker, b
         f"argument 'value' of step tests.guarded.depth_of is nested {DEEP} levels deep"
         in failed.error_message
     )
-    items = basic_app.durable.store.tables.items
-    with basic_app.durable.store.engine.connect() as conn:
+    items = basic_app.durable.runtime.store.tables.items
+    with basic_app.durable.runtime.store.engine.connect() as conn:
         stored = conn.execute(sa.select(items.c.item).where(items.c.run_id == handle.id)).all()
     assert stored == []
     assert_alive_and_working(worker, pid)
@@ -236,8 +236,8 @@ def test_raw_messages_nested_too_deeply_on_the_signal_queue_are_refused_once(
     )
     tail = assert_refused_once(worker, since, {deep_text: queue})
     assert f"the payload is nested {DEEP} levels deep, over the limit of 100 ({SETTING})" in tail
-    signals = basic_app.durable.store.tables.signals
-    with basic_app.durable.store.engine.connect() as conn:
+    signals = basic_app.durable.runtime.store.tables.signals
+    with basic_app.durable.runtime.store.engine.connect() as conn:
         kept = conn.execute(sa.select(signals.c.id).where(signals.c.run_id == f"run-{key}")).all()
     assert kept == []
     assert queue_length(BROKER_URL, queue) == 0

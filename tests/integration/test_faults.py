@@ -69,7 +69,7 @@ def test_fault_around_a_wait_keeps_the_signal_and_the_steps(
     assert handle.get(timeout=90) == [10, {"n": 7}, 20]
     assert fired(rds, workflow_id, point)
     assert effects(rds, key, "s1") == 1 and effects(rds, key, "s2") == 1
-    steps = basic_app.durable.store.load_steps(handle.id)
+    steps = basic_app.durable.runtime.store.load_steps(handle.id)
     assert steps[1].output == '{"n":7}'
 
 
@@ -135,9 +135,9 @@ def test_crash_between_dispatch_and_recording_dispatches_nothing_twice(
     assert handle.get(timeout=240) == [f"page-{n}" for n in range(600)]
     assert fired(rds, workflow_id, faults.AFTER_DISPATCH)
     assert [effects(rds, key, f"render{n}") for n in range(600)] == [1] * 600
-    rows = basic_app.durable.store.list_items(handle.id)
+    rows = basic_app.durable.runtime.store.list_items(handle.id)
     assert len(rows) == 600 and {r.status for r in rows} == {"ok"}
-    assert list(basic_app.durable.store.load_steps(handle.id)) == [0]
+    assert list(basic_app.durable.runtime.store.load_steps(handle.id)) == [0]
     # Killed: a lost worker, recovered. Raised: a failed attempt, retried.
     record = handle.record()
     assert (record.recoveries, record.attempts) == ((1, 1) if action == "kill" else (0, 2))

@@ -176,7 +176,7 @@ def test_a_duplicate_delivery_that_did_not_run_is_not_a_success(
     # Early: a run whose start is 60 s away gets a stray message now.
     early = basic_app.five_steps.apply_async(args=(key,), countdown=60)
     run = early.record()
-    durable.publish(run.id, run.name, run.args, run.queue)
+    durable.runtime.publish(run.id, run.name, run.args, run.queue)
     info = shown(flower, early.id, "SCHEDULED", "pending (due ", "did not run it")
     assert f"workflow={early.id} attempt=0" in info["result"]
     assert effects(rds, key, "s1") == 0 and early.status() is WorkflowStatus.PENDING
@@ -185,7 +185,7 @@ def test_a_duplicate_delivery_that_did_not_run_is_not_a_success(
     waiting = basic_app.collector.delay(f"{key}-w", 1)
     shown(flower, waiting.id, "WAITING", "waiting for signal 'item'")
     run = waiting.record()
-    durable.publish(run.id, run.name, run.args, run.queue)
+    durable.runtime.publish(run.id, run.name, run.args, run.queue)
     info = shown(flower, waiting.id, "WAITING", "found the run WAITING and did not run it")
     assert f"workflow={waiting.id} attempt=1" in info["result"]
     early.cancel("test over")

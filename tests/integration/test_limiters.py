@@ -192,7 +192,7 @@ def test_a_run_s_steps_in_a_row_behind_one_limiter_take_one_slot_between_them(
     taught = [limited_app.charge_twice.apply_async((key, False), queue=queue) for _ in range(2)]
     assert [run.get(timeout=60) for run in taught] == [1, 1]
     failing = limited_app.charge_twice.apply_async((key, True), queue=queue)
-    store, plenty = limited_app.durable.store, limited_app.plenty.limit
+    store, plenty = limited_app.durable.runtime.store, limited_app.plenty.limit
     wait_until(
         lambda: (
             store.get_run(failing.id).attempts == 1 and failing.status() is WorkflowStatus.PENDING

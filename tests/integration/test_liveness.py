@@ -99,7 +99,7 @@ def test_a_sigkilled_pool_process_s_run_resumes_well_within_the_lease(
 def lease_stands_until_it_expires(basic_app, rds, key, handle):  # type: ignore[no-untyped-def]
     """Every look before the lease runs out finds the run still its owner's; then the run
     resumes elsewhere, as a recovery."""
-    store = basic_app.durable.store
+    store = basic_app.durable.runtime.store
     due_at = handle.record().due_at
     assert due_at is not None
 

@@ -40,7 +40,7 @@ def test_every_lifecycle_line_carries_the_run_fields(durable, caplog):
     caplog.set_level(logging.DEBUG, logger="celery_durable")
     handle = flow.delay(1)
     handle.signal("go")  # resumes, fails once: a retry, due at once
-    durable.sweep_once()  # the retry's delivery replays up to the wait and finishes
+    durable.runtime.sweeper.sweep_once()  # the retry's delivery replays up to the wait and finishes
     assert handle.get(timeout=5) == 2
     other = parked.delay()
     other.cancel("not needed")

@@ -150,7 +150,7 @@ def test_continue_as_new_carries_signals_across_the_boundary(longlived, start_wo
 
 def test_set_state_wakes_a_listener_at_once_on_postgres(basic_app, key):
     """query(wait=) on Postgres is woken by the NOTIFY set_state sends, not a poll."""
-    store = basic_app.durable.store
+    store = basic_app.durable.runtime.store
     assert store.insert_run(new_run(key))
     claim = store.claim_run(key, "test-owner", 30.0)
     assert claim is not None

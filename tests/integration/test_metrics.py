@@ -173,7 +173,7 @@ def test_the_same_figures_on_the_embedded_sqlite_store(durable):
     handle = flow.delay(3)
     handle.signal("go")
     assert handle.get(timeout=10) == 20
-    metrics = StoreMetrics(durable.store)
+    metrics = StoreMetrics(durable.runtime.store)
     figures = {(f.workflow, f.status): f for f in metrics.run_figures()}
     assert figures[(flow.name, "SUCCEEDED")].runs == 1
     assert figures[(flow.name, "SUCCEEDED")].started == 1

@@ -27,7 +27,7 @@ def since_now(basic_app) -> str:  # type: ignore[no-untyped-def]
     """``--since`` for runs started from now on (the database clock stamps them)."""
     from celery_durable.ops.console import iso
 
-    return str(iso(basic_app.durable.store.now() - 0.001))
+    return str(iso(basic_app.durable.runtime.store.now() - 0.001))
 
 
 def finished(*handles) -> None:  # type: ignore[no-untyped-def]
@@ -169,7 +169,7 @@ def test_show_says_which_step_failed_and_why(basic_app, shared_worker, key, rds)
 def test_resume_after_fixing_the_bug_continues_from_the_failed_step(
     basic_app, shared_worker, key, rds
 ):
-    store = basic_app.durable.store
+    store = basic_app.durable.runtime.store
     (handle,) = failed_runs(basic_app, rds, key, 1)
     run_key = f"{key}-0"
     before = store.load_steps(handle.id)
@@ -305,7 +305,7 @@ def test_fork_from_step_2_of_4_runs_the_rest_on_todays_code(
 def test_gc_deletes_finished_runs_with_their_rows_and_never_a_waiting_one(
     basic_app, shared_worker, key, rds, caplog
 ):
-    store = basic_app.durable.store
+    store = basic_app.durable.runtime.store
     alive = basic_app.collector.delay(f"{key}-alive", 1)
     wait_until(lambda: alive.status().value == "WAITING", 30, message="the run to wait")
     (failed,) = failed_runs(basic_app, rds, key, 1)
@@ -346,7 +346,7 @@ def test_gc_deletes_finished_runs_with_their_rows_and_never_a_waiting_one(
 
 
 def test_retention_deletes_old_finished_runs_from_the_sweeper(basic_app, start_worker, key, rds):
-    store = basic_app.durable.store
+    store = basic_app.durable.runtime.store
     worker = start_worker(env={"CELERY_DURABLE_RETENTION": "2s"})
     alive = basic_app.collector.delay(f"{key}-alive", 1)
     wait_until(lambda: alive.status().value == "WAITING", 30, message="the run to wait")
@@ -385,8 +385,8 @@ def test_a_fork_takes_the_unconsumed_signals_with_it(basic_app, shared_worker, k
     assert [(s["name"], s["idempotency_key"]) for s in show_json(origin.id)["pending_signals"]] == [
         ("approval", "approve-1")
     ]
-    signals = basic_app.durable.store.tables.signals
-    with basic_app.durable.store.engine.connect() as conn:
+    signals = basic_app.durable.runtime.store.tables.signals
+    with basic_app.durable.runtime.store.engine.connect() as conn:
         copied = conn.execute(
             sa.select(signals.c.idempotency_key, signals.c.consumed_at).where(
                 signals.c.run_id == fork_id

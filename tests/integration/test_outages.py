@@ -63,7 +63,7 @@ def test_delay_with_the_database_down_raises_database_unavailable():
         assert "is unreachable" in message and "s3cret" not in message
         assert isinstance(raised.value.__cause__, psycopg.OperationalError)  # chained
         assert "Connection refused" in str(raised.value.__cause__)
-    durable.store.dispose()
+    durable.runtime.store.dispose()
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def via_proxy(basic_app, proxy) -> Iterator[Durable]:
         namespace=config.namespace,
     )
     yield durable
-    durable.store.dispose()
+    durable.runtime.store.dispose()
 
 
 def test_get_and_wait_retry_through_a_database_restart(basic_app, proxy, via_proxy, key):
@@ -283,4 +283,4 @@ def test_a_delivery_during_a_store_outage_is_delivered_again_not_dropped(
         assert handle.get(timeout=30)["id"] == f"outage-{key}"
         record = handle.record()
         assert record.dispatches == 0 and record.attempts == 1
-    producer.store.dispose()
+    producer.runtime.store.dispose()

@@ -44,7 +44,7 @@ def small(basic_app) -> Iterator[Durable]:
 
 
 def rows(durable: Durable, table: str, run_id: str | None = None) -> list[Any]:
-    store = durable.store
+    store = durable.runtime.store
     found = getattr(store.tables, table)
     query = sa.select(found).where(found.c.namespace == store.namespace)
     if run_id is not None:

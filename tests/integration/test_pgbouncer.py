@@ -153,7 +153,7 @@ def client(pgbouncer: PgBouncer, basic_app: object) -> Iterator[SimpleNamespace]
         for fn in (five_steps, booking, sleeper, retried_step)
     }
     yield SimpleNamespace(durable=durable, **flows)
-    durable.store.dispose()
+    durable.runtime.store.dispose()
 
 
 def worker_env(pgbouncer: PgBouncer) -> dict[str, str]:
@@ -184,7 +184,7 @@ def test_a_worker_behind_pgbouncer_runs_steps_signals_and_timers(
     for handle in bookings:
         wait_until(lambda h=handle: h.status() is WorkflowStatus.WAITING, 60, message="wait")
         assert handle.signal("approval", {"by": "pgbouncer"})
-    with client.durable.store.listener() as listener:
+    with client.durable.runtime.store.listener() as listener:
         assert listener.conn is None  # handle.get polls
     for handle in steps:
         assert handle.get(timeout=60) == [10, 20, 30, 40, 50]
@@ -241,4 +241,4 @@ def test_listen_url_wakes_handles_behind_pgbouncer(
     try:
         assert five_steps.delay(key).get(timeout=30, interval=120) == [10, 20, 30, 40, 50]
     finally:
-        durable.store.dispose()
+        durable.runtime.store.dispose()

@@ -55,7 +55,7 @@ def test_zombie_with_a_stale_fence_cannot_record_or_settle(basic_app, start_work
     )
     assert effects(rds, key, "s3") == 2  # ran by both...
     assert effects(rds, key, "s4") == 1  # ...but the zombie stopped at its next step write
-    steps = basic_app.durable.store.load_steps(handle.id)
+    steps = basic_app.durable.runtime.store.load_steps(handle.id)
     assert len(steps) == 5 and handle.get(timeout=1) == [10, 20, 30, 40, 50]
 
 
@@ -65,7 +65,7 @@ def test_duplicate_delivery_runs_one_body_at_a_time(basic_app, start_worker, key
     handle = basic_app.five_steps.delay(key)
     wait_until(lambda: rds.get(f"started:{key}:s1"), 30, message="step 1 to start")
     run = handle.record()
-    basic_app.durable.publish(run.id, run.name, run.args, run.queue)  # a second delivery
+    basic_app.durable.runtime.publish(run.id, run.name, run.args, run.queue)  # a second delivery
     wait_until(
         lambda: f"run {handle.id} not claimed" in worker.log(),
         30,
@@ -79,7 +79,7 @@ def test_duplicate_delivery_runs_one_body_at_a_time(basic_app, start_worker, key
 def test_lost_publish_is_dispatched_by_the_sweeper(basic_app, start_worker, key):
     durable = basic_app.durable
     start_worker("sweeps")
-    stored = durable.store.insert_run(
+    stored = durable.runtime.store.insert_run(
         new_run(
             f"lost-{key}",
             name="tests.apps.basic.context_probe",

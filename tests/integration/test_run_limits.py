@@ -49,7 +49,7 @@ def bounded(basic_app) -> Iterator[Durable]:
 
 
 def rows(durable: Durable, table: str, run_id: str) -> list[Any]:
-    store = durable.store
+    store = durable.runtime.store
     found = getattr(store.tables, table)
     column = found.c.id if table == "runs" else found.c.run_id
     query = sa.select(found).where(found.c.namespace == store.namespace, column == run_id)
@@ -175,18 +175,23 @@ def test_children_nested_past_max_child_depth_fail_the_run_that_asks(bounded):
 def test_gc_deletes_signals_whose_run_does_not_exist(bounded):
     """Bug: signals kept for runs that never existed stayed forever; `durable gc` (and
     Durable.gc, which it calls) deleted only the signals of the runs it deleted."""
-    signals = bounded.store.tables.signals
-    orphan = {"namespace": bounded.store.namespace, "name": "go", "payload": "1", "error": "x"}
-    with bounded.store.engine.begin() as conn:
+    signals = bounded.runtime.store.tables.signals
+    orphan = {
+        "namespace": bounded.runtime.store.namespace,
+        "name": "go",
+        "payload": "1",
+        "error": "x",
+    }
+    with bounded.runtime.store.engine.begin() as conn:
         conn.execute(
             sa.insert(signals),
             [{**orphan, "run_id": f"ghost-{i}", "created_at": 1000.0} for i in range(3)],
         )
     assert bounded.gc("1s", dry_run=True).signals == 3
     assert bounded.gc("1s").signals == 3
-    with bounded.store.engine.connect() as conn:
+    with bounded.runtime.store.engine.connect() as conn:
         left = conn.execute(
-            sa.select(signals.c.id).where(signals.c.namespace == bounded.store.namespace)
+            sa.select(signals.c.id).where(signals.c.namespace == bounded.runtime.store.namespace)
         ).all()
     assert left == []
 

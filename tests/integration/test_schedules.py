@@ -33,7 +33,7 @@ def noted(rds: Any, app: Any, schedule: str) -> list[str]:
 
 
 def started_after(app: Any, schedule: str, since: float) -> list[Any]:
-    return [s for s in runs_of(app.durable.store, schedule) if s.slot > since]
+    return [s for s in runs_of(app.durable.runtime.store, schedule) if s.slot > since]
 
 
 def test_two_workers_and_a_third_process_fire_each_slot_once(scheduled_app, rds):
@@ -44,7 +44,7 @@ def test_two_workers_and_a_third_process_fire_each_slot_once(scheduled_app, rds)
 
     def third_process() -> None:  # this process declares and sweeps the schedules too
         while not done.is_set():
-            app.durable.sweep_once()
+            app.durable.runtime.sweeper.sweep_once()
             time.sleep(0.2)
 
     sweeping = threading.Thread(target=third_process, daemon=True)
@@ -65,7 +65,9 @@ def test_two_workers_and_a_third_process_fire_each_slot_once(scheduled_app, rds)
         seen = noted(rds, app, "tick")
         assert len(seen) == len(set(seen)), "a slot ran twice"
         # The slow schedule's run takes 2.5 s: the slots meanwhile are skipped, and shown.
-        wait_until(lambda: slot_outcomes(app.durable.store, "slow").get("skipped", 0) >= 2, 60)
+        wait_until(
+            lambda: slot_outcomes(app.durable.runtime.store, "slow").get("skipped", 0) >= 2, 60
+        )
         listed = celery("durable", "schedules", "--json", app="tests.apps.scheduled")
         assert listed.returncode == 0, listed.stderr
         rows = {row["name"]: row for row in map(json.loads, listed.stdout.splitlines())}
@@ -74,7 +76,7 @@ def test_two_workers_and_a_third_process_fire_each_slot_once(scheduled_app, rds)
         table = celery("durable", "schedules", app="tests.apps.scheduled").stdout
         assert "slow" in table and "SKIPPED" in table
         # An operator's pause, trigger, backfill and resume, from the command line.
-        store = app.durable.store
+        store = app.durable.runtime.store
 
         def command(*args: str) -> Any:
             done = celery("durable", "schedules", *args, "--json", app="tests.apps.scheduled")
@@ -111,7 +113,7 @@ def test_after_every_worker_was_down_each_catchup_policy_fires_what_it_says(sche
             wait_until(lambda p=policy: noted(rds, app, f"gap-{p}"), 60, message=f"gap-{policy}")
     finally:
         worker.stop()
-    last = {p: runs_of(app.durable.store, f"gap-{p}")[-1].slot for p in policies}
+    last = {p: runs_of(app.durable.runtime.store, f"gap-{p}")[-1].slot for p in policies}
     down = time.time()
     wait_until(lambda: time.time() >= down + 8, 20, message="8 s of downtime")
     worker = worker_of(app).wait_ready()
@@ -126,7 +128,7 @@ def test_after_every_worker_was_down_each_catchup_policy_fires_what_it_says(sche
     finally:
         worker.kill()
     gap = {p: started_after(app, f"gap-{p}", last[p]) for p in policies}
-    rows = {row.name: row for row in app.durable.store.list_schedules()}
+    rows = {row.name: row for row in app.durable.runtime.store.list_schedules()}
     # latest: the gap's most recent slot only, then each slot on time again.
     first = gap["latest"][0]
     assert first.slot - last["latest"] >= 8 and rows["gap-latest"].missed >= 7
@@ -148,7 +150,7 @@ def iso(slot: float) -> str:
 
 
 def missed(app: Any, schedule: str) -> int:
-    [row] = [row for row in app.durable.store.list_schedules() if row.name == schedule]
+    [row] = [row for row in app.durable.runtime.store.list_schedules() if row.name == schedule]
     return int(row.missed)
 
 
@@ -189,7 +191,7 @@ def test_a_postgres_outage_across_several_slots_fires_one_run_for_the_gap(schedu
             )
         finally:
             worker.kill()
-    fired = [s.slot for s in runs_of(app.durable.store, "gap-latest")]
+    fired = [s.slot for s in runs_of(app.durable.runtime.store, "gap-latest")]
     last = max(s for s in fired if s <= cut)
     # One run for the outage's slots: the first after it is the gap's most recent slot.
     gap = [s for s in fired if s > last]
@@ -200,7 +202,7 @@ def test_a_postgres_outage_across_several_slots_fires_one_run_for_the_gap(schedu
     assert missed(app, "gap-latest") - missed_before >= 5
     for schedule in ("tick", "gap-latest", "gap-all", "gap-none", "slow"):
         # No slot fired twice: one slot row, one run id each (the store's record).
-        runs = runs_of(app.durable.store, schedule)
+        runs = runs_of(app.durable.runtime.store, schedule)
         assert len({s.slot for s in runs}) == len({s.run_id for s in runs}) == len(runs)
         # Nothing of the outage's slots, or later, ran twice. A run in flight at the cut
         # may run its step again (steps are at least once: its result was not recorded),

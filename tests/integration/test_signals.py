@@ -125,7 +125,7 @@ def test_broker_only_signal_path(basic_app, shared_worker, key, store_first):
 
 
 def _signal_rows(basic_app, run_id: str) -> list:  # type: ignore[no-untyped-def]
-    store = basic_app.durable.store
+    store = basic_app.durable.runtime.store
     signals = store.tables.signals
     with store.engine.connect() as conn:
         return list(
@@ -229,10 +229,10 @@ def test_broker_only_signal_errors_are_logged_and_kept(basic_app, shared_worker,
     wait_until(lambda: waiting(finished), 30, message="the run to wait")
     finished.cancel()
     durable.send_signal(finished.id, "approval", {"by": "late"}, idempotency_key=f"late-{key}")
-    signals = durable.store.tables.signals
+    signals = durable.runtime.store.tables.signals
 
     def errors(run_id: str) -> list[str]:
-        with durable.store.engine.connect() as conn:
+        with durable.runtime.store.engine.connect() as conn:
             query = sa.select(signals.c.error).where(
                 signals.c.run_id == run_id, signals.c.error.isnot(None)
             )
@@ -283,7 +283,7 @@ def test_cancel_a_running_run_at_its_next_step(basic_app, shared_worker, key, rd
     assert not isinstance(cancelled.value, Exception)  # except Exception can't swallow it
     assert effects(rds, key, "s1") == 1 and effects(rds, key, "s2") == 0
     # Step 1 ran to its end: it is recorded (its side effect happened), nothing after it.
-    steps = basic_app.durable.store.load_steps(handle.id)
+    steps = basic_app.durable.runtime.store.load_steps(handle.id)
     assert [(idx, step.status, step.output) for idx, step in steps.items()] == [(0, "ok", "10")]
 
 
@@ -295,14 +295,14 @@ def test_cancel_a_waiting_run_drops_its_timer_and_signals(basic_app, shared_work
     def waits_for_the_second() -> bool:
         # Step 1 consumed "one" and step 2 is the next wait (step 1's waiting row alone
         # exists before the signal is consumed, so counting rows would race the wake-up).
-        steps = basic_app.durable.store.load_steps(handle.id)
+        steps = basic_app.durable.runtime.store.load_steps(handle.id)
         return 1 in steps and steps[1].status == "ok" and 2 in steps and waiting(handle)
 
     wait_until(waits_for_the_second, 30, message="the first signal to be consumed")
     handle.signal("unrelated", "pending")
     assert handle.cancel() is WorkflowStatus.CANCELLED
-    signals = basic_app.durable.store.tables.signals
-    with basic_app.durable.store.engine.connect() as conn:
+    signals = basic_app.durable.runtime.store.tables.signals
+    with basic_app.durable.runtime.store.engine.connect() as conn:
         left = conn.execute(
             sa.select(sa.func.count())
             .select_from(signals)
@@ -331,7 +331,7 @@ def test_timer_fires_after_its_deadline(basic_app, shared_worker, key):
 
 def test_a_thousand_sleeping_workflows_do_not_block_new_work(basic_app, shared_worker, key):
     sleepers = [basic_app.long_sleeper.apply_async(args=(f"{key}-{n}",)) for n in range(1000)]
-    store = basic_app.durable.store
+    store = basic_app.durable.runtime.store
     runs = store.tables.runs
 
     def all_waiting() -> bool:

@@ -70,6 +70,10 @@ def test_each_broker_sweeps_only_its_own_runs(basic_app, their_queue, start_work
     log = their_worker.log()
     line = next((text for text in log.splitlines() if warning in text), None)
     assert line is not None, log
-    ours_uri = basic_app.durable.dispatcher
-    assert ours_uri and theirs.durable.dispatcher and ours_uri != theirs.durable.dispatcher
-    assert ours_uri in line and theirs.durable.dispatcher in line
+    ours_uri = basic_app.durable.runtime.dispatcher
+    assert (
+        ours_uri
+        and theirs.durable.runtime.dispatcher
+        and ours_uri != theirs.durable.runtime.dispatcher
+    )
+    assert ours_uri in line and theirs.durable.runtime.dispatcher in line

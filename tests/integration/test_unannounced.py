@@ -42,7 +42,7 @@ def test_a_run_no_worker_announces_is_said_then_taken_at_once(basic_app, start_w
         # The discard counts as a dispatch nobody claimed, and the run keeps its due time:
         # made due at once, a worker that has the workflow and one that doesn't (on the
         # run's queue) would pass it round every sweep, to NeverClaimed in seconds.
-        store = basic_app.durable.store
+        store = basic_app.durable.runtime.store
         runs = store.tables.runs
         with store.engine.connect() as conn:
             query = sa.select(runs.c.dispatches, runs.c.due_at).where(runs.c.id == handle.id)
@@ -64,4 +64,4 @@ def test_a_run_no_worker_announces_is_said_then_taken_at_once(basic_app, start_w
         shown = celery("durable", "show", handle.id)
         assert UNANNOUNCED not in shown.stdout
     finally:
-        producer.store.dispose()
+        producer.runtime.store.dispose()

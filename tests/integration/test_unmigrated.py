@@ -85,7 +85,7 @@ def test_a_start_by_name_during_an_outage_stays_one(basic_app, start_worker, key
             message=lambda: worker.log()[-3000:],
         )
         proxy.restore()
-        store = basic_app.durable.store
+        store = basic_app.durable.runtime.store
         # Created by its next delivery (backing off up to 10 s), never dropped.
         wait_until(lambda: store.get_status(run_id), 30, message=lambda: worker.log()[-3000:])
         assert basic_app.durable.get_handle(run_id).get(timeout=30) == [10, 20, 30, 40, 50]

@@ -80,7 +80,7 @@ def test_an_error_message_utf8_cannot_encode_is_stored_escaped():
 
 
 def count_rows(durable: Durable, table: str, run_id: str | None = None) -> int:
-    store = durable.store
+    store = durable.runtime.store
     rows = getattr(store.tables, table)
     query = sa.select(sa.func.count()).select_from(rows).where(rows.c.namespace == store.namespace)
     if run_id is not None:
@@ -155,7 +155,7 @@ def producer(basic_app) -> Iterator[Durable]:
     )
     durable = Durable(app)
     yield durable
-    durable.store.dispose()
+    durable.runtime.store.dispose()
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ def test_workflow_runs_its_steps_and_returns(basic_app, shared_worker, key, rds)
     assert handle.get(timeout=30) == [10, 20, 30, 40, 50]
     assert handle.status() is WorkflowStatus.SUCCEEDED
     assert [effects(rds, key, f"s{n}") for n in range(1, 6)] == [1] * 5
-    steps = basic_app.durable.store.load_steps(handle.id)
+    steps = basic_app.durable.runtime.store.load_steps(handle.id)
     assert [s.name for s in steps.values()] == ["tests.apps.basic.numbered"] * 5
     assert steps[0].input == f'[["{key}",1],{{}}]' and steps[0].output == "10"
 
@@ -77,8 +77,8 @@ def test_non_serialisable_argument_raises_before_anything_is_written(basic_app, 
         basic_app.five_steps.apply_async(args=(object(),), workflow_id=f"bad-{key}")
     with pytest.raises(TypeError, match="five_steps"):
         basic_app.five_steps.apply_async(args=(key, "extra"), workflow_id=f"bad2-{key}")
-    assert basic_app.durable.store.get_run(f"bad-{key}") is None
-    assert basic_app.durable.store.get_run(f"bad2-{key}") is None
+    assert basic_app.durable.runtime.store.get_run(f"bad-{key}") is None
+    assert basic_app.durable.runtime.store.get_run(f"bad2-{key}") is None
 
 
 def test_transactional_start_publishes_after_commit(basic_app, shared_worker, key):
@@ -224,7 +224,7 @@ def test_registering_twice_under_one_name_fails(basic_app):
 def test_steps_outside_a_workflow_are_plain_calls(basic_app, key, rds):
     assert basic_app.numbered(key, 4) == 40
     assert effects(rds, key, "s4") == 1
-    assert basic_app.durable.store.load_steps(key) == {}
+    assert basic_app.durable.runtime.store.load_steps(key) == {}
 
 
 def test_calling_a_workflow_directly_raises_before_anything_runs(basic_app, key, rds):
@@ -234,7 +234,7 @@ def test_calling_a_workflow_directly_raises_before_anything_runs(basic_app, key,
             call(key)
         assert "called directly" in str(raised.value)
     assert effects(rds, key, "s1") == 0  # not even its first step ran
-    assert basic_app.durable.store.get_status(key) is None
+    assert basic_app.durable.runtime.store.get_status(key) is None
 
 
 def test_get_is_woken_by_notify_not_by_polling(basic_app, shared_worker, key, rds, monkeypatch):
@@ -246,7 +246,7 @@ def test_get_is_woken_by_notify_not_by_polling(basic_app, shared_worker, key, rd
     rds.set(f"block:{key}:s1", "1")
     handle = basic_app.five_steps.delay(key)
     wait_until(lambda: rds.get(f"started:{key}:s1"), 30, message="step 1 to start")
-    with basic_app.durable.store.listener() as listener:
+    with basic_app.durable.runtime.store.listener() as listener:
         assert listener.conn is not None  # LISTENing, not polling
     rds.delete(f"block:{key}:s1")
     assert handle.get(timeout=30, interval=120) == [10, 20, 30, 40, 50]
@@ -288,7 +288,7 @@ def test_publish_failure_after_insert_names_the_stored_run(basic_app, shared_wor
     assert again.id == run_id
     result = basic_app.durable.get_handle(run_id).get(timeout=60)
     assert result["id"] == run_id
-    producer.store.dispose()
+    producer.runtime.store.dispose()
 
 
 def test_generated_workflow_ids_are_time_ordered_uuids():
@@ -329,7 +329,7 @@ def test_transactional_start_committed_during_the_visibility_wait_is_claimed(bas
     run_id = f"race-{key}"
     conn = engine.connect()
     tx = conn.begin()
-    durable.store.insert_run(
+    durable.runtime.store.insert_run(
         new_run(
             run_id, name=basic_app.context_probe.name, args=f'[["{key}"],{{}}]', max_attempts=1
         ),

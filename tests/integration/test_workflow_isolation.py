@@ -22,11 +22,11 @@ def test_two_namespaces_never_see_each_others_runs(basic_app, shared_worker, key
     def probe(k: str) -> dict:
         return {}
 
-    runs = other.store.tables.runs
+    runs = other.runtime.store.tables.runs
 
     def their_row():  # type: ignore[no-untyped-def]
         """Every column a sweep that took namespace B's run would change."""
-        with other.store.engine.connect() as conn:
+        with other.runtime.store.engine.connect() as conn:
             return conn.execute(
                 sa.select(
                     runs.c.status, runs.c.dispatches, runs.c.due_at, runs.c.owner, runs.c.updated_at
@@ -42,7 +42,9 @@ def test_two_namespaces_never_see_each_others_runs(basic_app, shared_worker, key
         before = their_row()
         assert before.status == "PENDING" and before.dispatches == 0
         wait_until(
-            lambda: before.due_at < other.store.now(), 30, message="namespace B's run to be due"
+            lambda: before.due_at < other.runtime.store.now(),
+            30,
+            message="namespace B's run to be due",
         )
         # A's run of the same id, started with a countdown: only a sweep of namespace A
         # publishes it, so its result proves the worker swept while B's run was due.
@@ -64,7 +66,7 @@ def test_two_namespaces_never_see_each_others_runs(basic_app, shared_worker, key
             publish(run_id, name, args, queue)
 
         monkeypatch.setattr(basic_app.durable.runtime, "publish", recording_publish)
-        basic_app.durable.sweep_once()
+        basic_app.durable.runtime.sweeper.sweep_once()
         assert not [run for run in published if f'"b-{key}"' in run[2]], published
         # No sweep took B's run: a sweep that did would have counted a dispatch and moved
         # its due time (and a run is published only after a sweep took it).
@@ -74,7 +76,7 @@ def test_two_namespaces_never_see_each_others_runs(basic_app, shared_worker, key
         with pytest.raises(WorkflowNotFound):
             other.get_handle(f"only-{key}")
     finally:
-        other.store.dispose()
+        other.runtime.store.dispose()
 
 
 def test_two_apps_on_one_database_never_dispatch_each_others_runs(basic_app, start_worker, key):
@@ -86,9 +88,9 @@ def test_two_apps_on_one_database_never_dispatch_each_others_runs(basic_app, sta
     handle = other.greet.apply_async(args=(key,), workflow_id=f"other-{key}", countdown=0.3)
     run = handle.record()
     assert run.queue == other.app.conf.task_default_queue  # resolved by Celery's routing
-    store = basic_app.durable.store
+    store = basic_app.durable.runtime.store
     wait_until(lambda: store.get_run(handle.id).due_at < store.now(), 10, message="due")
-    basic_app.durable.sweep_once()  # what basic's worker does every poll
+    basic_app.durable.runtime.sweeper.sweep_once()  # what basic's worker does every poll
     assert store.get_run(handle.id).dispatches == 0  # no sweep of basic's took it
     assert store.get_run(handle.id).status == "PENDING"
     start_worker("other-app", app="tests.apps.other")
@@ -123,7 +125,7 @@ def test_workflow_and_item_messages_no_worker_can_serve_are_refused_once(
         basic_app.app.send_task(task, args=args, queue=queue, task_id=task_id)
     tail = assert_refused_once(shared_worker, since, dict.fromkeys(bad, queue))
     assert "NUL" in tail and "no Durable serves the namespace" in tail
-    runs = basic_app.durable.store.tables.runs
-    with basic_app.durable.store.engine.connect() as conn:
+    runs = basic_app.durable.runtime.store.tables.runs
+    with basic_app.durable.runtime.store.engine.connect() as conn:
         count = sa.select(sa.func.count()).select_from(runs).where(runs.c.id.contains(key))
         assert conn.execute(count).scalar_one() == 0  # nothing stored

@@ -16,7 +16,7 @@ def seen(rds: Any, tag: str) -> list[dict[str, Any]]:
 
 def owed(canvas: Any, run_id: str) -> bool:
     """Whether the run's report to Celery is still owed (its outbox entry)."""
-    runs = canvas.durable.store.tables.runs
-    with canvas.durable.store.engine.connect() as conn:
+    runs = canvas.durable.runtime.store.tables.runs
+    with canvas.durable.runtime.store.engine.connect() as conn:
         query = sa.select(runs.c.outbox_at).where(runs.c.id == run_id)
         return conn.execute(query).scalar_one() is not None

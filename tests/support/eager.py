@@ -28,7 +28,7 @@ def eager_durable(name: str, table_prefix: str, **settings: Any) -> Iterator[Dur
     try:
         yield durable
     finally:
-        durable.store.dispose()
+        durable.runtime.store.dispose()
 
 
 def failure_of(handle: WorkflowHandle) -> WorkflowFailed:

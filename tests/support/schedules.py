@@ -20,7 +20,7 @@ def fire_at(durable: Any, moment: float) -> int:
 def next_slot(durable: Any, name: str) -> float:
     """The slot the schedule waits to fire (after upserting the code's schedules)."""
     sync(durable.runtime)
-    [row] = [row for row in durable.store.list_schedules() if row.name == name]
+    [row] = [row for row in durable.runtime.store.list_schedules() if row.name == name]
     assert row.next_slot is not None
     return float(row.next_slot)
 

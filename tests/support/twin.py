@@ -46,5 +46,5 @@ def twin_app(broker_url: str, queue: str, workflows: Sequence[Any]) -> Iterator[
     try:
         yield Twin(app, durable, registered)
     finally:
-        durable.store.dispose()
+        durable.runtime.store.dispose()
         app.close()

@@ -27,7 +27,7 @@ def test_workflow_records_steps_and_replays_them(durable):
     assert handle.status() is WorkflowStatus.SUCCEEDED
     assert handle.get(timeout=5) == 22 and calls == [5, 6]
     assert handle.query() == {"total": 22}
-    assert [s.output for s in durable.store.load_steps(handle.id).values()] == ["10", "12"]
+    assert [s.output for s in durable.runtime.store.load_steps(handle.id).values()] == ["10", "12"]
 
 
 def test_retry_then_replay_on_sqlite(durable):
@@ -48,7 +48,7 @@ def test_retry_then_replay_on_sqlite(durable):
 
     handle = fragile.delay()
     assert handle.status() is WorkflowStatus.PENDING  # retry scheduled in the database
-    durable.sweep_once()  # republishes: eager mode runs it at once
+    durable.runtime.sweeper.sweep_once()  # republishes: eager mode runs it at once
     assert handle.get(timeout=5) == "data"
     assert calls == ["fetch", "body"]  # fetch was replayed, not re-run
 
@@ -71,7 +71,7 @@ def test_determinism_guard_on_sqlite(durable):
         raise RuntimeError("retry")
 
     handle = drifting.delay()
-    durable.sweep_once()
+    durable.runtime.sweeper.sweep_once()
     with pytest.raises(WorkflowFailed, match="NonDeterminismError") as failed:
         handle.get(timeout=5)
     assert "step 0" in failed.value.error_message
@@ -89,7 +89,7 @@ def test_sleep_suspends_and_the_sweeper_fires_the_timer(durable):
     assert handle.record().owner is None
 
     def fired() -> bool:
-        durable.sweep_once()
+        durable.runtime.sweeper.sweep_once()
         return handle.status() is WorkflowStatus.SUCCEEDED
 
     from tests.support.waiting import wait_until
@@ -115,7 +115,7 @@ def test_steps_in_finally_blocks_do_not_run_once_the_body_must_stop(durable):
     handle = holds.delay()
     assert handle.status() is WorkflowStatus.WAITING  # suspended, not "lease lost"
     assert released == []
-    assert [s.status for s in durable.store.load_steps(handle.id).values()] == ["waiting"]
+    assert [s.status for s in durable.runtime.store.load_steps(handle.id).values()] == ["waiting"]
 
 
 def test_a_caught_step_failure_is_final_even_at_the_frontier(durable):
@@ -138,7 +138,7 @@ def test_a_caught_step_failure_is_final_even_at_the_frontier(durable):
         return outcome
 
     handle = checkout.delay()
-    durable.sweep_once()
+    durable.runtime.sweeper.sweep_once()
     assert handle.get(timeout=5) == "declined, handled"
     assert runs.count("charge") == 1  # replayed as the same exception, not charged again
 
@@ -187,11 +187,11 @@ def test_link_and_link_error_fire_once_the_run_settles_in_eager_mode(durable):
     assert seen == [("linked", 42), ("errback", "KeyError")]
     waiting.cancel("not needed")
     assert seen[2:] == [("errback", "WorkflowCancelled")]
-    assert durable.store.take_owed_reports(grace=-60, limit=10) == []  # each reported once
+    assert durable.runtime.store.take_owed_reports(grace=-60, limit=10) == []  # each reported once
 
 
 def test_lease_keeper_counts_nested_tracking(durable):
-    keeper = durable.leases
+    keeper = durable.runtime.leases
     keeper.track("r")
     keeper.track("r")
     keeper.untrack("r")

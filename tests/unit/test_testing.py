@@ -47,7 +47,7 @@ def shop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Shop]:
         monkeypatch.delenv(f"CELERY_DURABLE_{name}", raising=False)
     made = Shop(tmp_path)
     yield made
-    made.durable.store.dispose()
+    made.durable.runtime.store.dispose()
 
 
 def test_the_fixture_runs_eagerly_and_its_clock_fires_a_sleep(shop: Shop, durable_eager):  # noqa: F811

@@ -30,7 +30,6 @@ from celery_durable.contrib.django.models import Run, bound
 from celery_durable.contrib.django.setup import durable
 from celery_durable.errors import DurableError
 from celery_durable.ops import console
-from celery_durable.runs.admin import record_action
 
 QUESTIONS = {
     "cancel_runs": "Cancel these runs? A pending or waiting run is cancelled at once, a "
@@ -176,7 +175,7 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             self.message_user(request, f"{run.id}: not done: {exc}", messages.ERROR)
             return
         self.log_change(request, run, said)
-        record_action(instance.runtime, run.id, done, request.user.get_username(), detail)
+        instance.record_action(run.id, done, request.user.get_username(), detail)
         self.message_user(request, f"{run.id}: {said}", messages.SUCCESS)
 
 

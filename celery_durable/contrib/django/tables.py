@@ -23,7 +23,7 @@ def upgrade_durable_tables(apps: Any, schema_editor: Any) -> None:
     for durable in durables():
         durable.migrate()
         # Its connections would keep Django's test runner from dropping a test database.
-        durable.store.dispose()
+        durable.runtime.store.dispose()
 
 
 def upgrade_tables() -> migrations.RunPython:

@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from celery_durable.ops.dashboard.operated import Operated
+    from celery_durable.ops.operations import Operations
 
 
-def dashboard_app(durable: Operated, *, asgi: bool = False, **options: Any) -> Any:
+def dashboard_app(durable: Operations, *, asgi: bool = False, **options: Any) -> Any:
     """The dashboard as a WSGI application, or an ASGI one when ``asgi`` (through
     a2wsgi, part of the extra). ``options``: see ``celery_durable.ops.dashboard.web.create_app``.
     """

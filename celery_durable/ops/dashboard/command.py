@@ -18,10 +18,10 @@ import click
 from celery_durable.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from celery_durable.ops.dashboard.operated import Operated
+    from celery_durable.ops.operations import Operations
 
 
-def dashboard_command(find: Callable[[click.Context], Operated]) -> click.Command:
+def dashboard_command(find: Callable[[click.Context], Operations]) -> click.Command:
     """The command, serving the Durable that ``find`` returns for the click context."""
 
     @click.command(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from celery_durable.core.redact import Redactor
 from celery_durable.ops import console, run_details
 from celery_durable.ops.dashboard.values import VALUE_LIMIT, error_of, percentile, run_row, shown
-from celery_durable.runs.admin import RunDetails, describe_run
+from celery_durable.runs.admin import RunDetails
 from celery_durable.store import ALL_STATUSES, FINISHED_STATUSES, ItemRow, RunStats, StepRecord
 from celery_durable.store.reads import (
     consumed_signals,
@@ -36,7 +36,7 @@ ANNOUNCED_MAX_AGE = 10.0
 STEPS_PAGE = 100
 
 if TYPE_CHECKING:
-    from celery_durable.ops.dashboard.operated import Operated
+    from celery_durable.ops.operations import Operations
 
 
 def summary(stats: RunStats) -> dict[str, Any]:
@@ -61,7 +61,7 @@ def summary(stats: RunStats) -> dict[str, Any]:
     }
 
 
-def runs_page(durable: Operated, args: Mapping[str, Any], stats: RunStats) -> dict[str, Any]:
+def runs_page(durable: Operations, args: Mapping[str, Any], stats: RunStats) -> dict[str, Any]:
     """The runs table for the filters in ``args`` (``status`` a list, ``workflow``,
     ``since``, ``until``, ``q`` an id or id prefix, ``after`` the keyset cursor).
 
@@ -74,14 +74,14 @@ def runs_page(durable: Operated, args: Mapping[str, Any], stats: RunStats) -> di
     after = args.get("after") or None
     cursor = None
     if query:
-        found = runs_by_id_prefix(durable.store, query, PAGE_SIZE)
+        found = runs_by_id_prefix(durable.runtime.store, query, PAGE_SIZE)
         wanted = {s.upper() for s in statuses}
         runs = [r for r in found if not wanted or r.status in wanted]
         runs = [r for r in runs if workflow is None or r.name == workflow]
     else:
         page = durable.list_runs(statuses or None, workflow, since, until, PAGE_SIZE, after)
         runs, cursor = page.runs, page.cursor
-    current = current_steps(durable.store, [run.id for run in runs])
+    current = current_steps(durable.runtime.store, [run.id for run in runs])
     return {
         "rows": [run_row(run, stats.now, current.get(run.id)) for run in runs],
         "cursor": cursor,
@@ -132,7 +132,7 @@ def step_when(step: StepRecord, run_started: float | None) -> str:
 
 
 def run_page(
-    durable: Operated,
+    durable: Operations,
     run_id: str,
     redact: Redactor,
     max_items: int = 100,
@@ -140,12 +140,12 @@ def run_page(
 ) -> dict[str, Any] | None:
     """Everything the run page shows, with STEPS_PAGE steps from index ``steps_from`` on
     (None: the last ones, where a running run is now); None if there is no such run."""
-    details = describe_run(durable.runtime, run_id, steps_from, STEPS_PAGE)
+    details = durable.describe_run(run_id, steps_from, STEPS_PAGE)
     if details is None:
         return None
-    store = durable.store
+    store = durable.runtime.store
     run = details.run
-    items = store.list_items(run_id) if details.steps else []
+    items = durable.list_items(run_id) if details.steps else []
     children = sorted({r.child_id for r in items if r.child_id is not None})
     finished = run.status in FINISHED_STATUSES
     longest = max((s.duration or 0.0 for s in details.steps), default=0.0) or 1.0
@@ -245,10 +245,10 @@ def step_pages(details: RunDetails, asked: int | None) -> dict[str, Any]:
     }
 
 
-def full_value(durable: Operated, run_id: str, what: str, redact: Redactor) -> str | None:
+def full_value(durable: Operations, run_id: str, what: str, redact: Redactor) -> str | None:
     """The whole of one value of a run (``args``, ``result``, ``step-3-input``,
     ``step-3-output``, ``state-<key>``), redacted; None if there is none."""
-    store = durable.store
+    store = durable.runtime.store
     if what in ("args", "result"):
         run = store.get_run(run_id)
         raw = None if run is None else getattr(run, what)
@@ -264,12 +264,12 @@ def full_value(durable: Operated, run_id: str, what: str, redact: Redactor) -> s
     return None if raw is None else shown(raw, redact, limit=None).text
 
 
-def workflows_page(durable: Operated, stats: RunStats) -> list[dict[str, Any]]:
+def workflows_page(durable: Operations, stats: RunStats) -> list[dict[str, Any]]:
     """Each registered (or seen) workflow: counts by status, p50/p95 over the last hour."""
-    counts: dict[str, dict[str, int]] = {name: {} for name in durable.workflows}
+    counts: dict[str, dict[str, int]] = {name: {} for name in durable.runtime.workflows}
     for count in stats.counts:
         counts.setdefault(count.workflow, {})[count.status] = count.runs
-    durations = recent_durations(durable.store, 3600.0)
+    durations = recent_durations(durable.runtime.store, 3600.0)
     rows = []
     for name in sorted(counts):
         took = durations.get(name, [])
@@ -277,7 +277,7 @@ def workflows_page(durable: Operated, stats: RunStats) -> list[dict[str, Any]]:
         rows.append(
             {
                 "name": name,
-                "registered": name in durable.workflows,
+                "registered": name in durable.runtime.workflows,
                 "counts": [(s, counts[name].get(s, 0)) for s in ALL_STATUSES],
                 "total": sum(counts[name].values()),
                 "recent": len(took),

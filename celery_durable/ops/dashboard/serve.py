@@ -19,7 +19,7 @@ from celery_durable.errors import ConfigurationError
 from celery_durable.ops.dashboard import dashboard_app, security
 
 if TYPE_CHECKING:
-    from celery_durable.ops.dashboard.operated import Operated
+    from celery_durable.ops.operations import Operations
 
 logger = logging.getLogger("celery_durable.dashboard")
 # Bound to every interface: no name of its own to allow.
@@ -50,7 +50,7 @@ class DashboardServer:
 
 
 def make_dashboard_server(
-    durable: Operated,
+    durable: Operations,
     address: str = "127.0.0.1",
     port: int = 5580,
     *,
@@ -72,7 +72,7 @@ def make_dashboard_server(
     return DashboardServer(app, address, port, int(options.get("trusted_proxies") or 0))
 
 
-def serve(durable: Operated, address: str, port: int, echo: Any = print, **options: Any) -> None:
+def serve(durable: Operations, address: str, port: int, echo: Any = print, **options: Any) -> None:
     """Serve until interrupted (Ctrl-C); what ``celery -A app durable dashboard`` runs."""
     server = make_dashboard_server(durable, address, port, **options)
     prefix = "/" + str(options.get("url_prefix") or "").strip("/")

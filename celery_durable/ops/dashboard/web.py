@@ -40,7 +40,6 @@ from celery_durable.limiters.report import usage_json
 from celery_durable.ops import console
 from celery_durable.ops.dashboard import pages, security
 from celery_durable.ops.dashboard.values import STATUS_ICONS
-from celery_durable.runs.admin import limiter_usage, record_action
 from celery_durable.schedules.dashboard import ACTIONS, act_on_schedule, schedules_page
 from celery_durable.store import ALL_STATUSES, is_unreachable
 
@@ -48,7 +47,7 @@ logger = logging.getLogger("celery_durable.dashboard")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 if TYPE_CHECKING:
-    from celery_durable.ops.dashboard.operated import Operated
+    from celery_durable.ops.operations import Operations
 
 
 class SchemeSessionInterface(SecureCookieSessionInterface):
@@ -60,7 +59,7 @@ class SchemeSessionInterface(SecureCookieSessionInterface):
 
 
 def create_app(
-    durable: Operated,
+    durable: Operations,
     *,
     read_only: bool = False,
     basic_auth: str | None = None,
@@ -107,7 +106,7 @@ def create_app(
         SESSION_COOKIE_PATH=prefix or "/",
     )
     app.extensions["celery_durable"] = durable
-    redact = redactor_of(durable.app.conf.get("durable_redact"))
+    redact = redactor_of(durable.runtime.app.conf.get("durable_redact"))
     pages_bp = Blueprint(
         "durable",
         __name__,
@@ -236,8 +235,8 @@ def create_app(
     @pages_bp.get("/workflows")
     def workflows() -> Any:
         rows = pages.workflows_page(durable, durable.stats())
-        limits = {name: each.limit for name, each in durable.runtime.limiters.items()}
-        limiters = [usage_json(u, limits) for u in limiter_usage(durable.runtime)]
+        limits = durable.declared_limits()
+        limiters = [usage_json(u, limits) for u in durable.limiter_usage()]
         return render_template("workflows.html", rows=rows, limiters=limiters)
 
     @pages_bp.get("/schedules")
@@ -262,7 +261,7 @@ def create_app(
         if that failed (the action itself was done)."""
         who = security.actor(request.environ, users, request.authorization)
         try:
-            record_action(durable.runtime, run_id, action, who, detail)
+            durable.record_action(run_id, action, who, detail)
         except Exception as exc:  # noqa: BLE001 - the action was done: say so, and this
             logger.error("dashboard: %s of %s not recorded", action, run_id, exc_info=exc)
             return " It could not be recorded in the run's actions."

@@ -37,7 +37,7 @@ def test_deferred_and_strict_steps_replay_alike(durable):
     handle = checkout.delay(3)
     assert handle.get(timeout=5) == {"receipt": "charged 14", "tax": 28}
     assert calls == ["price3", "price4", "charge", "price14"]
-    steps = durable.store.load_steps(handle.id)
+    steps = durable.runtime.store.load_steps(handle.id)
     assert [(s.name, s.status, s.output) for s in steps.values()] == [
         (price.name, "ok", "6"),
         (price.name, "ok", "8"),

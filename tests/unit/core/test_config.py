@@ -217,13 +217,13 @@ def test_database_urls_that_cannot_work_name_the_fix(monkeypatch):
 
     app = Celery("urls", broker="memory://")
     with pytest.raises(ConfigurationError, match=r"use a postgresql\+psycopg:// URL"):
-        _ = Durable(app, database_url="postgres://postgres@127.0.0.1/test").store
+        _ = Durable(app, database_url="postgres://postgres@127.0.0.1/test").runtime.store
     with pytest.raises(ConfigurationError, match="only postgresql"):
-        _ = Durable(app, database_url="mysql://root@127.0.0.1/test").store
+        _ = Durable(app, database_url="mysql://root@127.0.0.1/test").runtime.store
     # Without the postgres extra, psycopg is missing: the error names the extra to install.
     monkeypatch.setattr(connections, "psycopg", None)
     with pytest.raises(ConfigurationError, match=r"celery-durable\[postgres\]"):
-        _ = Durable(app, database_url="postgresql+psycopg://postgres@127.0.0.1/test").store
+        _ = Durable(app, database_url="postgresql+psycopg://postgres@127.0.0.1/test").runtime.store
 
 
 def test_async_workflows_and_steps_are_refused_at_registration():

@@ -18,11 +18,16 @@ def test_the_sweep_cancels_a_waiting_run_past_its_deadline(durable):
 
     handle = approval.delay()
     assert handle.status() is WorkflowStatus.WAITING
-    wait_until(lambda: durable.sweep_once() >= 0 and handle.ready(), 10, 0.05, "the deadline")
+    wait_until(
+        lambda: durable.runtime.sweeper.sweep_once() >= 0 and handle.ready(),
+        10,
+        0.05,
+        "the deadline",
+    )
     with pytest.raises(WorkflowCancelled, match="deadline exceeded"):
         handle.get(timeout=1)
     handle.resume(timeout="1h")  # a new deadline: it waits again, not cancelled at once
-    durable.sweep_once()
+    durable.runtime.sweeper.sweep_once()
     assert handle.status() is WorkflowStatus.WAITING
     record = handle.record()
     assert record.deadline_at is not None and record.deadline_at > record.created_at + 3000

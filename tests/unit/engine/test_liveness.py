@@ -27,7 +27,7 @@ def on_postgres(pg_store) -> Iterator[Durable]:  # type: ignore[no-untyped-def]
     app = Celery("liveness", broker="memory://")
     durable = Durable(app, database_url=PG_URL, table_prefix=pg_store.table_prefix, namespace="ns")
     yield durable
-    durable.store.dispose()
+    durable.runtime.store.dispose()
 
 
 def lease(durable: Durable) -> float:
@@ -50,7 +50,7 @@ def test_a_process_that_lost_a_connection_confirms_no_gone_owner(on_postgres, pg
     assert pg_store.claim_run("g2", DEAD, lease(on_postgres)) is not None
     gone = GoneOwners(on_postgres.runtime)
     assert gone.confirmed() == []
-    on_postgres.store.db.losses.note()  # as a checkout that replaced a dropped connection
+    on_postgres.runtime.store.db.losses.note()  # as a checkout that replaced a dropped connection
     wait_until(lambda: gone.next_look_in() == 0 or gone.next_look_in() is None, 10, 0.05)
     assert gone.confirmed() == [] and gone.next_look_in() is None
     assert take_over_from_gone_owner(on_postgres.runtime, "g2", "next:live") is None

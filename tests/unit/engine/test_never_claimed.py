@@ -42,14 +42,17 @@ def test_a_run_no_worker_claims_fails_after_max_dispatches(
     caplog.set_level(logging.ERROR, "celery_durable.worker")
     try:
         wait_until(
-            lambda: durable.sweep_once() >= 0 and durable.store.get_status(handle.id) == "FAILED",
+            lambda: (
+                durable.runtime.sweeper.sweep_once() >= 0
+                and durable.runtime.store.get_status(handle.id) == "FAILED"
+            ),
             30,
             0.2,
         )
         with pytest.raises(WorkflowFailed) as failed:
             handle.get(timeout=5)
     finally:
-        durable.store.dispose()
+        durable.runtime.store.dispose()
     assert failed.value.error_type == "celery_durable.errors.NeverClaimed"
     assert "no worker claimed this run in 2 dispatches (durable_max_dispatches=2)" in (
         failed.value.error_message

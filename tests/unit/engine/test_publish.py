@@ -71,7 +71,7 @@ def unreachable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Dur
     instance = Durable(app, database_url=f"sqlite:///{tmp_path}/store.sqlite3")
     instance.migrate()
     yield instance
-    instance.store.dispose()
+    instance.runtime.store.dispose()
 
 
 def test_a_sweep_whose_publish_fails_leaves_the_run_due(unreachable, caplog):
@@ -82,8 +82,8 @@ def test_a_sweep_whose_publish_fails_leaves_the_run_due(unreachable, caplog):
     caplog.set_level(logging.INFO, logger="celery_durable")
     # A countdown stores the run without a message: the sweep publishes it when due.
     handle = flow.apply_async(args=(1,), workflow_id="p-1", countdown=0.05)
-    wait_until(lambda: unreachable.store.now() > handle.record().due_at, 10, message="due")
-    assert unreachable.sweep_once() == 0
+    wait_until(lambda: unreachable.runtime.store.now() > handle.record().due_at, 10, message="due")
+    assert unreachable.runtime.sweeper.sweep_once() == 0
     failed = [r for r in caplog.records if r.getMessage().startswith("publishing workflow")]
     assert [r.getMessage() for r in failed] == [
         "publishing workflow p.flow run p-1 failed; a later sweep retries"

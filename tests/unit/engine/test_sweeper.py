@@ -57,5 +57,5 @@ def test_a_sweep_runs_each_pass_once_in_order_and_counts_what_they_publish(
         recorded("second", ["not a count"]),
         recorded("third", 3),
     ]
-    assert durable.sweep_once() == 5
+    assert durable.runtime.sweeper.sweep_once() == 5
     assert ran == ["first", "second", "third"]

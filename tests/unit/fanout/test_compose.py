@@ -34,9 +34,9 @@ def test_map_runs_one_task_per_item_in_input_order(durable):
     handle = squares.delay(7)
     assert handle.get(timeout=5) == [0, 1, 4, 9, 16, 25, 36]
     assert sorted(calls) == list(range(7))
-    steps = durable.store.load_steps(handle.id)
+    steps = durable.runtime.store.load_steps(handle.id)
     assert steps[0].status == "ok" and steps[0].output == "[0,1,4,9,16,25,36]"
-    items = durable.store.list_items(handle.id)
+    items = durable.runtime.store.list_items(handle.id)
     assert [(i.item, i.status, i.name) for i in items] == [(n, "ok", square.name) for n in range(7)]
 
 
@@ -74,7 +74,7 @@ def test_start_and_gather_and_routed_call(durable):
         "c": {"source": "c"},
         "cover": "page-0",
     }
-    names = [s.name for s in durable.store.load_steps(handle.id).values()]
+    names = [s.name for s in durable.runtime.store.load_steps(handle.id).values()]
     assert names == [fetch.name, fetch.name, fetch.name, render.name]
 
 
@@ -126,7 +126,7 @@ def test_eager_item_retries_record_their_true_attempt_count(durable):
         "builtins.ValueError",
     ]
     assert tries == {0: 1, 1: 3, 2: 3}
-    rows = durable.store.list_items(handle.id)
+    rows = durable.runtime.store.list_items(handle.id)
     assert [(r.item, r.status, r.attempts) for r in rows] == [
         (0, "ok", 1),
         (1, "ok", 3),
@@ -150,14 +150,14 @@ def test_replay_returns_recorded_results_and_checks_determinism(durable):
         return values
 
     handle = replayed.delay()
-    wait_until(lambda: durable.sweep_once() >= 0 and handle.status().finished, 10)
+    wait_until(lambda: durable.runtime.sweeper.sweep_once() >= 0 and handle.status().finished, 10)
     assert handle.get(timeout=5) == [0, 1, 2]
     assert calls == [0, 1, 2]  # replayed after the sleep: not run again
 
     drifted = replayed.delay()
     assert drifted.status() is WorkflowStatus.WAITING
     flip["items"] = 4
-    wait_until(lambda: durable.sweep_once() >= 0 and drifted.status().finished, 10)
+    wait_until(lambda: durable.runtime.sweeper.sweep_once() >= 0 and drifted.status().finished, 10)
     with pytest.raises(WorkflowFailed, match="NonDeterminismError") as failed:
         drifted.get(timeout=5)
     assert "had 3 items in the recorded history, 4 now" in failed.value.error_message
@@ -301,7 +301,7 @@ def test_child_result_with_a_timeout_is_a_durable_timer(durable):
 
     handle = parent.delay()
     assert handle.status() is WorkflowStatus.WAITING
-    wait_until(lambda: durable.sweep_once() >= 0 and handle.status().finished, 10)
+    wait_until(lambda: durable.runtime.sweeper.sweep_once() >= 0 and handle.status().finished, 10)
     assert handle.get(timeout=5) == "timed out"
 
 

@@ -43,11 +43,11 @@ def test_a_batched_map_sends_one_task_per_batch_and_returns_input_order(durable,
 
     sent = _published(durable, monkeypatch)
     handle = squares.delay(7, 3)
-    wait_until(lambda: durable.sweep_once() >= 0 and handle.status().finished, 10)
+    wait_until(lambda: durable.runtime.sweeper.sweep_once() >= 0 and handle.status().finished, 10)
     assert handle.get(timeout=5) == [n * n for n in range(7)]
     assert calls == list(range(7))  # in order, each once: the replay ran none again
     assert [args[3:] for args in sent] == [(0, 3), (3, 3), (6, 1)]  # published once
-    items = durable.store.list_items(handle.id)
+    items = durable.runtime.store.list_items(handle.id)
     assert [(i.item, i.status) for i in items] == [(n, "ok") for n in range(7)]
 
 
@@ -76,7 +76,7 @@ def test_a_batch_whose_publish_was_lost_is_published_again_as_the_same_batch(dur
     handle = doubles.delay(7)
     assert handle.status() is WorkflowStatus.WAITING and sent == []  # nothing went out
     broker_down[0] = False
-    wait_until(lambda: durable.sweep_once() >= 0 and handle.status().finished, 10)
+    wait_until(lambda: durable.runtime.sweeper.sweep_once() >= 0 and handle.status().finished, 10)
     assert handle.get(timeout=5) == [2 * n for n in range(7)]
     assert [args[3:] for args in sent] == [(0, 3), (3, 3), (6, 1)]  # as first meant
 
@@ -110,8 +110,8 @@ def test_a_bad_batch_size_raises_invalid_argument_before_anything_is_written(dur
         handle.get(timeout=5)
     assert failed.value.error_type == "celery_durable.errors.InvalidArgument"
     assert "batch_size" in failed.value.error_message
-    assert durable.store.list_items(handle.id) == []
-    assert durable.store.load_steps(handle.id) == {}
+    assert durable.runtime.store.list_items(handle.id) == []
+    assert durable.runtime.store.load_steps(handle.id) == {}
     assert issubclass(InvalidArgument, ValueError)
 
 
@@ -120,7 +120,7 @@ def test_batched_item_failures_retries_and_return_exceptions(durable):
     handle = flakies.delay(True)
     assert handle.get(timeout=5) == [0, 1, "builtins.ValueError", 3, 4]
     assert tries == {0: 1, 1: 3, 2: 3, 3: 1, 4: 1}  # retried in-process, then recorded
-    attempts = {i.item: i.attempts for i in durable.store.list_items(handle.id)}
+    attempts = {i.item: i.attempts for i in durable.runtime.store.list_items(handle.id)}
     assert attempts == {0: 1, 1: 3, 2: 3, 3: 1, 4: 1}
     failing = flakies.delay(False)
     with pytest.raises(WorkflowFailed) as failed:

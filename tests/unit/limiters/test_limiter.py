@@ -80,7 +80,7 @@ def test_a_limited_step_waits_for_the_slot_and_gets_it_when_released(durable):
     # The release handed the slot on and published the waiter (eager: it ran at once).
     assert order == ["first in", "first out", "second in", "second out"]
     limits = {name: each.limit for name, each in durable.runtime.limiters.items()}
-    [usage] = durable.store.limiter_usage(limits)
+    [usage] = durable.runtime.store.limiter_usage(limits)
     assert (usage.limiter, usage.in_use, usage.waiting) == ("one", 0, 0)
 
 
@@ -98,7 +98,8 @@ def test_a_limited_workflow_waits_pending_with_no_message_and_priority_orders_wa
 
     done = exclusive.delay("first", [("low", 0), ("high", 9), ("low2", 0)])
     assert done.get(timeout=5) == "first"
-    durable.sweep_once()  # hands the freed slot on; each run's release hands the next
+    # Hands the freed slot on; each run's release hands the next.
+    durable.runtime.sweeper.sweep_once()
     assert order == ["first", "high", "low", "low2"]
 
 
@@ -121,7 +122,7 @@ def test_a_rated_limiter_hands_its_waiters_the_tokens_of_the_time_since_the_last
     def one(n: int) -> int:
         return stamp(n)
 
-    store = durable.store
+    store = durable.runtime.store
     catch_up = CATCH_UP_POLLS * durable.runtime.config.poll_interval
     owed = catch_up * 20.0
     assert owed > rated.limit.capacity  # else this test tells nothing
@@ -134,7 +135,7 @@ def test_a_rated_limiter_hands_its_waiters_the_tokens_of_the_time_since_the_last
         """The runs a sweep starts, and the tokens minted while it ran (each run it
         starts runs at once, in eager mode, and its release hands on what came since)."""
         before, began = len(started), store.now()
-        durable.sweep_once()
+        durable.runtime.sweeper.sweep_once()
         return len(started) - before, (store.now() - began) * 20.0
 
     first, meanwhile = sweep()

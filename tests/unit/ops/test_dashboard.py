@@ -87,7 +87,7 @@ def test_pages_redact_and_escape_and_cut_long_outputs(durable, flows):
 
 def test_the_step_timeline_shows_each_steps_attempt_and_start(durable, flows):
     handle = flows.login.delay("al")
-    step = durable.store.load_steps(handle.id)[0]
+    step = durable.runtime.store.load_steps(handle.id)[0]
     assert step.started_at is not None and step.attempt == 1
     html = client_of(durable).get(f"/run/{handle.id}").get_data(as_text=True)
     head = re.search(r'<li class="step" id="step-0">.*?</div>', html, re.S)
@@ -162,9 +162,9 @@ def test_runs_page_filters_searches_and_says_what_is_wrong(durable, flows):
 
 def test_the_runs_table_says_when_each_run_started(durable, flows):
     done = flows.login.apply_async(("al",), workflow_id="started-1")
-    durable.store.insert_run(new_run("queued-1", name=flows.login.name, max_attempts=1))
+    durable.runtime.store.insert_run(new_run("queued-1", name=flows.login.name, max_attempts=1))
     html = client_of(durable).get("/").get_data(as_text=True)
-    record = durable.store.get_run(done.id)
+    record = durable.runtime.store.get_run(done.id)
     assert record is not None and record.started_at is not None
     started = re.search(r'<tr data-run="started-1">.*?</tr>', html, re.S)
     assert started is not None
@@ -269,8 +269,8 @@ def test_the_asgi_app_serves_the_same_pages(durable, flows):
 
 def test_a_requested_cancel_of_a_running_run_shows_on_both_pages(durable, flows):
     """Bug: the runs table and the run page said RUNNING and nothing of the cancel."""
-    durable.store.insert_run(new_run("busy-1", name=flows.login.name, max_attempts=1))
-    assert durable.store.claim_run("busy-1", "elsewhere", lease=60) is not None  # RUNNING
+    durable.runtime.store.insert_run(new_run("busy-1", name=flows.login.name, max_attempts=1))
+    assert durable.runtime.store.claim_run("busy-1", "elsewhere", lease=60) is not None  # RUNNING
     assert durable.get_handle("busy-1").cancel("wrong order").value == "RUNNING"
     client = client_of(durable)
     html = client.get("/").get_data(as_text=True)

@@ -35,7 +35,7 @@ def post(client: Any, action: str, headers: dict[str, str] | None = None, **form
 
 
 def actions_of(durable: Durable, run_id: str) -> list[tuple[str, str | None, str | None]]:
-    return [(a.action, a.actor, a.detail) for a in durable.store.run_actions(run_id)]
+    return [(a.action, a.actor, a.detail) for a in durable.runtime.store.run_actions(run_id)]
 
 
 def test_the_basic_auth_user_is_recorded_with_each_action(durable, held):

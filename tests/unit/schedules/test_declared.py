@@ -54,7 +54,7 @@ def test_a_slot_fires_once_with_its_time_and_the_id_every_process_computes(durab
     assert fire_at(durable, due - 1) == 0  # not yet
     assert fire_at(durable, due + 0.5) == 1
     assert fire_at(durable, due + 0.6) == 0  # a second sweeper: nothing left to fire
-    [slot] = runs_of(durable.store, hourly.name)
+    [slot] = runs_of(durable.runtime.store, hourly.name)
     expected = dt.datetime.fromtimestamp(due, dt.timezone.utc)
     assert slot.slot == due
     assert slot.run_id == f"schedule:{hourly.name}:{expected:%Y-%m-%dT%H:%M:%SZ}"
@@ -71,9 +71,9 @@ def test_after_a_gap_catchup_decides_what_fires(durable, catchup, runs):
     durable.schedule(tick, every=60, catchup=catchup, overlap="allow")
     due = next_slot(durable, tick.name)
     fire_at(durable, due + 5 * 60 + 30)
-    fired = [s.slot - due for s in runs_of(durable.store, tick.name)]
+    fired = [s.slot - due for s in runs_of(durable.runtime.store, tick.name)]
     assert fired == {"latest": [300.0], "all": [60.0 * k for k in range(6)], "none": []}[catchup]
-    (row,) = durable.store.list_schedules()
+    (row,) = durable.runtime.store.list_schedules()
     assert row.missed == 6 - runs
     assert row.next_slot == due + 360  # the next slot after the gap: nothing fires twice
     assert fire_at(durable, due + 5 * 60 + 40) == 0
@@ -86,7 +86,7 @@ def test_catchup_all_stops_at_its_window(durable):
     durable.schedule(tick, every=60, catchup="all", catchup_window="10m", overlap="allow")
     due = next_slot(durable, tick.name)
     fire_at(durable, due + 7 * 24 * 3600)  # a week down: the last ten minutes' slots
-    assert len(runs_of(durable.store, tick.name)) == 10
+    assert len(runs_of(durable.runtime.store, tick.name)) == 10
 
 
 def test_overlap_skip_buffer_one_allow_and_cancel_previous(durable):
@@ -101,7 +101,7 @@ def test_overlap_skip_buffer_one_allow_and_cancel_previous(durable):
     due = next_slot(durable, "slow-skip")
     for k in range(3):  # three slots; the first's run still waits at the later two
         fire_at(durable, due + 60 * k + 1)
-    store = durable.store
+    store = durable.runtime.store
     assert slot_outcomes(store, "slow-skip") == {"started": 1, "skipped": 2}
     rows = {row.name: row for row in store.list_schedules()}
     assert rows["slow-skip"].skipped == 2
@@ -129,12 +129,12 @@ def test_a_changed_definition_starts_from_its_next_slot_and_a_dropped_one_is_dis
     durable.runtime.schedules.clear()  # the next deploy: "a" changed, "b" gone
     durable.schedule(job, every=30, name="a")
     new = next_slot(durable, "a")
-    rows = {row.name: row for row in durable.store.list_schedules()}
+    rows = {row.name: row for row in durable.runtime.store.list_schedules()}
     assert rows["a"].every == 30 and new < old and new % 30 == 0
     assert rows["b"].disabled_at is not None
     assert fire_at(durable, old + 1) == 1  # "a" fires its latest slot; "b" nothing
-    assert runs_of(durable.store, "b") == []
-    assert runs_of(durable.store, "a")[0].slot == (old + 1) // 30 * 30
+    assert runs_of(durable.runtime.store, "b") == []
+    assert runs_of(durable.runtime.store, "a")[0].slot == (old + 1) // 30 * 30
 
 
 def test_schedules_from_beat_maps_entries_and_refuses_what_it_cant_express(durable):
@@ -170,7 +170,7 @@ def test_trigger_and_backfill_start_runs_by_hand_each_slot_once(durable):
     def job() -> None: ...
 
     durable.schedule(job, every=60, name="hourly")
-    durable.sweep_once()
+    durable.runtime.sweeper.sweep_once()
     triggered = firing.trigger(durable.runtime, "hourly")
     assert triggered.startswith("schedule:hourly:manual:")
     end = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
@@ -178,7 +178,10 @@ def test_trigger_and_backfill_start_runs_by_hand_each_slot_once(durable):
     first = firing.backfill(durable.runtime, "hourly", start, end)
     again = firing.backfill(durable.runtime, "hourly", start, end)
     assert len(first) in (5, 6) and again == []
-    assert slot_outcomes(durable.store, "hourly") == {"triggered": 1, "backfilled": len(first)}
+    assert slot_outcomes(durable.runtime.store, "hourly") == {
+        "triggered": 1,
+        "backfilled": len(first),
+    }
     with pytest.raises(InvalidArgument, match="no schedule named 'nope'"):
         firing.trigger(durable.runtime, "nope")
 
@@ -190,6 +193,6 @@ def test_a_slow_poll_loses_no_slot_whatever_the_catchup(durable):
     durable.schedule(tick, every=1, catchup="latest", overlap="allow")
     due = next_slot(durable, tick.name)
     fire_at(durable, due + 2.5)  # three slots due, the oldest 2.5 s late: not a gap
-    assert [s.slot - due for s in runs_of(durable.store, tick.name)] == [0.0, 1.0, 2.0]
-    (row,) = durable.store.list_schedules()
+    assert [s.slot - due for s in runs_of(durable.runtime.store, tick.name)] == [0.0, 1.0, 2.0]
+    (row,) = durable.runtime.store.list_schedules()
     assert row.missed == 0

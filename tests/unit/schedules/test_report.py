@@ -32,7 +32,7 @@ def test_the_schedules_command_lists_pauses_resumes_triggers_and_backfills(durab
     [listed] = [json.loads(line) for line in invoke(durable, "schedules", "--json").splitlines()]
     assert listed["name"] == "every-minute" and listed["status"] == "skipping"
     assert listed["skipped"] == 1 and listed["timing"] == "every 1m"
-    assert listed["last_run_id"] == runs_of(durable.store, "every-minute")[0].run_id
+    assert listed["last_run_id"] == runs_of(durable.runtime.store, "every-minute")[0].run_id
     table = invoke(durable, "schedules")
     assert "every-minute" in table and "skipping" in table and "SKIPPED" in table
 
@@ -71,7 +71,7 @@ def test_the_schedules_command_lists_pauses_resumes_triggers_and_backfills(durab
         "--json",
     )
     assert json.loads(again)["run_ids"] == []
-    outcomes = slot_outcomes(durable.store, "every-minute")
+    outcomes = slot_outcomes(durable.runtime.store, "every-minute")
     assert outcomes == {"started": 1, "skipped": 1, "triggered": 1, "backfilled": 4}
 
 
@@ -108,11 +108,11 @@ def a_skipping_schedule(durable: Any) -> tuple[float, str]:
     due = next_slot(durable, "every-minute")
     fire_at(durable, due + 1)
     fire_at(durable, due + 61)  # its run still waits: this slot is skipped
-    return due, runs_of(durable.store, "every-minute")[0].run_id
+    return due, runs_of(durable.runtime.store, "every-minute")[0].run_id
 
 
 def paused_of(durable: Any, name: str) -> bool:
-    [row] = [row for row in durable.store.list_schedules() if row.name == name]
+    [row] = [row for row in durable.runtime.store.list_schedules() if row.name == name]
     return bool(row.paused)
 
 
@@ -129,7 +129,9 @@ def test_the_dashboard_lists_each_schedule_and_links_its_last_run(durable):
     shown = row.group(0)
     assert "every 1m" in shown and 'data-status="skipping"' in shown
     assert f'href="{url_for_run(run_id)}"' in shown and "waiting" in shown
-    [lag] = [row.last_lag for row in durable.store.list_schedules() if row.name == "every-minute"]
+    [lag] = [
+        row.last_lag for row in durable.runtime.store.list_schedules() if row.name == "every-minute"
+    ]
     # The lag, then skipped 1, missed 0.
     cells = rf'<td class="num">{re.escape(console.span(lag))}</td>\s*<td class="num">1</td>'
     assert re.search(cells + r'\s*<td class="num">0</td>', shown)
@@ -161,7 +163,7 @@ def test_pause_resume_and_trigger_from_the_dashboard_need_the_csrf_token(durable
             == 403
         )
     assert not paused_of(durable, "every-minute")
-    assert slot_outcomes(durable.store, "every-minute") == {"started": 1, "skipped": 1}
+    assert slot_outcomes(durable.runtime.store, "every-minute") == {"started": 1, "skipped": 1}
 
     paused = client.post("/schedules/pause", data={"name": "every-minute", "csrf_token": token})
     assert paused.status_code == 303 and paused.headers["Location"].endswith("/schedules")
@@ -170,7 +172,7 @@ def test_pause_resume_and_trigger_from_the_dashboard_need_the_csrf_token(durable
     assert "Paused &#39;every-minute&#39;: its slots no longer fire." in html
     assert 'data-status="paused"' in html and 'aria-label="Resume every-minute"' in html
     fire_at(durable, due + 3600)  # an hour on: "nightly" may fire (between 1 and 2 UTC)
-    assert len(runs_of(durable.store, "every-minute")) == 1  # paused: it fired no more
+    assert len(runs_of(durable.runtime.store, "every-minute")) == 1  # paused: it fired no more
 
     resumed = client.post(
         "/schedules/resume",
@@ -190,7 +192,7 @@ def test_pause_resume_and_trigger_from_the_dashboard_need_the_csrf_token(durable
     )
     assert started is not None
     assert durable.get_handle(started.group(1)).get(timeout=5) is None
-    assert slot_outcomes(durable.store, "nightly").get("triggered") == 1
+    assert slot_outcomes(durable.runtime.store, "nightly").get("triggered") == 1
 
     unknown = client.post(
         "/schedules/pause", data={"name": "nope", "csrf_token": token}, follow_redirects=True
@@ -225,7 +227,9 @@ def test_prometheus_says_how_late_each_schedule_last_fired(durable):
     # real clock has passed it (at most a second away).
     wait_until(lambda: time.time() > due + 0.05, 5, 0.01, message="the slot to pass")
     assert fire_at(durable, due + 0.05) == 1
-    [stored] = [row.last_lag for row in durable.store.list_schedules() if row.name == "each-second"]
+    [stored] = [
+        row.last_lag for row in durable.runtime.store.list_schedules() if row.name == "each-second"
+    ]
     assert stored is not None and 0 < stored < 5
     registry = CollectorRegistry()
     registry.register(DurableCollector([durable]))

@@ -123,7 +123,7 @@ def test_the_engine_records_when_strict_deferred_and_retried_steps_began(durable
 
     @durable.step(max_attempts=3, backoff=0.1)
     def flaky() -> str:
-        tries.append(durable.store.now())
+        tries.append(durable.runtime.store.now())
         if len(tries) < 3:
             raise ConnectionError("try again")
         return "ok"
@@ -139,9 +139,9 @@ def test_the_engine_records_when_strict_deferred_and_retried_steps_began(durable
 
     handle = flow.delay()
     assert handle.get(timeout=10) == [2, "done", "ok"]
-    run = durable.store.get_run(handle.id)
-    steps = durable.store.load_steps(handle.id)
-    created = created_at(durable.store, handle.id)
+    run = durable.runtime.store.get_run(handle.id)
+    steps = durable.runtime.store.load_steps(handle.id)
+    created = created_at(durable.runtime.store, handle.id)
     deferred, strict, retried = steps[0], steps[1], steps[2]
     assert [s.attempt for s in (deferred, strict, retried)] == [1, 1, 1]
     assert run.started_at - SLACK < deferred.started_at <= strict.started_at
