@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         worker.stop()
         bench._redis.delete(counter)
-        bench.durable.store.dispose()
+        bench.durable.runtime.store.dispose()
         drop_tables(PG_URL, prefix)
     print(describe(result), flush=True)
     if args.json:

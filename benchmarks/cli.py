@@ -149,6 +149,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "the result backend's report, deferred); prints it, writes no report",
     )
     parser.add_argument(
+        "--hot-path-only",
+        action="store_true",
+        help="the empty-table throughput comparison, then the commits per step and per "
+        "workflow (strict and deferred) on the same worker: the hot path's cost in one run; "
+        "prints them, writes no report",
+    )
+    parser.add_argument(
         "--limits-only",
         action="store_true",
         help="only the limiter figures (throughput under ample limiters against none, "
@@ -259,15 +266,17 @@ def main(argv: list[str] | None = None) -> int:
         for worker in workers:
             worker.stop()
         cleanup(b, queue, bench.app)
-        bench.durable.store.dispose()
+        bench.durable.runtime.store.dispose()
         monitor.close()
 
-    if args.throughput_only:
+    if args.throughput_only or args.hot_path_only:
         try:
             bench.durable.migrate()
             durable = start_worker("durable")
             with profiled(durable, args.py_spy):
                 throughput.run_only(b, method, progress)
+            if args.hot_path_only:
+                measure.hot_path_commits(b, scale.commit_workflows, scale.idle_seconds, progress)
         finally:
             teardown()
         return 0

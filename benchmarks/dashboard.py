@@ -30,7 +30,7 @@ TARGET_MS = 300.0
 
 def insert_long_run(durable: Durable, run_id: str, steps: int = STEPS) -> None:
     """A SUCCEEDED run of ``steps`` steps, each with a ~150-byte input and output."""
-    store = durable.store
+    store = durable.runtime.store
     tables = store.sql.admin.tables
     ns = durable.config.namespace
     with store.engine.begin() as conn:
@@ -75,7 +75,7 @@ def insert_long_run(durable: Durable, run_id: str, steps: int = STEPS) -> None:
 
 
 def delete_long_run(durable: Durable, run_id: str) -> None:
-    store = durable.store
+    store = durable.runtime.store
     tables = store.sql.admin.tables
     ns = durable.config.namespace
     with store.engine.begin() as conn:

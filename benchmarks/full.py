@@ -230,7 +230,7 @@ def run(session: Session) -> int:
         except Exception as exc:  # noqa: BLE001 - clean-up reports and goes on
             print(f"could not drop unacked messages: {exc}", file=sys.stderr)
         cleanup(b, queue, bench.app)
-        bench.durable.store.dispose()
+        bench.durable.runtime.store.dispose()
         monitor.close()
 
     machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]

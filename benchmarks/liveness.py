@@ -132,7 +132,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         for worker in workers:
             worker.kill()
-        basic.durable.store.dispose()
+        basic.durable.runtime.store.dispose()
         drop_tables(PG_URL, prefix)
     return {
         "broker": args.broker,

@@ -3,8 +3,8 @@ continue_as_new loop of 10,000 generations.
 
 ``waiters``: WAITING runs of a registered workflow are inserted with INSERT ... SELECT
 generate_series, their timers spread evenly over the next 24 h (one in two also waits for
-a signal), then ``durable.sweep_once()`` (every query of one sweeper poll) is timed; none
-is due, so it must publish nothing. Its plan is read with EXPLAIN.
+a signal), then ``durable.runtime.sweeper.sweep_once()`` (every query of one sweeper poll)
+is timed; none is due, so it must publish nothing. Its plan is read with EXPLAIN.
 
 ``continue_loop``: one run goes through the store's calls of a worker, generation after
 generation: claim, read the history (replay), record two steps, ``continue_as_new``. The
@@ -33,7 +33,7 @@ DAY = 86_400.0
 
 def waiters(durable: Durable, rds: Any, queue: str, count: int, reps: int) -> dict[str, Any]:
     """Insert ``count`` WAITING runs (timers over the next day), time sweeps over them."""
-    store = durable.store
+    store = durable.runtime.store
     runs = store.tables.runs.name
     name = sorted(durable.workflows)[0]
     started = time.perf_counter()
@@ -60,11 +60,11 @@ def waiters(durable: Durable, rds: Any, queue: str, count: int, reps: int) -> di
         conn.execute(text(f"ANALYZE {runs}"))
     inserted_s = time.perf_counter() - started
     depth = rds.llen(queue)
-    published = sum(durable.sweep_once() for _ in range(3))  # warm-up
+    published = sum(durable.runtime.sweeper.sweep_once() for _ in range(3))  # warm-up
     samples = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        published += durable.sweep_once()
+        published += durable.runtime.sweeper.sweep_once()
         samples.append(time.perf_counter() - t0)
     # The predicate of the sweeper's due-runs statement (sweep_due_runs), explained.
     with store.engine.connect() as conn:
@@ -94,7 +94,7 @@ def waiters(durable: Durable, rds: Any, queue: str, count: int, reps: int) -> di
 
 def continue_loop(durable: Durable, generations: int) -> dict[str, Any]:
     """One run through ``generations`` generations; claim and history read per generation."""
-    store, config = durable.store, durable.config
+    store, config = durable.runtime.store, durable.config
     run_id = f"loop-{time.time_ns()}"
     store.insert_run(NewRun(run_id, "benchmarks.loop", "[[0],{}]", None, 3, 1.0, 60.0))
     claims, replays = [], []
@@ -163,7 +163,8 @@ METHODS = {
     "waiters": (
         "WAITING runs of a registered workflow inserted with INSERT ... SELECT "
         "generate_series, timers spread evenly over the next 24 h (one in two also waits for a "
-        "signal), ANALYZE; then durable.sweep_once() (every query of one sweeper poll: due "
+        "signal), ANALYZE; then durable.runtime.sweeper.sweep_once() (every query of one "
+        "sweeper poll: due "
         "runs, signalled runs, items, children, retention) timed after 3 warm-ups; nothing is "
         "due, so nothing may be published (the broker queue's length is compared). The plan of "
         "the due-runs predicate is read with EXPLAIN."

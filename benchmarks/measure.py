@@ -332,3 +332,22 @@ def commits_per_workflow(
         "windows": windows,
         "clean": clean,
     }
+
+
+def hot_path_commits(
+    b: Bench, workflows: int, idle_seconds: float, progress: Callable[[str], None]
+) -> None:
+    """``--hot-path-only``'s second half: the commits of strict and deferred workflows, as
+    the full run measures them, printed on the worker that just ran the throughput."""
+    strict = commits_per_workflow(b, workflows, idle_seconds)
+    progress(
+        f"commits: {strict['commits_per_workflow_3_steps']:.2f}/3-step workflow, "
+        f"{strict['commits_per_step']:.2f}/step, {strict['commits_per_workflow_fixed']:.2f} "
+        f"fixed{'' if strict['clean'] else ' (NOT CLEAN)'}"
+    )
+    deferred = deferred_commits(b, workflows, strict["idle_commits_per_s"])
+    progress(
+        f"commits, deferred: {deferred['commits_per_workflow']:.2f}/3-deferred-step workflow "
+        f"({deferred['commits_per_workflow_beyond_start']:.2f} beyond the start)"
+        f"{'' if deferred['clean'] else ' (NOT CLEAN)'}"
+    )

@@ -44,8 +44,8 @@ def _timed(call: Callable[[], Any], reps: int) -> dict[str, Any]:
 
 
 def _plan(durable: Durable, what: str, run_filter: RunFilter | None) -> dict[str, Any]:
-    text = durable.store.explain(what, run_filter)
-    prefix = re.escape(durable.store.table_prefix)
+    text = durable.runtime.store.explain(what, run_filter)
+    prefix = re.escape(durable.runtime.store.table_prefix)
     return {
         "indexes": sorted(set(re.findall(rf"\bix_{prefix}runs_\w+", text))),
         "seq_scan": "Seq Scan" in text,
@@ -196,7 +196,7 @@ def run_only(
         progress(describe(r["operations"]))
     finally:
         cleanup(b, queue, bench.app)
-        bench.durable.store.dispose()
+        bench.durable.runtime.store.dispose()
         b.monitor.close()
     figures = operations_figures(r)
     doc = {

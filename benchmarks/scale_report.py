@@ -237,7 +237,7 @@ def run_only(
         )
     finally:
         cleanup(b, queue, bench.app)
-        bench.durable.store.dispose()
+        bench.durable.runtime.store.dispose()
         b.monitor.close()
     doc: dict[str, Any] = {
         "schema": 1,

@@ -68,7 +68,7 @@ def pass_cost(schedules: int, polls: int) -> dict[str, Any]:
             samples.append((time.perf_counter() - began) * 1000)
         return {"schedules": schedules, "ms_p50": statistics.median(samples)}
     finally:
-        durable.store.dispose()
+        durable.runtime.store.dispose()
         _drop(prefix)
 
 
@@ -85,9 +85,10 @@ def slot_lag(seconds: float, poll: float = 1.0) -> dict[str, Any]:
     try:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            durable.sweep_once()
+            durable.runtime.sweeper.sweep_once()
             time.sleep(poll)  # the sweeper's own cadence, as a worker's sweeper thread
-        lags = sorted(s.fired_at - s.slot for s in durable.store.schedule_slots("tick", 10_000))
+        fired = durable.runtime.store.schedule_slots("tick", 10_000)
+        lags = sorted(s.fired_at - s.slot for s in fired)
         return {
             "slots": len(lags),
             "lag_p50_s": statistics.median(lags),
@@ -95,7 +96,7 @@ def slot_lag(seconds: float, poll: float = 1.0) -> dict[str, Any]:
             "poll_interval_s": poll,
         }
     finally:
-        durable.store.dispose()
+        durable.runtime.store.dispose()
         _drop(prefix)
 
 

@@ -173,7 +173,7 @@ class ChaosRun:
         if self.observer is not None:
             self.observer.close()
         if self.app is not None:
-            self.app.durable.store.dispose()
+            self.app.durable.runtime.store.dispose()
         errors = []
         for what, action in (
             ("tables", lambda: drop_tables(self.direct_pg.render_as_string(False), self.prefix)),

@@ -4,8 +4,8 @@ item that runs long for a lease (``store.open_items``).
 
 Example::
 
-    durable.leases.track(run_id, ctx.lease)     # while the body runs
-    durable.leases.untrack(run_id)
+    runtime.leases.track(run_id, ctx.lease)     # while the body runs
+    runtime.leases.untrack(run_id)
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ claims a run (prefork children included).
 
 Example::
 
-    durable.sweep_once()   # what the sweeper thread does every durable_poll_interval
+    runtime.sweeper.sweep_once()   # what the sweeper thread does every durable_poll_interval
 """
 
 from __future__ import annotations
