@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from celery import Celery
 from celery import signals as celery_signals
 
-from celery_durable.body.limiter import Limiter, declare, named, workflow_limiter
+from celery_durable.body.limiter import Limiter, LimiterGuard, declare, named, workflow_limiter
 from celery_durable.body.step import DEFAULT_MAX_BACKOFF, Step, StepOptions
 from celery_durable.core import validate
 from celery_durable.core.config import DurableConfig
-from celery_durable.engine import apps
+from celery_durable.engine import apps, canvas, limits, rollback
 from celery_durable.engine.bootstep import DurableSweeper
 from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.guard import DeliveryGuard
@@ -46,6 +46,7 @@ from celery_durable.errors import (
     WorkflowNotFound,
 )
 from celery_durable.ops.operations import Operations
+from celery_durable.runs import by_name, schedules, starting
 from celery_durable.runs.firing import SchedulePass
 from celery_durable.runs.firing import declare as declare_schedule
 from celery_durable.runs.handle import WorkflowHandle
@@ -85,6 +86,14 @@ class Durable(Operations):
         DurableConfig.check_keywords(settings)
         self.runtime = Runtime(app, settings)
         self.runtime.sweep_passes.append(SweepPass("schedules", SchedulePass(self.runtime)))
+        hooks = self.runtime.hooks  # each feature's delivery hooks and step guards
+        hooks.claim_variants.append(limits.claim_variant)
+        hooks.claim_fallbacks += [starting.claim_when_visible, by_name.claim_started_by_name]
+        hooks.claimed.append(by_name.settle_refused)
+        before = [canvas.report_claimed, schedules.slot_argument(self.runtime.slot_workflows)]
+        hooks.before_body += [*before, rollback.roll_back_instead, limits.hold_run_slot]
+        hooks.body_stopped.append(limits.give_back_on_stop)
+        hooks.step_guards.append(LimiterGuard())
         app.steps["worker"].add(DurableSweeper)
         app.steps["worker"].add(SignalQueue)
         app.steps["consumer"].add(DeliveryGuard)

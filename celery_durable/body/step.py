@@ -17,13 +17,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from celery_durable.body.context import FailedStep, WorkflowContext, enter_body
 from celery_durable.body.dispatch import dispatch
 from celery_durable.body.fanin import StepFuture
-from celery_durable.body.limiter import Limiter, give_back_kept_slot, hold_slot, release_slot
+from celery_durable.body.limiter import Limiter
 from celery_durable.body.replay import (
     check_replay,
     confirm_lease,
@@ -240,36 +240,13 @@ class Step(Generic[P, R]):
                 # A failure that did not end an attempt (the body caught it) is final:
                 # replay the same exception. Only "retry" rows run again.
                 raise serialization.rebuild_exception(self.name, recorded.error or "{}")
-        limiter = self.options.limiter
-        if not isinstance(limiter, Limiter):  # checked at registration: None
-            give_back_kept_slot(ctx)
+        guards = ctx.step_guards
+        if not guards:
             return self._execute(ctx, index, step_input, args, kwargs)
-        key = limiter.key_of(f"step {self.name}", args, kwargs)
-        waited = hold_slot(ctx, limiter, index, key)
-        # Its record frees the slot; a deferred record comes later, so that one (and a
-        # failure, and a slot others wait for) is given back here.
-        dispatcher = ctx.dispatcher
-        recorded_frees = (
-            self.options.commit == "each"
-            and not waited
-            and dispatcher is not None
-            and not dispatcher.in_process  # eager: a release runs the next waiter at once
-        )
-        limit = limiter.limit
-        if recorded_frees and limit.rate is None and ctx.next_shares_slot(index):
-            # The next step is behind the same limiter and key: the record keeps the slot
-            # for it (a rate's steps each take a token, so theirs take their own).
-            ctx.slot_to_keep = (limit, key, index)
-        try:
-            value = self._execute(ctx, index, step_input, args, kwargs)
-        except BaseException:
-            release_slot(ctx, limit, key, index)
-            raise
-        finally:
-            ctx.slot_to_keep = None
-        if not recorded_frees:
-            release_slot(ctx, limit, key, index)
-        return value
+        with ExitStack() as guarded:  # a limiter's slot, say (see StepGuard)
+            for guard in guards:
+                guarded.enter_context(guard.around(ctx, self, index, args, kwargs))
+            return self._execute(ctx, index, step_input, args, kwargs)
 
     def _execute(
         self,

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from celery import Celery
 
     from celery_durable.body.context import WorkflowContext
+    from celery_durable.engine.hooks import Delivery
     from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.canvas")
@@ -325,6 +326,12 @@ def report_started(runtime: RuntimeView, ctx: WorkflowContext) -> None:
     if Canvas.decode(ctx.canvas or "{}").report:
         meta = {"pid": os.getpid(), "hostname": socket.gethostname()}
         _store_state(runtime, ctx.workflow_id, ctx.workflow_name, meta, states.STARTED)
+
+
+def report_claimed(delivery: Delivery) -> None:
+    """The delivery hook (before the body) of ``report_started``, for a run that reports."""
+    if delivery.ctx.canvas is not None:
+        report_started(delivery.runtime, delivery.ctx)
 
 
 def report_waiting(runtime: RuntimeView, ctx: WorkflowContext, reason: str) -> None:

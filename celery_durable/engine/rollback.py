@@ -10,6 +10,8 @@ Example::
 
     if rollback.needed(ctx):                               # in settle, failing for good
         status = rollback.settle(durable, ctx, "FAILED", error, failed_step)
+
+``roll_back_instead`` is the delivery hook (before the body) that durable.py registers.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from celery_durable.body.compensation import (
 )
 from celery_durable.body.context import WorkflowContext
 from celery_durable.core import serialization
+from celery_durable.engine import taskevents
 from celery_durable.engine.finish import finish
 from celery_durable.errors import LeaseLost, StoreUnavailable
 from celery_durable.store import Claim, StepRecord
 
 if TYPE_CHECKING:
+    from celery_durable.engine.hooks import Delivery
     from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.workflow")
@@ -70,6 +74,22 @@ def resume(runtime: RuntimeView, ctx: WorkflowContext) -> str | None:
         extra=ctx.log_fields(),
     )
     return status
+
+
+def roll_back_instead(delivery: Delivery) -> None:
+    """Before the body: a saga cancelled while idle, or that died rolling back, rolls
+    back instead, and the delivery ends; never a SUCCESS in Flower."""
+    runtime, ctx, claim = delivery.runtime, delivery.ctx, delivery.claim
+    if claim is None or not resumable(ctx, claim):
+        return
+    status = resume(runtime, ctx)
+    line, run_id = taskevents.ctx_line(ctx), ctx.workflow_id
+    if status == "CANCELLED":
+        raise taskevents.ended(runtime.app, run_id, taskevents.CANCELLED, f"rolled back {line}")
+    if status == "FAILED":
+        taskevents.emit(runtime.app, run_id, taskevents.FAILING, result=f"rolled back {line}")
+        raise taskevents.RunFailed(f"failed, rolled back {line}")
+    raise taskevents.ended(runtime.app, run_id, None, "lease lost during the rollback")
 
 
 def settle(
