@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from celery import Celery
 from celery import signals as celery_signals
 
+from celery_durable.body.compensation import MarkCompensable
 from celery_durable.body.limiter import Limiter, LimiterGuard, declare, named, workflow_limiter
 from celery_durable.body.step import DEFAULT_MAX_BACKOFF, Step, StepOptions
 from celery_durable.core import validate
 from celery_durable.core.config import DurableConfig
-from celery_durable.engine import apps, canvas, limits, rollback
+from celery_durable.engine import apps, canvas, deadlines, limits, rollback
 from celery_durable.engine.bootstep import DurableSweeper
 from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.guard import DeliveryGuard
@@ -90,10 +91,11 @@ class Durable(Operations):
         hooks.claim_variants.append(limits.claim_variant)
         hooks.claim_fallbacks += [starting.claim_when_visible, by_name.claim_started_by_name]
         hooks.claimed.append(by_name.settle_refused)
-        before = [canvas.report_claimed, schedules.slot_argument(self.runtime.slot_workflows)]
-        hooks.before_body += [*before, rollback.roll_back_instead, limits.hold_run_slot]
+        slot = schedules.slot_argument(self.runtime.slot_workflows)
+        hooks.before_body += [canvas.report_claimed, slot, deadlines.note_deadline]
+        hooks.before_body += [limits.note_priority, rollback.roll_back_instead, limits.run_slot]
         hooks.body_stopped.append(limits.give_back_on_stop)
-        hooks.step_guards.append(LimiterGuard())
+        hooks.step_guards += [LimiterGuard(), deadlines.TerminateAtDeadline(), MarkCompensable()]
         app.steps["worker"].add(DurableSweeper)
         app.steps["worker"].add(SignalQueue)
         app.steps["consumer"].add(DeliveryGuard)

@@ -94,8 +94,9 @@ class RunningStep(Protocol):
 
 
 class StepGuard(Protocol):
-    """What may wrap every step a body runs (not replays), registered once per Durable
-    (``durable.py``) and handed to each context by the engine: a limiter's slot, say."""
+    """What may wrap every step a body runs (not replays), and hear of each step that
+    ends well: registered once per Durable (``durable.py``) and handed to each context
+    by the engine. A limiter's slot, say, or a saga's mark."""
 
     def index_taken(self, ctx: WorkflowContext, index: int) -> None:
         """The body took step index ``index`` (a step, a wait, a fan-out...)."""
@@ -110,6 +111,10 @@ class StepGuard(Protocol):
         kwargs: dict[str, Any],
     ) -> AbstractContextManager[None]:
         """Held while step ``index`` runs and records; it sees the step's exception."""
+        ...
+
+    def step_ok(self, ctx: WorkflowContext, step: RunningStep) -> None:
+        """The step's result is recorded (or deferred, or replayed)."""
         ...
 
 
@@ -160,15 +165,8 @@ class WorkflowContext:
     # Fan-out steps dispatched by this execution (not replayed): waiting on them tries to
     # suspend before reading their items, which have most likely not settled yet.
     fresh: set[int] = dataclasses.field(default_factory=set)
-    # The run has finished a step with a compensation (stored on the run: a cancel of it
-    # while idle then rolls it back).
-    compensable: bool = False
     # What the run tells Celery when it settles (engine.canvas), as stored; None: nothing.
     canvas: str | None = None
-    # Orders its waits for a limiter's slot (apply_async(priority=)), highest first.
-    priority: int = 0
-    # When the run is cancelled, "deadline exceeded" (epoch seconds); None: no deadline.
-    deadline_at: float | None = None
     # Records of deferred steps (commit="deferred") not written yet: they ride on the next
     # write, or go on their own once there are ``deferred_max_steps`` of them or the
     # oldest is ``deferred_max_age`` seconds old. A crash loses them: those steps run again.

@@ -64,6 +64,8 @@ class SlotState:
     # The last limited step this delivery ran (limiter, key, index): what learns whether
     # the step after it shares its slot.
     last_limited: tuple[str, str, int] | None = None
+    # Orders the run's waits for a slot (apply_async(priority=)), highest first.
+    priority: int = 0
 
 
 def slots(ctx: WorkflowContext) -> SlotState:
@@ -217,7 +219,7 @@ def wait_for_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) 
             key,
             ctx.workflow_id,
             index,
-            priority=ctx.priority,
+            priority=slots(ctx).priority,
             fence=ctx.fence,
             carried=ctx.take_deferred(),
         )
@@ -290,6 +292,9 @@ class LimiterGuard:
     """The step guard of limiters (``durable.py`` registers it): a limited step holds a
     slot of its limiter while it runs; any other step first gives back a slot kept for
     a step the body did not reach."""
+
+    def step_ok(self, ctx: WorkflowContext, step: RunningStep) -> None:
+        pass
 
     def index_taken(self, ctx: WorkflowContext, index: int) -> None:
         if index == 0:  # until the first step says it is behind a limiter (hold_slot)

@@ -4,7 +4,7 @@ when its delivery starts, free once it settles (handed on, when others waited); 
 hand-off of every limiter's free slots to its waiters, from the sweeper. The delivery
 hooks ``durable.py`` registers for limiters are here too: the claim that reads a run's slot
 or takes its first step's (``claim_variant``), the run's slot held around its body
-(``hold_run_slot``) and a kept slot given back when the body fails (``give_back_on_stop``).
+(``run_slot``) and a kept slot given back when the body fails (``give_back_on_stop``).
 
 Example::
 
@@ -122,7 +122,12 @@ def take_run_slot(
         if held is not None:
             return RunSlot(key, held.waited)
     outcome, waited = runtime.store.take_slot(
-        limiter.limit, key, ctx.workflow_id, priority=ctx.priority, fence=ctx.fence, park="PENDING"
+        limiter.limit,
+        key,
+        ctx.workflow_id,
+        priority=slots(ctx).priority,
+        fence=ctx.fence,
+        park="PENDING",
     )
     if outcome is Outcome.RECORDED:
         return RunSlot(key, waited)
@@ -203,7 +208,14 @@ def slots_of(delivery: Delivery) -> SlotState:
     return state
 
 
-def hold_run_slot(delivery: Delivery) -> Undo | None:
+def note_priority(delivery: Delivery) -> None:
+    """Before the body: a run started with a priority waits for slots in its order."""
+    claim = delivery.claim
+    if claim is not None and claim.priority:
+        slots_of(delivery).priority = claim.priority
+
+
+def run_slot(delivery: Delivery) -> Undo | None:
     """Before a limited run's body: its slot (``take_run_slot``), given back as it ends."""
     runtime, definition, claim = delivery.runtime, delivery.definition, delivery.claim
     assert claim is not None  # noqa: S101 - before-body hooks run on a claimed run

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING
 
 from celery_durable.body.compensation import (
     ROLLBACK_STEP,
+    WING,
     Compensation,
+    is_compensable,
     pending_compensations,
     run_compensations,
     write_fenced,
@@ -51,7 +53,7 @@ def needed(ctx: WorkflowContext) -> bool:
     """Whether the run has compensations left to run (or a rollback to finish)."""
     if _marker(ctx) is not None:
         return True
-    if not ctx.compensable and not ctx.history:
+    if not is_compensable(ctx) and not ctx.history:
         return False
     ctx.next_index = max(ctx.next_index, max(ctx.history, default=-1) + 1)
     return bool(pending_compensations(ctx))
@@ -78,8 +80,11 @@ def resume(runtime: RuntimeView, ctx: WorkflowContext) -> str | None:
 
 def roll_back_instead(delivery: Delivery) -> None:
     """Before the body: a saga cancelled while idle, or that died rolling back, rolls
-    back instead, and the delivery ends; never a SUCCESS in Flower."""
+    back instead, and the delivery ends; never a SUCCESS in Flower. A compensable run
+    (``claim.compensable``) is noted so in its context first."""
     runtime, ctx, claim = delivery.runtime, delivery.ctx, delivery.claim
+    if claim is not None and claim.compensable:
+        ctx.wings[WING] = True
     if claim is None or not resumable(ctx, claim):
         return
     status = resume(runtime, ctx)
