@@ -95,6 +95,8 @@ class Durable(Operations):
         hooks.before_body += [canvas.report_claimed, slot, deadlines.note_deadline]
         hooks.before_body += [limits.note_priority, rollback.roll_back_instead, limits.run_slot]
         hooks.body_stopped.append(limits.give_back_on_stop)
+        hooks.suspended.append(canvas.report_waiting)
+        hooks.settled.append(canvas.report_finished_run)
         hooks.step_guards += [LimiterGuard(), deadlines.TerminateAtDeadline(), MarkCompensable()]
         app.steps["worker"].add(DurableSweeper)
         app.steps["worker"].add(SignalQueue)

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.canvas")
+WING = "canvas"  # a run's canvas (as stored) among its context's wing states
 
 # The backend's state of a run, by the run's status.
 CELERY_STATES = {
@@ -323,22 +324,35 @@ def report_started(runtime: RuntimeView, ctx: WorkflowContext) -> None:
     default: PENDING until it ends)."""
     if not (ctx.history or runtime.app.conf.task_track_started):
         return
-    if Canvas.decode(ctx.canvas or "{}").report:
+    if Canvas.decode(ctx.wings.get(WING) or "{}").report:
         meta = {"pid": os.getpid(), "hostname": socket.gethostname()}
         _store_state(runtime, ctx.workflow_id, ctx.workflow_name, meta, states.STARTED)
 
 
 def report_claimed(delivery: Delivery) -> None:
-    """The delivery hook (before the body) of ``report_started``, for a run that reports."""
-    if delivery.ctx.canvas is not None:
+    """The delivery hook (durable.py) before the body: a run that reports keeps its
+    canvas in its context (the settle's listeners read it there), and STARTED."""
+    if (claim := delivery.claim) is not None and claim.canvas is not None:
+        delivery.wings[WING] = claim.canvas
         report_started(delivery.runtime, delivery.ctx)
 
 
 def report_waiting(runtime: RuntimeView, ctx: WorkflowContext, reason: str) -> None:
     """WAITING (what it waits for), for ``app.AsyncResult``: one backend round trip per
     suspension of a run that reports. Not a ready state: ``.get()`` goes on waiting."""
-    if ctx.canvas is not None and Canvas.decode(ctx.canvas).report:
+    if (stored := ctx.wings.get(WING)) is not None and Canvas.decode(stored).report:
         _store_state(runtime, ctx.workflow_id, ctx.workflow_name, reason, "WAITING")
+
+
+def report_finished_run(
+    runtime: RuntimeView, ctx: WorkflowContext, status: str, result: str | None, error: str | None
+) -> None:
+    """The settle listener (durable.py) of a run that reports: its final status, told."""
+    if (canvas := ctx.wings.get(WING)) is None:
+        return
+    owed = OwedReport(ctx.workflow_id, ctx.workflow_name, status, "", result, error, None, canvas)
+    faults.reach(faults.BEFORE_REPORT, **ctx.log_fields())
+    report_settled(runtime, owed)
 
 
 def _store_state(runtime: RuntimeView, run_id: str, name: str, result: Any, state: str) -> None:

@@ -178,7 +178,6 @@ def _context(
         parent_idx=claim.parent_idx,
         dispatcher=runtime.dispatch,
         lease=LeaseClock(config.lock_timeout),
-        canvas=claim.canvas,
         deferred_max_steps=config.deferred_max_steps,
         deferred_max_age=config.deferred_max_age,
         hard_deadline=hard_deadline,

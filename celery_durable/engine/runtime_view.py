@@ -5,8 +5,9 @@ and through the sweeper every pass it runs (items, limits, deadlines, canvas rep
 retention, liveness). They all take the Runtime that holds them, so typing them with the
 class itself would make each of them import the module that imports them. They take this
 view instead: it sits below all of them, and names only types from below the engine
-(``core``, ``store``, ``body``, Celery) or small protocols of its own, so the Runtime
-depends on its parts and never the other way. A Runtime satisfies it structurally; mypy
+(``core``, ``store``, ``body``, Celery) or small protocols of its own (``SettleHooks``: the
+listeners of the delivery hooks a settle tells), so the Runtime depends on its parts and
+never the other way. A Runtime satisfies it structurally; mypy
 checks that where the Runtime hands itself to a part (``LeaseKeeper(self)``, ...).
 
 Example::
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from celery import Celery
 
-    from celery_durable.body.context import Dispatcher
+    from celery_durable.body.context import Dispatcher, WorkflowContext
     from celery_durable.body.limiter import Limiter
     from celery_durable.body.step import Step
     from celery_durable.core.config import DurableConfig
@@ -42,6 +43,23 @@ class SweepPass:
     name: str
     act: Callable[[], Any]
     publishes: bool = True
+
+
+# Told of a run's final status (succeeded, failed for good, cancelled), with its result
+# or error: (runtime, ctx, status, result, error).
+SettleListener = Callable[["RuntimeView", "WorkflowContext", str, "str | None", "str | None"], None]
+# Told that a run suspends, waiting: (runtime, ctx, what it waits for).
+WaitListener = Callable[["RuntimeView", "WorkflowContext", str], None]
+
+
+class SettleHooks(Protocol):
+    """The delivery hooks a settle calls (``engine.hooks.DeliveryHooks`` has them)."""
+
+    @property
+    def settled(self) -> Sequence[SettleListener]: ...
+
+    @property
+    def suspended(self) -> Sequence[WaitListener]: ...
 
 
 class LeaseTracking(Protocol):
@@ -103,6 +121,11 @@ class RuntimeView(Protocol):
 
     @property
     def leases(self) -> LeaseTracking: ...
+
+    @property
+    def hooks(self) -> SettleHooks:
+        """The features' listeners to a run's settle (registered by durable.py)."""
+        ...
 
     @property
     def dispatch(self) -> Dispatcher: ...

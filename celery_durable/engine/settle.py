@@ -22,7 +22,7 @@ from celery.exceptions import Retry
 from celery_durable.body.context import WorkflowContext
 from celery_durable.core import faults, serialization
 from celery_durable.core.retry import backoff, retryable
-from celery_durable.engine import canvas, shutdown, taskevents
+from celery_durable.engine import shutdown, taskevents
 from celery_durable.engine.continue_as_new import settle_continued
 from celery_durable.engine.finish import finish
 from celery_durable.engine.publish import publish_woken
@@ -56,7 +56,8 @@ def settle_stop_or_error(
             extra=fields,
         )
         line = taskevents.ctx_line(ctx, max(ctx.next_index - 1, 0))  # the wait's step
-        canvas.report_waiting(runtime, ctx, exc.reason)
+        for suspended in runtime.hooks.suspended:
+            suspended(runtime, ctx, exc.reason)
         raise taskevents.ended(app, run_id, taskevents.WAITING, f"{exc.reason} {line}")
     if isinstance(exc, LeaseLost):
         logger.warning(
