@@ -29,7 +29,7 @@ from celery_durable.body.limiter import Limiter, LimiterGuard, declare, named, w
 from celery_durable.body.step import DEFAULT_MAX_BACKOFF, Step, StepOptions
 from celery_durable.core import validate
 from celery_durable.core.config import DurableConfig
-from celery_durable.engine import apps, canvas, deadlines, limits, rollback
+from celery_durable.engine import apps, canvas, continue_as_new, deadlines, limits, rollback
 from celery_durable.engine.bootstep import DurableSweeper
 from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.guard import DeliveryGuard
@@ -95,8 +95,7 @@ class Durable(Operations):
         hooks.before_body += [canvas.report_claimed, slot, deadlines.note_deadline]
         hooks.before_body += [limits.note_priority, rollback.roll_back_instead, limits.run_slot]
         hooks.body_stopped.append(limits.give_back_on_stop)
-        hooks.suspended.append(canvas.report_waiting)
-        hooks.settled.append(canvas.report_finished_run)
+        hooks.settle_listeners += [canvas.Report(), continue_as_new.Continued(), rollback.Saga()]
         hooks.step_guards += [LimiterGuard(), deadlines.TerminateAtDeadline(), MarkCompensable()]
         app.steps["worker"].add(DurableSweeper)
         app.steps["worker"].add(SignalQueue)

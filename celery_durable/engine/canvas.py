@@ -37,6 +37,7 @@ from kombu.utils.json import dumps, loads
 
 from celery_durable.core import faults, serialization
 from celery_durable.core.logs import run_fields
+from celery_durable.engine.runtime_view import SettleListener
 from celery_durable.errors import WorkflowCancelled
 from celery_durable.store import OwedReport
 
@@ -330,29 +331,28 @@ def report_started(runtime: RuntimeView, ctx: WorkflowContext) -> None:
 
 
 def report_claimed(delivery: Delivery) -> None:
-    """The delivery hook (durable.py) before the body: a run that reports keeps its
-    canvas in its context (the settle's listeners read it there), and STARTED."""
+    """Before the body (a delivery hook): a run that reports keeps its canvas; STARTED."""
     if (claim := delivery.claim) is not None and claim.canvas is not None:
         delivery.wings[WING] = claim.canvas
         report_started(delivery.runtime, delivery.ctx)
 
 
-def report_waiting(runtime: RuntimeView, ctx: WorkflowContext, reason: str) -> None:
-    """WAITING (what it waits for), for ``app.AsyncResult``: one backend round trip per
-    suspension of a run that reports. Not a ready state: ``.get()`` goes on waiting."""
-    if (stored := ctx.wings.get(WING)) is not None and Canvas.decode(stored).report:
-        _store_state(runtime, ctx.workflow_id, ctx.workflow_name, reason, "WAITING")
+class Report(SettleListener):
+    """The settle listener of a run that reports: its wait and its end, told to Celery."""
 
+    def waiting(self, runtime: RuntimeView, ctx: WorkflowContext, reason: str) -> None:
+        """WAITING (``reason``) for ``app.AsyncResult``: one backend round trip per
+        suspension of a run that reports. Not a ready state: ``.get()`` goes on waiting."""
+        if (stored := ctx.wings.get(WING)) is not None and Canvas.decode(stored).report:
+            _store_state(runtime, ctx.workflow_id, ctx.workflow_name, reason, "WAITING")
 
-def report_finished_run(
-    runtime: RuntimeView, ctx: WorkflowContext, status: str, result: str | None, error: str | None
-) -> None:
-    """The settle listener (durable.py) of a run that reports: its final status, told."""
-    if (canvas := ctx.wings.get(WING)) is None:
-        return
-    owed = OwedReport(ctx.workflow_id, ctx.workflow_name, status, "", result, error, None, canvas)
-    faults.reach(faults.BEFORE_REPORT, **ctx.log_fields())
-    report_settled(runtime, owed)
+    def settled(
+        self, runtime: RuntimeView, ctx: WorkflowContext, status: str, result: Any, error: Any
+    ) -> None:
+        if (canvas := ctx.wings.get(WING)) is not None:
+            run = (ctx.workflow_id, ctx.workflow_name, status, "", result, error, None, canvas)
+            faults.reach(faults.BEFORE_REPORT, **ctx.log_fields())
+            report_settled(runtime, OwedReport(*run))
 
 
 def _store_state(runtime: RuntimeView, run_id: str, name: str, result: Any, state: str) -> None:

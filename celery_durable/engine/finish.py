@@ -31,8 +31,9 @@ def finish(
     final = _settle(runtime, ctx, status, result=result, error=error, step=step)
     if final in FINISHED_STATUSES:
         succeeded, failed = final == "SUCCEEDED", final == "FAILED"
-        for settled in runtime.hooks.settled:
-            settled(runtime, ctx, final, result if succeeded else None, error if failed else None)
+        result, error = result if succeeded else None, error if failed else None
+        for listener in runtime.hooks.settle_listeners:
+            listener.settled(runtime, ctx, final, result, error)
     return final
 
 

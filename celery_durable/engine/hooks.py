@@ -13,8 +13,9 @@ feature's own module. In the order a delivery meets them:
   (return how to give it back: called with whether the run finished) or end the
   delivery instead of the body (a saga's rollback);
 - ``body_stopped``: the body raised (``stop``), before the attempt settles;
-- ``suspended`` and ``settled``: the run waits, or has its final status (a run that
-  reports to Celery tells it), whether a delivery's settle or a rollback's;
+- ``settle_listeners`` (``runtime_view.SettleListener``): the run waits, stops with a
+  feature's own stop (a continue as new), ends for good (a saga rolls back first) or has
+  its final status (a run that reports tells Celery);
 - ``step_guards``: what wraps each step (``body.context.StepGuard``).
 
 Example::
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from celery_durable.body.context import StepGuard, WorkflowContext
     from celery_durable.engine.definition import WorkflowDefinition
-    from celery_durable.engine.runtime_view import RuntimeView, SettleListener, WaitListener
+    from celery_durable.engine.runtime_view import RuntimeView, SettleListener
     from celery_durable.store import Claim
 
 
@@ -83,8 +84,7 @@ class DeliveryHooks:
     body_stopped: list[Callable[[Delivery, BaseException], None]] = dataclasses.field(
         default_factory=list
     )
-    suspended: list[WaitListener] = dataclasses.field(default_factory=list)
-    settled: list[SettleListener] = dataclasses.field(default_factory=list)
+    settle_listeners: list[SettleListener] = dataclasses.field(default_factory=list)
     step_guards: list[StepGuard] = dataclasses.field(default_factory=list)
 
     def claim(self, delivery: Delivery) -> Callable[[], Claim | None]:

@@ -11,12 +11,14 @@ Example::
     if rollback.needed(ctx):                               # in settle, failing for good
         status = rollback.settle(durable, ctx, "FAILED", error, failed_step)
 
-``roll_back_instead`` is the delivery hook (before the body) that durable.py registers.
+``roll_back_instead`` (before the body) and ``Saga`` (a settle listener: a saga rolls
+back before it ends) are the delivery hooks that durable.py registers.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from celery_durable.body.compensation import (
@@ -32,6 +34,7 @@ from celery_durable.body.context import WorkflowContext
 from celery_durable.core import serialization
 from celery_durable.engine import taskevents
 from celery_durable.engine.finish import finish
+from celery_durable.engine.runtime_view import SettleListener
 from celery_durable.errors import LeaseLost, StoreUnavailable
 from celery_durable.store import Claim, StepRecord
 
@@ -151,3 +154,20 @@ def finish_or_roll_back(
     if needed(ctx):
         return settle(runtime, ctx, status, error, step)
     return finish(runtime, ctx, status, error=error, step=step)
+
+
+class Saga(SettleListener):
+    """The settle listener (durable.py) of sagas: a run with compensations to run rolls
+    back before it ends."""
+
+    def finishing(
+        self,
+        runtime: RuntimeView,
+        ctx: WorkflowContext,
+        status: str,
+        error: str | None,
+        step: StepRecord | None,
+    ) -> Callable[[], str | None] | None:
+        if not needed(ctx):
+            return None
+        return lambda: settle(runtime, ctx, status, error, step)

@@ -5,10 +5,10 @@ and through the sweeper every pass it runs (items, limits, deadlines, canvas rep
 retention, liveness). They all take the Runtime that holds them, so typing them with the
 class itself would make each of them import the module that imports them. They take this
 view instead: it sits below all of them, and names only types from below the engine
-(``core``, ``store``, ``body``, Celery) or small protocols of its own (``SettleHooks``: the
-listeners of the delivery hooks a settle tells), so the Runtime depends on its parts and
-never the other way. A Runtime satisfies it structurally; mypy
-checks that where the Runtime hands itself to a part (``LeaseKeeper(self)``, ...).
+(``core``, ``store``, ``body``, Celery) or small protocols of its own, so the Runtime
+depends on its parts and never the other way. A Runtime satisfies it structurally; mypy
+checks that where the Runtime hands itself to a part (``LeaseKeeper(self)``, ...). A
+settle tells the features through the view too (``SettleListener``, in ``hooks``).
 
 Example::
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from celery_durable.body.step import Step
     from celery_durable.core.config import DurableConfig
     from celery_durable.engine.definition import WorkflowDefinition
-    from celery_durable.store import OpenItem, Store
+    from celery_durable.store import OpenItem, StepRecord, Store
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,21 +45,47 @@ class SweepPass:
     publishes: bool = True
 
 
-# Told of a run's final status (succeeded, failed for good, cancelled), with its result
-# or error: (runtime, ctx, status, result, error).
-SettleListener = Callable[["RuntimeView", "WorkflowContext", str, "str | None", "str | None"], None]
-# Told that a run suspends, waiting: (runtime, ctx, what it waits for).
-WaitListener = Callable[["RuntimeView", "WorkflowContext", str], None]
+class SettleListener:
+    """A feature's part in settling an attempt (the delivery hooks' ``settle_listeners``,
+    which durable.py registers), in the spirit of a middleware: each method does
+    nothing unless the feature overrides it."""
+
+    def waiting(self, runtime: RuntimeView, ctx: WorkflowContext, reason: str) -> None:
+        """The run suspends, waiting for ``reason``."""
+
+    def stopped(self, runtime: RuntimeView, ctx: WorkflowContext, stop: BaseException) -> None:
+        """The body stopped with ``stop``: a stop of the feature's own kind (a continue as
+        new) is settled here, and the delivery ends by what this raises."""
+
+    def finishing(
+        self,
+        runtime: RuntimeView,
+        ctx: WorkflowContext,
+        status: str,
+        error: str | None,
+        step: StepRecord | None,
+    ) -> Callable[[], str | None] | None:
+        """The run fails for good or is cancelled: how the feature ends it instead of the
+        plain finish (a saga rolls back first), returning its final status; None: not
+        this run's."""
+        return None
+
+    def settled(
+        self,
+        runtime: RuntimeView,
+        ctx: WorkflowContext,
+        status: str,
+        result: str | None,
+        error: str | None,
+    ) -> None:
+        """The run has its final ``status`` (with its result, or its error)."""
 
 
 class SettleHooks(Protocol):
     """The delivery hooks a settle calls (``engine.hooks.DeliveryHooks`` has them)."""
 
     @property
-    def settled(self) -> Sequence[SettleListener]: ...
-
-    @property
-    def suspended(self) -> Sequence[WaitListener]: ...
+    def settle_listeners(self) -> Sequence[SettleListener]: ...
 
 
 class LeaseTracking(Protocol):
