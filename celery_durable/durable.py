@@ -25,9 +25,11 @@ from celery import Celery
 from celery import signals as celery_signals
 
 from celery_durable.body.step import DEFAULT_MAX_BACKOFF, Step, StepOptions
+from celery_durable.canvas import by_name
+from celery_durable.canvas import reports as canvas
 from celery_durable.core import validate
 from celery_durable.core.config import DurableConfig
-from celery_durable.engine import apps
+from celery_durable.engine import apps, deadlines
 from celery_durable.engine.bootstep import DurableSweeper
 from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.guard import DeliveryGuard
@@ -39,9 +41,15 @@ from celery_durable.errors import (
     InvalidArgument,
 )
 from celery_durable.fanout.item_tasks import register_item_task
-from celery_durable.limiters.limiter import Limiter, declare, named, workflow_limiter
+from celery_durable.limiters import run_slots as limits
+from celery_durable.limiters.limiter import Limiter, LimiterGuard, declare, named, workflow_limiter
 from celery_durable.ops.operations import Operations
+from celery_durable.runs import starting
 from celery_durable.runs.task import WorkflowTask
+from celery_durable.sagas import continued as continue_as_new
+from celery_durable.sagas import rollback
+from celery_durable.sagas.compensation import MarkCompensable
+from celery_durable.schedules import declared as schedules
 from celery_durable.schedules.declared import from_beat as beat_entries
 from celery_durable.schedules.firing import SchedulePass
 from celery_durable.schedules.firing import declare as declare_schedule
@@ -84,6 +92,16 @@ class Durable(Operations):
         DurableConfig.check_keywords(settings)
         super().__init__(Runtime(app, settings))
         self.runtime.sweep_passes.append(SweepPass("schedules", SchedulePass(self.runtime)))
+        hooks = self.runtime.hooks  # each feature's delivery hooks and step guards
+        hooks.claim_variants.append(limits.claim_variant)
+        hooks.claim_fallbacks += [starting.claim_when_visible, by_name.claim_started_by_name]
+        hooks.claimed.append(by_name.settle_refused)
+        slot = schedules.slot_argument(self.runtime.slot_workflows)
+        hooks.before_body += [canvas.report_claimed, slot, deadlines.note_deadline]
+        hooks.before_body += [limits.note_priority, rollback.roll_back_instead, limits.run_slot]
+        hooks.body_stopped.append(limits.give_back_on_stop)
+        hooks.settle_listeners += [canvas.Report(), continue_as_new.Continued(), rollback.Saga()]
+        hooks.step_guards += [LimiterGuard(), deadlines.TerminateAtDeadline(), MarkCompensable()]
         app.steps["worker"].add(DurableSweeper)
         app.steps["worker"].add(SignalQueue)
         app.steps["consumer"].add(DeliveryGuard)

@@ -1,5 +1,10 @@
 """The workflow run the current code executes under, kept in a context variable.
 
+A ``WorkflowContext`` holds what every run needs: its run, lease, replay position and
+bounds. A feature keeps its own state in a slot of its own (``ctx.wing_state``), and
+what may wrap each step it runs (a limiter's slot, say) is one of the ``step_guards``
+the engine hands the context: the replay kernel names no feature.
+
 Example::
 
     from celery_durable import WorkflowContext
@@ -15,28 +20,20 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from celery_durable.errors import RunLimitExceeded
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+    from contextlib import AbstractContextManager
 
-    from celery_durable.store import DueRun, Limit, StepRecord, Store
+    from celery_durable.store import DueRun, StepRecord, StepWrite, Store
+
+T = TypeVar("T")
 
 # The name prefix of the markers ``patched()`` records (see ``celery_durable.patching``).
 PATCH_STEP_PREFIX = "celery_durable.patch:"
-
-# Per workflow name and step index: whether the step after it last ran behind the same
-# limiter and key (then its record keeps the slot for it). Learned by each run in this
-# process.
-_NEXT_SHARES_SLOT: dict[tuple[str, int], bool] = {}
-# Per workflow name: the limit (with no key function, nor rate) its first step ran behind
-# last time in this process, whose slot a first delivery's claim takes for that step.
-_FIRST_STEP_LIMIT: dict[str, Limit] = {}
-# Entries in each learned table: bounded, since a loop's step indices have no end (a full
-# table is forgotten and learned again).
-_LEARNED_MAX = 10_000
 
 _current: contextvars.ContextVar[WorkflowContext | None] = contextvars.ContextVar(
     "celery_durable_workflow", default=None
@@ -83,6 +80,41 @@ class Dispatcher(Protocol):
 
     def terminate(self, run_id: str) -> None:
         """Celery's revoke with terminate of the run's task: stop the step running now."""
+        ...
+
+
+class RunningStep(Protocol):
+    """A step as a guard sees it: its name and its options (``body.step.StepOptions``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def options(self) -> Any: ...
+
+
+class StepGuard(Protocol):
+    """What may wrap every step a body runs (not replays), and hear of each step that
+    ends well: registered once per Durable (``durable.py``) and handed to each context
+    by the engine. A limiter's slot, say, or a saga's mark."""
+
+    def index_taken(self, ctx: WorkflowContext, index: int) -> None:
+        """The body took step index ``index`` (a step, a wait, a fan-out...)."""
+        ...
+
+    def around(
+        self,
+        ctx: WorkflowContext,
+        step: RunningStep,
+        index: int,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> AbstractContextManager[None]:
+        """Held while step ``index`` runs and records; it sees the step's exception."""
+        ...
+
+    def step_ok(self, ctx: WorkflowContext, step: RunningStep) -> None:
+        """The step's result is recorded (or deferred, or replayed)."""
         ...
 
 
@@ -133,15 +165,6 @@ class WorkflowContext:
     # Fan-out steps dispatched by this execution (not replayed): waiting on them tries to
     # suspend before reading their items, which have most likely not settled yet.
     fresh: set[int] = dataclasses.field(default_factory=set)
-    # The run has finished a step with a compensation (stored on the run: a cancel of it
-    # while idle then rolls it back).
-    compensable: bool = False
-    # What the run tells Celery when it settles (engine.canvas), as stored; None: nothing.
-    canvas: str | None = None
-    # Orders its waits for a limiter's slot (apply_async(priority=)), highest first.
-    priority: int = 0
-    # When the run is cancelled, "deadline exceeded" (epoch seconds); None: no deadline.
-    deadline_at: float | None = None
     # Records of deferred steps (commit="deferred") not written yet: they ride on the next
     # write, or go on their own once there are ``deferred_max_steps`` of them or the
     # oldest is ``deferred_max_age`` seconds old. A crash loses them: those steps run again.
@@ -167,15 +190,21 @@ class WorkflowContext:
     # fails the run before anything of it is stored; None: no limit.
     max_child_depth: int | None = None
     max_map_items: int | None = None
-    # A limited step's slot the run holds for its step at an index, kept by the record of
-    # the step before it (limiters/limiter.py), and the slot of the step running now that its
-    # record keeps for the next one: (limit, key, step index).
-    kept_slot: tuple[Limit, str, int] | None = None
-    kept_slot_waited: bool = False  # others waited for the key when the claim took it
-    slot_to_keep: tuple[Limit, str, int] | None = None
-    # The last limited step this delivery ran (limiter, key, index): what learns whether
-    # the step after it shares its slot.
-    last_limited: tuple[str, str, int] | None = None
+    # What wraps each step this delivery runs (see StepGuard), in order, outermost first.
+    step_guards: tuple[StepGuard, ...] = ()
+    # A guard's way to write the record of the step it wraps, in the record's one
+    # statement (a limiter keeping its slot for the next step); None from it, or no
+    # guard's: the plain record.
+    record_with: Callable[[StepRecord], StepWrite | None] | None = None
+    # Each feature's state for this run, under a key of its own (see wing_state).
+    wings: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def wing_state(self, key: str, make: Callable[[], T]) -> T:
+        """The state feature ``key`` keeps for this run: made with ``make`` at first use."""
+        state = self.wings.get(key)
+        if state is None:
+            state = self.wings[key] = make()
+        return state  # type: ignore[no-any-return]
 
     def defer(self, record: StepRecord) -> None:
         if not self.deferred:
@@ -233,12 +262,8 @@ class WorkflowContext:
                 # Through stop(): a body that catches it still fails, at its next step or end.
                 raise self.stop(self.too_many_steps(index))
         self.next_index += 1
-        if index == 0:  # until the first step says it is behind a limiter (hold_slot)
-            _FIRST_STEP_LIMIT.pop(self.workflow_name, None)
-        last = self.last_limited
-        if last is not None and last[2] == index - 1:
-            # Until a step behind the same limiter and key says otherwise (hold_slot).
-            learn_next_shares_slot(self.workflow_name, index - 1, False)
+        for guard in self.step_guards:
+            guard.index_taken(self, index)
         return index
 
     def too_many_steps(self, index: int) -> RunLimitExceeded:
@@ -248,10 +273,6 @@ class WorkflowContext:
             "should call celery_durable.continue_as_new(...) to go on with a fresh history, "
             "or raise durable_max_steps"
         )
-
-    def next_shares_slot(self, index: int) -> bool:
-        """The step after step ``index`` ran behind the same limiter and key last time."""
-        return _NEXT_SHARES_SLOT.get((self.workflow_name, index), False)
 
     def log_fields(self, step_index: int | None = None) -> dict[str, Any]:
         return {
@@ -295,22 +316,3 @@ def activate(ctx: WorkflowContext) -> contextvars.Token[WorkflowContext | None]:
 
 def deactivate(token: contextvars.Token[WorkflowContext | None]) -> None:
     _current.reset(token)
-
-
-def _learn(table: dict[Any, Any], key: Any, value: Any) -> None:
-    if len(table) >= _LEARNED_MAX:
-        table.clear()
-    table[key] = value
-
-
-def learn_next_shares_slot(workflow: str, index: int, shares: bool) -> None:
-    _learn(_NEXT_SHARES_SLOT, (workflow, index), shares)
-
-
-def learn_first_step_limit(workflow: str, limit: Limit) -> None:
-    _learn(_FIRST_STEP_LIMIT, workflow, limit)
-
-
-def first_step_limit(workflow: str) -> Limit | None:
-    """The limit the workflow's first step ran behind last time (no key, no rate)."""
-    return _FIRST_STEP_LIMIT.get(workflow)

@@ -128,17 +128,11 @@ def record(ctx: WorkflowContext, step: StepRecord) -> StepRecord:
     run holds; stop the body if the lease is gone or the run's cancellation was requested
     (then after recording them all the same: they ran, so a rollback compensates them)."""
     carried = ctx.take_deferred()
-    keeping = ctx.slot_to_keep
+    record_with = ctx.record_with  # a step guard's record, one statement too
     with store_guard(ctx):
-        if keeping is None or keeping[2] != step.idx or step.status != "ok" or carried:
+        written = None if record_with is None or carried else record_with(step)
+        if written is None:
             written = ctx.store.record_step(ctx.workflow_id, ctx.fence, step, carried=carried)
-        else:
-            limit, key, _ = keeping
-            written, kept = ctx.store.record_step_keeping_slot(
-                ctx.workflow_id, ctx.fence, step, limit, key, ctx.next_index
-            )
-            if kept:
-                ctx.kept_slot = (limit, key, ctx.next_index)
     if written.outcome is Outcome.RECORDED:
         ctx.history[step.idx] = step
         for each in (*carried, step):

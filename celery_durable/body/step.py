@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from celery_durable.body.context import FailedStep, WorkflowContext, enter_body
@@ -26,8 +25,6 @@ from celery_durable.body.replay import (
     confirm_lease,
     flush_deferred,
     record,
-    stop_writing,
-    store_guard,
     write_caught_failure,
 )
 from celery_durable.core import faults, serialization, tracing
@@ -39,7 +36,7 @@ from celery_durable.errors import (
 )
 from celery_durable.fanout.dispatch import dispatch
 from celery_durable.fanout.fanin import StepFuture
-from celery_durable.limiters.limiter import Limiter, give_back_kept_slot, hold_slot, release_slot
+from celery_durable.limiters.limiter import Limiter
 from celery_durable.store import StepRecord
 
 logger = logging.getLogger("celery_durable.step")
@@ -185,34 +182,6 @@ class Step(Generic[P, R]):
             dispatch(ctx, started, self.name, self.options.queue, [encoded])
         return StepFuture(index, self.name)
 
-    @contextmanager
-    def _deadline_guard(self, ctx: WorkflowContext) -> Iterator[None]:
-        """With ``terminate_on_timeout``: at the run's deadline, the step is stopped at once
-        (the run is then cancelled: "deadline exceeded")."""
-        dispatcher = ctx.dispatcher
-        if not self.options.terminate_on_timeout or ctx.deadline_at is None or dispatcher is None:
-            yield
-            return
-
-        def stop() -> None:
-            # The cancel first, so that its reason is the deadline, not the revoke that
-            # stops the step (the sweeper leaves a run being cancelled to that cancel).
-            try:
-                ctx.store.cancel_run(
-                    ctx.workflow_id, "deadline exceeded", dispatcher.dispatch_grace
-                )
-            except Exception:  # noqa: BLE001 - the sweeper's deadline pass cancels it anyway
-                logger.warning("run %s: could not cancel it at its deadline", ctx.workflow_id)
-            dispatcher.terminate(ctx.workflow_id)
-
-        timer = threading.Timer(max(0.0, ctx.deadline_at - time.time()), stop)
-        timer.daemon = True
-        timer.start()
-        try:
-            yield
-        finally:
-            timer.cancel()
-
     def retryable(self, exc: BaseException) -> bool:
         return retryable(exc, self.options.retry_on, self.options.dont_retry_on)
 
@@ -234,42 +203,19 @@ class Step(Generic[P, R]):
         if recorded is not None:
             check_replay(ctx, index, recorded, self.name, step_input)
             if recorded.status == "ok":
-                self._note_compensable(ctx)
+                self._ok(ctx)
                 return serialization.loads(recorded.output)  # type: ignore[no-any-return,arg-type]
             if recorded.status == "error":
                 # A failure that did not end an attempt (the body caught it) is final:
                 # replay the same exception. Only "retry" rows run again.
                 raise serialization.rebuild_exception(self.name, recorded.error or "{}")
-        limiter = self.options.limiter
-        if not isinstance(limiter, Limiter):  # checked at registration: None
-            give_back_kept_slot(ctx)
+        guards = ctx.step_guards
+        if not guards:
             return self._execute(ctx, index, step_input, args, kwargs)
-        key = limiter.key_of(f"step {self.name}", args, kwargs)
-        waited = hold_slot(ctx, limiter, index, key)
-        # Its record frees the slot; a deferred record comes later, so that one (and a
-        # failure, and a slot others wait for) is given back here.
-        dispatcher = ctx.dispatcher
-        recorded_frees = (
-            self.options.commit == "each"
-            and not waited
-            and dispatcher is not None
-            and not dispatcher.in_process  # eager: a release runs the next waiter at once
-        )
-        limit = limiter.limit
-        if recorded_frees and limit.rate is None and ctx.next_shares_slot(index):
-            # The next step is behind the same limiter and key: the record keeps the slot
-            # for it (a rate's steps each take a token, so theirs take their own).
-            ctx.slot_to_keep = (limit, key, index)
-        try:
-            value = self._execute(ctx, index, step_input, args, kwargs)
-        except BaseException:
-            release_slot(ctx, limit, key, index)
-            raise
-        finally:
-            ctx.slot_to_keep = None
-        if not recorded_frees:
-            release_slot(ctx, limit, key, index)
-        return value
+        with ExitStack() as guarded:  # a limiter's slot, say (see StepGuard)
+            for guard in guards:
+                guarded.enter_context(guard.around(ctx, self, index, args, kwargs))
+            return self._execute(ctx, index, step_input, args, kwargs)
 
     def _execute(
         self,
@@ -284,7 +230,7 @@ class Step(Generic[P, R]):
         # publish would cost the round trip deferring saves.
         if ctx.on_step is not None and self.options.commit == "each":
             ctx.on_step(index, self.name)
-        with tracing.step(self.name, index, ctx.workflow_id), self._deadline_guard(ctx):
+        with tracing.step(self.name, index, ctx.workflow_id):
             attempt = 0
             started = time.monotonic()  # the step's duration includes its in-process retries
             while True:
@@ -324,7 +270,7 @@ class Step(Generic[P, R]):
                     ctx.defer(done)
                     if ctx.deferred_due():
                         flush_deferred(ctx)
-                    self._note_compensable(ctx)
+                    self._ok(ctx)
                     faults.reach(faults.AFTER_DEFER_STEP, **ctx.log_fields(index))
                     return serialization.loads(output)  # type: ignore[no-any-return]
                 try:
@@ -332,22 +278,17 @@ class Step(Generic[P, R]):
                 except WorkflowCancelled:
                     # Recorded all the same (record): a worker lost before its rollback
                     # ends leaves the run to one that rolls it back, this step included.
-                    self._note_compensable(ctx)
+                    self._ok(ctx)
                     raise
-                self._note_compensable(ctx)
+                self._ok(ctx)
                 # Return what replay will return (JSON round trip), so both paths agree.
                 return serialization.loads(stored.output or "null")  # type: ignore[no-any-return]
 
-    def _note_compensable(self, ctx: WorkflowContext) -> None:
-        """A finished step with a compensation: mark the run, once, so that cancelling
-        it while it waits rolls it back."""
-        if self.options.compensate is None or ctx.compensable:
-            return
-        with store_guard(ctx):
-            marked = ctx.store.mark_compensable(ctx.workflow_id, ctx.fence)
-        if not marked:
-            stop_writing(ctx)
-        ctx.compensable = True
+    def _ok(self, ctx: WorkflowContext) -> None:
+        """The step's result is recorded or replayed: its guards hear of it (a step with a
+        compensation marks the run, so that cancelling it while it waits rolls it back)."""
+        for guard in ctx.step_guards:
+            guard.step_ok(ctx, self)
 
     def _failed(
         self,

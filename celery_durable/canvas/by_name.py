@@ -2,6 +2,10 @@
 process without the workflow's code, ``celery call``, beat, another language's client)
 creates its run on its first delivery, from the message.
 
+Its delivery hooks, which durable.py registers: ``claim_started_by_name`` (a claim
+fallback: store the run, then claim it) and ``settle_refused`` (arguments the workflow
+can't take: the run is settled FAILED before any body runs).
+
 Example::
 
     refused = start_by_name(task, request, args, kwargs, carried)   # in run_workflow
@@ -10,20 +14,25 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from kombu.utils.encoding import safe_repr
 
-from celery_durable.canvas.reports import Canvas
+from celery_durable.canvas.reports import Canvas, report_settled
 from celery_durable.core import serialization
-from celery_durable.core.logs import log_started
+from celery_durable.core.logs import log_started, run_fields
 from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.delivery import request_header
 from celery_durable.engine.guard import ARGUMENTS_REFUSED
+from celery_durable.engine.hooks import Delivery
 from celery_durable.engine.runtime import Runtime
 from celery_durable.errors import ArgumentsRefused
-from celery_durable.store import NewRun
+from celery_durable.store import Claim, NewRun, OwedReport
+
+logger = logging.getLogger("celery_durable.workflow")
+WING = "by name"  # the delivery's wing state: the arguments refused, if they were
 
 
 class Starter(Protocol):
@@ -97,3 +106,28 @@ def _refused_run(
         retry_backoff=config.retry_backoff,
         dispatch_grace=config.dispatch_grace,
     )
+
+
+def claim_started_by_name(delivery: Delivery) -> Claim | None:
+    """The claim fallback of a message that may store its run (``start_by_name``)."""
+    start = delivery.start_if_missing
+    if start is None:
+        return None
+    delivery.wings[WING] = start()
+    return delivery.claim_run()
+
+
+def settle_refused(delivery: Delivery) -> None:
+    """A run sent by name with arguments the workflow can't take: stored FAILED with the
+    error naming them (never dropped), reported like any failure; Celery's FAILURE."""
+    refused, claim = delivery.wings.get(WING), delivery.claim
+    if refused is None or claim is None:
+        return
+    runtime, run_id, name = delivery.runtime, delivery.run_id, delivery.definition.name
+    error = serialization.encode_error(refused, step=None)
+    status = runtime.store.settle_run(run_id, claim.fence, "FAILED", error=error)
+    logger.error("%s", refused, extra=run_fields(run_id, name, claim.attempts))
+    if status == "FAILED" and claim.canvas is not None:
+        owed = OwedReport(run_id, name, status, "", None, error, None, claim.canvas)
+        report_settled(runtime, owed)
+    raise refused

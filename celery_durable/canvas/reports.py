@@ -37,6 +37,7 @@ from kombu.utils.json import dumps, loads
 
 from celery_durable.core import faults, serialization
 from celery_durable.core.logs import run_fields
+from celery_durable.engine.runtime_view import SettleListener
 from celery_durable.errors import WorkflowCancelled
 from celery_durable.store import OwedReport
 
@@ -44,9 +45,11 @@ if TYPE_CHECKING:
     from celery import Celery
 
     from celery_durable.body.context import WorkflowContext
+    from celery_durable.engine.hooks import Delivery
     from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.canvas")
+WING = "canvas"  # a run's canvas (as stored) among its context's wing states
 
 # The backend's state of a run, by the run's status.
 CELERY_STATES = {
@@ -322,16 +325,34 @@ def report_started(runtime: RuntimeView, ctx: WorkflowContext) -> None:
     default: PENDING until it ends)."""
     if not (ctx.history or runtime.app.conf.task_track_started):
         return
-    if Canvas.decode(ctx.canvas or "{}").report:
+    if Canvas.decode(ctx.wings.get(WING) or "{}").report:
         meta = {"pid": os.getpid(), "hostname": socket.gethostname()}
         _store_state(runtime, ctx.workflow_id, ctx.workflow_name, meta, states.STARTED)
 
 
-def report_waiting(runtime: RuntimeView, ctx: WorkflowContext, reason: str) -> None:
-    """WAITING (what it waits for), for ``app.AsyncResult``: one backend round trip per
-    suspension of a run that reports. Not a ready state: ``.get()`` goes on waiting."""
-    if ctx.canvas is not None and Canvas.decode(ctx.canvas).report:
-        _store_state(runtime, ctx.workflow_id, ctx.workflow_name, reason, "WAITING")
+def report_claimed(delivery: Delivery) -> None:
+    """Before the body (a delivery hook): a run that reports keeps its canvas; STARTED."""
+    if (claim := delivery.claim) is not None and claim.canvas is not None:
+        delivery.wings[WING] = claim.canvas
+        report_started(delivery.runtime, delivery.ctx)
+
+
+class Report(SettleListener):
+    """The settle listener of a run that reports: its wait and its end, told to Celery."""
+
+    def waiting(self, runtime: RuntimeView, ctx: WorkflowContext, reason: str) -> None:
+        """WAITING (``reason``) for ``app.AsyncResult``: one backend round trip per
+        suspension of a run that reports. Not a ready state: ``.get()`` goes on waiting."""
+        if (stored := ctx.wings.get(WING)) is not None and Canvas.decode(stored).report:
+            _store_state(runtime, ctx.workflow_id, ctx.workflow_name, reason, "WAITING")
+
+    def settled(
+        self, runtime: RuntimeView, ctx: WorkflowContext, status: str, result: Any, error: Any
+    ) -> None:
+        if (canvas := ctx.wings.get(WING)) is not None:
+            run = (ctx.workflow_id, ctx.workflow_name, status, "", result, error, None, canvas)
+            faults.reach(faults.BEFORE_REPORT, **ctx.log_fields())
+            report_settled(runtime, OwedReport(*run))
 
 
 def _store_state(runtime: RuntimeView, run_id: str, name: str, result: Any, state: str) -> None:

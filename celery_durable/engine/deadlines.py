@@ -1,7 +1,9 @@
 """Deadlines (``timeout=``): the sweeper cancels each active run past its deadline, with
 the reason "deadline exceeded". A pending or waiting run ends at once (a saga rolls back
 first); a running one at its next step, or at once in a step with
-``terminate_on_timeout=True`` (which its own worker stops at the deadline).
+``terminate_on_timeout=True`` (which its own worker stops at the deadline: the step
+guard ``TerminateAtDeadline``, with the delivery hook ``note_deadline`` that keeps the
+run's deadline in its context; durable.py registers both).
 
 Example::
 
@@ -11,17 +13,24 @@ Example::
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from celery_durable.core.logs import run_fields
 from celery_durable.fanout.item_tasks import cancel
 
 if TYPE_CHECKING:
+    from celery_durable.body.context import RunningStep, WorkflowContext
+    from celery_durable.engine.hooks import Delivery
     from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.sweeper")
 
 DEADLINE_EXCEEDED = "deadline exceeded"
+WING = "deadline"  # the run's deadline (epoch seconds) among its context's wing states
 
 
 def cancel_overdue(runtime: RuntimeView, batch: int | None = None) -> int:
@@ -39,3 +48,59 @@ def cancel_overdue(runtime: RuntimeView, batch: int | None = None) -> int:
                 extra=run_fields(run_id),
             )
     return told
+
+
+def deadline_of(ctx: WorkflowContext) -> float | None:
+    """The run's deadline (epoch seconds), at which it is cancelled; None: it has none."""
+    deadline: float | None = ctx.wings.get(WING)
+    return deadline
+
+
+def note_deadline(delivery: Delivery) -> None:
+    """Before the body: a run with a deadline keeps it in its context."""
+    claim = delivery.claim
+    if claim is not None and claim.deadline_at is not None:
+        delivery.wings[WING] = claim.deadline_at
+
+
+class TerminateAtDeadline:
+    """The step guard of ``terminate_on_timeout``: at the run's deadline, the step is
+    stopped at once (the run is then cancelled: "deadline exceeded")."""
+
+    def step_ok(self, ctx: WorkflowContext, step: RunningStep) -> None:
+        pass
+
+    def index_taken(self, ctx: WorkflowContext, index: int) -> None:
+        pass
+
+    @contextmanager
+    def around(
+        self,
+        ctx: WorkflowContext,
+        step: RunningStep,
+        index: int,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Iterator[None]:
+        deadline_at = deadline_of(ctx)
+        dispatcher = ctx.dispatcher
+        if not step.options.terminate_on_timeout or deadline_at is None or dispatcher is None:
+            yield
+            return
+
+        def stop() -> None:
+            # The cancel first, so that its reason is the deadline, not the revoke that
+            # stops the step (the sweeper leaves a run being cancelled to that cancel).
+            try:
+                ctx.store.cancel_run(ctx.workflow_id, DEADLINE_EXCEEDED, dispatcher.dispatch_grace)
+            except Exception:  # noqa: BLE001 - the sweeper's deadline pass cancels it anyway
+                logger.warning("run %s: could not cancel it at its deadline", ctx.workflow_id)
+            dispatcher.terminate(ctx.workflow_id)
+
+        timer = threading.Timer(max(0.0, deadline_at - time.time()), stop)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()

@@ -1,5 +1,11 @@
 """Running a delivered workflow task: claim the run, replay its body, settle the outcome.
 
+The kernel of a delivery names no feature: how a run is claimed (a limiter's slot in the
+claim), what else may claim it (a transactional start, a start by name), what comes
+before the body (a schedule's slot argument, a saga's rollback, a limited run's slot)
+and after it are the delivery hooks of the Runtime (``engine.hooks``), which
+``durable.py`` registers from each feature's module.
+
 Example::
 
     execute(durable, definition, task.request)     # inside WorkflowTask.run_workflow
@@ -7,31 +13,19 @@ Example::
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from celery_durable.body.context import (
-    LeaseClock,
-    WorkflowContext,
-    activate,
-    deactivate,
-    first_step_limit,
-)
-from celery_durable.canvas import reports as canvas
+from celery_durable.body.context import LeaseClock, WorkflowContext, activate, deactivate
 from celery_durable.core import faults, serialization, tracing, validate
 from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.engine import shutdown, taskevents
+from celery_durable.engine.hooks import Delivery, leave_body
 from celery_durable.engine.liveness import take_over_from_gone_owner
 from celery_durable.engine.settle import settle_stop_or_error, settle_success
-from celery_durable.errors import ArgumentsRefused, LeaseLost, Suspended
-from celery_durable.limiters import run_slots as limits
-from celery_durable.limiters.limiter import give_back_kept_slot
-from celery_durable.sagas import rollback
-from celery_durable.store import Claim, OwedReport, RunRecord, Store, is_unreachable
+from celery_durable.store import Claim, RunRecord, is_unreachable
 from celery_durable.store.db.unusable import Unusable, unusable
 
 if TYPE_CHECKING:
@@ -40,10 +34,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("celery_durable.workflow")
 
+# Set on a transactional start's message: its row may become visible a moment after it.
 TRANSACTIONAL_HEADER = "durable_transactional"
-# How long a worker waits for a transactional start's row to become visible: the message
-# is published from the commit hook, a moment before the COMMIT reaches the server.
-_TRANSACTIONAL_VISIBILITY_WAIT = 2.0
 
 
 class ClaimUnavailable(Exception):  # noqa: N818 - internal signal, not an error of the run
@@ -65,14 +57,71 @@ def execute(
     definition: WorkflowDefinition,
     request: Any,
     time_limit: float | None = None,
-    start_by_name: Callable[[], ArgumentsRefused | None] | None = None,
+    start_by_name: Callable[[], Exception | None] | None = None,
 ) -> Any:
     """Claim the run named by the Celery task id, replay its body, settle the outcome;
     ``time_limit``: the task's hard time limit (the message's own wins). A message sent
     by name (``start_by_name``) whose run doesn't exist stores it first."""
-    store, config = runtime.store, runtime.config
+    hooks, config = runtime.hooks, runtime.config
     hard_deadline = shutdown.hard_deadline(request, time_limit, time.monotonic())
-    run_id: str = request.id
+    delivery = Delivery(runtime, definition, request, request.id, runtime.leases.owner)
+    delivery.start_if_missing = start_by_name
+    _check_run_id(runtime, definition, delivery.run_id)
+    claim = delivery.claim = _claim(runtime, delivery)
+    for claimed in hooks.claimed:
+        claimed(delivery)
+    run_id = delivery.run_id
+    history = runtime.store.load_steps(run_id) if claim.has_steps else {}
+    ctx = delivery.ctx = _context(runtime, delivery, claim, history, hard_deadline)
+    faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
+    logger.info(
+        "workflow %s run %s claimed: attempt %d of %d, %d recorded step(s) to replay",
+        definition.name,
+        run_id,
+        claim.attempts,
+        claim.max_attempts,
+        len(history),
+        extra=ctx.log_fields(0),
+    )
+    tracing.claimed(claim.attempts, len(history))
+    taskevents.resumed(runtime.app, ctx)
+    delivery.args, delivery.kwargs = serialization.loads(claim.args)
+    runtime.leases.track(run_id, ctx.lease)
+    try:
+        undos = hooks.enter_body(delivery)  # a limited run's slot, a saga's rollback...
+    except BaseException:
+        runtime.leases.untrack(run_id)
+        raise
+    token = activate(ctx)
+    finished = False
+    try:
+        try:
+            value = definition.fn(*delivery.args, **delivery.kwargs)
+        finally:
+            deactivate(token)
+        if ctx.stopping is not None:
+            # The body swallowed the stop (a bare except around a step): it still wins.
+            raise ctx.stopping
+        name = f"workflow {ctx.workflow_name}"
+        limits = config.max_payload_bytes, config.max_payload_depth
+        encoded = serialization.encode_value(name, value, *limits)
+    except BaseException as raised:  # noqa: BLE001 - every exception is settled
+        # Why the body was told to stop wins over what its finally blocks raised after.
+        stop = ctx.stopping or raised
+        for stopped in hooks.body_stopped:
+            stopped(delivery, stop)
+        return settle_stop_or_error(runtime, ctx, claim, stop)
+    else:
+        # Outside the try: a failed settle leaves the run to its lease, never to a retry.
+        settle_success(runtime, ctx, encoded)
+        finished = True
+        return taskevents.finished(runtime.app, ctx, value)
+    finally:
+        runtime.leases.untrack(run_id)
+        leave_body(undos, finished=finished)
+
+
+def _check_run_id(runtime: Runtime, definition: WorkflowDefinition, run_id: str) -> None:
     problem = validate.id_problem(run_id)
     if problem is not None:
         # Not a run anyone could have started (they are checked at start): the store
@@ -81,50 +130,46 @@ def execute(
         text = f"its task id (the workflow id) is invalid: {problem}"
         log_malformed(logger, f"{definition.name} workflow", run_id, text, extra=fields)
         raise taskevents.ended(runtime.app, run_id, None, f"malformed message: {text}")
-    owner = runtime.leases.owner
+
+
+def _claim(runtime: Runtime, delivery: Delivery) -> Claim:
+    """The claim (a feature's variant of it, or the plain one), then a gone owner's
+    take-over and the features' fallbacks; the delivery ends if none claims the run."""
+    hooks, run_id, owner = runtime.hooks, delivery.run_id, delivery.owner
     try:
         if not runtime.leases.prove_alive():
             raise ClaimUnavailable(f"the proof of life of {owner} is held by another session")
-        # A limited run's claim reads its slot too: no read of its own before the body.
-        slot_of = None if definition.limiter is None else definition.limiter.limit
-        # A first step behind a limiter: the claim takes its slot, no take before it.
-        first = None if slot_of is not None else first_step_limit(definition.name)
-        if first is None:
-            claim = store.claim_run(
-                run_id, owner, config.lock_timeout, config.max_recoveries, slot_of=slot_of
-            )
-        else:
-            claim = store.claim_run_taking_slot(
-                run_id, owner, config.lock_timeout, config.max_recoveries, first, "", 0
-            )
+        claim = hooks.claim(delivery)()
         if claim is None:  # leased by another owner: did it die?
             claim = take_over_from_gone_owner(runtime, run_id, owner)
-        if claim is None and request_header(request, TRANSACTIONAL_HEADER):
-            claim = _claim_when_visible(
-                store, run_id, owner, config.lock_timeout, config.max_recoveries
-            )
-        refused = None
-        if claim is None and start_by_name is not None:
-            refused = start_by_name()
-            claim = store.claim_run(run_id, owner, config.lock_timeout, config.max_recoveries)
+        claim = hooks.fall_back(delivery, claim)
     except Exception as exc:
         if is_unreachable(exc):
             raise ClaimUnavailable(str(exc)) from exc
         # Not migrated yet (or the database is missing): kept until someone acts.
-        not_usable = unusable(exc, store.table_prefix)
+        not_usable = unusable(exc, runtime.store.table_prefix)
         if not_usable is not None:
             raise ClaimUnavailable(str(exc), not_usable) from exc
         raise
     if claim is None:
-        run = _log_unclaimed(runtime, definition, run_id)
+        run = _log_unclaimed(runtime, delivery.definition, run_id)
         raise taskevents.unclaimed(runtime.app, run_id, run)
-    if refused is not None:
-        _settle_refused(runtime, definition, run_id, claim, refused)
-    history = store.load_steps(run_id) if claim.has_steps else {}
-    ctx = WorkflowContext(
-        store=store,
-        workflow_id=run_id,
-        workflow_name=definition.name,
+    return claim
+
+
+def _context(
+    runtime: Runtime,
+    delivery: Delivery,
+    claim: Claim,
+    history: dict[int, Any],
+    hard_deadline: float | None,
+) -> WorkflowContext:
+    """The run's context, built once, with the features' state the delivery holds."""
+    config = runtime.config
+    return WorkflowContext(
+        store=runtime.store,
+        workflow_id=delivery.run_id,
+        workflow_name=delivery.definition.name,
         attempt=claim.attempts,
         fence=claim.fence,
         history=history,
@@ -141,123 +186,9 @@ def execute(
         max_steps=config.max_steps,
         max_child_depth=config.max_child_depth,
         max_map_items=config.max_map_items,
+        step_guards=tuple(runtime.hooks.step_guards),
+        wings=delivery.wings,
     )
-    faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
-    logger.info(
-        "workflow %s run %s claimed: attempt %d of %d, %d recorded step(s) to replay",
-        definition.name,
-        run_id,
-        claim.attempts,
-        claim.max_attempts,
-        len(history),
-        extra=ctx.log_fields(0),
-    )
-    tracing.claimed(claim.attempts, len(history))
-    taskevents.resumed(runtime.app, ctx)
-    if claim.step_slot_taken and first is not None:
-        ctx.kept_slot, ctx.kept_slot_waited = (first, "", 0), claim.step_slot_waited
-    ctx.canvas = claim.canvas
-    ctx.priority = claim.priority
-    ctx.deadline_at = claim.deadline_at
-    if claim.canvas is not None:
-        canvas.report_started(runtime, ctx)
-    args, kwargs = serialization.loads(claim.args)
-    if definition.name in runtime.slot_workflows:
-        kwargs = given_slot(kwargs)
-    runtime.leases.track(run_id, ctx.lease)
-    ctx.compensable = claim.compensable
-    if rollback.resumable(ctx, claim):  # a saga cancelled while idle, or died rolling back
-        try:
-            status = rollback.resume(runtime, ctx)
-        finally:
-            runtime.leases.untrack(run_id)
-        # Never a SUCCESS in Flower: the delivery ended a rollback.
-        line = taskevents.ctx_line(ctx)
-        if status == "CANCELLED":
-            raise taskevents.ended(runtime.app, run_id, taskevents.CANCELLED, f"rolled back {line}")
-        if status == "FAILED":
-            taskevents.emit(runtime.app, run_id, taskevents.FAILING, result=f"rolled back {line}")
-            raise taskevents.RunFailed(f"failed, rolled back {line}")
-        raise taskevents.ended(runtime.app, run_id, None, "lease lost during the rollback")
-    try:
-        slot = limits.take_run_slot(runtime, definition, ctx, claim, args, kwargs)
-    except BaseException:
-        runtime.leases.untrack(run_id)
-        raise
-    token = activate(ctx)
-    finished = False
-    try:
-        try:
-            value = definition.fn(*args, **kwargs)
-        finally:
-            deactivate(token)
-        if ctx.stopping is not None:
-            # The body swallowed the stop (a bare except around a step): it still wins.
-            raise ctx.stopping
-        encoded = serialization.encode_value(
-            f"workflow {ctx.workflow_name}",
-            value,
-            config.max_payload_bytes,
-            config.max_payload_depth,
-        )
-    except BaseException as raised:  # noqa: BLE001 - every exception is settled
-        # Why the body was told to stop wins over what its finally blocks raised after.
-        stop = ctx.stopping or raised
-        if ctx.kept_slot is not None and not isinstance(stop, (Suspended, LeaseLost)):
-            _give_back_kept_slot(ctx)
-        return settle_stop_or_error(runtime, ctx, claim, stop)
-    else:
-        # Outside the try: a failed settle leaves the run to its lease, never to a retry.
-        settle_success(runtime, ctx, encoded)
-        finished = True
-        return taskevents.finished(runtime.app, ctx, value)
-    finally:
-        runtime.leases.untrack(run_id)
-        limits.give_run_slot(runtime, definition, run_id, slot, finished)
-
-
-def _give_back_kept_slot(ctx: WorkflowContext) -> None:
-    """A slot kept for a step the body never reached, as it failed (or continued as
-    new): a retry's backoff would hold it (a waiting run frees it without a write, and a
-    lost lease is the new owner's). A store that fails here leaves it to the lease."""
-    try:
-        give_back_kept_slot(ctx)
-    except BaseException:  # noqa: BLE001 - the body's own outcome is what settles
-        logger.warning("run %s: its kept slot is left to its lease", ctx.workflow_id)
-
-
-def _settle_refused(
-    runtime: Runtime,
-    definition: WorkflowDefinition,
-    run_id: str,
-    claim: Claim,
-    refused: ArgumentsRefused,
-) -> None:
-    """A run sent by name with arguments the workflow can't take: stored FAILED with the
-    error naming them (never dropped), reported like any failure; Celery's FAILURE."""
-    error = serialization.encode_error(refused, step=None)
-    status = runtime.store.settle_run(run_id, claim.fence, "FAILED", error=error)
-    logger.error("%s", refused, extra=run_fields(run_id, definition.name, claim.attempts))
-    if status == "FAILED" and claim.canvas is not None:
-        owed = OwedReport(run_id, definition.name, status, "", None, error, None, claim.canvas)
-        canvas.report_settled(runtime, owed)
-    raise refused
-
-
-def _claim_when_visible(
-    store: Store, run_id: str, owner: str, lease: float, max_recoveries: int
-) -> Claim | None:
-    """A transactional start's message can arrive a moment before its COMMIT: look again
-    briefly. The row's visibility is read before each claim, so a COMMIT that lands
-    between the two can't end the wait with the run unclaimed."""
-    deadline = time.monotonic() + _TRANSACTIONAL_VISIBILITY_WAIT
-    while True:
-        faults.reach(faults.AFTER_CLAIM_MISSED, workflow_id=run_id)
-        visible = store.get_status(run_id) is not None
-        claim = store.claim_run(run_id, owner, lease, max_recoveries)
-        if claim is not None or visible or time.monotonic() > deadline:
-            return claim
-        time.sleep(0.02)
 
 
 def _log_unclaimed(
@@ -283,17 +214,3 @@ def _log_unclaimed(
             extra=fields,
         )
     return run
-
-
-def given_slot(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A schedule's run keeps its slot as ISO 8601 text (arguments are JSON); its body
-    gets it as the timezone-aware datetime it is."""
-    slot = kwargs.get("scheduled_for")
-    if not isinstance(slot, str) or not slot.endswith("]") or "[" not in slot:
-        return kwargs
-    moment, _, tz = slot[:-1].partition("[")
-    try:
-        given = dt.datetime.fromisoformat(moment).astimezone(ZoneInfo(tz))
-    except (ValueError, ZoneInfoNotFoundError):
-        return kwargs  # not a slot a schedule wrote: the body gets what it was given
-    return {**kwargs, "scheduled_for": given}

@@ -1,16 +1,15 @@
 """Finishing a run: the one write that ends it (succeeded, failed for good or cancelled).
 A child's finish also settles its parent's item and wakes the parent, in the same
-transaction. ``settle`` and ``rollback`` both end here."""
+transaction, and the settle listeners of the delivery hooks hear of it (``engine.hooks``).
+``settle`` and ``rollback`` both end here."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from celery_durable.body.context import WorkflowContext
-from celery_durable.canvas.reports import report_settled
-from celery_durable.core import faults
 from celery_durable.engine.publish import publish_woken
-from celery_durable.store import FINISHED_STATUSES, OwedReport, StepRecord
+from celery_durable.store import FINISHED_STATUSES, StepRecord
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime_view import RuntimeView
@@ -27,22 +26,14 @@ def finish(
 ) -> str | None:
     """Settle the run; a child's settle also gives its parent's item the outcome (and
     wakes the parent), in the same transaction. Ordinary runs keep the one statement.
-    Then the run tells Celery (result backend, callbacks, chain, chord), if it has to."""
+    Then the settle listeners hear of a final status (a run that reports tells Celery:
+    result backend, callbacks, chain, chord)."""
     final = _settle(runtime, ctx, status, result=result, error=error, step=step)
-    if final in FINISHED_STATUSES and ctx.canvas is not None:
+    if final in FINISHED_STATUSES:
         succeeded, failed = final == "SUCCEEDED", final == "FAILED"
-        owed = OwedReport(
-            ctx.workflow_id,
-            ctx.workflow_name,
-            final,
-            "",
-            result if succeeded else None,
-            error if failed else None,
-            None,
-            ctx.canvas,
-        )
-        faults.reach(faults.BEFORE_REPORT, **ctx.log_fields())
-        report_settled(runtime, owed)
+        result, error = result if succeeded else None, error if failed else None
+        for listener in runtime.hooks.settle_listeners:
+            listener.settled(runtime, ctx, final, result, error)
     return final
 
 

@@ -25,6 +25,7 @@ from celery_durable.core.config import DurableConfig
 from celery_durable.engine import apps
 from celery_durable.engine.deadlines import cancel_overdue
 from celery_durable.engine.definition import WorkflowDefinition
+from celery_durable.engine.hooks import DeliveryHooks
 from celery_durable.engine.leases import LeaseKeeper
 from celery_durable.engine.publish import STORED_HEADER, Dispatch, queue_option
 from celery_durable.engine.queues import FleetWatch
@@ -51,8 +52,9 @@ def engine_passes(runtime: RuntimeView, sweeper: Sweeper) -> list[SweepPass]:
 
 
 class Runtime:
-    """One Durable's parts: the app, the merged config, the store, the registries, the
-    lease heartbeat, the sweeper and the dispatcher of items."""
+    """One Durable's parts: the app, the merged config, the store, the registries (the
+    delivery hooks among them), the lease heartbeat, the sweeper and the dispatcher of
+    items."""
 
     def __init__(self, app: Celery, settings: dict[str, Any]) -> None:
         self.app = app
@@ -66,6 +68,8 @@ class Runtime:
         # that layer adds to ``sweep_passes``.
         self.schedules: dict[str, Any] = {}
         self.slot_workflows: set[str] = set()  # workflows given ``scheduled_for``
+        # How the features plug into each delivery (engine.hooks), filled by durable.py.
+        self.hooks = DeliveryHooks()
         self.leases = LeaseKeeper(self)
         self.sweeper = Sweeper(self)
         self.sweep_passes: list[SweepPass] = engine_passes(self, self.sweeper)

@@ -7,7 +7,8 @@ class itself would make each of them import the module that imports them. They t
 view instead: it sits below all of them, and names only types from below the engine
 (``core``, ``store``, ``body``, Celery) or small protocols of its own, so the Runtime
 depends on its parts and never the other way. A Runtime satisfies it structurally; mypy
-checks that where the Runtime hands itself to a part (``LeaseKeeper(self)``, ...).
+checks that where the Runtime hands itself to a part (``LeaseKeeper(self)``, ...). A
+settle tells the features through the view too (``SettleListener``, in ``hooks``).
 
 Example::
 
@@ -24,12 +25,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from celery import Celery
 
-    from celery_durable.body.context import Dispatcher
+    from celery_durable.body.context import Dispatcher, WorkflowContext
     from celery_durable.body.step import Step
     from celery_durable.core.config import DurableConfig
     from celery_durable.engine.definition import WorkflowDefinition
     from celery_durable.limiters.limiter import Limiter
-    from celery_durable.store import OpenItem, Store
+    from celery_durable.store import OpenItem, StepRecord, Store
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,49 @@ class SweepPass:
     name: str
     act: Callable[[], Any]
     publishes: bool = True
+
+
+class SettleListener:
+    """A feature's part in settling an attempt (the delivery hooks' ``settle_listeners``,
+    which durable.py registers), in the spirit of a middleware: each method does
+    nothing unless the feature overrides it."""
+
+    def waiting(self, runtime: RuntimeView, ctx: WorkflowContext, reason: str) -> None:
+        """The run suspends, waiting for ``reason``."""
+
+    def stopped(self, runtime: RuntimeView, ctx: WorkflowContext, stop: BaseException) -> None:
+        """The body stopped with ``stop``: a stop of the feature's own kind (a continue as
+        new) is settled here, and the delivery ends by what this raises."""
+
+    def finishing(
+        self,
+        runtime: RuntimeView,
+        ctx: WorkflowContext,
+        status: str,
+        error: str | None,
+        step: StepRecord | None,
+    ) -> Callable[[], str | None] | None:
+        """The run fails for good or is cancelled: how the feature ends it instead of the
+        plain finish (a saga rolls back first), returning its final status; None: not
+        this run's."""
+        return None
+
+    def settled(
+        self,
+        runtime: RuntimeView,
+        ctx: WorkflowContext,
+        status: str,
+        result: str | None,
+        error: str | None,
+    ) -> None:
+        """The run has its final ``status`` (with its result, or its error)."""
+
+
+class SettleHooks(Protocol):
+    """The delivery hooks a settle calls (``engine.hooks.DeliveryHooks`` has them)."""
+
+    @property
+    def settle_listeners(self) -> Sequence[SettleListener]: ...
 
 
 class LeaseTracking(Protocol):
@@ -103,6 +147,11 @@ class RuntimeView(Protocol):
 
     @property
     def leases(self) -> LeaseTracking: ...
+
+    @property
+    def hooks(self) -> SettleHooks:
+        """The features' listeners to a run's settle (registered by durable.py)."""
+        ...
 
     @property
     def dispatch(self) -> Dispatcher: ...

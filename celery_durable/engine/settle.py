@@ -2,6 +2,9 @@
 
 Every way out of a workflow body ends in one of these; each writes the run's outcome (and
 the failed step's record, if it still has to be written) in one statement or transaction.
+The features take part through their settle listeners (``runtime_view.SettleListener``):
+a continue as new settles its own stop, a saga rolls back before it ends, and a run that
+reports tells Celery of its wait and of its end.
 A delivery that ends without the run's result or failure raises
 ``DeliveryEnded``, so Celery never reports it a SUCCESS.
 
@@ -20,21 +23,17 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import Retry
 
 from celery_durable.body.context import WorkflowContext
-from celery_durable.canvas import reports as canvas
 from celery_durable.core import faults, serialization
 from celery_durable.core.retry import backoff, retryable
 from celery_durable.engine import shutdown, taskevents
 from celery_durable.engine.finish import finish
 from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import (
-    ContinuedAsNew,
     LeaseLost,
     StoreUnavailable,
     Suspended,
     WorkflowCancelled,
 )
-from celery_durable.sagas.continued import settle_continued
-from celery_durable.sagas.rollback import finish_or_roll_back
 from celery_durable.store import Claim, StepRecord
 
 if TYPE_CHECKING:
@@ -57,7 +56,8 @@ def settle_stop_or_error(
             extra=fields,
         )
         line = taskevents.ctx_line(ctx, max(ctx.next_index - 1, 0))  # the wait's step
-        canvas.report_waiting(runtime, ctx, exc.reason)
+        for listener in runtime.hooks.settle_listeners:
+            listener.waiting(runtime, ctx, exc.reason)
         raise taskevents.ended(app, run_id, taskevents.WAITING, f"{exc.reason} {line}")
     if isinstance(exc, LeaseLost):
         logger.warning(
@@ -67,14 +67,10 @@ def settle_stop_or_error(
             extra=fields,
         )
         raise taskevents.ended(app, run_id, None, "lease lost; another delivery owns the run")
-    if isinstance(exc, ContinuedAsNew):
-        if settle_continued(runtime, ctx, exc) is None:
-            raise taskevents.ended(app, run_id, None, "not continued: cancelled or lease lost")
-        # The same task id is published again: to Celery this delivery is a retry.
-        text = f"continued as new {taskevents.ctx_line(ctx)}"
-        raise taskevents.ended(app, run_id, taskevents.RETRIED, text)
+    for listener in runtime.hooks.settle_listeners:
+        listener.stopped(runtime, ctx, exc)  # a continue as new: settled, and raised
     if isinstance(exc, WorkflowCancelled) and exc.workflow_id == run_id:
-        if finish_or_roll_back(runtime, ctx, "CANCELLED", None, None):
+        if _finish_for_good(runtime, ctx, "CANCELLED", None, None):
             faults.reach(faults.AFTER_SETTLE, **fields)
             logger.info("workflow %s run %s cancelled: %s", name, run_id, exc.reason, extra=fields)
             raise _cancelled(runtime, ctx, exc.reason)
@@ -118,6 +114,22 @@ def settle_success(runtime: RuntimeView, ctx: WorkflowContext, encoded: str) -> 
         extra=fields,
     )
     raise taskevents.ended(runtime.app, ctx.workflow_id, None, "lease lost before settling")
+
+
+def _finish_for_good(
+    runtime: RuntimeView,
+    ctx: WorkflowContext,
+    status: str,
+    error: str | None,
+    step: StepRecord | None,
+) -> str | None:
+    """End a run that fails for good or is cancelled: as a settle listener ends it (a
+    saga rolls back first), or with the plain finish."""
+    for listener in runtime.hooks.settle_listeners:
+        finishing = listener.finishing(runtime, ctx, status, error, step)
+        if finishing is not None:
+            return finishing()
+    return finish(runtime, ctx, status, error=error, step=step)
 
 
 def _cancelled(
@@ -218,7 +230,7 @@ def _settle_error(
         # The message is the result Flower shows for RETRY (taskevents.WorkflowRequest).
         message = f"retry attempt {claim.attempts + 1} at {when.isoformat()} {_line(ctx)}"
         raise Retry(message, exc=exc, when=when) from exc
-    status = finish_or_roll_back(runtime, ctx, "FAILED", error, _failed_step_record(ctx, exc))
+    status = _finish_for_good(runtime, ctx, "FAILED", error, _failed_step_record(ctx, exc))
     if status == "CANCELLED":
         _log_cancelled_after_failure(ctx)
         raise _cancelled(runtime, ctx)

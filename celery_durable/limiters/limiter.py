@@ -11,29 +11,89 @@ Example::
 
     @durable.step(limiter=payments)
     def charge(order_id: int, amount: int) -> str: ...
+
+A limited step's slot is held by ``LimiterGuard``, the step guard ``durable.py`` registers:
+the step's run path names no limiter. The run's slots live in its ``SlotState`` (a wing
+state of the context), and what this process learned of each workflow's steps (which
+share a slot, which limit the first one takes) in the tables below.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from celery_durable.body.context import (
-    WorkflowContext,
-    learn_first_step_limit,
-    learn_next_shares_slot,
-)
+from celery_durable.body.context import RunningStep, WorkflowContext
 from celery_durable.body.replay import stop_writing, store_guard
 from celery_durable.core import faults, validate
 from celery_durable.errors import DuplicateRegistration, InvalidArgument, Suspended
-from celery_durable.store import Limit, Outcome
+from celery_durable.store import Limit, Outcome, StepRecord, StepWrite
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*([smh])\s*$")
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
 DEFAULT_GRACE = 60.0  # a body without a dispatcher: the sweeper's default dispatch grace
 BURST = 0.25  # seconds' worth of tokens a limiter's bucket holds
+
+# Per workflow name and step index: whether the step after it last ran behind the same
+# limiter and key (then its record keeps the slot for it). Learned by each run in this
+# process.
+_NEXT_SHARES_SLOT: dict[tuple[str, int], bool] = {}
+# Per workflow name: the limit (with no key function, nor rate) its first step ran behind
+# last time in this process, whose slot a first delivery's claim takes for that step.
+_FIRST_STEP_LIMIT: dict[str, Limit] = {}
+# Entries in each learned table: bounded, since a loop's step indices have no end (a full
+# table is forgotten and learned again).
+_LEARNED_MAX = 10_000
+WING = "limiter"  # the key of a run's SlotState among the context's wing states
+
+
+@dataclasses.dataclass
+class SlotState:
+    """A run's limited-step slots, in its context (``slots(ctx)``)."""
+
+    # The slot the run holds for its step at an index, kept by the record of the step
+    # before it (or taken by the claim), and the slot of the step running now that its
+    # record keeps for the next one: (limit, key, step index).
+    kept_slot: tuple[Limit, str, int] | None = None
+    kept_slot_waited: bool = False  # others waited for the key when the claim took it
+    slot_to_keep: tuple[Limit, str, int] | None = None
+    # The last limited step this delivery ran (limiter, key, index): what learns whether
+    # the step after it shares its slot.
+    last_limited: tuple[str, str, int] | None = None
+    # Orders the run's waits for a slot (apply_async(priority=)), highest first.
+    priority: int = 0
+
+
+def slots(ctx: WorkflowContext) -> SlotState:
+    return ctx.wing_state(WING, SlotState)
+
+
+def _learn(table: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(table) >= _LEARNED_MAX:
+        table.clear()
+    table[key] = value
+
+
+def learn_next_shares_slot(workflow: str, index: int, shares: bool) -> None:
+    _learn(_NEXT_SHARES_SLOT, (workflow, index), shares)
+
+
+def learn_first_step_limit(workflow: str, limit: Limit) -> None:
+    _learn(_FIRST_STEP_LIMIT, workflow, limit)
+
+
+def first_step_limit(workflow: str) -> Limit | None:
+    """The limit the workflow's first step ran behind last time (no key, no rate)."""
+    return _FIRST_STEP_LIMIT.get(workflow)
+
+
+def next_shares_slot(workflow: str, index: int) -> bool:
+    """The step after step ``index`` ran behind the same limiter and key last time."""
+    return _NEXT_SHARES_SLOT.get((workflow, index), False)
 
 
 def parse_rate(rate: str, owner: str) -> float:
@@ -159,7 +219,7 @@ def wait_for_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) 
             key,
             ctx.workflow_id,
             index,
-            priority=ctx.priority,
+            priority=slots(ctx).priority,
             fence=ctx.fence,
             carried=ctx.take_deferred(),
         )
@@ -174,14 +234,14 @@ def wait_for_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) 
 def hold_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> bool:
     """Before a limited step runs: use the slot the record of the step before kept for
     it, or take one (``wait_for_slot``). Returns whether other runs wait for the key."""
-    limit = limiter.limit
-    if ctx.last_limited == (limit.name, key, index - 1):
+    limit, state = limiter.limit, slots(ctx)
+    if state.last_limited == (limit.name, key, index - 1):
         learn_next_shares_slot(ctx.workflow_name, index - 1, True)
     elif index == 0 and limiter.key is None and limit.rate is None:
         learn_first_step_limit(ctx.workflow_name, limit)
-    ctx.last_limited = (limit.name, key, index)
-    kept, ctx.kept_slot = ctx.kept_slot, None
-    waited, ctx.kept_slot_waited = ctx.kept_slot_waited, False
+    state.last_limited = (limit.name, key, index)
+    kept, state.kept_slot = state.kept_slot, None
+    waited, state.kept_slot_waited = state.kept_slot_waited, False
     if kept == (limit, key, index):
         return waited  # a record keeps it only while nobody waits; a claim says
     if kept is not None:
@@ -192,9 +252,11 @@ def hold_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) -> b
 def give_back_kept_slot(ctx: WorkflowContext) -> None:
     """A step not behind the limiter and key the slot was kept for runs: hand it back
     first, rather than hold it through that step."""
-    kept, ctx.kept_slot = ctx.kept_slot, None
-    if kept is not None:
-        release_slot(ctx, *kept)
+    state = ctx.wings.get(WING)
+    if state is None or state.kept_slot is None:
+        return
+    kept, state.kept_slot = state.kept_slot, None
+    release_slot(ctx, *kept)
 
 
 def release_slot(ctx: WorkflowContext, limit: Limit, key: str, index: int) -> None:
@@ -208,3 +270,78 @@ def release_slot(ctx: WorkflowContext, limit: Limit, key: str, index: int) -> No
     for run in woken:
         if dispatcher is not None:  # else the sweeper publishes it after the grace
             dispatcher.publish_run(run)
+
+
+def _record_keeping_slot(ctx: WorkflowContext, step: StepRecord) -> StepWrite | None:
+    """The record of a step whose slot the next step shares: one statement writes it and
+    keeps the slot for that step (None: not this step's record, the plain one is)."""
+    state = slots(ctx)
+    keeping = state.slot_to_keep
+    if keeping is None or keeping[2] != step.idx or step.status != "ok":
+        return None
+    limit, key, _ = keeping
+    written, kept = ctx.store.record_step_keeping_slot(
+        ctx.workflow_id, ctx.fence, step, limit, key, ctx.next_index
+    )
+    if kept:
+        state.kept_slot = (limit, key, ctx.next_index)
+    return written
+
+
+class LimiterGuard:
+    """The step guard of limiters (``durable.py`` registers it): a limited step holds a
+    slot of its limiter while it runs; any other step first gives back a slot kept for
+    a step the body did not reach."""
+
+    def step_ok(self, ctx: WorkflowContext, step: RunningStep) -> None:
+        pass
+
+    def index_taken(self, ctx: WorkflowContext, index: int) -> None:
+        if index == 0:  # until the first step says it is behind a limiter (hold_slot)
+            _FIRST_STEP_LIMIT.pop(ctx.workflow_name, None)
+        state = ctx.wings.get(WING)
+        last = None if state is None else state.last_limited
+        if last is not None and last[2] == index - 1:
+            # Until a step behind the same limiter and key says otherwise (hold_slot).
+            learn_next_shares_slot(ctx.workflow_name, index - 1, False)
+
+    @contextmanager
+    def around(
+        self,
+        ctx: WorkflowContext,
+        step: RunningStep,
+        index: int,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Iterator[None]:
+        limiter = step.options.limiter
+        if not isinstance(limiter, Limiter):  # checked at registration: None
+            give_back_kept_slot(ctx)
+            yield
+            return
+        key = limiter.key_of(f"step {step.name}", args, kwargs)
+        waited = hold_slot(ctx, limiter, index, key)
+        # Its record frees the slot; a deferred record comes later, so that one (and a
+        # failure, and a slot others wait for) is given back here.
+        dispatcher = ctx.dispatcher
+        recorded_frees = (
+            step.options.commit == "each"
+            and not waited
+            and dispatcher is not None
+            and not dispatcher.in_process  # eager: a release runs the next waiter at once
+        )
+        limit, state = limiter.limit, slots(ctx)
+        if recorded_frees and limit.rate is None and next_shares_slot(ctx.workflow_name, index):
+            # The next step is behind the same limiter and key: the record keeps the slot
+            # for it (a rate's steps each take a token, so theirs take their own).
+            state.slot_to_keep = (limit, key, index)
+            ctx.record_with = lambda record: _record_keeping_slot(ctx, record)
+        try:
+            yield
+        except BaseException:
+            release_slot(ctx, limit, key, index)
+            raise
+        finally:
+            state.slot_to_keep, ctx.record_with = None, None
+        if not recorded_frees:
+            release_slot(ctx, limit, key, index)

@@ -1,11 +1,14 @@
 """A limited workflow's slot (``@durable.workflow(limiter=...)``, ``concurrency=``): taken
 in the transaction that inserts its run (or it waits, PENDING with no message), confirmed
 when its delivery starts, free once it settles (handed on, when others waited); and the
-hand-off of every limiter's free slots to its waiters, from the sweeper.
+hand-off of every limiter's free slots to its waiters, from the sweeper. The delivery
+hooks ``durable.py`` registers for limiters are here too: the claim that reads a run's slot
+or takes its first step's (``claim_variant``), the run's slot held around its body
+(``run_slot``) and a kept slot given back when the body fails (``give_back_on_stop``).
 
 Example::
 
-    slot = take_run_slot(runtime, definition, ctx, claim, args, kwargs)   # in execute()
+    slot = take_run_slot(runtime, definition, ctx, claim, args, kwargs)   # before the body
     give_run_slot(runtime, definition, ctx.workflow_id, slot, finished=True)
 """
 
@@ -13,12 +16,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.body.context import WorkflowContext
 from celery_durable.core.logs import run_fields
 from celery_durable.engine import taskevents
 from celery_durable.engine.publish import publish_woken
+from celery_durable.errors import LeaseLost, Suspended
+from celery_durable.limiters.limiter import (
+    WING,
+    SlotState,
+    first_step_limit,
+    give_back_kept_slot,
+    slots,
+)
 from celery_durable.limiters.store import WHOLE_RUN
 from celery_durable.store import Outcome
 
@@ -27,6 +39,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from celery_durable.engine.definition import WorkflowDefinition
+    from celery_durable.engine.hooks import Delivery, Undo
     from celery_durable.engine.runtime_view import RuntimeView
     from celery_durable.store.db.foreign import ForeignTransaction
     from celery_durable.store.records import Claim, NewRun
@@ -109,7 +122,12 @@ def take_run_slot(
         if held is not None:
             return RunSlot(key, held.waited)
     outcome, waited = runtime.store.take_slot(
-        limiter.limit, key, ctx.workflow_id, priority=ctx.priority, fence=ctx.fence, park="PENDING"
+        limiter.limit,
+        key,
+        ctx.workflow_id,
+        priority=slots(ctx).priority,
+        fence=ctx.fence,
+        park="PENDING",
     )
     if outcome is Outcome.RECORDED:
         return RunSlot(key, waited)
@@ -158,3 +176,65 @@ def hand_off_slots(runtime: RuntimeView) -> int:
             publish_woken(runtime, run, f"limiter {limiter.name!r} handed it a slot")
             woken += 1
     return woken
+
+
+def claim_variant(delivery: Delivery) -> Callable[[], Claim | None] | None:
+    """A limited run's claim reads its slot too: no read of its own before the body. A
+    first step behind a limiter: the claim takes its slot, no take before it."""
+    limiter = delivery.definition.limiter
+    if limiter is not None:
+        return lambda: delivery.claim_run(slot_of=limiter.limit)
+    first = first_step_limit(delivery.definition.name)
+    if first is None:
+        return None
+
+    def claim_taking_slot() -> Claim | None:
+        config, run_id, owner = delivery.runtime.config, delivery.run_id, delivery.owner
+        lease, recoveries = config.lock_timeout, config.max_recoveries
+        claim = delivery.runtime.store.claim_run_taking_slot(
+            run_id, owner, lease, recoveries, first, "", 0
+        )
+        if claim is not None and claim.step_slot_taken:
+            state = slots_of(delivery)
+            state.kept_slot, state.kept_slot_waited = (first, "", 0), claim.step_slot_waited
+        return claim
+
+    return claim_taking_slot
+
+
+def slots_of(delivery: Delivery) -> SlotState:
+    """The run's SlotState, made in the delivery's wing states before its context is."""
+    state: SlotState = delivery.wings.setdefault(WING, SlotState())
+    return state
+
+
+def note_priority(delivery: Delivery) -> None:
+    """Before the body: a run started with a priority waits for slots in its order."""
+    claim = delivery.claim
+    if claim is not None and claim.priority:
+        slots_of(delivery).priority = claim.priority
+
+
+def run_slot(delivery: Delivery) -> Undo | None:
+    """Before a limited run's body: its slot (``take_run_slot``), given back as it ends."""
+    runtime, definition, claim = delivery.runtime, delivery.definition, delivery.claim
+    assert claim is not None  # noqa: S101 - before-body hooks run on a claimed run
+    slot = take_run_slot(runtime, definition, delivery.ctx, claim, delivery.args, delivery.kwargs)
+    if slot is None:
+        return None
+    return lambda finished: give_run_slot(runtime, definition, delivery.run_id, slot, finished)
+
+
+def give_back_on_stop(delivery: Delivery, stop: BaseException) -> None:
+    """A slot kept for a step the body never reached, as it failed (or continued as
+    new): a retry's backoff would hold it (a waiting run frees it without a write, and a
+    lost lease is the new owner's). A store that fails here leaves it to the lease."""
+    ctx = delivery.ctx
+    if WING not in ctx.wings or slots(ctx).kept_slot is None:
+        return
+    if isinstance(stop, (Suspended, LeaseLost)):
+        return
+    try:
+        give_back_kept_slot(ctx)
+    except BaseException:  # noqa: BLE001 - the body's own outcome is what settles
+        logger.warning("run %s: its kept slot is left to its lease", ctx.workflow_id)

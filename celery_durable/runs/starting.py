@@ -1,6 +1,7 @@
 """What a start takes from the caller's options and transaction: the start time that a
 ``countdown`` or ``eta`` asks for (kept in the database, never an ETA message), and the
-publish that waits for the caller's commit.
+publish that waits for the caller's commit, and the claim fallback of such a start
+(``claim_when_visible``, a delivery hook durable.py registers).
 
 Example::
 
@@ -12,16 +13,26 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
+from celery_durable.core import faults
+from celery_durable.engine.delivery import TRANSACTIONAL_HEADER, request_header
 from celery_durable.store.db.foreign import ForeignTransaction
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
+
+    from celery_durable.engine.hooks import Delivery
+    from celery_durable.store import Claim
+
+# How long a worker waits for a transactional start's row to become visible: the message
+# is published from the commit hook, a moment before the COMMIT reaches the server.
+_TRANSACTIONAL_VISIBILITY_WAIT = 2.0
 
 
 def start_delay_of(countdown: Any, eta: Any) -> float | None:
@@ -71,3 +82,20 @@ def publish_after_commit(
         # Connection has no after-commit hook; the worker waits briefly for the row.
         event.listen(connection, "commit", on_commit, once=True)
         event.listen(connection, "rollback", on_rollback, once=True)
+
+
+def claim_when_visible(delivery: Delivery) -> Claim | None:
+    """A transactional start's message can arrive a moment before its COMMIT: look again
+    briefly. The row's visibility is read before each claim, so a COMMIT that lands
+    between the two can't end the wait with the run unclaimed."""
+    if not request_header(delivery.request, TRANSACTIONAL_HEADER):
+        return None
+    store, run_id = delivery.runtime.store, delivery.run_id
+    deadline = time.monotonic() + _TRANSACTIONAL_VISIBILITY_WAIT
+    while True:
+        faults.reach(faults.AFTER_CLAIM_MISSED, workflow_id=run_id)
+        visible = store.get_status(run_id) is not None
+        claim = delivery.claim_run()
+        if claim is not None or visible or time.monotonic() > deadline:
+            return claim
+        time.sleep(0.02)

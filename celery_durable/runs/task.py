@@ -29,6 +29,7 @@ from celery_durable.canvas.reports import Canvas, neutralise
 from celery_durable.core import serialization, tracing, validate
 from celery_durable.core.ids import time_ordered_id
 from celery_durable.core.logs import log_started, run_fields
+from celery_durable.engine.deadlines import deadline_of
 from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.delivery import (
     TRANSACTIONAL_HEADER,
@@ -231,9 +232,10 @@ class WorkflowTask(Task):  # type: ignore[misc]
             )
         call_args, call_kwargs = tuple(args), dict(kwargs or {})
         parent = WorkflowContext.current()
-        if "timeout" not in options and parent is not None and parent.deadline_at is not None:
+        deadline = None if parent is None else deadline_of(parent)
+        if "timeout" not in options and deadline is not None:
             # A child inherits what is left of its parent's deadline (or its own, if sooner).
-            left = max(0.0, parent.deadline_at - time.time())
+            left = max(0.0, deadline - time.time())
             own = self.definition.timeout
             options["timeout"] = left if own is None else min(left, own)
         new_run = self._new_run(call_args, call_kwargs, options)

@@ -18,6 +18,10 @@ Example::
             cd.compensate()                    # refund(order_id, 100, result=receipt)
             return {"status": "rolled back"}
         return {"receipt": receipt}
+
+A run that has finished a step with a compensation is marked compensable (on the run, so
+that a cancel while it waits rolls it back, and in its context's wing state): the step
+guard ``MarkCompensable`` does it, registered by durable.py.
 """
 
 from __future__ import annotations
@@ -25,10 +29,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from celery_durable.body.context import WorkflowContext, enter_body
-from celery_durable.body.replay import check_replay, record_fenced, write_caught_failure
+from celery_durable.body.context import RunningStep, WorkflowContext, enter_body
+from celery_durable.body.replay import (
+    check_replay,
+    record_fenced,
+    stop_writing,
+    store_guard,
+    write_caught_failure,
+)
 from celery_durable.body.step import COMPENSATED, Step
 from celery_durable.core import serialization
 from celery_durable.store import StepRecord
@@ -187,3 +198,38 @@ def _compensate_one(ctx: WorkflowContext, original: StepRecord) -> Compensation:
         write_fenced(ctx, done_ok)
         return Compensation(original.name, original.idx, "ok")
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+WING = "saga"  # True among the context's wing states once the run is compensable
+
+
+def is_compensable(ctx: WorkflowContext) -> bool:
+    """The run has finished a step with a compensation (a rollback has work to do)."""
+    return bool(ctx.wings.get(WING))
+
+
+class MarkCompensable:
+    """The step guard of sagas: the first finished step with a compensation marks the
+    run, once, so that cancelling it while it waits rolls it back."""
+
+    def index_taken(self, ctx: WorkflowContext, index: int) -> None:
+        pass
+
+    def around(
+        self,
+        ctx: WorkflowContext,
+        step: RunningStep,
+        index: int,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def step_ok(self, ctx: WorkflowContext, step: RunningStep) -> None:
+        if step.options.compensate is None or is_compensable(ctx):
+            return
+        with store_guard(ctx):
+            marked = ctx.store.mark_compensable(ctx.workflow_id, ctx.fence)
+        if not marked:
+            stop_writing(ctx)
+        ctx.wings[WING] = True

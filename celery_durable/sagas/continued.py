@@ -1,6 +1,8 @@
 """The engine's side of ``continue_as_new``: switch the run to its next generation in one
 transaction, then publish it (a lost publish is the sweeper's, after the dispatch grace).
 
+``Continued`` is the settle listener (durable.py registers it) that settles the stop.
+
 Example::
 
     settle_continued(durable, ctx, exc)      # from settle, for a ContinuedAsNew
@@ -12,7 +14,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.body.context import WorkflowContext
+from celery_durable.engine import taskevents
 from celery_durable.engine.publish import publish_woken
+from celery_durable.engine.runtime_view import SettleListener
 from celery_durable.errors import ContinuedAsNew
 from celery_durable.sagas.rollback import finish_or_roll_back
 
@@ -53,3 +57,17 @@ def settle_continued(runtime: RuntimeView, ctx: WorkflowContext, exc: ContinuedA
     )
     publish_woken(runtime, due, "it continued as new")
     return "continued as new"
+
+
+class Continued(SettleListener):
+    """The settle listener of ``continue_as_new``: its stop is settled here."""
+
+    def stopped(self, runtime: RuntimeView, ctx: WorkflowContext, stop: BaseException) -> None:
+        if not isinstance(stop, ContinuedAsNew):
+            return
+        app, run_id = runtime.app, ctx.workflow_id
+        if settle_continued(runtime, ctx, stop) is None:
+            raise taskevents.ended(app, run_id, None, "not continued: cancelled or lease lost")
+        # The same task id is published again: to Celery this delivery is a retry.
+        text = f"continued as new {taskevents.ctx_line(ctx)}"
+        raise taskevents.ended(app, run_id, taskevents.RETRIED, text)

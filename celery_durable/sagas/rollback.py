@@ -10,20 +10,28 @@ Example::
 
     if rollback.needed(ctx):                               # in settle, failing for good
         status = rollback.settle(durable, ctx, "FAILED", error, failed_step)
+
+``roll_back_instead`` (before the body) and ``Saga`` (a settle listener: a saga rolls
+back before it ends) are the delivery hooks that durable.py registers.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from celery_durable.body.context import WorkflowContext
 from celery_durable.core import serialization
+from celery_durable.engine import taskevents
 from celery_durable.engine.finish import finish
+from celery_durable.engine.runtime_view import SettleListener
 from celery_durable.errors import LeaseLost, StoreUnavailable
 from celery_durable.sagas.compensation import (
     ROLLBACK_STEP,
+    WING,
     Compensation,
+    is_compensable,
     pending_compensations,
     run_compensations,
     write_fenced,
@@ -31,6 +39,7 @@ from celery_durable.sagas.compensation import (
 from celery_durable.store import Claim, StepRecord
 
 if TYPE_CHECKING:
+    from celery_durable.engine.hooks import Delivery
     from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.workflow")
@@ -47,7 +56,7 @@ def needed(ctx: WorkflowContext) -> bool:
     """Whether the run has compensations left to run (or a rollback to finish)."""
     if _marker(ctx) is not None:
         return True
-    if not ctx.compensable and not ctx.history:
+    if not is_compensable(ctx) and not ctx.history:
         return False
     ctx.next_index = max(ctx.next_index, max(ctx.history, default=-1) + 1)
     return bool(pending_compensations(ctx))
@@ -70,6 +79,25 @@ def resume(runtime: RuntimeView, ctx: WorkflowContext) -> str | None:
         extra=ctx.log_fields(),
     )
     return status
+
+
+def roll_back_instead(delivery: Delivery) -> None:
+    """Before the body: a saga cancelled while idle, or that died rolling back, rolls
+    back instead, and the delivery ends; never a SUCCESS in Flower. A compensable run
+    (``claim.compensable``) is noted so in its context first."""
+    runtime, ctx, claim = delivery.runtime, delivery.ctx, delivery.claim
+    if claim is not None and claim.compensable:
+        ctx.wings[WING] = True
+    if claim is None or not resumable(ctx, claim):
+        return
+    status = resume(runtime, ctx)
+    line, run_id = taskevents.ctx_line(ctx), ctx.workflow_id
+    if status == "CANCELLED":
+        raise taskevents.ended(runtime.app, run_id, taskevents.CANCELLED, f"rolled back {line}")
+    if status == "FAILED":
+        taskevents.emit(runtime.app, run_id, taskevents.FAILING, result=f"rolled back {line}")
+        raise taskevents.RunFailed(f"failed, rolled back {line}")
+    raise taskevents.ended(runtime.app, run_id, None, "lease lost during the rollback")
 
 
 def settle(
@@ -126,3 +154,20 @@ def finish_or_roll_back(
     if needed(ctx):
         return settle(runtime, ctx, status, error, step)
     return finish(runtime, ctx, status, error=error, step=step)
+
+
+class Saga(SettleListener):
+    """The settle listener (durable.py) of sagas: a run with compensations to run rolls
+    back before it ends."""
+
+    def finishing(
+        self,
+        runtime: RuntimeView,
+        ctx: WorkflowContext,
+        status: str,
+        error: str | None,
+        step: StepRecord | None,
+    ) -> Callable[[], str | None] | None:
+        if not needed(ctx):
+            return None
+        return lambda: settle(runtime, ctx, status, error, step)

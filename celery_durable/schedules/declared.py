@@ -3,7 +3,8 @@ by whichever worker's sweeper reaches the slot first. No beat process, no lock s
 
 Each worker upserts the schedules its code declares when it starts (``sync``); a schedule
 gone from the code is disabled, its row and runs kept. The slots are fired by
-``celery_durable.schedules.firing``.
+``celery_durable.schedules.firing``; a run's body gets its slot as a datetime through the
+delivery hook ``slot_argument`` (durable.py registers it).
 
 Example::
 
@@ -21,8 +22,9 @@ import datetime as dt
 import hashlib
 import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery_durable.core import serialization, validate
 from celery_durable.errors import InvalidArgument
@@ -32,6 +34,7 @@ from celery_durable.schedules.interval import Interval
 from celery_durable.schedules.store import DeclaredSchedule, ScheduleRow
 
 if TYPE_CHECKING:
+    from celery_durable.engine.hooks import Delivery
     from celery_durable.engine.runtime import Runtime
 
 logger = logging.getLogger("celery_durable.schedules")
@@ -270,3 +273,28 @@ def _cron_field(value: Any) -> str:
     if isinstance(value, (set, frozenset, list, tuple)):
         return ",".join(str(v) for v in sorted(value))
     return str(value)
+
+
+def given_slot(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A schedule's run keeps its slot as ISO 8601 text (arguments are JSON); its body
+    gets it as the timezone-aware datetime it is."""
+    slot = kwargs.get(SLOT_ARGUMENT)
+    if not isinstance(slot, str) or not slot.endswith("]") or "[" not in slot:
+        return kwargs
+    moment, _, tz = slot[:-1].partition("[")
+    try:
+        given = dt.datetime.fromisoformat(moment).astimezone(ZoneInfo(tz))
+    except (ValueError, ZoneInfoNotFoundError):
+        return kwargs  # not a slot a schedule wrote: the body gets what it was given
+    return {**kwargs, SLOT_ARGUMENT: given}
+
+
+def slot_argument(slot_workflows: Collection[str]) -> Callable[[Delivery], None]:
+    """The delivery hook (before the body) that gives the workflows of
+    ``slot_workflows`` (those with a ``scheduled_for`` parameter) their slot."""
+
+    def give(delivery: Delivery) -> None:
+        if delivery.definition.name in slot_workflows:
+            delivery.kwargs = given_slot(delivery.kwargs)
+
+    return give
