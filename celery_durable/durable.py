@@ -27,6 +27,7 @@ from celery import signals as celery_signals
 from celery_durable.body.step import DEFAULT_MAX_BACKOFF, Step, StepOptions
 from celery_durable.canvas import by_name
 from celery_durable.canvas import reports as canvas
+from celery_durable.canvas.listeners import OwedReports, Report
 from celery_durable.core import validate
 from celery_durable.core.config import DurableConfig
 from celery_durable.engine import apps, deadlines
@@ -40,7 +41,8 @@ from celery_durable.errors import (
     DuplicateRegistration,
     InvalidArgument,
 )
-from celery_durable.fanout.item_tasks import register_item_task
+from celery_durable.fanout.item_tasks import register_item_task, revoke_item
+from celery_durable.fanout.sweep import ItemSweep
 from celery_durable.limiters import run_slots as limits
 from celery_durable.limiters.limiter import Limiter, LimiterGuard, declare, named, workflow_limiter
 from celery_durable.ops.operations import Operations
@@ -91,7 +93,19 @@ class Durable(Operations):
         # other sources (env, app.conf) are checked once they are merged, on first use.
         DurableConfig.check_keywords(settings)
         super().__init__(Runtime(app, settings))
-        self.runtime.sweep_passes.append(SweepPass("schedules", SchedulePass(self.runtime)))
+        runtime, kernel = self.runtime, self.runtime.kernel_passes
+        runtime.sweep_passes[:] = [  # the sweep's order, each wing's passes among the kernel's
+            kernel["due runs"],
+            kernel["signalled runs"],
+            SweepPass("items", ItemSweep(runtime, runtime.sweeper)),
+            SweepPass("limiter slots", lambda: limits.hand_off_slots(runtime)),
+            kernel["deadlines"],
+            SweepPass("owed reports", OwedReports(runtime), publishes=False),
+            kernel["revokes"],
+            kernel["retention"],
+            SweepPass("schedules", SchedulePass(runtime)),
+        ]
+        runtime.sweeper.revoke_handlers.append(lambda task_id: revoke_item(runtime, task_id))
         hooks = self.runtime.hooks  # each feature's delivery hooks and step guards
         hooks.claim_variants.append(limits.claim_variant)
         hooks.claim_fallbacks += [starting.claim_when_visible, by_name.claim_started_by_name]
@@ -100,7 +114,7 @@ class Durable(Operations):
         hooks.before_body += [canvas.report_claimed, slot, deadlines.note_deadline]
         hooks.before_body += [limits.note_priority, rollback.roll_back_instead, limits.run_slot]
         hooks.body_stopped.append(limits.give_back_on_stop)
-        hooks.settle_listeners += [canvas.Report(), continue_as_new.Continued(), rollback.Saga()]
+        hooks.settle_listeners += [Report(), continue_as_new.Continued(), rollback.Saga()]
         hooks.step_guards += [LimiterGuard(), deadlines.TerminateAtDeadline(), MarkCompensable()]
         app.steps["worker"].add(DurableSweeper)
         app.steps["worker"].add(SignalQueue)

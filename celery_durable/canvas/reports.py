@@ -37,7 +37,6 @@ from kombu.utils.json import dumps, loads
 
 from celery_durable.core import faults, serialization
 from celery_durable.core.logs import run_fields
-from celery_durable.engine.runtime_view import SettleListener
 from celery_durable.errors import WorkflowCancelled
 from celery_durable.store import OwedReport
 
@@ -327,7 +326,7 @@ def report_started(runtime: RuntimeView, ctx: WorkflowContext) -> None:
         return
     if Canvas.decode(ctx.wings.get(WING) or "{}").report:
         meta = {"pid": os.getpid(), "hostname": socket.gethostname()}
-        _store_state(runtime, ctx.workflow_id, ctx.workflow_name, meta, states.STARTED)
+        store_state(runtime, ctx.workflow_id, ctx.workflow_name, meta, states.STARTED)
 
 
 def report_claimed(delivery: Delivery) -> None:
@@ -337,25 +336,7 @@ def report_claimed(delivery: Delivery) -> None:
         report_started(delivery.runtime, delivery.ctx)
 
 
-class Report(SettleListener):
-    """The settle listener of a run that reports: its wait and its end, told to Celery."""
-
-    def waiting(self, runtime: RuntimeView, ctx: WorkflowContext, reason: str) -> None:
-        """WAITING (``reason``) for ``app.AsyncResult``: one backend round trip per
-        suspension of a run that reports. Not a ready state: ``.get()`` goes on waiting."""
-        if (stored := ctx.wings.get(WING)) is not None and Canvas.decode(stored).report:
-            _store_state(runtime, ctx.workflow_id, ctx.workflow_name, reason, "WAITING")
-
-    def settled(
-        self, runtime: RuntimeView, ctx: WorkflowContext, status: str, result: Any, error: Any
-    ) -> None:
-        if (canvas := ctx.wings.get(WING)) is not None:
-            run = (ctx.workflow_id, ctx.workflow_name, status, "", result, error, None, canvas)
-            faults.reach(faults.BEFORE_REPORT, **ctx.log_fields())
-            report_settled(runtime, OwedReport(*run))
-
-
-def _store_state(runtime: RuntimeView, run_id: str, name: str, result: Any, state: str) -> None:
+def store_state(runtime: RuntimeView, run_id: str, name: str, result: Any, state: str) -> None:
     """A state that isn't final; never fails the delivery (a monitor's view: the final
     state is the one the outbox owes)."""
     try:

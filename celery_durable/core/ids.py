@@ -10,6 +10,11 @@ import uuid
 # AMQP's correlation_id (Celery's task id) is a shortstr: at most 255 bytes.
 MAX_ID_BYTES = 255
 
+# The library's own tasks that carry a signal and a wake-up: the worker's delivery guard
+# lets them through by name, whichever features are wired.
+SIGNAL_TASK = "celery_durable.signal"
+WAKE_TASK = "celery_durable.wake"
+
 
 def time_ordered_id() -> str:
     """A UUID whose first 48 bits are the time in ms (the UUIDv7 layout).

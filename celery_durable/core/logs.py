@@ -123,3 +123,14 @@ def install_json() -> None:
     handler.setFormatter(JsonFormatter())
     logger.addHandler(handler)
     logger.propagate = False  # each line once, as JSON
+
+
+def describe_wait(signal: str | None, deadline: float | None) -> str:
+    """``waiting for signal 'approval' until 2026-...``: what a suspended run waits for."""
+    what = f"signal {signal!r}" if signal is not None else "its timer"
+    until = "" if deadline is None else f" until {iso_time(deadline)}"
+    return f"waiting for {what}{until}"
+
+
+def iso_time(timestamp: float) -> str:
+    return dt.datetime.fromtimestamp(timestamp, dt.timezone.utc).isoformat(timespec="seconds")

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.core.logs import run_fields
-from celery_durable.fanout.item_tasks import cancel
+from celery_durable.engine.cancel import cancel
 
 if TYPE_CHECKING:
     from celery_durable.body.context import RunningStep, WorkflowContext

@@ -28,9 +28,9 @@ from celery import Celery, bootsteps
 from kombu.serialization import dumps, loads
 
 from celery_durable.core import serialization
+from celery_durable.core.ids import SIGNAL_TASK, WAKE_TASK
 from celery_durable.core.validate import show
 from celery_durable.engine.apps import runtimes_of
-from celery_durable.waits.signals import SIGNAL_TASK, WAKE_TASK
 
 logger = logging.getLogger("celery_durable.worker")
 

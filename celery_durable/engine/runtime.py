@@ -32,23 +32,20 @@ from celery_durable.engine.queues import FleetWatch
 from celery_durable.engine.runtime_view import RuntimeView, SweepPass
 from celery_durable.engine.sweeper import Sweeper
 from celery_durable.limiters.limiter import Limiter
-from celery_durable.limiters.run_slots import hand_off_slots
 from celery_durable.store import Store
 
 
-def engine_passes(runtime: RuntimeView, sweeper: Sweeper) -> list[SweepPass]:
-    """The sweep's passes of the engine's own features, in order; the layers above add
-    theirs after them (``durable.py``: the schedules)."""
-    return [
+def kernel_passes(runtime: RuntimeView, sweeper: Sweeper) -> dict[str, SweepPass]:
+    """The sweep's passes of the kernel, by name; ``durable.py`` sets the sweep's order,
+    the wings' passes among them."""
+    passes = [
         SweepPass("due runs", sweeper.dispatch_due_runs),
         SweepPass("signalled runs", sweeper.wake_signalled_runs),
-        SweepPass("items", sweeper.sweep_items),
-        SweepPass("limiter slots", lambda: hand_off_slots(runtime)),
         SweepPass("deadlines", lambda: cancel_overdue(runtime), publishes=False),
-        SweepPass("owed reports", sweeper.report_owed, publishes=False),
         SweepPass("revokes", sweeper.cancel_revoked, publishes=False),
         SweepPass("retention", sweeper.retain, publishes=False),
     ]
+    return {each.name: each for each in passes}
 
 
 class Runtime:
@@ -72,7 +69,8 @@ class Runtime:
         self.hooks = DeliveryHooks()
         self.leases = LeaseKeeper(self)
         self.sweeper = Sweeper(self)
-        self.sweep_passes: list[SweepPass] = engine_passes(self, self.sweeper)
+        self.kernel_passes = kernel_passes(self, self.sweeper)
+        self.sweep_passes: list[SweepPass] = list(self.kernel_passes.values())
         self.dispatch = Dispatch(self)
         self.fleet = FleetWatch(app)
 

@@ -70,6 +70,9 @@ class SettleListener:
         this run's."""
         return None
 
+    def cancelled(self, runtime: RuntimeView, run_id: str) -> None:
+        """A cancel outside any delivery finished the run (``engine.cancel``)."""
+
     def settled(
         self,
         runtime: RuntimeView,

@@ -16,27 +16,24 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from celery_durable.canvas.reports import report_owed
 from celery_durable.core import faults, serialization
 from celery_durable.core.logs import run_fields
 from celery_durable.core.retry import backoff
 from celery_durable.engine import retention
+from celery_durable.engine.cancel import REVOKED, cancel
 from celery_durable.engine.leases import FailureLog
 from celery_durable.engine.liveness import LOOK_EVERY, GoneOwners, lease_window
 from celery_durable.engine.publish import publish_or_leave, publish_woken
 from celery_durable.engine.queues import QueueWatch
-from celery_durable.fanout.item_tasks import REVOKED, cancel, revoke_item
-from celery_durable.store import FINISHED_STATUSES, TAKEOVER, DueItem, DueRun
+from celery_durable.store import FINISHED_STATUSES, TAKEOVER, DueRun
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.worker")
-
-# Seconds between two warnings about the same queue that no worker consumes.
-IDLE_QUEUE_WARN_EVERY = 60.0
 
 
 def worker_lost_error(max_recoveries: int, what: str = "workflow") -> str:
@@ -83,7 +80,9 @@ class Sweeper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._revoked_seen: set[str] = set()
-        self._warned: dict[str, float] = {}
+        # Features that own some task ids (an item's ``<run id>:<step>:<item>``): each
+        # handles a revoke of one of its ids (True), before it is taken for a run's.
+        self.revoke_handlers: list[Callable[[str], bool]] = []
         self.failures = FailureLog(runtime, "celery_durable sweep")
         self._next_retention = 0.0
         self.gone_owners = GoneOwners(runtime)
@@ -184,7 +183,7 @@ class Sweeper:
                 if run.status in FINISHED_STATUSES:
                     self._announce_finished(run)
                 else:
-                    published += self._publish(run, "dispatched workflow %s run %s again")
+                    published += self.publish_again(run, "dispatched workflow %s run %s again")
             if len(due) < config.sweep_batch:
                 return published
 
@@ -194,127 +193,8 @@ class Sweeper:
         names = sorted(runtime.workflows)
         grace = runtime.config.dispatch_grace
         for run in runtime.store.wake_signalled_runs(grace, names, self.takeover):
-            published += self._publish(run, "woke workflow %s run %s for a stored signal")
+            published += self.publish_again(run, "woke workflow %s run %s for a stored signal")
         return published
-
-    def report_owed(self) -> None:
-        """Settled runs still owing Celery their report a dispatch grace after they
-        settled (the worker died between its settle and its report): report each once."""
-        runtime, config = self.runtime, self.runtime.config
-        while True:
-            owed = runtime.store.take_owed_reports(config.dispatch_grace, config.sweep_batch)
-            outcomes = {entry: report_owed(runtime, entry) for entry in owed}
-            runtime.store.clear_reported([e.id for e, outcome in outcomes.items() if outcome])
-            for entry, outcome in outcomes.items():
-                if outcome == "made":
-                    logger.warning(
-                        "reported workflow %s run %s (%s) to Celery: the worker that "
-                        "settled it did not (it died after the settle?)",
-                        entry.name,
-                        entry.id,
-                        entry.status,
-                        extra=run_fields(entry.id, entry.name),
-                    )
-            if len(owed) < config.sweep_batch:
-                break
-
-    def sweep_items(self) -> int:
-        """Items: publish again the lost, the orphaned and the due retries; fail poison
-        items; wake runs whose awaited items have all settled but were never woken."""
-        runtime, config = self.runtime, self.runtime.config
-        names = sorted(runtime.workflows)
-        store, grace = runtime.store, config.dispatch_grace
-        published = 0
-        steps = sorted(runtime.steps)
-        # Gathered over every page of due items, so that a batch split across two pages
-        # still goes as one message.
-        batches: dict[tuple[str, str | None, str, int, int], list[int]] = {}
-        seen: set[tuple[str, int, int]] = set()
-        while steps:
-            due = store.sweep_due_items(
-                config.sweep_batch, grace, steps, config.max_recoveries, self.takeover
-            )
-            idle = self.idle_queues(due)
-            again = False  # a page ends the loop once it brings an item back
-            for item in due:
-                if (item.run_id, item.idx, item.item) in seen:
-                    again = True  # due again already (a grace of ~0): published once
-                    continue
-                seen.add((item.run_id, item.idx, item.item))
-                if item.dispatches > 1 and item.queue in idle:
-                    continue  # its message waits in the queue: no copy
-                # Items not attempted yet go again in the batches they were sent in; a
-                # retry or a recovered item goes alone (a poison item fails by itself).
-                size = (item.batch_size or 1) if item.never_started else 1
-                key = (item.name, item.queue, item.run_id, item.idx, size)
-                batches.setdefault(key, []).append(item.item)
-            if again or len(due) < config.sweep_batch:
-                break
-        for (name, queue, run_id, idx, size), numbers in batches.items():
-            runtime.dispatch.publish_items(name, queue, run_id, idx, numbers, size)
-            published += len(numbers)
-            logger.info(
-                "dispatched %d item(s) of step %d (%s) of run %s again",
-                len(numbers),
-                idx,
-                name,
-                run_id,
-                extra=run_fields(run_id, step_index=idx),
-            )
-        if steps:
-            lost_error = worker_lost_error(config.max_recoveries, "step")
-            lost_now = store.lost_items(
-                config.sweep_batch, steps, config.max_recoveries, self.takeover
-            )
-            for lost in lost_now:
-                written = store.settle_item(
-                    lost.run_id, lost.idx, lost.item, lost.owner, "error", None, lost_error, grace
-                )
-                logger.error(
-                    "item %d of step %d of run %s failed: its worker was lost %d times",
-                    lost.item,
-                    lost.idx,
-                    lost.run_id,
-                    config.max_recoveries,
-                    extra=run_fields(lost.run_id, step_index=lost.idx),
-                )
-                publish_woken(runtime, written.woken, "a poison item failed")
-        for parent_id, idx, child_id in store.orphaned_children(config.sweep_batch):
-            woken = store.settle_child_item(parent_id, idx, child_id, grace)
-            publish_woken(runtime, woken, f"its child {child_id} had finished")
-        for run in store.wake_item_waiters(grace, names):
-            # The transaction that settled its last item did not wake it (a crash?).
-            published += self._publish(run, "woke workflow %s run %s: its items have settled")
-        return published
-
-    def idle_queues(self, due: list[DueItem]) -> set[str]:
-        """The queues of the due items already published that no worker consumes (asked
-        off the hot path: only with such items due, the answer kept a while). Their
-        messages wait there, as any Celery task's would: the sweeper publishes no copy,
-        and names the queue in a warning, at most once a minute."""
-        published = [item for item in due if item.queue and item.dispatches > 1]
-        idle = self.queues.unconsumed({str(item.queue) for item in published})
-        now = time.monotonic()
-        for queue in sorted(idle):
-            if now - self._warned.get(queue, float("-inf")) < IDLE_QUEUE_WARN_EVERY:
-                continue
-            self._warned[queue] = now
-            waiting = [item for item in published if item.queue == queue]
-            runs = sorted({item.run_id for item in waiting})
-            logger.warning(
-                "no worker consumes queue %r: %d item(s) of step %s (run %s%s) were published "
-                "to it and have not started; start a worker for it (celery worker -Q %s). "
-                "Their messages wait in the queue; the sweeper publishes no copies meanwhile "
-                "(no running worker listed the queue in its reply to inspect active_queues)",
-                queue,
-                len(waiting),
-                waiting[0].name,
-                runs[0],
-                f" and {len(runs) - 1} more" if len(runs) > 1 else "",
-                queue,
-                extra={**run_fields(runs[0]), "queue": queue},
-            )
-        return idle
 
     def retain(self) -> int:
         """With ``durable_retention`` set, delete a small batch of the finished runs older
@@ -344,7 +224,7 @@ class Sweeper:
         self._revoked_seen = revoked
         cancelled = []
         for run_id in fresh:
-            if revoke_item(self.runtime, run_id):
+            if any(handle(run_id) for handle in self.revoke_handlers):
                 cancelled.append(run_id)
                 continue
             run = self.runtime.store.get_run(run_id)
@@ -362,7 +242,7 @@ class Sweeper:
                 )
         return cancelled
 
-    def _publish(self, run: DueRun, done: str) -> int:
+    def publish_again(self, run: DueRun, done: str) -> int:
         """Publish a run the sweep took; on failure it stays due and a later sweep retries."""
         fields = run_fields(run.id, run.name)
         if not publish_or_leave(

@@ -50,8 +50,8 @@ from kombu.utils.encoding import safe_repr, safe_str
 from kombu.utils.objects import cached_property
 
 from celery_durable.core import tracing
+from celery_durable.core.logs import describe_wait, iso_time
 from celery_durable.core.redact import redactor_of
-from celery_durable.waits.suspend import describe_wait, iso_time
 
 if TYPE_CHECKING:
     from celery import Celery

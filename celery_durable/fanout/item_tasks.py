@@ -27,18 +27,17 @@ from celery import Celery, Task
 from celery.exceptions import TaskRevokedError
 from kombu.utils.encoding import safe_repr
 
-from celery_durable.canvas.reports import report_taken
 from celery_durable.core import faults, serialization, tracing, validate
 from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.engine import shutdown, taskevents
 from celery_durable.engine.apps import runtime_for
+from celery_durable.engine.cancel import REVOKED
 from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import DuplicateRegistration, NotSerialisable, PermanentError
 from celery_durable.fanout.batch_tasks import execute_batch, log_item_retry, may_run_open
 from celery_durable.store import (
     CLAIM,
     RUN,
-    Cancellation,
     ItemClaim,
     ItemWrite,
     OpenItem,
@@ -53,18 +52,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("celery_durable.items")
 
 # The reason a revoked item (or run) records.
-REVOKED = "revoked (celery control revoke)"
-
-
-def cancel(runtime: RuntimeView, run_id: str, reason: str | None) -> Cancellation:
-    """Cancel a run, its pending items and its (not detached) children; publish the
-    parents their cancelled children woke."""
-    cancelled = runtime.store.cancel_run(run_id, reason, runtime.config.dispatch_grace)
-    for woken in cancelled.woken:
-        publish_woken(runtime, woken, "a child it waited for was cancelled")
-    if cancelled.requested and cancelled.status == "CANCELLED":
-        report_taken(runtime, run_id)  # its link_error and REVOKED, now
-    return cancelled
 
 
 def revoke_item(runtime: RuntimeView, task_id: str) -> bool:

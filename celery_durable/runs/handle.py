@@ -25,6 +25,7 @@ from celery.result import AsyncResult
 from celery_durable.canvas.reports import CELERY_STATES
 from celery_durable.core import serialization, validate
 from celery_durable.core.logs import run_fields
+from celery_durable.engine.cancel import cancel
 from celery_durable.engine.publish import publish_woken
 from celery_durable.engine.runtime import runtime_of
 from celery_durable.errors import (
@@ -33,7 +34,6 @@ from celery_durable.errors import (
     WorkflowFailed,
     WorkflowNotFound,
 )
-from celery_durable.fanout.item_tasks import cancel
 from celery_durable.runs.admin import fork_run, resume_run
 from celery_durable.sagas.compensation import Compensation
 from celery_durable.store import FINISHED_STATUSES, DueRun, RunRecord, StepRecord

@@ -25,8 +25,8 @@ from sqlalchemy import Connection
 
 from celery_durable.core import serialization
 from celery_durable.core.ids import time_ordered_id
+from celery_durable.engine.cancel import cancel
 from celery_durable.errors import InvalidArgument
-from celery_durable.fanout.item_tasks import cancel
 from celery_durable.runs.task import WorkflowTask
 from celery_durable.schedules.declared import (
     SLOT_ARGUMENT,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery, bootsteps
 
 from celery_durable.core import serialization, tracing, validate
+from celery_durable.core.ids import SIGNAL_TASK, WAKE_TASK
 from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.core.retry import backoff
 from celery_durable.engine.apps import runtime_for, runtimes_of
@@ -33,11 +34,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("celery_durable.signals")
 
-SIGNAL_TASK = "celery_durable.signal"
 _MAX_RETRY_DELAY = 10.0
 # A broker-only signal for a run not (yet) in the store is retried 0.25+0.5+1+2 s later.
 NOT_FOUND_RETRIES = 4
-WAKE_TASK = "celery_durable.wake"
 
 
 def _encode_payload(runtime: RuntimeView, name: str, payload: Any) -> str:

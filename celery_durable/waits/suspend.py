@@ -30,6 +30,7 @@ from celery_durable.body.replay import (
     write_caught_failure,
 )
 from celery_durable.core import faults, serialization, validate
+from celery_durable.core.logs import describe_wait
 from celery_durable.errors import Suspended
 from celery_durable.store import Outcome, StepRecord
 
@@ -122,17 +123,6 @@ def wait_outcome(output: str | None, default: Any) -> Any:
     """What a finished wait returns: the payload it recorded, or ``default`` for a timeout
     (no output). A timeout recorded by an earlier version stored "null": None."""
     return default if output is None else serialization.loads(output)
-
-
-def describe_wait(signal: str | None, deadline: float | None) -> str:
-    """``waiting for signal 'approval' until 2026-...``: what a suspended run waits for."""
-    what = f"signal {signal!r}" if signal is not None else "its timer"
-    until = "" if deadline is None else f" until {iso_time(deadline)}"
-    return f"waiting for {what}{until}"
-
-
-def iso_time(timestamp: float) -> str:
-    return dt.datetime.fromtimestamp(timestamp, dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def sleep(seconds: float) -> None:
