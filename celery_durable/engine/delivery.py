@@ -64,13 +64,12 @@ def execute(
     by name (``start_by_name``) whose run doesn't exist stores it first."""
     hooks, config = runtime.hooks, runtime.config
     hard_deadline = shutdown.hard_deadline(request, time_limit, time.monotonic())
-    delivery = Delivery(runtime, definition, request, request.id, runtime.leases.owner)
-    delivery.start_if_missing = start_by_name
-    _check_run_id(runtime, definition, delivery.run_id)
+    run_id: str = request.id
+    _check_run_id(runtime, definition, run_id)  # before the store is asked anything
+    delivery = Delivery(runtime, definition, request, run_id, runtime.leases.owner, start_by_name)
     claim = delivery.claim = _claim(runtime, delivery)
     for claimed in hooks.claimed:
         claimed(delivery)
-    run_id = delivery.run_id
     ctx = delivery.ctx = _context(runtime, delivery, claim, hard_deadline)
     delivery.args, delivery.kwargs = serialization.loads(claim.args)
     runtime.leases.track(run_id, ctx.lease)
