@@ -16,14 +16,14 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.core.logs import run_fields
 from celery_durable.engine.cancel import cancel
 
 if TYPE_CHECKING:
-    from celery_durable.body.context import RunningStep, WorkflowContext
+    from celery_durable.body.context import Dispatcher, RunningStep, WorkflowContext
     from celery_durable.engine.hooks import Delivery
     from celery_durable.engine.runtime_view import RuntimeView
 
@@ -73,7 +73,6 @@ class TerminateAtDeadline:
     def index_taken(self, ctx: WorkflowContext, index: int) -> None:
         pass
 
-    @contextmanager
     def around(
         self,
         ctx: WorkflowContext,
@@ -81,26 +80,32 @@ class TerminateAtDeadline:
         index: int,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-    ) -> Iterator[None]:
-        deadline_at = deadline_of(ctx)
-        dispatcher = ctx.dispatcher
+    ) -> AbstractContextManager[None]:
+        deadline_at, dispatcher = deadline_of(ctx), ctx.dispatcher
         if not step.options.terminate_on_timeout or deadline_at is None or dispatcher is None:
-            yield
-            return
+            return nullcontext()
+        return _terminating_at(ctx, dispatcher, deadline_at)
 
-        def stop() -> None:
-            # The cancel first, so that its reason is the deadline, not the revoke that
-            # stops the step (the sweeper leaves a run being cancelled to that cancel).
-            try:
-                ctx.store.cancel_run(ctx.workflow_id, DEADLINE_EXCEEDED, dispatcher.dispatch_grace)
-            except Exception:  # noqa: BLE001 - the sweeper's deadline pass cancels it anyway
-                logger.warning("run %s: could not cancel it at its deadline", ctx.workflow_id)
-            dispatcher.terminate(ctx.workflow_id)
 
-        timer = threading.Timer(max(0.0, deadline_at - time.time()), stop)
-        timer.daemon = True
-        timer.start()
+@contextmanager
+def _terminating_at(
+    ctx: WorkflowContext, dispatcher: Dispatcher, deadline_at: float
+) -> Iterator[None]:
+    """Held while a step runs: at ``deadline_at``, the run's cancel, then Celery's revoke."""
+
+    def stop() -> None:
+        # The cancel first, so that its reason is the deadline, not the revoke that
+        # stops the step (the sweeper leaves a run being cancelled to that cancel).
         try:
-            yield
-        finally:
-            timer.cancel()
+            ctx.store.cancel_run(ctx.workflow_id, DEADLINE_EXCEEDED, dispatcher.dispatch_grace)
+        except Exception:  # noqa: BLE001 - the sweeper's deadline pass cancels it anyway
+            logger.warning("run %s: could not cancel it at its deadline", ctx.workflow_id)
+        dispatcher.terminate(ctx.workflow_id)
+
+    timer = threading.Timer(max(0.0, deadline_at - time.time()), stop)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()

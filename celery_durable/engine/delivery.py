@@ -64,27 +64,13 @@ def execute(
     by name (``start_by_name``) whose run doesn't exist stores it first."""
     hooks, config = runtime.hooks, runtime.config
     hard_deadline = shutdown.hard_deadline(request, time_limit, time.monotonic())
-    delivery = Delivery(runtime, definition, request, request.id, runtime.leases.owner)
-    delivery.start_if_missing = start_by_name
-    _check_run_id(runtime, definition, delivery.run_id)
+    run_id: str = request.id
+    _check_run_id(runtime, definition, run_id)  # before the store is asked anything
+    delivery = Delivery(runtime, definition, request, run_id, runtime.leases.owner, start_by_name)
     claim = delivery.claim = _claim(runtime, delivery)
     for claimed in hooks.claimed:
         claimed(delivery)
-    run_id = delivery.run_id
-    history = runtime.store.load_steps(run_id) if claim.has_steps else {}
-    ctx = delivery.ctx = _context(runtime, delivery, claim, history, hard_deadline)
-    faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
-    logger.info(
-        "workflow %s run %s claimed: attempt %d of %d, %d recorded step(s) to replay",
-        definition.name,
-        run_id,
-        claim.attempts,
-        claim.max_attempts,
-        len(history),
-        extra=ctx.log_fields(0),
-    )
-    tracing.claimed(claim.attempts, len(history))
-    taskevents.resumed(runtime.app, ctx)
+    ctx = delivery.ctx = _context(runtime, delivery, claim, hard_deadline)
     delivery.args, delivery.kwargs = serialization.loads(claim.args)
     runtime.leases.track(run_id, ctx.lease)
     try:
@@ -158,17 +144,15 @@ def _claim(runtime: Runtime, delivery: Delivery) -> Claim:
 
 
 def _context(
-    runtime: Runtime,
-    delivery: Delivery,
-    claim: Claim,
-    history: dict[int, Any],
-    hard_deadline: float | None,
+    runtime: Runtime, delivery: Delivery, claim: Claim, hard_deadline: float | None
 ) -> WorkflowContext:
-    """The run's context, built once, with the features' state the delivery holds."""
-    config = runtime.config
-    return WorkflowContext(
+    """The claimed run's context, built once (with the features' state the delivery
+    holds), its history loaded: the claim is logged, traced and shown in Flower."""
+    config, run_id = runtime.config, delivery.run_id
+    history = runtime.store.load_steps(run_id) if claim.has_steps else {}
+    ctx = WorkflowContext(
         store=runtime.store,
-        workflow_id=delivery.run_id,
+        workflow_id=run_id,
         workflow_name=delivery.definition.name,
         attempt=claim.attempts,
         fence=claim.fence,
@@ -189,6 +173,19 @@ def _context(
         step_guards=tuple(runtime.hooks.step_guards),
         wings=delivery.wings,
     )
+    faults.reach(faults.AFTER_CLAIM, **ctx.log_fields())
+    logger.info(
+        "workflow %s run %s claimed: attempt %d of %d, %d recorded step(s) to replay",
+        ctx.workflow_name,
+        run_id,
+        claim.attempts,
+        claim.max_attempts,
+        len(history),
+        extra=ctx.log_fields(0),
+    )
+    tracing.claimed(claim.attempts, len(history))
+    taskevents.resumed(runtime.app, ctx)
+    return ctx
 
 
 def _log_unclaimed(

@@ -20,8 +20,9 @@ feature's own module. In the order a delivery meets them:
 
 Example::
 
-    hooks = runtime.hooks
-    hooks.before_body.append(given_slot)        # in durable.py, from a feature's module
+    hooks = runtime.hooks                       # in durable.py, from each feature's module
+    hooks.claim_variants.append(limits.claim_variant)
+    hooks.step_guards.append(LimiterGuard())
 """
 
 from __future__ import annotations

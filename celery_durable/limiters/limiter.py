@@ -24,7 +24,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from celery_durable.body.context import RunningStep, WorkflowContext
@@ -305,7 +305,6 @@ class LimiterGuard:
             # Until a step behind the same limiter and key says otherwise (hold_slot).
             learn_next_shares_slot(ctx.workflow_name, index - 1, False)
 
-    @contextmanager
     def around(
         self,
         ctx: WorkflowContext,
@@ -313,13 +312,19 @@ class LimiterGuard:
         index: int,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-    ) -> Iterator[None]:
+    ) -> AbstractContextManager[None]:
         limiter = step.options.limiter
         if not isinstance(limiter, Limiter):  # checked at registration: None
             give_back_kept_slot(ctx)
-            yield
-            return
-        key = limiter.key_of(f"step {step.name}", args, kwargs)
+            return nullcontext()
+        return self._holding(
+            ctx, step, limiter, index, limiter.key_of(f"step {step.name}", args, kwargs)
+        )
+
+    @contextmanager
+    def _holding(
+        self, ctx: WorkflowContext, step: RunningStep, limiter: Limiter, index: int, key: str
+    ) -> Iterator[None]:
         waited = hold_slot(ctx, limiter, index, key)
         # Its record frees the slot; a deferred record comes later, so that one (and a
         # failure, and a slot others wait for) is given back here.
