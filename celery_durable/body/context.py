@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import time
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from celery_durable.errors import RunLimitExceeded
@@ -93,14 +94,14 @@ class RunningStep(Protocol):
     def options(self) -> Any: ...
 
 
-class StepGuard(Protocol):
+class StepGuard:
     """What may wrap every step a body runs (not replays), and hear of each step that
     ends well: registered once per Durable (``durable.py``) and handed to each context
-    by the engine. A limiter's slot, say, or a saga's mark."""
+    by the engine. A limiter's slot, say, or a saga's mark. As a middleware's, each
+    method does nothing unless the feature overrides it."""
 
     def index_taken(self, ctx: WorkflowContext, index: int) -> None:
         """The body took step index ``index`` (a step, a wait, a fan-out...)."""
-        ...
 
     def around(
         self,
@@ -111,11 +112,10 @@ class StepGuard(Protocol):
         kwargs: dict[str, Any],
     ) -> AbstractContextManager[None]:
         """Held while step ``index`` runs and records; it sees the step's exception."""
-        ...
+        return nullcontext()
 
     def step_ok(self, ctx: WorkflowContext, step: RunningStep) -> None:
         """The step's result is recorded (or deferred, or replayed)."""
-        ...
 
 
 @dataclasses.dataclass

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
+from celery_durable.body.context import StepGuard
 from celery_durable.core.logs import run_fields
 from celery_durable.engine.cancel import cancel
 
@@ -63,15 +64,9 @@ def note_deadline(delivery: Delivery) -> None:
         delivery.wings[WING] = claim.deadline_at
 
 
-class TerminateAtDeadline:
+class TerminateAtDeadline(StepGuard):
     """The step guard of ``terminate_on_timeout``: at the run's deadline, the step is
     stopped at once (the run is then cancelled: "deadline exceeded")."""
-
-    def step_ok(self, ctx: WorkflowContext, step: RunningStep) -> None:
-        pass
-
-    def index_taken(self, ctx: WorkflowContext, index: int) -> None:
-        pass
 
     def around(
         self,

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
-from celery_durable.body.context import RunningStep, WorkflowContext
+from celery_durable.body.context import RunningStep, StepGuard, WorkflowContext
 from celery_durable.body.replay import stop_writing, store_guard
 from celery_durable.core import faults, validate
 from celery_durable.errors import DuplicateRegistration, InvalidArgument, Suspended
@@ -288,13 +288,10 @@ def _record_keeping_slot(ctx: WorkflowContext, step: StepRecord) -> StepWrite | 
     return written
 
 
-class LimiterGuard:
+class LimiterGuard(StepGuard):
     """The step guard of limiters (``durable.py`` registers it): a limited step holds a
     slot of its limiter while it runs; any other step first gives back a slot kept for
     a step the body did not reach."""
-
-    def step_ok(self, ctx: WorkflowContext, step: RunningStep) -> None:
-        pass
 
     def index_taken(self, ctx: WorkflowContext, index: int) -> None:
         if index == 0:  # until the first step says it is behind a limiter (hold_slot)

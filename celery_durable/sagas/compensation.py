@@ -29,10 +29,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from celery_durable.body.context import RunningStep, WorkflowContext, enter_body
+from celery_durable.body.context import RunningStep, StepGuard, WorkflowContext, enter_body
 from celery_durable.body.replay import (
     check_replay,
     record_fenced,
@@ -208,22 +207,9 @@ def is_compensable(ctx: WorkflowContext) -> bool:
     return bool(ctx.wings.get(WING))
 
 
-class MarkCompensable:
+class MarkCompensable(StepGuard):
     """The step guard of sagas: the first finished step with a compensation marks the
     run, once, so that cancelling it while it waits rolls it back."""
-
-    def index_taken(self, ctx: WorkflowContext, index: int) -> None:
-        pass
-
-    def around(
-        self,
-        ctx: WorkflowContext,
-        step: RunningStep,
-        index: int,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> AbstractContextManager[None]:
-        return nullcontext()
 
     def step_ok(self, ctx: WorkflowContext, step: RunningStep) -> None:
         if step.options.compensate is None or is_compensable(ctx):
