@@ -38,14 +38,26 @@ from celery_durable.errors import (
     DuplicateRegistration,
     InvalidArgument,
 )
-from celery_durable.fanout.item_tasks import register_item_task
+from celery_durable.fanout.item_tasks import cancel, register_item_task
 from celery_durable.limiters.limiter import Limiter, declare, named, workflow_limiter
-from celery_durable.ops.operations import Operations
+from celery_durable.limiters.operations import LimiterOperations
+from celery_durable.limiters.report import LIMITERS_SECTION
+from celery_durable.ops.wing_parts import WING_PARTS
+from celery_durable.runs.handle_hooks import HANDLE_HOOKS
 from celery_durable.runs.task import WorkflowTask
+from celery_durable.schedules.dashboard import SCHEDULE_ACTIONS, SCHEDULES_PAGE
 from celery_durable.schedules.declared import from_beat as beat_entries
 from celery_durable.schedules.firing import SchedulePass
 from celery_durable.schedules.firing import declare as declare_schedule
-from celery_durable.waits.signals import SignalQueue, register_tasks, send_signal_via_broker
+from celery_durable.schedules.operations import ScheduleOperations
+from celery_durable.schedules.report import SCHEDULE_LAG
+from celery_durable.waits.signals import (
+    SignalQueue,
+    register_tasks,
+    send_signal,
+    send_signal_via_broker,
+)
+from celery_durable.waits.state import query, wait_for_state
 
 if TYPE_CHECKING:
     from celery_durable.store.migrations import Migrated
@@ -63,7 +75,20 @@ def durables_of(app: Celery) -> list[Durable]:
     return list(_BOUND.get(app, []))
 
 
-class Durable(Operations):
+# The wings behind a run handle's verbs, and their parts of the operator tools: the
+# dashboard's pages, sections and actions, the metrics endpoint's gauges (their operations
+# are Durable's bases).
+HANDLE_HOOKS.signal = send_signal
+HANDLE_HOOKS.query = query
+HANDLE_HOOKS.wait_for_state = wait_for_state
+HANDLE_HOOKS.cancel = cancel
+WING_PARTS.add_page(SCHEDULES_PAGE)
+WING_PARTS.add_actions(SCHEDULE_ACTIONS)
+WING_PARTS.add_section(LIMITERS_SECTION)
+WING_PARTS.add_gauge(SCHEDULE_LAG)
+
+
+class Durable(ScheduleOperations, LimiterOperations):
     """celery_durable for one Celery app and one namespace.
 
     Settings come from keyword arguments (``database_url=...``, ``lock_timeout=...``; see
@@ -71,7 +96,8 @@ class Durable(Operations):
     They are read on first use, so ``app.conf`` may be filled after this call.
 
     It is also the operator API (``list_runs``, ``stats``, ``resume_runs``, ``gc``...:
-    ``Operations``), the one the CLI, the dashboard and the Django admin call.
+    ``Operations``, with the wings' ``ScheduleOperations`` and ``LimiterOperations``),
+    the one the CLI, the dashboard and the Django admin call.
     ``durable.runtime`` is internal: the machinery (store, sweeper, leases, dispatch) for
     celery_durable's own tests and integrations, with no stability promise.
     """

@@ -1,42 +1,50 @@
 """The operator API, declared once: what ``celery -A app durable ...``, the dashboard and
-the Django admin do to runs, limiters and schedules. ``runs.admin`` and ``runs.firing``
-implement it; this class is the one surface they are reached through.
+the Django admin do to runs. ``runs.admin`` implements it; this class is the one surface it
+is reached through. A wing declares its own operations once, in a subclass of its own
+(``limiters.operations.LimiterOperations``, ``schedules.operations.ScheduleOperations``),
+and ``Durable`` inherits them all.
 
 A ``Durable`` is an ``Operations`` (``durable.list_runs(...)``); code below ``durable.py``
 (the dashboard, the CLI's command factories) takes an ``Operations``, which a Runtime makes
-on its own, so nothing here imports the class that registers workflows.
+on its own, so nothing here imports the class that registers workflows; a wing's code makes
+its own from it with ``of``.
 
 Example::
 
     durable.list_runs("failed", "shop.checkout", since="2h").runs
-    Operations(durable.runtime).pause_schedule("report-eu")
+    ScheduleOperations.of(Operations(durable.runtime)).pause_schedule("report-eu")
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from celery_durable.core import validate
-from celery_durable.errors import InvalidArgument, WorkflowNotFound
+from celery_durable.errors import WorkflowNotFound
 from celery_durable.runs import admin
 from celery_durable.runs.admin import BulkResume, RunDetails, RunPage
 from celery_durable.runs.handle import WorkflowHandle
-from celery_durable.schedules import firing
-from celery_durable.store import Collected, Forked, ItemRow, Limit, LimiterUsage, Resumed, RunStats
+from celery_durable.store import Collected, Forked, ItemRow, Resumed, RunStats
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime import Runtime
-    from celery_durable.schedules.store import ScheduleRow
+
+Wing = TypeVar("Wing", bound="Operations")
 
 
 class Operations:
-    """The operations on one runtime's runs, limiters and schedules: each what the
-    command of the same name runs, and what the dashboard's pages and buttons call."""
+    """The operations on one runtime's runs: each what the command of the same name
+    runs, and what the dashboard's pages and buttons call."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
+
+    @classmethod
+    def of(cls: type[Wing], operations: Operations) -> Wing:
+        """``operations`` as this class (a wing's operations): the same object when it is
+        one already (a Durable), else this class's own over the same runtime."""
+        return operations if isinstance(operations, cls) else cls(operations.runtime)
 
     @property
     def runtime(self) -> Runtime:
@@ -165,40 +173,3 @@ class Operations:
         Example: ``durable.gc("30d", dry_run=True).runs`` -> ``{"SUCCEEDED": 1200}``
         """
         return admin.gc(self.runtime, older_than, status, dry_run)
-
-    # -- limiters -----------------------------------------------------------------------------
-
-    def declared_limits(self) -> dict[str, Limit]:
-        """The limits of the limiters this process declares, by name."""
-        return {name: limiter.limit for name, limiter in self.runtime.limiters.items()}
-
-    def limiter_usage(self) -> list[LimiterUsage]:
-        """Each key of each limiter: slots in use, waiters, the oldest wait, tokens left."""
-        return admin.limiter_usage(self.runtime)
-
-    # -- schedules ----------------------------------------------------------------------------
-
-    def list_schedules(self) -> list[ScheduleRow]:
-        """Every schedule of the namespace, with its next slot, last run and counts."""
-        return self.runtime.store.list_schedules()
-
-    def pause_schedule(self, name: str) -> None:
-        """Stop the schedule's slots firing until ``resume_schedule``."""
-        self._set_paused(name, True)
-
-    def resume_schedule(self, name: str) -> None:
-        """Let a paused schedule's slots fire again."""
-        self._set_paused(name, False)
-
-    def _set_paused(self, name: str, paused: bool) -> None:
-        if not self.runtime.store.set_schedule_paused(name, paused):
-            raise InvalidArgument(f"no schedule named {name!r}")
-
-    def trigger_schedule(self, name: str) -> str:
-        """Start a run of the schedule now, with an id of its own; returns the run's id."""
-        return firing.trigger(self.runtime, name)
-
-    def backfill_schedule(self, name: str, start: dt.datetime, end: dt.datetime) -> list[str]:
-        """Start the schedule's slots in ``[start, end]`` that never fired, each once;
-        returns the runs started."""
-        return firing.backfill(self.runtime, name, start, end)
