@@ -10,7 +10,7 @@ Example::
 from __future__ import annotations
 
 from celery_durable.ops.operations import Operations
-from celery_durable.runs import admin
+from celery_durable.runs import stored_runs
 from celery_durable.store import Limit, LimiterUsage
 
 
@@ -23,4 +23,4 @@ class LimiterOperations(Operations):
 
     def limiter_usage(self) -> list[LimiterUsage]:
         """Each key of each limiter: slots in use, waiters, the oldest wait, tokens left."""
-        return admin.limiter_usage(self.runtime)
+        return stored_runs.limiter_usage(self.runtime)

@@ -46,7 +46,7 @@ from prometheus_client.core import (
 
 from celery_durable.engine.runtime import runtime_of
 from celery_durable.ops.wing_parts import WING_PARTS, MetricsGauge
-from celery_durable.runs.admin import limiter_usage
+from celery_durable.runs.stored_runs import limiter_usage
 from celery_durable.store import LimiterUsage
 from celery_durable.store.db.outage import describe, summary
 from celery_durable.store.metrics import Histogram, RunFigures, StoreMetrics

@@ -1,5 +1,5 @@
 """The operator API, declared once: what ``celery -A app durable ...``, the dashboard and
-the Django admin do to runs. ``runs.admin`` implements it; this class is the one surface it
+the Django admin do to runs. ``runs.stored_runs`` implements it; this class is the one surface it
 is reached through. A wing declares its own operations once, in a subclass of its own
 (``limiters.operations.LimiterOperations``, ``schedules.operations.ScheduleOperations``),
 and ``Durable`` inherits them all.
@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from celery_durable.core import validate
 from celery_durable.errors import WorkflowNotFound
-from celery_durable.runs import admin
-from celery_durable.runs.admin import BulkResume, RunDetails, RunPage
+from celery_durable.runs import stored_runs
 from celery_durable.runs.handle import WorkflowHandle
+from celery_durable.runs.stored_runs import BulkResume, RunDetails, RunPage
 from celery_durable.store import Collected, Forked, ItemRow, Resumed, RunStats
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class Operations:
 
         Example: ``durable.list_runs("failed", "shop.checkout", since="2h").runs``
         """
-        return admin.list_runs(
+        return stored_runs.list_runs(
             self.runtime,
             limit=limit,
             status=status,
@@ -98,7 +98,7 @@ class Operations:
 
         Example: ``{(c.workflow, c.status): c.runs for c in durable.stats().counts}``
         """
-        return admin.stats(self.runtime)
+        return stored_runs.stats(self.runtime)
 
     def describe_run(
         self, run_id: str, steps_from: int | None = 0, steps_limit: int = 0
@@ -107,7 +107,7 @@ class Operations:
         signals, its state keys and its actions log; None if there is no such run.
         ``steps_limit`` steps from index ``steps_from`` on (0: all); ``steps_from`` None:
         the last page."""
-        return admin.describe_run(self.runtime, run_id, steps_from, steps_limit)
+        return stored_runs.describe_run(self.runtime, run_id, steps_from, steps_limit)
 
     def list_items(self, run_id: str) -> list[ItemRow]:
         """The fan-out items of a run (parallel steps, remote steps, children), by step."""
@@ -116,7 +116,7 @@ class Operations:
     def resume_run(self, run_id: str, timeout: Any = None) -> Resumed:
         """A FAILED or CANCELLED run PENDING again, from its first unfinished step, as
         ``handle.resume()`` does; ``timeout``: its new deadline from now."""
-        return admin.resume_run(self.runtime, run_id, timeout)
+        return stored_runs.resume_run(self.runtime, run_id, timeout)
 
     def resume_runs(
         self,
@@ -132,7 +132,7 @@ class Operations:
 
         Example: ``durable.resume_runs("shop.checkout", since="2h").resumed``
         """
-        return admin.resume_runs(
+        return stored_runs.resume_runs(
             self.runtime,
             workflow=workflow,
             status=status,
@@ -150,14 +150,14 @@ class Operations:
     ) -> Forked:
         """A new run keeping ``run_id``'s steps before ``from_step`` and its unconsumed
         signals, as ``handle.fork()`` does; returns the fork (its ``run``, published)."""
-        return admin.fork_run(self.runtime, run_id, from_step, workflow_id, timeout)
+        return stored_runs.fork_run(self.runtime, run_id, from_step, workflow_id, timeout)
 
     def record_action(
         self, run_id: str, action: str, actor: str | None, detail: str | None = None
     ) -> None:
         """Note in the run's actions log that ``actor`` (None: nobody authenticated) did
         ``action`` (cancel, resume, fork or signal) with ``detail``, once it is done."""
-        admin.record_action(self.runtime, run_id, action, actor, detail)
+        stored_runs.record_action(self.runtime, run_id, action, actor, detail)
 
     def gc(
         self,
@@ -172,4 +172,4 @@ class Operations:
 
         Example: ``durable.gc("30d", dry_run=True).runs`` -> ``{"SUCCEEDED": 1200}``
         """
-        return admin.gc(self.runtime, older_than, status, dry_run)
+        return stored_runs.gc(self.runtime, older_than, status, dry_run)

@@ -32,8 +32,8 @@ from celery_durable.errors import (
     WorkflowFailed,
     WorkflowNotFound,
 )
-from celery_durable.runs.admin import fork_run, resume_run
 from celery_durable.runs.handle_hooks import HANDLE_HOOKS, needed
+from celery_durable.runs.stored_runs import fork_run, resume_run
 from celery_durable.store import FINISHED_STATUSES, DueRun, RunRecord, StepRecord
 from celery_durable.store.db.outage import describe, is_unreachable, summary, unavailable
 from celery_durable.store.engine_names import CELERY_STATES, Compensation
