@@ -38,7 +38,7 @@ from celery_durable.errors import (
     DuplicateRegistration,
     InvalidArgument,
 )
-from celery_durable.fanout.item_tasks import cancel, register_item_task
+from celery_durable.fanout.item_tasks import register_item_task
 from celery_durable.limiters.limiter import Limiter, declare, named, workflow_limiter
 from celery_durable.limiters.operations import LimiterOperations
 from celery_durable.limiters.report import LIMITERS_SECTION
@@ -81,7 +81,6 @@ def durables_of(app: Celery) -> list[Durable]:
 HANDLE_HOOKS.signal = send_signal
 HANDLE_HOOKS.query = query
 HANDLE_HOOKS.wait_for_state = wait_for_state
-HANDLE_HOOKS.cancel = cancel
 WING_PARTS.add_page(SCHEDULES_PAGE)
 WING_PARTS.add_actions(SCHEDULE_ACTIONS)
 WING_PARTS.add_section(LIMITERS_SECTION)

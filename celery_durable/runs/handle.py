@@ -32,6 +32,7 @@ from celery_durable.errors import (
     WorkflowFailed,
     WorkflowNotFound,
 )
+from celery_durable.fanout.item_tasks import cancel
 from celery_durable.runs.handle_hooks import HANDLE_HOOKS, needed
 from celery_durable.runs.stored_runs import fork_run, resume_run
 from celery_durable.store import FINISHED_STATUSES, DueRun, RunRecord, StepRecord
@@ -319,7 +320,6 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
         """
         validate.check_text(reason, "cancel(reason)", allow_none=True)
         with self._outage_named("cancelling workflow run"):
-            cancel = needed(HANDLE_HOOKS.cancel, "cancel")
             cancelled = cancel(self.runtime, self.id, reason)
         if cancelled.status is None:
             raise WorkflowNotFound(self.id)

@@ -1,6 +1,5 @@
-"""What a run handle asks of the wings: ``WorkflowHandle.signal``, ``.query`` and
-``.cancel`` act through the waits wing (signals, state) and the fan-out wing (a cancel
-reaches the run's items and children), which ``durable.py`` registers here, so the
+"""What a run handle asks of the wings: ``WorkflowHandle.signal`` and ``.query`` act
+through the waits wing (signals, state), which ``durable.py`` registers here, so the
 handle imports no wing.
 
 Example::
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime_view import RuntimeView
-    from celery_durable.store import Cancellation, Store
+    from celery_durable.store import Store
 
 Hook = TypeVar("Hook")
 
@@ -32,8 +31,6 @@ class HandleHooks:
     query: Callable[[Store, str, str], Any] | None = None
     # (store, run id, key, seconds) -> the value, once set
     wait_for_state: Callable[[Store, str, str, float], Any] | None = None
-    # (runtime, run id, reason) -> what the cancel did
-    cancel: Callable[[RuntimeView, str, str | None], Cancellation] | None = None
 
 
 def needed(hook: Hook | None, name: str) -> Hook:
