@@ -39,6 +39,7 @@ from celery_durable.core import faults, serialization
 from celery_durable.core.logs import run_fields
 from celery_durable.errors import WorkflowCancelled
 from celery_durable.store import OwedReport
+from celery_durable.store.engine_names import CELERY_STATES
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -47,16 +48,6 @@ if TYPE_CHECKING:
     from celery_durable.engine.runtime_view import RuntimeView
 
 logger = logging.getLogger("celery_durable.canvas")
-
-# The backend's state of a run, by the run's status.
-CELERY_STATES = {
-    "PENDING": states.PENDING,
-    "RUNNING": states.STARTED,
-    "WAITING": "WAITING",
-    "SUCCEEDED": states.SUCCESS,
-    "FAILED": states.FAILURE,
-    "CANCELLED": states.REVOKED,
-}
 
 
 @dataclasses.dataclass(frozen=True)
