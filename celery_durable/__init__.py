@@ -31,8 +31,9 @@ from celery_durable.errors import (
 from celery_durable.fanout.compose import ChildHandle, StepFuture, gather, map
 from celery_durable.runs.handle import WorkflowHandle, WorkflowStatus
 from celery_durable.runs.task import WorkflowTask
-from celery_durable.sagas.compensation import Compensation, compensate
+from celery_durable.sagas.compensation import compensate
 from celery_durable.sagas.continue_as_new import continue_as_new
+from celery_durable.store.engine_names import Compensation
 from celery_durable.waits.state import set_state
 from celery_durable.waits.suspend import sleep, sleep_until, wait_for_signal
 

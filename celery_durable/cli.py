@@ -42,7 +42,7 @@ from celery_durable.limiters.report import limiters_command
 from celery_durable.ops import console, run_details
 from celery_durable.ops.cli_errors import DurableGroup, database_error
 from celery_durable.ops.dashboard.command import dashboard_command
-from celery_durable.runs.admin import RunDetails, cursor_of
+from celery_durable.runs.stored_runs import RunDetails, cursor_of
 from celery_durable.schedules.report import schedules_command
 from celery_durable.store import ItemRow
 from celery_durable.store.db.outage import retry_while_unreachable

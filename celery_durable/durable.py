@@ -25,37 +25,27 @@ from celery import Celery
 from celery import signals as celery_signals
 
 from celery_durable.body.step import DEFAULT_MAX_BACKOFF, Step, StepOptions
-from celery_durable.canvas import by_name
-from celery_durable.canvas import reports as canvas
-from celery_durable.canvas.listeners import OwedReports, Report
 from celery_durable.core import validate
 from celery_durable.core.config import DurableConfig
-from celery_durable.engine import apps, deadlines
-from celery_durable.engine.bootstep import DurableSweeper
+from celery_durable.engine import apps
 from celery_durable.engine.definition import WorkflowDefinition
-from celery_durable.engine.guard import DeliveryGuard
 from celery_durable.engine.runtime import Runtime
-from celery_durable.engine.runtime_view import SweepPass
 from celery_durable.errors import (
     ConfigurationError,
     DuplicateRegistration,
     InvalidArgument,
 )
-from celery_durable.fanout.item_tasks import register_item_task, revoke_item
-from celery_durable.fanout.sweep import ItemSweep
-from celery_durable.limiters import run_slots as limits
-from celery_durable.limiters.limiter import Limiter, LimiterGuard, declare, named, workflow_limiter
-from celery_durable.ops.operations import Operations
-from celery_durable.runs import starting
+from celery_durable.fanout.item_tasks import register_item_task
+from celery_durable.limiters.limiter import Limiter, declare, named, workflow_limiter
+from celery_durable.limiters.operations import LimiterOperations
 from celery_durable.runs.task import WorkflowTask
-from celery_durable.sagas import continued as continue_as_new
-from celery_durable.sagas import rollback
-from celery_durable.sagas.compensation import MarkCompensable
-from celery_durable.schedules import declared as schedules
 from celery_durable.schedules.declared import from_beat as beat_entries
-from celery_durable.schedules.firing import SchedulePass
 from celery_durable.schedules.firing import declare as declare_schedule
-from celery_durable.waits.signals import SignalQueue, register_tasks, send_signal_via_broker
+from celery_durable.schedules.operations import ScheduleOperations
+from celery_durable.waits.signals import (
+    send_signal_via_broker,
+)
+from celery_durable.wiring import wire
 
 if TYPE_CHECKING:
     from celery_durable.store.migrations import Migrated
@@ -73,7 +63,7 @@ def durables_of(app: Celery) -> list[Durable]:
     return list(_BOUND.get(app, []))
 
 
-class Durable(Operations):
+class Durable(ScheduleOperations, LimiterOperations):
     """celery_durable for one Celery app and one namespace.
 
     Settings come from keyword arguments (``database_url=...``, ``lock_timeout=...``; see
@@ -81,7 +71,8 @@ class Durable(Operations):
     They are read on first use, so ``app.conf`` may be filled after this call.
 
     It is also the operator API (``list_runs``, ``stats``, ``resume_runs``, ``gc``...:
-    ``Operations``), the one the CLI, the dashboard and the Django admin call.
+    ``Operations``, with the wings' ``ScheduleOperations`` and ``LimiterOperations``),
+    the one the CLI, the dashboard and the Django admin call.
     ``durable.runtime`` is internal: the machinery (store, sweeper, leases, dispatch) for
     celery_durable's own tests and integrations, with no stability promise.
     """
@@ -93,33 +84,7 @@ class Durable(Operations):
         # other sources (env, app.conf) are checked once they are merged, on first use.
         DurableConfig.check_keywords(settings)
         super().__init__(Runtime(app, settings))
-        runtime, kernel = self.runtime, self.runtime.kernel_passes
-        runtime.sweep_passes[:] = [  # the sweep's order, each wing's passes among the kernel's
-            kernel["due runs"],
-            kernel["signalled runs"],
-            SweepPass("items", ItemSweep(runtime, runtime.sweeper)),
-            SweepPass("limiter slots", lambda: limits.hand_off_slots(runtime)),
-            kernel["deadlines"],
-            SweepPass("owed reports", OwedReports(runtime), publishes=False),
-            kernel["revokes"],
-            kernel["retention"],
-            SweepPass("schedules", SchedulePass(runtime)),
-        ]
-        runtime.sweeper.revoke_handlers.append(lambda task_id: revoke_item(runtime, task_id))
-        hooks = self.runtime.hooks  # each feature's delivery hooks and step guards
-        hooks.claim_variants.append(limits.claim_variant)
-        hooks.claim_fallbacks += [starting.claim_when_visible, by_name.claim_started_by_name]
-        hooks.claimed.append(by_name.settle_refused)
-        slot = schedules.slot_argument(self.runtime.slot_workflows)
-        hooks.before_body += [canvas.report_claimed, slot, deadlines.note_deadline]
-        hooks.before_body += [limits.note_priority, rollback.roll_back_instead, limits.run_slot]
-        hooks.body_stopped.append(limits.give_back_on_stop)
-        hooks.settle_listeners += [Report(), continue_as_new.Continued(), rollback.Saga()]
-        hooks.step_guards += [LimiterGuard(), deadlines.TerminateAtDeadline(), MarkCompensable()]
-        app.steps["worker"].add(DurableSweeper)
-        app.steps["worker"].add(SignalQueue)
-        app.steps["consumer"].add(DeliveryGuard)
-        register_tasks(app)
+        wire(self.runtime, app)
         celery_signals.worker_process_shutdown.connect(self._on_process_exit, weak=False)
         apps.bind(app, self.runtime)
         apps.hide_secret_settings()

@@ -96,7 +96,7 @@ class RunningStep(Protocol):
 
 class StepGuard:
     """What may wrap every step a body runs (not replays), and hear of each step that
-    ends well: registered once per Durable (``durable.py``) and handed to each context
+    ends well: registered once per Durable (``wiring.py``) and handed to each context
     by the engine. A limiter's slot, say, or a saga's mark. As a middleware's, each
     method does nothing unless the feature overrides it."""
 

@@ -2,7 +2,7 @@
 process without the workflow's code, ``celery call``, beat, another language's client)
 creates its run on its first delivery, from the message.
 
-Its delivery hooks, which durable.py registers: ``claim_started_by_name`` (a claim
+Its delivery hooks, which wiring.py registers: ``claim_started_by_name`` (a claim
 fallback: store the run, then claim it) and ``settle_refused`` (arguments the workflow
 can't take: the run is settled FAILED before any body runs).
 

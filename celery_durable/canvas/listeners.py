@@ -1,6 +1,6 @@
 """Where the canvas plugs into the kernel: the settle listener of a run that reports, and
 the sweep pass of the reports still owed a dispatch grace after their run settled (the
-worker died between its settle and its report). ``durable.py`` registers both.
+worker died between its settle and its report). ``wiring.py`` registers both.
 
 Example::
 

@@ -39,6 +39,7 @@ from celery_durable.core import faults, serialization
 from celery_durable.core.logs import run_fields
 from celery_durable.errors import WorkflowCancelled
 from celery_durable.store import OwedReport
+from celery_durable.store.engine_names import CELERY_STATES
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -49,16 +50,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("celery_durable.canvas")
 WING = "canvas"  # a run's canvas (as stored) among its context's wing states
-
-# The backend's state of a run, by the run's status.
-CELERY_STATES = {
-    "PENDING": states.PENDING,
-    "RUNNING": states.STARTED,
-    "WAITING": "WAITING",
-    "SUCCEEDED": states.SUCCESS,
-    "FAILED": states.FAILURE,
-    "CANCELLED": states.REVOKED,
-}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,7 +3,7 @@ the reason "deadline exceeded". A pending or waiting run ends at once (a saga ro
 first); a running one at its next step, or at once in a step with
 ``terminate_on_timeout=True`` (which its own worker stops at the deadline: the step
 guard ``TerminateAtDeadline``, with the delivery hook ``note_deadline`` that keeps the
-run's deadline in its context; durable.py registers both).
+run's deadline in its context; wiring.py registers both).
 
 Example::
 

@@ -4,7 +4,7 @@ The kernel of a delivery names no feature: how a run is claimed (a limiter's slo
 claim), what else may claim it (a transactional start, a start by name), what comes
 before the body (a schedule's slot argument, a saga's rollback, a limited run's slot)
 and after it are the delivery hooks of the Runtime (``engine.hooks``), which
-``durable.py`` registers from each feature's module.
+``wiring.py`` registers from each feature's module.
 
 Example::
 

@@ -2,7 +2,7 @@
 without the kernel naming it, in the spirit of Dramatiq's middleware.
 
 A ``Delivery`` is one delivery's state, handed to every hook; ``DeliveryHooks`` holds the
-hooks of a Durable (its Runtime's ``hooks``), registered by ``durable.py`` from each
+hooks of a Durable (its Runtime's ``hooks``), registered by ``wiring.py`` from each
 feature's own module. In the order a delivery meets them:
 
 - ``claim_variants``: how to claim; the first that returns a claim function is used
@@ -20,7 +20,7 @@ feature's own module. In the order a delivery meets them:
 
 Example::
 
-    hooks = runtime.hooks                       # in durable.py, from each feature's module
+    hooks = runtime.hooks                       # in wiring.py, from each feature's module
     hooks.claim_variants.append(limits.claim_variant)
     hooks.step_guards.append(LimiterGuard())
 """

@@ -36,7 +36,7 @@ from celery_durable.store import Store
 
 
 def kernel_passes(runtime: RuntimeView, sweeper: Sweeper) -> dict[str, SweepPass]:
-    """The sweep's passes of the kernel, by name; ``durable.py`` sets the sweep's order,
+    """The sweep's passes of the kernel, by name; ``wiring.py`` sets the sweep's order,
     the wings' passes among them."""
     passes = [
         SweepPass("due runs", sweeper.dispatch_due_runs),
@@ -65,7 +65,7 @@ class Runtime:
         # that layer adds to ``sweep_passes``.
         self.schedules: dict[str, Any] = {}
         self.slot_workflows: set[str] = set()  # workflows given ``scheduled_for``
-        # How the features plug into each delivery (engine.hooks), filled by durable.py.
+        # How the features plug into each delivery (engine.hooks), filled by wiring.py.
         self.hooks = DeliveryHooks()
         self.leases = LeaseKeeper(self)
         self.sweeper = Sweeper(self)

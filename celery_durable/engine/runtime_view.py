@@ -47,7 +47,7 @@ class SweepPass:
 
 class SettleListener:
     """A feature's part in settling an attempt (the delivery hooks' ``settle_listeners``,
-    which durable.py registers), in the spirit of a middleware: each method does
+    which wiring.py registers), in the spirit of a middleware: each method does
     nothing unless the feature overrides it."""
 
     def waiting(self, runtime: RuntimeView, ctx: WorkflowContext, reason: str) -> None:
@@ -153,7 +153,7 @@ class RuntimeView(Protocol):
 
     @property
     def hooks(self) -> SettleHooks:
-        """The features' listeners to a run's settle (registered by durable.py)."""
+        """The features' listeners to a run's settle (registered by wiring.py)."""
         ...
 
     @property

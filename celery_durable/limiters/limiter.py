@@ -12,7 +12,7 @@ Example::
     @durable.step(limiter=payments)
     def charge(order_id: int, amount: int) -> str: ...
 
-A limited step's slot is held by ``LimiterGuard``, the step guard ``durable.py`` registers:
+A limited step's slot is held by ``LimiterGuard``, the step guard ``wiring.py`` registers:
 the step's run path names no limiter. The run's slots live in its ``SlotState`` (a wing
 state of the context), and what this process learned of each workflow's steps (which
 share a slot, which limit the first one takes) in the tables below.
@@ -289,7 +289,7 @@ def _record_keeping_slot(ctx: WorkflowContext, step: StepRecord) -> StepWrite | 
 
 
 class LimiterGuard(StepGuard):
-    """The step guard of limiters (``durable.py`` registers it): a limited step holds a
+    """The step guard of limiters (``wiring.py`` registers it): a limited step holds a
     slot of its limiter while it runs; any other step first gives back a slot kept for
     a step the body did not reach."""
 

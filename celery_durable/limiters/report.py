@@ -14,9 +14,11 @@ from typing import Any
 
 import click
 
+from celery_durable.limiters.operations import LimiterOperations
 from celery_durable.ops.cli_errors import database_error
 from celery_durable.ops.console import span, table
 from celery_durable.ops.operations import Operations
+from celery_durable.ops.wing_parts import DashboardSection
 from celery_durable.store import LimiterUsage
 
 
@@ -32,6 +34,17 @@ def usage_json(usage: LimiterUsage, limits: dict[str, Any]) -> dict[str, Any]:
         "oldest_wait_seconds": usage.oldest_wait,
         "tokens": usage.tokens,
     }
+
+
+def usages_shown(operations: Operations) -> list[dict[str, Any]]:
+    """The limiters section of the dashboard's workflows page: each key's ``usage_json``."""
+    limiters = LimiterOperations.of(operations)
+    limits = limiters.declared_limits()
+    return [usage_json(usage, limits) for usage in limiters.limiter_usage()]
+
+
+# The workflows page's ``limiters``, registered with the dashboard by wiring.py.
+LIMITERS_SECTION = DashboardSection("workflows", "limiters", usages_shown)
 
 
 def usage_lines(usages: Sequence[LimiterUsage], limits: dict[str, Any]) -> list[str]:
@@ -55,7 +68,7 @@ def usage_lines(usages: Sequence[LimiterUsage], limits: dict[str, Any]) -> list[
     return table(["LIMITER", "KEY", "IN USE", "WAITING", "OLDEST WAIT", "TOKENS"], rows, right=4)
 
 
-def limiters_command(find: Callable[[click.Context], Operations]) -> click.Command:
+def limiters_command(find: Callable[[click.Context], LimiterOperations]) -> click.Command:
     """The command, reading the operations (the Durable) ``find`` returns for the context."""
 
     @click.command(name="limiters", help="Each limiter: slots in use, waiters, tokens left.")

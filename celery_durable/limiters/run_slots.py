@@ -2,7 +2,7 @@
 in the transaction that inserts its run (or it waits, PENDING with no message), confirmed
 when its delivery starts, free once it settles (handed on, when others waited); and the
 hand-off of every limiter's free slots to its waiters, from the sweeper. The delivery
-hooks ``durable.py`` registers for limiters are here too: the claim that reads a run's slot
+hooks ``wiring.py`` registers for limiters are here too: the claim that reads a run's slot
 or takes its first step's (``claim_variant``), the run's slot held around its body
 (``run_slot``) and a kept slot given back when the body fails (``give_back_on_stop``).
 

@@ -29,7 +29,7 @@ from celery_durable.store import (
     StepRecord,
     attempt_of,
 )
-from celery_durable.waits.suspend import SIGNAL_STEP_PREFIX
+from celery_durable.store.engine_names import SIGNAL_STEP_PREFIX
 
 ERROR_WIDTH = 70
 STATUS_COLUMNS = ("PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED")

@@ -14,7 +14,8 @@ prefork children included, and survives restarts of the workers:
 - gauges of limiters: ``celery_durable_limiter_in_use{limiter,key}``, ``..._waiting``,
   ``..._wait_seconds`` (the oldest waiter's wait);
 - gauges of schedules: ``celery_durable_schedule_lag_seconds{schedule}``, how late each
-  schedule's last started slot fired (none until one has);
+  schedule's last started slot fired (none until one has), and any other gauge a wing
+  registers (``ops.wing_parts.MetricsGauge``);
 - histograms: ``celery_durable_step_duration_seconds{step}``,
   ``celery_durable_item_duration_seconds{step}``,
   ``celery_durable_signal_resume_latency_seconds{signal}``.
@@ -44,8 +45,8 @@ from prometheus_client.core import (
 )
 
 from celery_durable.engine.runtime import runtime_of
-from celery_durable.runs.admin import limiter_usage
-from celery_durable.schedules.store import ScheduleRow
+from celery_durable.ops.wing_parts import WING_PARTS, MetricsGauge
+from celery_durable.runs.stored_runs import limiter_usage
 from celery_durable.store import LimiterUsage
 from celery_durable.store.db.outage import describe, summary
 from celery_durable.store.metrics import Histogram, RunFigures, StoreMetrics
@@ -114,7 +115,7 @@ class DurableCollector:
                 item_durations = reader.item_durations()
                 signals = reader.signal_latencies()
                 limiters = limiter_usage(runtime)
-                schedules = runtime.store.list_schedules()
+                gauged = [(gauge, list(gauge.read(runtime))) for gauge in WING_PARTS.gauges]
             except Exception as exc:  # noqa: BLE001 - the endpoint stays up, says it
                 logger.error(
                     "reading metrics of namespace %r from %s failed: %s",
@@ -137,7 +138,8 @@ class DurableCollector:
             )
             self._histogram(families, "signal_resume_latency_seconds", "signal", namespace, signals)
             self._limiters(families, namespace, limiters)
-            self._schedules(families, namespace, schedules)
+            for gauge, values in gauged:
+                self._gauge(families, namespace, gauge, values)
         return [up, *families.values()]
 
     def _limiters(
@@ -161,19 +163,16 @@ class DurableCollector:
             waiting.add_metric(key, usage.waiting)
             waited.add_metric(key, usage.oldest_wait or 0.0)
 
-    def _schedules(
-        self, families: dict[str, Metric], namespace: str, rows: list[ScheduleRow]
+    def _gauge(
+        self,
+        families: dict[str, Metric],
+        namespace: str,
+        gauge: MetricsGauge,
+        values: list[tuple[tuple[str, ...], float]],
     ) -> None:
-        lag = self._family(
-            families,
-            GaugeMetricFamily,
-            "schedule_lag_seconds",
-            "How late the schedule's last started slot fired",
-            ["schedule"],
-        )
-        for row in rows:
-            if row.last_lag is not None:
-                lag.add_metric([namespace, row.name], row.last_lag)
+        family = self._family(families, GaugeMetricFamily, gauge.name, gauge.text, [*gauge.labels])
+        for labels, value in values:
+            family.add_metric([namespace, *labels], value)
 
     def _family(
         self, families: dict[str, Metric], kind: type, name: str, text: str, labels: list[str]

@@ -1,42 +1,50 @@
 """The operator API, declared once: what ``celery -A app durable ...``, the dashboard and
-the Django admin do to runs, limiters and schedules. ``runs.admin`` and ``runs.firing``
-implement it; this class is the one surface they are reached through.
+the Django admin do to runs. ``runs.stored_runs`` implements it; this class is the one surface it
+is reached through. A wing declares its own operations once, in a subclass of its own
+(``limiters.operations.LimiterOperations``, ``schedules.operations.ScheduleOperations``),
+and ``Durable`` inherits them all.
 
 A ``Durable`` is an ``Operations`` (``durable.list_runs(...)``); code below ``durable.py``
 (the dashboard, the CLI's command factories) takes an ``Operations``, which a Runtime makes
-on its own, so nothing here imports the class that registers workflows.
+on its own, so nothing here imports the class that registers workflows; a wing's code makes
+its own from it with ``of``.
 
 Example::
 
     durable.list_runs("failed", "shop.checkout", since="2h").runs
-    Operations(durable.runtime).pause_schedule("report-eu")
+    ScheduleOperations.of(Operations(durable.runtime)).pause_schedule("report-eu")
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from celery_durable.core import validate
-from celery_durable.errors import InvalidArgument, WorkflowNotFound
-from celery_durable.runs import admin
-from celery_durable.runs.admin import BulkResume, RunDetails, RunPage
+from celery_durable.errors import WorkflowNotFound
+from celery_durable.runs import stored_runs
 from celery_durable.runs.handle import WorkflowHandle
-from celery_durable.schedules import firing
-from celery_durable.store import Collected, Forked, ItemRow, Limit, LimiterUsage, Resumed, RunStats
+from celery_durable.runs.stored_runs import BulkResume, RunDetails, RunPage
+from celery_durable.store import Collected, Forked, ItemRow, Resumed, RunStats
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime import Runtime
-    from celery_durable.schedules.store import ScheduleRow
+
+Wing = TypeVar("Wing", bound="Operations")
 
 
 class Operations:
-    """The operations on one runtime's runs, limiters and schedules: each what the
-    command of the same name runs, and what the dashboard's pages and buttons call."""
+    """The operations on one runtime's runs: each what the command of the same name
+    runs, and what the dashboard's pages and buttons call."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
+
+    @classmethod
+    def of(cls: type[Wing], operations: Operations) -> Wing:
+        """``operations`` as this class (a wing's operations): the same object when it is
+        one already (a Durable), else this class's own over the same runtime."""
+        return operations if isinstance(operations, cls) else cls(operations.runtime)
 
     @property
     def runtime(self) -> Runtime:
@@ -74,7 +82,7 @@ class Operations:
 
         Example: ``durable.list_runs("failed", "shop.checkout", since="2h").runs``
         """
-        return admin.list_runs(
+        return stored_runs.list_runs(
             self.runtime,
             limit=limit,
             status=status,
@@ -90,7 +98,7 @@ class Operations:
 
         Example: ``{(c.workflow, c.status): c.runs for c in durable.stats().counts}``
         """
-        return admin.stats(self.runtime)
+        return stored_runs.stats(self.runtime)
 
     def describe_run(
         self, run_id: str, steps_from: int | None = 0, steps_limit: int = 0
@@ -99,7 +107,7 @@ class Operations:
         signals, its state keys and its actions log; None if there is no such run.
         ``steps_limit`` steps from index ``steps_from`` on (0: all); ``steps_from`` None:
         the last page."""
-        return admin.describe_run(self.runtime, run_id, steps_from, steps_limit)
+        return stored_runs.describe_run(self.runtime, run_id, steps_from, steps_limit)
 
     def list_items(self, run_id: str) -> list[ItemRow]:
         """The fan-out items of a run (parallel steps, remote steps, children), by step."""
@@ -108,7 +116,7 @@ class Operations:
     def resume_run(self, run_id: str, timeout: Any = None) -> Resumed:
         """A FAILED or CANCELLED run PENDING again, from its first unfinished step, as
         ``handle.resume()`` does; ``timeout``: its new deadline from now."""
-        return admin.resume_run(self.runtime, run_id, timeout)
+        return stored_runs.resume_run(self.runtime, run_id, timeout)
 
     def resume_runs(
         self,
@@ -124,7 +132,7 @@ class Operations:
 
         Example: ``durable.resume_runs("shop.checkout", since="2h").resumed``
         """
-        return admin.resume_runs(
+        return stored_runs.resume_runs(
             self.runtime,
             workflow=workflow,
             status=status,
@@ -142,14 +150,14 @@ class Operations:
     ) -> Forked:
         """A new run keeping ``run_id``'s steps before ``from_step`` and its unconsumed
         signals, as ``handle.fork()`` does; returns the fork (its ``run``, published)."""
-        return admin.fork_run(self.runtime, run_id, from_step, workflow_id, timeout)
+        return stored_runs.fork_run(self.runtime, run_id, from_step, workflow_id, timeout)
 
     def record_action(
         self, run_id: str, action: str, actor: str | None, detail: str | None = None
     ) -> None:
         """Note in the run's actions log that ``actor`` (None: nobody authenticated) did
         ``action`` (cancel, resume, fork or signal) with ``detail``, once it is done."""
-        admin.record_action(self.runtime, run_id, action, actor, detail)
+        stored_runs.record_action(self.runtime, run_id, action, actor, detail)
 
     def gc(
         self,
@@ -164,41 +172,4 @@ class Operations:
 
         Example: ``durable.gc("30d", dry_run=True).runs`` -> ``{"SUCCEEDED": 1200}``
         """
-        return admin.gc(self.runtime, older_than, status, dry_run)
-
-    # -- limiters -----------------------------------------------------------------------------
-
-    def declared_limits(self) -> dict[str, Limit]:
-        """The limits of the limiters this process declares, by name."""
-        return {name: limiter.limit for name, limiter in self.runtime.limiters.items()}
-
-    def limiter_usage(self) -> list[LimiterUsage]:
-        """Each key of each limiter: slots in use, waiters, the oldest wait, tokens left."""
-        return admin.limiter_usage(self.runtime)
-
-    # -- schedules ----------------------------------------------------------------------------
-
-    def list_schedules(self) -> list[ScheduleRow]:
-        """Every schedule of the namespace, with its next slot, last run and counts."""
-        return self.runtime.store.list_schedules()
-
-    def pause_schedule(self, name: str) -> None:
-        """Stop the schedule's slots firing until ``resume_schedule``."""
-        self._set_paused(name, True)
-
-    def resume_schedule(self, name: str) -> None:
-        """Let a paused schedule's slots fire again."""
-        self._set_paused(name, False)
-
-    def _set_paused(self, name: str, paused: bool) -> None:
-        if not self.runtime.store.set_schedule_paused(name, paused):
-            raise InvalidArgument(f"no schedule named {name!r}")
-
-    def trigger_schedule(self, name: str) -> str:
-        """Start a run of the schedule now, with an id of its own; returns the run's id."""
-        return firing.trigger(self.runtime, name)
-
-    def backfill_schedule(self, name: str, start: dt.datetime, end: dt.datetime) -> list[str]:
-        """Start the schedule's slots in ``[start, end]`` that never fired, each once;
-        returns the runs started."""
-        return firing.backfill(self.runtime, name, start, end)
+        return stored_runs.gc(self.runtime, older_than, status, dry_run)

@@ -14,7 +14,7 @@ import click
 from celery_durable.engine.announce import UNANNOUNCED, announced_workflows
 from celery_durable.engine.runtime_view import RuntimeView
 from celery_durable.ops.console import decoded, error_brief, error_parts, iso, span, took
-from celery_durable.runs.admin import RunDetails
+from celery_durable.runs.stored_runs import RunDetails
 from celery_durable.store import FINISHED_STATUSES, ItemRow, RunRecord, StepRecord
 
 NOT_REACHED = "not reached"

@@ -22,7 +22,6 @@ from celery.backends.base import DisabledBackend
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult
 
-from celery_durable.canvas.reports import CELERY_STATES
 from celery_durable.core import serialization, validate
 from celery_durable.core.logs import run_fields
 from celery_durable.engine.cancel import cancel
@@ -34,12 +33,11 @@ from celery_durable.errors import (
     WorkflowFailed,
     WorkflowNotFound,
 )
-from celery_durable.runs.admin import fork_run, resume_run
-from celery_durable.sagas.compensation import Compensation
+from celery_durable.runs.handle_hooks import HANDLE_HOOKS, needed
+from celery_durable.runs.stored_runs import fork_run, resume_run
 from celery_durable.store import FINISHED_STATUSES, DueRun, RunRecord, StepRecord
 from celery_durable.store.db.outage import describe, is_unreachable, summary, unavailable
-from celery_durable.waits.signals import send_signal
-from celery_durable.waits.state import query, wait_for_state
+from celery_durable.store.engine_names import CELERY_STATES, Compensation
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime import HasRuntime, Runtime
@@ -289,7 +287,8 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
         Raises WorkflowNotFound, WorkflowAlreadyCompleted or PendingSignalsFull.
         """
         with self._outage_named(f"signalling {name!r} to workflow run"):
-            return send_signal(self.runtime, self.id, name, payload, idempotency_key)
+            send = needed(HANDLE_HOOKS.signal, "signal")
+            return send(self.runtime, self.id, name, payload, idempotency_key)
 
     def query(self, key: str = "state", wait: float | None = None) -> Any:
         """The latest value the run stored with ``set_state(value, key)``, from the database.
@@ -302,9 +301,10 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
         """
         with self._outage_named(f"querying {key!r} of workflow run"):
             if wait is None:
-                return query(self.runtime.store, self.id, key)
+                return needed(HANDLE_HOOKS.query, "query")(self.runtime.store, self.id, key)
             seconds = validate.parse_duration(wait, "query(wait)")
-            return wait_for_state(self.runtime.store, self.id, key, seconds)
+            wait_for = needed(HANDLE_HOOKS.wait_for_state, "wait_for_state")
+            return wait_for(self.runtime.store, self.id, key, seconds)
 
     def compensations(self) -> list[Compensation]:
         """The compensations that ran (rolled back steps, latest first), each with its

@@ -18,7 +18,6 @@ from celery import Celery, Task
 from celery.exceptions import Reject
 from kombu.utils.encoding import safe_repr
 
-from celery_durable.canvas.reports import Canvas
 from celery_durable.core import tracing
 from celery_durable.core.logs import run_fields
 from celery_durable.core.retry import backoff
@@ -35,6 +34,31 @@ REDELIVERY_HEADER = "durable_redeliveries"
 _MAX_REDELIVERY_DELAY = 10.0
 
 
+class CarriedCanvas(Protocol):
+    """The canvas a message carried (``canvas.reports.Canvas``), as its options read it."""
+
+    @property
+    def report(self) -> bool: ...
+    @property
+    def callbacks(self) -> tuple[dict[str, Any], ...]: ...
+    @property
+    def errbacks(self) -> tuple[dict[str, Any], ...]: ...
+    @property
+    def chain(self) -> tuple[dict[str, Any], ...]: ...
+    @property
+    def chord(self) -> dict[str, Any] | None: ...
+    @property
+    def group(self) -> str | None: ...
+    @property
+    def group_index(self) -> int | None: ...
+    @property
+    def root_id(self) -> str | None: ...
+    @property
+    def parent_id(self) -> str | None: ...
+    @property
+    def reply_to(self) -> str | None: ...
+
+
 class Redelivered(Protocol):
     """What of the workflow's task a redelivery needs (WorkflowTask has it)."""
 
@@ -49,7 +73,7 @@ def redeliver_later(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     unavailable: ClaimUnavailable,
-    carried: Canvas,
+    carried: CarriedCanvas,
 ) -> NoReturn:
     """Publish this delivery again a little later (backing off) instead of dropping it,
     and acknowledge this one. Not an attempt of the run: nothing ran (Flower shows RETRY,
@@ -83,7 +107,7 @@ def redeliver_later(
     raise taskevents.ended(task.app, request.id, taskevents.RETRIED, text, exception=cause)
 
 
-def _canvas_options(carried: Canvas) -> dict[str, Any]:
+def _canvas_options(carried: CarriedCanvas) -> dict[str, Any]:
     """The ``apply_async`` options that put ``carried`` on the message again."""
     options: dict[str, Any] = {
         "link": list(carried.callbacks) or None,

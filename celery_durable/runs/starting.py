@@ -1,7 +1,7 @@
 """What a start takes from the caller's options and transaction: the start time that a
 ``countdown`` or ``eta`` asks for (kept in the database, never an ETA message), and the
 publish that waits for the caller's commit, and the claim fallback of such a start
-(``claim_when_visible``, a delivery hook durable.py registers).
+(``claim_when_visible``, a delivery hook wiring.py registers).
 
 Example::
 

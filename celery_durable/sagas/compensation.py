@@ -21,12 +21,11 @@ Example::
 
 A run that has finished a step with a compensation is marked compensable (on the run, so
 that a cancel while it waits rolls it back, and in its context's wing state): the step
-guard ``MarkCompensable`` does it, registered by durable.py.
+guard ``MarkCompensable`` does it, registered by wiring.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from typing import Any
@@ -42,37 +41,11 @@ from celery_durable.body.replay import (
 from celery_durable.body.step import COMPENSATED, Step
 from celery_durable.core import serialization
 from celery_durable.store import StepRecord
+from celery_durable.store.engine_names import COMPENSATE_STEP_PREFIX, Compensation
 
 logger = logging.getLogger("celery_durable.step")
 
 ROLLBACK_STEP = "celery_durable.rollback"
-COMPENSATE_STEP_PREFIX = "celery_durable.compensate:"
-
-
-@dataclasses.dataclass(frozen=True)
-class Compensation:
-    """One compensation that ran: the step it undid (name, index), "ok" or "error"."""
-
-    step: str
-    index: int
-    status: str
-    error: str | None = None
-
-    @classmethod
-    def of(cls, record: StepRecord) -> Compensation | None:
-        """The compensation a recorded step is, or None for any other step."""
-        if not record.name.startswith(COMPENSATE_STEP_PREFIX):
-            return None
-        message = None
-        if record.error:
-            error = serialization.decode_error(record.error)
-            message = f"{error.get('type', '')}: {error.get('message', '')}"
-        return cls(
-            record.name.removeprefix(COMPENSATE_STEP_PREFIX),
-            int(serialization.loads(record.input)["of"]),
-            record.status,
-            message,
-        )
 
 
 def compensate() -> list[Compensation]:

@@ -1,7 +1,7 @@
 """The engine's side of ``continue_as_new``: switch the run to its next generation in one
 transaction, then publish it (a lost publish is the sweeper's, after the dispatch grace).
 
-``Continued`` is the settle listener (durable.py registers it) that settles the stop.
+``Continued`` is the settle listener (wiring.py registers it) that settles the stop.
 
 Example::
 

@@ -12,7 +12,7 @@ Example::
         status = rollback.settle(durable, ctx, "FAILED", error, failed_step)
 
 ``roll_back_instead`` (before the body) and ``Saga`` (a settle listener: a saga rolls
-back before it ends) are the delivery hooks that durable.py registers.
+back before it ends) are the delivery hooks that wiring.py registers.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def finish_or_roll_back(
 
 
 class Saga(SettleListener):
-    """The settle listener (durable.py) of sagas: a run with compensations to run rolls
+    """The settle listener (wiring.py) of sagas: a run with compensations to run rolls
     back before it ends."""
 
     def finishing(

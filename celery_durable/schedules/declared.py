@@ -4,7 +4,7 @@ by whichever worker's sweeper reaches the slot first. No beat process, no lock s
 Each worker upserts the schedules its code declares when it starts (``sync``); a schedule
 gone from the code is disabled, its row and runs kept. The slots are fired by
 ``celery_durable.schedules.firing``; a run's body gets its slot as a datetime through the
-delivery hook ``slot_argument`` (durable.py registers it).
+delivery hook ``slot_argument`` (wiring.py registers it).
 
 Example::
 

@@ -12,17 +12,21 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from celery_durable.errors import InvalidArgument
 from celery_durable.ops.cli_errors import database_error
 from celery_durable.ops.console import span, table
-from celery_durable.ops.operations import Operations
+from celery_durable.ops.wing_parts import MetricsGauge
 from celery_durable.schedules.declared import timing_of
 from celery_durable.schedules.firing_times import UTC
+from celery_durable.schedules.operations import ScheduleOperations
 from celery_durable.schedules.store import ScheduleRow
+
+if TYPE_CHECKING:
+    from celery_durable.engine.runtime import Runtime
 
 
 def status_of(row: ScheduleRow) -> str:
@@ -67,6 +71,22 @@ def schedule_json(row: ScheduleRow) -> dict[str, Any]:
     }
 
 
+def schedule_lags(runtime: Runtime) -> list[tuple[tuple[str, ...], float]]:
+    """How late each schedule's last started slot fired (none until one has)."""
+    rows = ScheduleOperations(runtime).list_schedules()
+    return [((row.name,), row.last_lag) for row in rows if row.last_lag is not None]
+
+
+# The metrics endpoint's ``celery_durable_schedule_lag_seconds{schedule}``, registered by
+# wiring.py.
+SCHEDULE_LAG = MetricsGauge(
+    "schedule_lag_seconds",
+    "How late the schedule's last started slot fired",
+    ("schedule",),
+    schedule_lags,
+)
+
+
 def schedule_lines(rows: Sequence[ScheduleRow]) -> list[str]:
     if not rows:
         return ["no schedule is declared"]
@@ -97,7 +117,7 @@ def _moment(text: str, argument: str) -> dt.datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def schedules_command(find: Callable[[click.Context], Operations]) -> click.Group:
+def schedules_command(find: Callable[[click.Context], ScheduleOperations]) -> click.Group:
     """The command group, on the operations (the Durable) ``find`` returns for the context."""
     as_json_option = click.option("--json", "as_json", is_flag=True, help="JSON output.")
 
@@ -125,7 +145,7 @@ def schedules_command(find: Callable[[click.Context], Operations]) -> click.Grou
             click.echo(line)
 
     def _act(
-        ctx: click.Context, as_json: bool, name: str, act: Callable[[Operations], Any]
+        ctx: click.Context, as_json: bool, name: str, act: Callable[[ScheduleOperations], Any]
     ) -> None:
         instance = find(ctx)
         try:
@@ -139,7 +159,7 @@ def schedules_command(find: Callable[[click.Context], Operations]) -> click.Grou
 
     def switch(paused: bool) -> Callable[..., None]:
         def command(ctx: click.Context, name: str, as_json: bool) -> None:
-            def act(operations: Operations) -> dict[str, Any]:
+            def act(operations: ScheduleOperations) -> dict[str, Any]:
                 if paused:
                     operations.pause_schedule(name)
                 else:

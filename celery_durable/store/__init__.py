@@ -57,8 +57,8 @@ from celery_durable.store.schema import (
     Tables,
     build_tables,
 )
-from celery_durable.store.sql.admin import ALL_STATUSES
 from celery_durable.store.sql.build import TAKEOVER
+from celery_durable.store.sql.operator_statements import ALL_STATUSES
 from celery_durable.store.store import Store
 
 __all__ = [

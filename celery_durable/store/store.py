@@ -32,7 +32,6 @@ from celery_durable.limiters.store import LimiterOps
 from celery_durable.limiters.usage import LimiterUsageOps
 from celery_durable.sagas.store import LongLivedOps
 from celery_durable.schedules.store import ScheduleOps
-from celery_durable.store.admin import AdminOps
 from celery_durable.store.claims import ClaimOps
 from celery_durable.store.db.connections import Connections, parse_listen_url, parse_url
 from celery_durable.store.db.dialect import Dialect
@@ -42,6 +41,7 @@ from celery_durable.store.db.outage import describe
 from celery_durable.store.db.unusable import app_argument
 from celery_durable.store.leases import LeaseOps
 from celery_durable.store.liveness import LivenessOps
+from celery_durable.store.operator_methods import AdminOps
 from celery_durable.store.records import (
     Cancellation,
     DueRun,

@@ -33,11 +33,11 @@ from celery_durable.core import faults, serialization, validate
 from celery_durable.core.logs import describe_wait
 from celery_durable.errors import Suspended
 from celery_durable.store import Outcome, StepRecord
+from celery_durable.store.engine_names import SIGNAL_STEP_PREFIX
 
 logger = logging.getLogger("celery_durable.suspend")
 
 SLEEP_STEP = "celery_durable.sleep"
-SIGNAL_STEP_PREFIX = "celery_durable.signal:"
 
 
 def wait_step(

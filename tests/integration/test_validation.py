@@ -255,7 +255,7 @@ def test_durations_and_moments_of_the_operations_commands():
 
 
 def test_statuses_and_cursors_of_list_runs_are_checked():
-    from celery_durable.runs.admin import cursor_of, parse_cursor, parse_statuses
+    from celery_durable.runs.stored_runs import cursor_of, parse_cursor, parse_statuses
     from celery_durable.store import RunSummary
 
     assert parse_statuses("failed, Waiting,failed") == ("FAILED", "WAITING")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from celery_durable.core.redact import Redactor
 from celery_durable.ops import console, run_details
 from celery_durable.ops.dashboard.values import VALUE_LIMIT, error_of, percentile, run_row, shown
-from celery_durable.runs.admin import RunDetails
+from celery_durable.runs.stored_runs import RunDetails
 from celery_durable.store import ALL_STATUSES, FINISHED_STATUSES, ItemRow, RunStats, StepRecord
 from celery_durable.store.reads import (
     consumed_signals,

@@ -36,11 +36,10 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from celery_durable.core.redact import redactor_of
 from celery_durable.errors import DurableError, WorkflowAlreadyExists
-from celery_durable.limiters.report import usage_json
 from celery_durable.ops import console
 from celery_durable.ops.dashboard import pages, security
 from celery_durable.ops.dashboard.values import STATUS_ICONS
-from celery_durable.schedules.dashboard import ACTIONS, act_on_schedule, schedules_page
+from celery_durable.ops.wing_parts import WING_PARTS, DashboardActions, DashboardPage
 from celery_durable.store import ALL_STATUSES, is_unreachable
 
 logger = logging.getLogger("celery_durable.dashboard")
@@ -175,6 +174,7 @@ def create_app(
             "statuses": ALL_STATUSES,
             "refresh_ms": int(refresh_seconds * 1000),
             "page_url": page_url,
+            "wing_pages": WING_PARTS.pages,
         }
 
     def page_url(**changes: Any) -> str:
@@ -235,26 +235,34 @@ def create_app(
     @pages_bp.get("/workflows")
     def workflows() -> Any:
         rows = pages.workflows_page(durable, durable.stats())
-        limits = durable.declared_limits()
-        limiters = [usage_json(u, limits) for u in durable.limiter_usage()]
-        return render_template("workflows.html", rows=rows, limiters=limiters)
+        shown = WING_PARTS.sections_of("workflows", durable)
+        return render_template("workflows.html", rows=rows, **shown)
 
-    @pages_bp.get("/schedules")
-    def schedules() -> Any:
-        return render_template("schedules.html", rows=schedules_page(durable))
+    def wing_page(page: DashboardPage) -> None:
+        def view() -> Any:
+            return render_template(page.template, rows=page.read(durable))
 
-    @pages_bp.post("/schedules/<verb>")
-    def schedule_action(verb: str) -> Any:
-        if read_only:
-            return Response("Refused: the dashboard is read-only\n", 403)
-        if verb not in ACTIONS:
-            abort(404)
-        name = request.form.get("name", "")
-        try:
-            flash(act_on_schedule(durable, verb, name), "ok")
-        except DurableError as exc:
-            flash(f"Cannot {verb}: {exc}", "error")
-        return redirect(url_for("durable.schedules"), 303)
+        pages_bp.add_url_rule(page.rule, page.endpoint, view, methods=["GET"])
+
+    def wing_actions(actions: DashboardActions) -> None:
+        def act(verb: str) -> Any:
+            if read_only:
+                return Response("Refused: the dashboard is read-only\n", 403)
+            if verb not in actions.verbs:
+                abort(404)
+            name = request.form.get("name", "")
+            try:
+                flash(actions.act(durable, verb, name), "ok")
+            except DurableError as exc:
+                flash(f"Cannot {verb}: {exc}", "error")
+            return redirect(url_for(f"durable.{actions.back}"), 303)
+
+        pages_bp.add_url_rule(actions.rule, actions.endpoint, act, methods=["POST"])
+
+    for page in WING_PARTS.pages:
+        wing_page(page)
+    for actions in WING_PARTS.actions:
+        wing_actions(actions)
 
     def noted(run_id: str, action: str, detail: str | None = None) -> str:
         """Record who did ``action`` in the run's actions log; what to add to the notice

@@ -20,8 +20,8 @@ from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.operation_records import RunSummary
 from celery_durable.store.records import StepRecord
 from celery_durable.store.schema import Tables
-from celery_durable.store.sql.admin import settled, status_literal
 from celery_durable.store.sql.build import Builder, columns_of
+from celery_durable.store.sql.operator_statements import settled, status_literal
 
 # How many consumed signals a run page lists at most (the oldest first).
 CONSUMED_LIMIT = 100

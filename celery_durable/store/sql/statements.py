@@ -26,10 +26,10 @@ from celery_durable.schedules.statements import ScheduleStatements
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.actions import ActionStatements
-from celery_durable.store.sql.admin import AdminStatements
 from celery_durable.store.sql.carry import CarryStatements
 from celery_durable.store.sql.liveness import LivenessStatements
 from celery_durable.store.sql.metrics import MetricStatements
+from celery_durable.store.sql.operator_statements import AdminStatements
 from celery_durable.store.sql.reads import ReadStatements
 from celery_durable.store.sql.runs import RunStatements
 from celery_durable.store.sql.steps import StepStatements

@@ -29,8 +29,8 @@ from sqlalchemy import (
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import DueRun
 from celery_durable.store.schema import FINISHED_STATUSES, Tables
-from celery_durable.store.sql.admin import settled, status_literal
 from celery_durable.store.sql.build import Builder, columns_of
+from celery_durable.store.sql.operator_statements import settled, status_literal
 
 
 class SweepStatements(Builder):

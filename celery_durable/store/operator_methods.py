@@ -1,7 +1,7 @@
 """The Store's operations methods (list, stats, show, resume, fork, gc), apart from the hot
 path in ``store.py``.
 
-``Store`` inherits them; the SQL is in ``sql/admin.py``. Reads run with JIT off on
+``Store`` inherits them; the SQL is in ``sql/operator_statements.py``. Reads run with JIT off on
 Postgres: a count over a million index entries is estimated expensive enough to be
 compiled, and compiling costs more than the count.
 

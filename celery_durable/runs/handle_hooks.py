@@ -1,0 +1,47 @@
+"""What a run handle asks of the wings: ``WorkflowHandle.signal`` and ``.query`` act
+through the waits wing (signals, state), which ``wiring.py`` registers here, so the
+handle imports no wing.
+
+Example::
+
+    HANDLE_HOOKS.signal = send_signal          # in wiring.py
+    needed(HANDLE_HOOKS.signal, "signal")(runtime, run_id, "go", None, None)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from celery_durable.engine.runtime_view import RuntimeView
+    from celery_durable.store import Store
+
+Hook = TypeVar("Hook")
+
+
+@dataclasses.dataclass
+class HandleHooks:
+    """The wings' functions behind the handle's verbs; each None until registered."""
+
+    # (runtime, run id, signal name, payload, idempotency key) -> stored (False: a repeat)
+    signal: Callable[[RuntimeView, str, str, Any, str | None], bool] | None = None
+    # (store, run id, key) -> the value set last
+    query: Callable[[Store, str, str], Any] | None = None
+    # (store, run id, key, seconds) -> the value, once set
+    wait_for_state: Callable[[Store, str, str, float], Any] | None = None
+
+
+def needed(hook: Hook | None, name: str) -> Hook:
+    """``hook``, registered; a RuntimeError naming it when it was not."""
+    if hook is None:
+        raise RuntimeError(
+            f"no {name!r} hook is registered for workflow handles: import "
+            "celery_durable.durable (a Durable wires its wings in)"
+        )
+    return hook
+
+
+# The one registry: every Durable of a process has the same wings.
+HANDLE_HOOKS = HandleHooks()

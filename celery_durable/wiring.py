@@ -1,0 +1,84 @@
+"""Wiring: which wings a Durable's kernel runs with, and where each plugs in. The one place
+that names them all; ``Durable`` calls ``wire`` with its Runtime.
+
+The kernel imports no wing (the import contracts check it): a wing reaches a delivery
+through the delivery hooks and step guards, a settle through the settle listeners, the
+sweep through its ordered passes, a run handle through the handle hooks, and the operator
+tools (dashboard, metrics) through the wing parts. Their operations are ``Durable``'s bases.
+
+Example::
+
+    wire(runtime)        # in Durable.__init__
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from celery_durable.canvas import by_name
+from celery_durable.canvas import reports as canvas
+from celery_durable.canvas.listeners import OwedReports, Report
+from celery_durable.engine import deadlines
+from celery_durable.engine.bootstep import DurableSweeper
+from celery_durable.engine.guard import DeliveryGuard
+from celery_durable.engine.runtime import Runtime
+from celery_durable.engine.runtime_view import SweepPass
+from celery_durable.fanout.item_tasks import revoke_item
+from celery_durable.fanout.sweep import ItemSweep
+from celery_durable.limiters import run_slots as limits
+from celery_durable.limiters.limiter import LimiterGuard
+from celery_durable.limiters.report import LIMITERS_SECTION
+from celery_durable.ops.wing_parts import WING_PARTS
+from celery_durable.runs import starting
+from celery_durable.runs.handle_hooks import HANDLE_HOOKS
+from celery_durable.sagas import continued as continue_as_new
+from celery_durable.sagas import rollback
+from celery_durable.sagas.compensation import MarkCompensable
+from celery_durable.schedules import declared as schedules
+from celery_durable.schedules.dashboard import SCHEDULE_ACTIONS, SCHEDULES_PAGE
+from celery_durable.schedules.firing import SchedulePass
+from celery_durable.schedules.report import SCHEDULE_LAG
+from celery_durable.waits.signals import SignalQueue, register_tasks, send_signal
+from celery_durable.waits.state import query, wait_for_state
+
+# The wings behind a run handle's verbs, and their parts of the operator tools: the
+# dashboard's pages, sections and actions, the metrics endpoint's gauges. Every Durable of
+# a process has the same wings, so these are the process's.
+HANDLE_HOOKS.signal = send_signal
+HANDLE_HOOKS.query = query
+HANDLE_HOOKS.wait_for_state = wait_for_state
+WING_PARTS.add_page(SCHEDULES_PAGE)
+WING_PARTS.add_actions(SCHEDULE_ACTIONS)
+WING_PARTS.add_section(LIMITERS_SECTION)
+WING_PARTS.add_gauge(SCHEDULE_LAG)
+
+
+def wire(runtime: Runtime, app: Celery) -> None:
+    """Plug the wings into ``runtime``'s kernel, and the worker's parts into ``app``."""
+    kernel = runtime.kernel_passes
+    runtime.sweep_passes[:] = [  # the sweep's order, each wing's passes among the kernel's
+        kernel["due runs"],
+        kernel["signalled runs"],
+        SweepPass("items", ItemSweep(runtime, runtime.sweeper)),
+        SweepPass("limiter slots", lambda: limits.hand_off_slots(runtime)),
+        kernel["deadlines"],
+        SweepPass("owed reports", OwedReports(runtime), publishes=False),
+        kernel["revokes"],
+        kernel["retention"],
+        SweepPass("schedules", SchedulePass(runtime)),
+    ]
+    runtime.sweeper.revoke_handlers.append(lambda task_id: revoke_item(runtime, task_id))
+    hooks = runtime.hooks  # each feature's delivery hooks and step guards
+    hooks.claim_variants.append(limits.claim_variant)
+    hooks.claim_fallbacks += [starting.claim_when_visible, by_name.claim_started_by_name]
+    hooks.claimed.append(by_name.settle_refused)
+    slot = schedules.slot_argument(runtime.slot_workflows)
+    hooks.before_body += [canvas.report_claimed, slot, deadlines.note_deadline]
+    hooks.before_body += [limits.note_priority, rollback.roll_back_instead, limits.run_slot]
+    hooks.body_stopped.append(limits.give_back_on_stop)
+    hooks.settle_listeners += [Report(), continue_as_new.Continued(), rollback.Saga()]
+    hooks.step_guards += [LimiterGuard(), deadlines.TerminateAtDeadline(), MarkCompensable()]
+    app.steps["worker"].add(DurableSweeper)
+    app.steps["worker"].add(SignalQueue)
+    app.steps["consumer"].add(DeliveryGuard)
+    register_tasks(app)
