@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from celery import Celery
 from celery import signals as celery_signals
 
+from celery_durable.body.context import LimiterView
 from celery_durable.body.step import DEFAULT_MAX_BACKOFF, Step, StepOptions
 from celery_durable.canvas import by_name
 from celery_durable.canvas import reports as canvas
@@ -41,6 +42,7 @@ from celery_durable.errors import (
     DuplicateRegistration,
     InvalidArgument,
 )
+from celery_durable.fanout import compose
 from celery_durable.fanout.item_tasks import register_item_task, revoke_item
 from celery_durable.fanout.sweep import ItemSweep
 from celery_durable.limiters import run_slots as limits
@@ -116,6 +118,11 @@ class Durable(Operations):
         hooks.body_stopped.append(limits.give_back_on_stop)
         hooks.settle_listeners += [Report(), continue_as_new.Continued(), rollback.Saga()]
         hooks.step_guards += [LimiterGuard(), deadlines.TerminateAtDeadline(), MarkCompensable()]
+        starts = runtime.start_hooks  # each feature's part in a run's start
+        starts.insert_variants.append(limits.insert_variant)
+        starts.encode_canvas, starts.take_canvas = canvas.encode_start, canvas.neutralise
+        starts.start_by_name, starts.start_child = by_name.start_by_name, compose.start_child
+        Step.starter = compose.start_step  # step.start(), the same for every Durable's steps
         app.steps["worker"].add(DurableSweeper)
         app.steps["worker"].add(SignalQueue)
         app.steps["consumer"].add(DeliveryGuard)
@@ -279,7 +286,7 @@ class Durable(Operations):
         queue: str | None = None,
         compensate: Callable[..., Any] | None = None,
         commit: str = "each",
-        limiter: Limiter | str | None = None,
+        limiter: LimiterView | str | None = None,
         terminate_on_timeout: bool = False,
     ) -> Callable[[F], Step[Any, Any]]: ...
 

@@ -21,7 +21,7 @@ import contextvars
 import dataclasses
 import time
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from celery_durable.errors import RunLimitExceeded
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from contextlib import AbstractContextManager
 
-    from celery_durable.store import DueRun, StepRecord, StepWrite, Store
+    from celery_durable.store import DueRun, Limit, StepRecord, StepWrite, Store
 
 T = TypeVar("T")
 
@@ -92,6 +92,22 @@ class RunningStep(Protocol):
 
     @property
     def options(self) -> Any: ...
+
+
+@runtime_checkable
+class LimiterView(Protocol):
+    """A limiter as the kernel holds it (``limiters.limiter.Limiter``): what a step or a
+    workflow is given as ``limiter=``, and the Runtime keeps by name; its wing acts on it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def limit(self) -> Limit: ...
+
+    def key_of(self, owner: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The key the call's arguments fall under ("" without a key function)."""
+        ...
 
 
 class StepGuard:
