@@ -178,9 +178,6 @@ class WorkflowContext:
     parent_id: str | None = None
     parent_idx: int | None = None
     dispatcher: Dispatcher | None = None
-    # Fan-out steps dispatched by this execution (not replayed): waiting on them tries to
-    # suspend before reading their items, which have most likely not settled yet.
-    fresh: set[int] = dataclasses.field(default_factory=set)
     # Records of deferred steps (commit="deferred") not written yet: they ride on the next
     # write, or go on their own once there are ``deferred_max_steps`` of them or the
     # oldest is ``deferred_max_age`` seconds old. A crash loses them: those steps run again.

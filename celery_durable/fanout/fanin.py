@@ -30,6 +30,7 @@ from celery_durable.body.replay import (
 from celery_durable.body.step import Started
 from celery_durable.core import faults, serialization
 from celery_durable.errors import StepFailed, Suspended, WorkflowCancelled, WorkflowFailed
+from celery_durable.fanout.dispatch import fresh_steps
 from celery_durable.store import FanOutState, ItemFailure, Outcome, StepRecord
 
 R = TypeVar("R")
@@ -238,7 +239,7 @@ def wait_for(ctx: WorkflowContext, idxs: Sequence[int]) -> dict[int, Resolved]:
             pending.append(idx)
     # Just dispatched: the items have most likely not run yet, so suspending comes first
     # (and reads nothing); a replay after a wake-up reads first (all have settled).
-    if any(idx in ctx.fresh for idx in pending):
+    if any(idx in fresh_steps(ctx) for idx in pending):
         suspend(ctx, pending)
     while pending:
         with store_guard(ctx):
