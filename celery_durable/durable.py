@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from celery import Celery
 from celery import signals as celery_signals
 
+from celery_durable.body.context import LimiterView
 from celery_durable.body.step import DEFAULT_MAX_BACKOFF, Step, StepOptions
 from celery_durable.core import validate
 from celery_durable.core.config import DurableConfig
@@ -244,7 +245,7 @@ class Durable(ScheduleOperations, LimiterOperations):
         queue: str | None = None,
         compensate: Callable[..., Any] | None = None,
         commit: str = "each",
-        limiter: Limiter | str | None = None,
+        limiter: LimiterView | str | None = None,
         terminate_on_timeout: bool = False,
     ) -> Callable[[F], Step[Any, Any]]: ...
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from celery import Celery
 
+from celery_durable.body.step import Step
 from celery_durable.canvas import by_name
 from celery_durable.canvas import reports as canvas
 from celery_durable.canvas.listeners import OwedReports, Report
@@ -23,6 +24,7 @@ from celery_durable.engine.bootstep import DurableSweeper
 from celery_durable.engine.guard import DeliveryGuard
 from celery_durable.engine.runtime import Runtime
 from celery_durable.engine.runtime_view import SweepPass
+from celery_durable.fanout import compose
 from celery_durable.fanout.item_tasks import revoke_item
 from celery_durable.fanout.sweep import ItemSweep
 from celery_durable.limiters import run_slots as limits
@@ -54,7 +56,10 @@ WING_PARTS.add_gauge(SCHEDULE_LAG)
 
 
 def wire(runtime: Runtime, app: Celery) -> None:
-    """Plug the wings into ``runtime``'s kernel, and the worker's parts into ``app``."""
+    """Plug the wings into ``runtime``'s kernel, and the worker's parts into ``app``;
+    once per Runtime (a second call would run every hook twice)."""
+    if runtime.hooks.settle_listeners:
+        raise RuntimeError(f"{runtime!r} is wired already")
     kernel = runtime.kernel_passes
     runtime.sweep_passes[:] = [  # the sweep's order, each wing's passes among the kernel's
         kernel["due runs"],
@@ -72,12 +77,18 @@ def wire(runtime: Runtime, app: Celery) -> None:
     hooks.claim_variants.append(limits.claim_variant)
     hooks.claim_fallbacks += [starting.claim_when_visible, by_name.claim_started_by_name]
     hooks.claimed.append(by_name.settle_refused)
-    slot = schedules.slot_argument(runtime.slot_workflows)
-    hooks.before_body += [canvas.report_claimed, slot, deadlines.note_deadline]
+    # Order matters: the canvas is known before a rollback reports, and the slot argument
+    # and the priority before the run's slot is taken (its key, its place among waiters).
+    hooks.before_body += [canvas.report_claimed, schedules.slot_argument, deadlines.note_deadline]
     hooks.before_body += [limits.note_priority, rollback.roll_back_instead, limits.run_slot]
     hooks.body_stopped.append(limits.give_back_on_stop)
     hooks.settle_listeners += [Report(), continue_as_new.Continued(), rollback.Saga()]
     hooks.step_guards += [LimiterGuard(), deadlines.TerminateAtDeadline(), MarkCompensable()]
+    starts = runtime.start_hooks  # each feature's part in a run's start
+    starts.insert_variants.append(limits.insert_variant)
+    starts.encode_canvas, starts.take_canvas = canvas.encode_start, canvas.neutralise
+    starts.start_by_name, starts.start_child = by_name.start_by_name, compose.start_child
+    Step.starter = compose.start_step  # step.start(), the same for every Durable's steps
     app.steps["worker"].add(DurableSweeper)
     app.steps["worker"].add(SignalQueue)
     app.steps["consumer"].add(DeliveryGuard)

@@ -21,7 +21,7 @@ import contextvars
 import dataclasses
 import time
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from celery_durable.errors import RunLimitExceeded
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from contextlib import AbstractContextManager
 
-    from celery_durable.store import DueRun, StepRecord, StepWrite, Store
+    from celery_durable.store import DueRun, Limit, StepRecord, StepWrite, Store
 
 T = TypeVar("T")
 
@@ -92,6 +92,22 @@ class RunningStep(Protocol):
 
     @property
     def options(self) -> Any: ...
+
+
+@runtime_checkable
+class LimiterView(Protocol):
+    """A limiter as the kernel holds it (``limiters.limiter.Limiter``): what a step or a
+    workflow is given as ``limiter=``, and the Runtime keeps by name; its wing acts on it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def limit(self) -> Limit: ...
+
+    def key_of(self, owner: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The key the call's arguments fall under ("" without a key function)."""
+        ...
 
 
 class StepGuard:
@@ -162,9 +178,6 @@ class WorkflowContext:
     parent_id: str | None = None
     parent_idx: int | None = None
     dispatcher: Dispatcher | None = None
-    # Fan-out steps dispatched by this execution (not replayed): waiting on them tries to
-    # suspend before reading their items, which have most likely not settled yet.
-    fresh: set[int] = dataclasses.field(default_factory=set)
     # Records of deferred steps (commit="deferred") not written yet: they ride on the next
     # write, or go on their own once there are ``deferred_max_steps`` of them or the
     # oldest is ``deferred_max_age`` seconds old. A crash loses them: those steps run again.

@@ -17,9 +17,9 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeVar
 
-from celery_durable.body.context import FailedStep, WorkflowContext, enter_body
+from celery_durable.body.context import FailedStep, LimiterView, WorkflowContext, enter_body
 from celery_durable.body.replay import (
     check_replay,
     confirm_lease,
@@ -34,15 +34,13 @@ from celery_durable.errors import (
     NotSerialisable,
     WorkflowCancelled,
 )
-from celery_durable.fanout.dispatch import dispatch
-from celery_durable.fanout.fanin import StepFuture
-from celery_durable.limiters.limiter import Limiter
 from celery_durable.store import StepRecord
 
 logger = logging.getLogger("celery_durable.step")
 
 P = ParamSpec("P")
 R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 
 DEFAULT_MAX_BACKOFF = 60.0
 # "each": the step's record is a commit of its own before the body goes on (the default);
@@ -73,7 +71,7 @@ class StepOptions:
     commit: str = "each"
     # A fleet-wide limiter (durable.limiter, or its name, which Durable.step looks up):
     # each call takes a slot (and a token) first.
-    limiter: Limiter | str | None = None
+    limiter: LimiterView | str | None = None
     # At the run's deadline (timeout=), stop this step at once (Celery's revoke with
     # terminate), instead of cancelling the run at its next step.
     terminate_on_timeout: bool = False
@@ -109,15 +107,40 @@ class StepOptions:
                 f"step {name}: backoff={self.backoff} and max_backoff={self.max_backoff} "
                 "must not be negative"
             )
-        if self.limiter is not None and not isinstance(self.limiter, Limiter):
+        if self.limiter is not None and not isinstance(self.limiter, LimiterView):
             raise InvalidArgument(
                 f"step {name}: limiter must be a durable.limiter(...) or the name of one, "
                 f"got {self.limiter!r}"
             )
 
 
+class Started(Protocol[R_co]):
+    """What ``step.start()`` returns (fan-out's ``StepFuture``): ``result()`` waits for
+    the step without holding a worker."""
+
+    def result(self) -> R_co: ...
+
+
+class StepStarter(Protocol):
+    """How ``step.start()`` runs a step as a Celery task, given the run's context and
+    the step index it took (fan-out's ``start_step``, which durable.py registers)."""
+
+    def __call__(
+        self,
+        ctx: WorkflowContext,
+        index: int,
+        step: Step[Any, R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Started[R]: ...
+
+
 class Step(Generic[P, R]):
     """A registered step; call it like the function it wraps."""
+
+    # Set by durable.py: steps exist before any Durable runs them, and one way of starting
+    # them serves all (a feature of the fan-out wing, as cd.map is).
+    starter: ClassVar[StepStarter | None] = None
 
     def __init__(self, fn: Callable[P, R], *, name: str, options: StepOptions) -> None:
         options.check(name)
@@ -160,7 +183,7 @@ class Step(Generic[P, R]):
             return self.fn(*args, **kwargs)
         return self._run_in(ctx, args, kwargs)  # type: ignore[arg-type]
 
-    def start(self, *args: P.args, **kwargs: P.kwargs) -> StepFuture[R]:
+    def start(self, *args: P.args, **kwargs: P.kwargs) -> Started[R]:
         """Inside a workflow: run the step as a Celery task on its queue (or the
         workflow's), and return a future; ``future.result()`` or ``cd.gather`` wait for
         it without holding a worker."""
@@ -168,19 +191,9 @@ class Step(Generic[P, R]):
             f"{self.name}.start()", f"call {self.name}(...) to run it here, or from a workflow"
         )
         index = ctx.take_index()
-        encoded = serialization.encode_arguments(
-            f"step {self.name}", self.fn, args, kwargs, ctx.max_payload_bytes, ctx.max_payload_depth
-        )
-        # "task": a started step and a routed step called directly are the same record, so
-        # code may switch between the two without breaking replay.
-        step_input = f'{{"fanout":"task","items":1,"input":{encoded}}}'
-        recorded = ctx.history.get(index)
-        if recorded is not None:
-            check_replay(ctx, index, recorded, self.name, step_input)
-        else:
-            started = StepRecord(index, self.name, "started", step_input, None, None)
-            dispatch(ctx, started, self.name, self.options.queue, [encoded])
-        return StepFuture(index, self.name)
+        if Step.starter is None:
+            raise RuntimeError(f"step {self.name}: no Durable has installed step.start()")
+        return Step.starter(ctx, index, self, args, kwargs)
 
     def retryable(self, exc: BaseException) -> bool:
         return retryable(exc, self.options.retry_on, self.options.dont_retry_on)

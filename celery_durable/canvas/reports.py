@@ -171,6 +171,12 @@ def _signature_or_none(value: Any) -> dict[str, Any] | None:
     return dict(value) if value else None
 
 
+def encode_start(app: Celery, options: dict[str, Any], owner: str) -> str | None:
+    """A start hook: the canvas options of an ``apply_async`` (``Canvas.from_options``),
+    taken out of ``options`` and encoded for the run's row."""
+    return Canvas.from_options(app, options).encode(owner)
+
+
 def neutralise(app: Celery, request: Any) -> Canvas:
     """Take the canvas out of a delivery's request, so that Celery's tracer neither fires
     it nor stores a result when this one message ends: the run does both when it settles.

@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from celery_durable.limiters.limiter import Limiter
+from celery_durable.body.context import LimiterView
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +31,6 @@ class WorkflowDefinition:
     retry_backoff: float | None
     signature: inspect.Signature | None
     # The whole run takes a slot of it before its body runs (@durable.workflow(limiter=)).
-    limiter: Limiter | None = None
+    limiter: LimiterView | None = None
     # Seconds from its start to its deadline (@durable.workflow(timeout=)); None: none.
     timeout: float | None = None

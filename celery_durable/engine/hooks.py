@@ -28,6 +28,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from celery_durable.engine.definition import WorkflowDefinition
     from celery_durable.engine.runtime_view import RuntimeView, SettleListener
     from celery_durable.store import Claim
+
+logger = logging.getLogger("celery_durable.workflow")
 
 
 @dataclasses.dataclass
@@ -51,7 +54,7 @@ class Delivery:
     start_if_missing: Callable[[], Exception | None] | None = None
     claim: Claim | None = None
     # Set once the run is claimed (``claimed`` hooks run before it is).
-    ctx: WorkflowContext = dataclasses.field(init=False)
+    ctx: WorkflowContext = dataclasses.field(init=False, repr=False)
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     # Each feature's state for this delivery, by key; the run's context shares it.
@@ -114,12 +117,16 @@ class DeliveryHooks:
                 if undo is not None:
                     undos.append(undo)
         except BaseException:
-            leave_body(undos, finished=False)
+            leave_body(undos, finished=False)  # never raises: the hook's error is the one
             raise
         return undos
 
 
 def leave_body(undos: list[Undo], *, finished: bool) -> None:
-    """Give back what the before-body hooks took, last taken first."""
+    """Give back what the before-body hooks took, last taken first. One that fails is
+    logged and the others are still given back: what it held is left to its lease."""
     for undo in reversed(undos):
-        undo(finished)
+        try:
+            undo(finished)
+        except Exception:  # noqa: BLE001 - the delivery's own outcome is what settles
+            logger.warning("a before-body hook could not give back what it took", exc_info=True)

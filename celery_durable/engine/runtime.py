@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from celery import Celery, Task
 
+from celery_durable.body.context import LimiterView
 from celery_durable.body.step import Step
 from celery_durable.core import logs, serialization, tracing
 from celery_durable.core.config import DurableConfig
@@ -30,8 +31,8 @@ from celery_durable.engine.leases import LeaseKeeper
 from celery_durable.engine.publish import STORED_HEADER, Dispatch, queue_option
 from celery_durable.engine.queues import FleetWatch
 from celery_durable.engine.runtime_view import RuntimeView, SweepPass
+from celery_durable.engine.start_hooks import StartHooks
 from celery_durable.engine.sweeper import Sweeper
-from celery_durable.limiters.limiter import Limiter
 from celery_durable.store import Store
 
 
@@ -60,13 +61,14 @@ class Runtime:
         self._store: Store | None = None
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.steps: dict[str, Step[Any, Any]] = {}
-        self.limiters: dict[str, Limiter] = {}
+        self.limiters: dict[str, LimiterView] = {}  # declared by the limiters wing
         # Declared above the engine (runs.schedules.ScheduleSpec by name), fired by a pass
         # that layer adds to ``sweep_passes``.
         self.schedules: dict[str, Any] = {}
         self.slot_workflows: set[str] = set()  # workflows given ``scheduled_for``
         # How the features plug into each delivery (engine.hooks), filled by wiring.py.
         self.hooks = DeliveryHooks()
+        self.start_hooks = StartHooks()  # and into each start (engine.start_hooks)
         self.leases = LeaseKeeper(self)
         self.sweeper = Sweeper(self)
         self.kernel_passes = kernel_passes(self, self.sweeper)

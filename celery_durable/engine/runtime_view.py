@@ -19,17 +19,16 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from celery import Celery
 
-    from celery_durable.body.context import Dispatcher, WorkflowContext
+    from celery_durable.body.context import Dispatcher, LimiterView, WorkflowContext
     from celery_durable.body.step import Step
     from celery_durable.core.config import DurableConfig
     from celery_durable.engine.definition import WorkflowDefinition
-    from celery_durable.limiters.limiter import Limiter
     from celery_durable.store import OpenItem, StepRecord, Store
 
 
@@ -141,7 +140,12 @@ class RuntimeView(Protocol):
     def steps(self) -> Mapping[str, Step[Any, Any]]: ...
 
     @property
-    def limiters(self) -> Mapping[str, Limiter]: ...
+    def slot_workflows(self) -> Collection[str]:
+        """The workflows whose runs get their schedule's slot as ``scheduled_for``."""
+        ...
+
+    @property
+    def limiters(self) -> Mapping[str, LimiterView]: ...
 
     @property
     def sweep_passes(self) -> Sequence[SweepPass]:

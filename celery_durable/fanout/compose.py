@@ -49,12 +49,36 @@ from celery_durable.store import FanOut, NewRun, StepRecord
 
 R = TypeVar("R")
 
-__all__ = ["ChildHandle", "StepFuture", "gather", "map", "start_child"]
+__all__ = ["ChildHandle", "StepFuture", "gather", "map", "start_child", "start_step"]
 
 CHILD_STEP_PREFIX = "celery_durable.child:"
 
 
 # -- starting -------------------------------------------------------------------------------
+
+
+def start_step(
+    ctx: WorkflowContext,
+    index: int,
+    step: Step[Any, R],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> StepFuture[R]:
+    """``step.start(...)`` (``Step.starter``, set in durable.py) at step ``index``: the
+    step as one item, dispatched as a Celery task unless its record is there (replay)."""
+    encoded = serialization.encode_arguments(
+        f"step {step.name}", step.fn, args, kwargs, ctx.max_payload_bytes, ctx.max_payload_depth
+    )
+    # "task": a started step and a routed step called directly are the same record, so
+    # code may switch between the two without breaking replay.
+    step_input = f'{{"fanout":"task","items":1,"input":{encoded}}}'
+    recorded = ctx.history.get(index)
+    if recorded is not None:
+        check_replay(ctx, index, recorded, step.name, step_input)
+    else:
+        started = StepRecord(index, step.name, "started", step_input, None, None)
+        dispatch(ctx, started, step.name, step.options.queue, [encoded])
+    return StepFuture(index, step.name)
 
 
 def map(  # noqa: A001 - cd.map is the public name, like the builtin it mirrors

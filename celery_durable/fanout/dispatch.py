@@ -9,6 +9,15 @@ from celery_durable.core import faults
 from celery_durable.errors import WorkflowAlreadyExists
 from celery_durable.store import DISPATCH_BATCH, FanOut, Outcome, StepRecord
 
+WING = "fanout"  # the fan-out steps this delivery wrote, among its context's wing states
+
+
+def fresh_steps(ctx: WorkflowContext) -> set[int]:
+    """Fan-out steps dispatched by this execution (not replayed): waiting on them tries to
+    suspend before reading their items, which have most likely not settled yet."""
+    fresh: set[int] = ctx.wing_state(WING, set)
+    return fresh
+
 
 def dispatch(
     ctx: WorkflowContext,
@@ -44,7 +53,7 @@ def write_fanout(ctx: WorkflowContext, step: StepRecord, fan: FanOut) -> bool:
         )
     if written.outcome is Outcome.RECORDED:
         ctx.history[step.idx] = step
-        ctx.fresh.add(step.idx)
+        fresh_steps(ctx).add(step.idx)
         return True
     if written.outcome is Outcome.DUPLICATE:
         assert fan.child is not None

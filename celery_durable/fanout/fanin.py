@@ -27,8 +27,10 @@ from celery_durable.body.replay import (
     store_guard,
     write_caught_failure,
 )
+from celery_durable.body.step import Started
 from celery_durable.core import faults, serialization
 from celery_durable.errors import StepFailed, Suspended, WorkflowCancelled, WorkflowFailed
+from celery_durable.fanout.dispatch import fresh_steps
 from celery_durable.store import FanOutState, ItemFailure, Outcome, StepRecord
 
 R = TypeVar("R")
@@ -174,23 +176,25 @@ def item_failure(
 # -- waiting --------------------------------------------------------------------------------
 
 
-def gather(*awaitables: Awaitable, return_exceptions: bool = False) -> list[Any]:
+def gather(*awaitables: Awaitable | Started[Any], return_exceptions: bool = False) -> list[Any]:
     """Wait for step futures and child handles; their results, in argument order.
 
     The run suspends (no worker held) until all have settled, then the failure of the
     first failed one is raised (StepFailed for a step, WorkflowFailed or
     WorkflowCancelled for a child); ``return_exceptions=True`` returns them in place.
     """
+    checked: list[Awaitable] = []  # step.start() is typed as the kernel's Started
     for awaitable in awaitables:
         if not isinstance(awaitable, StepFuture | ChildHandle):
             raise TypeError(
                 f"cd.gather() takes step futures (step.start()) and child handles "
                 f"(workflow.start_child()), got {awaitable!r}"
             )
+        checked.append(awaitable)
     ctx = enter_body("cd.gather()", "use handle.get() on workflow handles")
     write_caught_failure(ctx)
-    resolved = wait_for(ctx, [a.idx for a in awaitables])
-    return collect(ctx, [(a, resolved[a.idx], 1) for a in awaitables], return_exceptions)
+    resolved = wait_for(ctx, [a.idx for a in checked])
+    return collect(ctx, [(a, resolved[a.idx], 1) for a in checked], return_exceptions)
 
 
 def collect(
@@ -235,7 +239,7 @@ def wait_for(ctx: WorkflowContext, idxs: Sequence[int]) -> dict[int, Resolved]:
             pending.append(idx)
     # Just dispatched: the items have most likely not run yet, so suspending comes first
     # (and reads nothing); a replay after a wake-up reads first (all have settled).
-    if any(idx in ctx.fresh for idx in pending):
+    if any(idx in fresh_steps(ctx) for idx in pending):
         suspend(ctx, pending)
     while pending:
         with store_guard(ctx):

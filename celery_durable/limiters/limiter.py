@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
-from celery_durable.body.context import RunningStep, StepGuard, WorkflowContext
+from celery_durable.body.context import LimiterView, RunningStep, StepGuard, WorkflowContext
 from celery_durable.body.replay import stop_writing, store_guard
 from celery_durable.core import faults, validate
 from celery_durable.errors import DuplicateRegistration, InvalidArgument, Suspended
@@ -163,7 +163,7 @@ class Limiter:
 
 
 def declare(
-    limiters: dict[str, Limiter],
+    limiters: dict[str, LimiterView],
     name: str,
     concurrency: int | None,
     rate: str | None,
@@ -172,15 +172,15 @@ def declare(
 ) -> Limiter:
     """Register a limiter in ``limiters`` (the Runtime's); declared twice, the same."""
     made = Limiter(name, concurrency=concurrency, rate=rate, key=key, key_named=key_named)
-    known = limiters.get(name)
-    if known is not None and (known.limit, known.key) != (made.limit, made.key):
+    known = limiters.setdefault(name, made)
+    if not isinstance(known, Limiter) or (known.limit, known.key) != (made.limit, made.key):
         raise DuplicateRegistration(f"limiter {name!r} is already declared, otherwise")
-    return limiters.setdefault(name, made)
+    return known
 
 
 def named(
-    limiters: dict[str, Limiter], limiter: Limiter | str | None, owner: str
-) -> Limiter | None:
+    limiters: dict[str, LimiterView], limiter: LimiterView | str | None, owner: str
+) -> LimiterView | None:
     """A limiter given by name is looked up: InvalidArgument naming an unknown one."""
     if not isinstance(limiter, str):
         return limiter
@@ -193,12 +193,12 @@ def named(
 
 
 def workflow_limiter(
-    limiters: dict[str, Limiter],
+    limiters: dict[str, LimiterView],
     workflow: str,
-    limiter: Limiter | str | None,
+    limiter: LimiterView | str | None,
     concurrency: int | None,
     concurrency_key: Callable[..., Any] | None,
-) -> Limiter | None:
+) -> LimiterView | None:
     """A workflow's limiter: the one named, or for ``concurrency=`` (``concurrency_key=``)
     a limiter of its own, "workflow:NAME"."""
     if concurrency is None and concurrency_key is None:

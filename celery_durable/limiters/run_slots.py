@@ -1,9 +1,10 @@
 """A limited workflow's slot (``@durable.workflow(limiter=...)``, ``concurrency=``): taken
 in the transaction that inserts its run (or it waits, PENDING with no message), confirmed
 when its delivery starts, free once it settles (handed on, when others waited); and the
-hand-off of every limiter's free slots to its waiters, from the sweeper. The delivery
-hooks ``wiring.py`` registers for limiters are here too: the claim that reads a run's slot
-or takes its first step's (``claim_variant``), the run's slot held around its body
+hand-off of every limiter's free slots to its waiters, from the sweeper. The hooks
+``wiring.py`` registers for limiters are here too: the start's insert that takes the slot
+(``insert_variant``), the claim that reads a run's slot or takes its first step's
+(``claim_variant``), the run's slot held around its body
 (``run_slot``) and a kept slot given back when the body fails (``give_back_on_stop``).
 
 Example::
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from celery_durable.engine.definition import WorkflowDefinition
     from celery_durable.engine.hooks import Delivery, Undo
     from celery_durable.engine.runtime_view import RuntimeView
+    from celery_durable.engine.start_hooks import RunInsert
     from celery_durable.store.db.foreign import ForeignTransaction
     from celery_durable.store.records import Claim, NewRun
 
@@ -59,6 +61,20 @@ def run_slot_key(
     if limiter is None:
         return None
     return limiter.key_of(f"workflow {definition.name}", args, kwargs)
+
+
+def insert_variant(
+    runtime: RuntimeView,
+    definition: WorkflowDefinition,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> RunInsert | None:
+    """A start hook: a limited workflow's run takes its slot in the statement that inserts
+    it (``insert_run``), under the key found here, before anything is written."""
+    if definition.limiter is None:
+        return None
+    key = run_slot_key(definition, args, kwargs)
+    return lambda run, bind: insert_run(runtime, definition, run, key, bind)
 
 
 def insert_run(

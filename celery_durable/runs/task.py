@@ -24,8 +24,6 @@ from celery.result import AsyncResult
 from sqlalchemy.orm import Session
 
 from celery_durable.body.context import WorkflowContext
-from celery_durable.canvas.by_name import start_by_name
-from celery_durable.canvas.reports import Canvas, neutralise
 from celery_durable.core import serialization, tracing, validate
 from celery_durable.core.ids import time_ordered_id
 from celery_durable.core.logs import log_started, run_fields
@@ -43,8 +41,6 @@ from celery_durable.errors import (
     RunNotPublished,
     WorkflowAlreadyExists,
 )
-from celery_durable.fanout.compose import ChildHandle, start_child
-from celery_durable.limiters import run_slots as limits
 from celery_durable.runs.dedup import Dedup
 from celery_durable.runs.handle import WorkflowHandle, canvas_member
 from celery_durable.runs.redelivery import redeliver_later
@@ -56,7 +52,9 @@ from celery_durable.store.db.outage import is_unreachable, unavailable
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
+    from celery_durable.body.step import Started
     from celery_durable.engine.runtime import Runtime
+    from celery_durable.engine.start_hooks import RunInsert
 
 logger = logging.getLogger("celery_durable.workflow")
 
@@ -125,12 +123,12 @@ class WorkflowTask(Task):  # type: ignore[misc]
         run_id = workflow_id or task_id or time_ordered_id()
         args, kwargs = tuple(args or ()), dict(kwargs or {})
         run = dataclasses.replace(self._new_run(args, kwargs, options)(run_id), dedup_key=dedup.key)
-        slot_key = limits.run_slot_key(definition, args, kwargs)
+        insert = runtime.start_hooks.insert(runtime, definition, args, kwargs)
         if connection is None:
             connection = caller_transaction(runtime.config)
         bind = connection.connection() if isinstance(connection, Session) else connection
         for _ in range(2):  # a dedup key's run that ended between the insert and the look
-            inserted, slotted = self._insert(run, bind, slot_key)
+            inserted, slotted = self._insert(insert, run, bind)
             existing = None if inserted else dedup.existing(runtime, definition.name, run.args)
             if inserted or existing is not None or dedup.key is None:
                 break
@@ -187,8 +185,8 @@ class WorkflowTask(Task):  # type: ignore[misc]
         publish lost with its process is the sweeper's after the dispatch grace."""
         options = dict(options)
         run = self._new_run(args, kwargs, options)(run_id)
-        slot_key = limits.run_slot_key(self.definition, args, kwargs)
-        inserted, slotted = limits.insert_run(self.runtime, self.definition, run, slot_key, conn)
+        insert = self.runtime.start_hooks.insert(self.runtime, self.definition, args, kwargs)
+        inserted, slotted = insert(run, conn)
         if not inserted:
             return None
 
@@ -200,12 +198,12 @@ class WorkflowTask(Task):  # type: ignore[misc]
         return publish
 
     def _insert(
-        self, run: NewRun, bind: Connection | ForeignTransaction | None, slot_key: str | None
+        self, insert: RunInsert, run: NewRun, bind: Connection | ForeignTransaction | None
     ) -> tuple[bool, bool]:
         """(inserted, to publish now): a limited run takes its slot in the same transaction."""
         runtime = self.runtime
         try:
-            return limits.insert_run(runtime, self.definition, run, slot_key, bind)
+            return insert(run, bind)
         except Exception as exc:
             if bind is None and is_unreachable(exc):  # the caller's connection: theirs to report
                 what = f"workflow {self.definition.name} run {run.id!r} was not started"
@@ -219,7 +217,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
         detached: bool = False,
         kwargs: dict[str, Any] | None = None,
         **options: Any,
-    ) -> ChildHandle[Any]:
+    ) -> Started[Any]:
         """Inside a workflow: start this workflow as a child run; returns a ChildHandle.
 
         Its id is derived from the parent's id and step index unless ``workflow_id`` is
@@ -248,7 +246,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
         encoded = serialization.encode_arguments(
             f"workflow {self.definition.name}", self.definition.fn, call_args, call_kwargs
         )
-        return start_child(
+        return self.runtime.start_hooks.start_child(
             self.definition.name, encoded, new_run, publish, workflow_id, bool(detached)
         )
 
@@ -290,8 +288,8 @@ class WorkflowTask(Task):  # type: ignore[misc]
             raise InvalidArgument(
                 f"workflow {definition.name}: priority must be an integer, got {priority!r}"
             )
-        # Fired when the run settles, not when a message ends (see engine.canvas).
-        canvas = Canvas.from_options(self.app, options).encode(f"workflow {definition.name}")
+        # Fired when the run settles, not when a message ends (see canvas.reports).
+        canvas = runtime.start_hooks.encode_canvas(self.app, options, f"workflow {definition.name}")
         return lambda run_id: NewRun(
             id=run_id,
             name=definition.name,
@@ -392,9 +390,10 @@ class WorkflowTask(Task):  # type: ignore[misc]
             )
         # Celery's tracer must neither fire the message's canvas nor store a result when
         # this delivery ends: the run does both when it settles.
-        carried = neutralise(self.app, request)
-        by_name = None
-        if not request_header(request, STORED_HEADER):
+        starts = self.runtime.start_hooks
+        carried = starts.take_canvas(self.app, request)
+        by_name, start_by_name = None, starts.start_by_name
+        if start_by_name is not None and not request_header(request, STORED_HEADER):
             by_name = lambda: start_by_name(self, request, args, kwargs, carried)  # noqa: E731
         with tracing.delivery(self.definition.name, request):
             try:

@@ -22,7 +22,7 @@ import datetime as dt
 import hashlib
 import inspect
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -289,12 +289,8 @@ def given_slot(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**kwargs, SLOT_ARGUMENT: given}
 
 
-def slot_argument(slot_workflows: Collection[str]) -> Callable[[Delivery], None]:
-    """The delivery hook (before the body) that gives the workflows of
-    ``slot_workflows`` (those with a ``scheduled_for`` parameter) their slot."""
-
-    def give(delivery: Delivery) -> None:
-        if delivery.definition.name in slot_workflows:
-            delivery.kwargs = given_slot(delivery.kwargs)
-
-    return give
+def slot_argument(delivery: Delivery) -> None:
+    """The delivery hook (before the body) that gives the workflows with a
+    ``scheduled_for`` parameter (the runtime's ``slot_workflows``) their slot."""
+    if delivery.definition.name in delivery.runtime.slot_workflows:
+        delivery.kwargs = given_slot(delivery.kwargs)

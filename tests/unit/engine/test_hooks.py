@@ -12,6 +12,7 @@ from celery import Celery
 
 from celery_durable import Durable
 from celery_durable.engine.hooks import Delivery, DeliveryHooks, leave_body
+from celery_durable.wiring import wire
 
 # Kernel modules of a delivery's path, and the feature modules none of them may import.
 KERNEL = [
@@ -112,7 +113,41 @@ def test_durable_wires_each_feature_in(tmp_path, monkeypatch):
     assert "celery_durable.limiters.run_slots.claim_variant" in named
     assert "celery_durable.canvas.by_name.claim_started_by_name" in named
     assert "celery_durable.sagas.rollback.roll_back_instead" in named
+    # Order matters: the canvas is known before a rollback reports; the slot argument and
+    # the priority come before the run's slot is taken.
+    before = [getattr(hook, "__name__", type(hook).__name__) for hook in hooks.before_body]
+    assert before == [
+        "report_claimed",
+        "slot_argument",
+        "note_deadline",
+        "note_priority",
+        "roll_back_instead",
+        "run_slot",
+    ]
+    fallbacks = [hook.__name__ for hook in hooks.claim_fallbacks]
+    assert fallbacks == ["claim_when_visible", "claim_started_by_name"]
     guards = [type(guard).__name__ for guard in hooks.step_guards]
     assert guards == ["LimiterGuard", "TerminateAtDeadline", "MarkCompensable"]
     listeners = [type(listener).__name__ for listener in hooks.settle_listeners]
     assert listeners == ["Report", "Continued", "Saga"]
+
+
+def test_a_runtime_is_wired_once(tmp_path, monkeypatch):
+    for name in ("NAMESPACE", "TABLE_PREFIX", "DATABASE_URL"):
+        monkeypatch.delenv(f"CELERY_DURABLE_{name}", raising=False)
+    app = Celery("wired", broker="memory://")
+    durable = Durable(app, database_url=f"sqlite:///{tmp_path / 'wired.db'}")
+    with pytest.raises(RuntimeError, match="wired already"):
+        wire(durable.runtime, app)
+    assert len(durable.runtime.hooks.settle_listeners) == 3
+
+
+def test_an_undo_that_fails_leaves_the_others_given_back(caplog):
+    given: list[str] = []
+
+    def failing(finished: bool) -> None:
+        raise OSError("the store is gone")
+
+    leave_body([lambda finished: given.append("first"), failing], finished=False)
+    assert given == ["first"]
+    assert "could not give back" in caplog.text
