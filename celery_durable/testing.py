@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from celery import current_app
 
 from celery_durable.durable import Durable, durables_of
+from celery_durable.waits.store_area import WAITS
 
 __all__ = ["Clock", "EagerWorkflows", "durable_eager", "eager_workflows", "sweep"]
 
@@ -58,7 +59,7 @@ class Clock:
             raise ValueError(f"advance(seconds): a clock only goes forward, got {seconds!r}")
         woken = 0
         for durable in self._durables:
-            durable.runtime.store.bring_timers_forward(seconds)
+            WAITS.of(durable.runtime.store).bring_timers_forward(seconds)
             woken += sweep(durable)
         return woken
 

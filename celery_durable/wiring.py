@@ -40,12 +40,15 @@ from celery_durable.schedules import declared as schedules
 from celery_durable.schedules.dashboard import SCHEDULE_ACTIONS, SCHEDULES_PAGE
 from celery_durable.schedules.firing import SchedulePass
 from celery_durable.schedules.report import SCHEDULE_LAG
+from celery_durable.store.areas import STORE_AREAS
 from celery_durable.waits.signals import SignalQueue, register_tasks, send_signal
 from celery_durable.waits.state import query, wait_for_state
+from celery_durable.waits.store_area import WAITS
 
-# The wings behind a run handle's verbs, and their parts of the operator tools: the
-# dashboard's pages, sections and actions, the metrics endpoint's gauges. Every Durable of
-# a process has the same wings, so these are the process's.
+# The wings' store areas, the wings behind a run handle's verbs, and their parts of the
+# operator tools: the dashboard's pages, sections and actions, the metrics endpoint's
+# gauges. Every Durable of a process has the same wings, so these are the process's.
+STORE_AREAS.add(WAITS)  # every Store built after this holds ``store.waits``
 HANDLE_HOOKS.signal = send_signal
 HANDLE_HOOKS.query = query
 HANDLE_HOOKS.wait_for_state = wait_for_state

@@ -50,6 +50,7 @@ from celery_durable.store import (
     StateKey,
     StepRecord,
 )
+from celery_durable.store.areas import STATE_READS
 from celery_durable.store.reads import count_steps, steps_page
 
 if TYPE_CHECKING:
@@ -395,9 +396,9 @@ def gc(
                 break
     # Signals whose run is gone or never existed: no run's deletion takes them.
     if dry_run:
-        total += Collected(signals=store.count_orphan_signals(cutoff))
+        total += Collected(signals=STATE_READS.of(store).count_orphan_signals(cutoff))
     else:
-        while (orphans := store.gc_orphan_signals(cutoff, batch)) > 0:
+        while (orphans := STATE_READS.of(store).gc_orphan_signals(cutoff, batch)) > 0:
             total += Collected(signals=orphans)
             if orphans < batch:
                 break

@@ -32,6 +32,7 @@ from celery_durable.limiters.store import LimiterOps
 from celery_durable.limiters.usage import LimiterUsageOps
 from celery_durable.sagas.store import LongLivedOps
 from celery_durable.schedules.store import ScheduleOps
+from celery_durable.store.areas import STORE_AREAS, StoreArea
 from celery_durable.store.claims import ClaimOps
 from celery_durable.store.db.connections import Connections, parse_listen_url, parse_url
 from celery_durable.store.db.dialect import Dialect
@@ -57,15 +58,12 @@ from celery_durable.store.sql.carry import carried_params
 from celery_durable.store.sql.statements import Statements
 from celery_durable.store.starts import StartOps
 from celery_durable.store.sweep import SweepOps
-from celery_durable.waits.signal_store import SignalOps
-from celery_durable.waits.timer_store import TimerOps
 
 
 class Store(
     ClaimOps,
     ItemOps,
     BatchOps,
-    SignalOps,
     SweepOps,
     LeaseOps,
     LivenessOps,
@@ -77,11 +75,11 @@ class Store(
     LimiterUsageOps,
     ScheduleOps,
     StartOps,
-    TimerOps,
 ):
     """The database side of one namespace; engines are created per process, lazily.
 
-    Signals (``SignalOps``), the sweeper's statements (``SweepOps``), leases
+    A wing's operations are its store area, ``store.<area>`` (``store/areas.py``): every
+    area registered when the store is built. The sweeper's statements (``SweepOps``), leases
     (``LeaseOps``), claims (``ClaimOps``), proofs of life (``LivenessOps``) and items of
     fan-out steps (``ItemOps``) live in their own modules; runs and steps are here.
     ``pgbouncer`` and ``listen_url``: the ``durable_pgbouncer`` and ``durable_listen_url``
@@ -113,6 +111,13 @@ class Store(
         self.sql = Statements(self.tables, self.dialect, namespace, dispatcher)
         self._slot_rows: dict[tuple[str, str], int] = {}
         self._slot_cursor: dict[tuple[str, str], int] = {}
+        self.areas: dict[str, StoreArea] = STORE_AREAS.build(self)
+        for name, area in self.areas.items():
+            if hasattr(type(self), name):
+                raise ConfigurationError(f"a store area can't be named {name!r}: Store has it")
+            setattr(self, name, area)  # ``store.waits``: for tests and users; wings use keys
+        # Run in cancel_run's transaction when the run is CANCELLED at once.
+        self.on_cancelled = [s for area in self.areas.values() for s in area.on_cancelled]
 
     @property
     def is_postgres(self) -> bool:
@@ -191,7 +196,7 @@ class Store(
         """
         values = step_params(run_id, fence, step)
         if self.dialect.locks_rows:  # the statement checks the lease itself
-            row = self._one_carrying(self.sql.steps.record_step, values, run_id, fence, carried)
+            row = self.one_carrying(self.sql.steps.record_step, values, run_id, fence, carried)
             written = row is not None
         else:
             with self.db.write() as conn:
@@ -201,7 +206,7 @@ class Store(
             return StepWrite(Outcome.RECORDED)
         return self._diagnose_step(run_id, fence, step.idx)
 
-    def _one_carrying(
+    def one_carrying(
         self,
         stmt: Any,
         values: dict[str, Any],
@@ -209,8 +214,9 @@ class Store(
         fence: int,
         carried: Sequence[StepRecord],
     ) -> Any:
-        """``stmt``'s first row; with ``carried`` records, all in one transaction: on
-        Postgres one pipelined round trip, on SQLite one BEGIN IMMEDIATE transaction."""
+        """``stmt``'s first row (an area's write too); with ``carried`` records, all in one
+        transaction: on Postgres one pipelined round trip, on SQLite one BEGIN IMMEDIATE
+        transaction."""
         if not carried:
             return self.db.one(stmt, values, retry=True)
         if not self.dialect.pipelines:
@@ -228,16 +234,18 @@ class Store(
         """``write_carried`` where the caller has not checked the lease (on Postgres each
         record checks it itself; SQLite checks once)."""
         if carried and (
-            self.dialect.locks_rows or self._is_live(conn, params(run_id=run_id, fence=fence))
+            self.dialect.locks_rows or self.is_live(conn, params(run_id=run_id, fence=fence))
         ):
             write_carried(conn, self.sql.steps.record_step, run_id, fence, carried)
 
     def _record_step_on(self, conn: Connection, values: dict[str, Any]) -> bool:
-        if not self.dialect.locks_rows and not self._is_live(conn, values):
+        if not self.dialect.locks_rows and not self.is_live(conn, values):
             return False
         return conn.execute(self.sql.steps.record_step, values).first() is not None
 
-    def _is_live(self, conn: Connection, values: dict[str, Any]) -> bool:
+    def is_live(self, conn: Connection, values: dict[str, Any]) -> bool:
+        """Whether the caller still holds the run's lease and no cancel is pending (SQLite:
+        its statements don't check the lease themselves)."""
         row = conn.execute(self.sql.steps.check_live, values).first()
         return row is not None and not row.cancel_requested
 
@@ -275,7 +283,7 @@ class Store(
                 values = {**values, **carried_params(carried)}
                 row = self.db.one(self.sql.carry.settle_run, values, retry=True)
             else:
-                row = self._one_carrying(self.sql.runs.settle_run, values, run_id, fence, carried)
+                row = self.one_carrying(self.sql.runs.settle_run, values, run_id, fence, carried)
             return None if row is None else str(row[1])
         with self.db.transaction() as conn:
             self._carry(conn, run_id, fence, carried)
@@ -349,7 +357,7 @@ class Store(
         """
         values = params(run_id=run_id, fence=fence, delay=delay, error=error)
         if step is None:
-            row = self._one_carrying(self.sql.runs.schedule_retry, values, run_id, fence, carried)
+            row = self.one_carrying(self.sql.runs.schedule_retry, values, run_id, fence, carried)
             return None if row is None else str(row[1])
         with self.db.transaction() as conn:
             self._carry(conn, run_id, fence, carried)
@@ -357,27 +365,7 @@ class Store(
             found = conn.execute(self.sql.runs.schedule_retry, values).first()
             return None if found is None else str(found.status)
 
-    # -- signals, timers, state, cancellation ---------------------------------------------
-
-    def set_state(
-        self, run_id: str, fence: int, key: str, value: str, carried: Sequence[StepRecord] = ()
-    ) -> bool:
-        """Upsert a queryable value, only while the caller holds the lease; ``carried``:
-        deferred steps' records, written in the same transaction."""
-        values = params(run_id=run_id, fence=fence, key=key, value=value)
-        if self.dialect.locks_rows:  # the statement checks the lease itself
-            row = self._one_carrying(self.sql.state.set_state, values, run_id, fence, carried)
-            return row is not None
-        with self.db.write() as conn:
-            if not self._is_live(conn, values):
-                return False
-            # Checked live just above: the records go in without ``_carry``'s second check.
-            write_carried(conn, self.sql.steps.record_step, run_id, fence, carried)
-            return conn.execute(self.sql.state.set_state, values).first() is not None
-
-    def get_state(self, run_id: str, key: str) -> str | None:
-        value: str | None = self._scalar(self.sql.state.get_state, run_id=run_id, key=key)
-        return value
+    # -- cancellation --------------------------------------------------------------------
 
     def last_step_output(self, run_id: str) -> str | None:
         value: str | None = self._scalar(self.sql.steps.last_step_output, run_id=run_id)
@@ -408,7 +396,8 @@ class Store(
             status = str(row.status)
             conn.execute(self.sql.items.cancel_run_items, values)
             if status == "CANCELLED":
-                conn.execute(self.sql.signals.cancel_run_drop_signals, values)
+                for statement in self.on_cancelled:  # the areas' parts (drop its signals)
+                    conn.execute(statement, values)
                 if self.dialect.notifies:
                     conn.execute(self.sql.notify(run_id))
                 if parent_id is not None and parent_idx is not None:

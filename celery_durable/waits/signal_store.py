@@ -1,22 +1,31 @@
 """The Store's operations on signals: store, refuse and consume them, and suspend a run
-until one arrives. Mixed into ``Store``; the SQL is in
-``statements`` (``SignalStatements``).
+until one arrives. Part of the waits area (``store.waits``); the SQL is in
+``signal_statements`` (``SignalStatements``).
 
 Example::
 
-    stored = store.insert_signal("r1", "approval", '{"by":"alice"}', "approve-r1", 100)
+    stored = store.waits.insert_signal("r1", "approval", '{"by":"alice"}', "approve-r1", 100)
     if stored.outcome is Outcome.STORED: ...
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from celery_durable.store.db.connections import Connections
 from celery_durable.store.records import Outcome, SignalStore, SignalTake, StepRecord
 from celery_durable.store.schema import FINISHED_STATUSES
 from celery_durable.store.sql.build import hold_run, params, step_params
-from celery_durable.store.sql.statements import Statements
+from celery_durable.store.sql.steps import StepStatements
+from celery_durable.waits.signal_statements import SignalStatements
+
+
+class SignalSql(Protocol):
+    """The statements signals are written with (the waits area's)."""
+
+    signals: SignalStatements
+    steps: StepStatements
 
 
 class SignalOps:
@@ -24,7 +33,7 @@ class SignalOps:
     suspend)."""
 
     db: Connections
-    sql: Statements
+    sql: SignalSql
 
     def insert_signal(
         self,

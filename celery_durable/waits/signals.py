@@ -26,6 +26,7 @@ from celery_durable.engine.apps import runtime_for, runtimes_of
 from celery_durable.engine.publish import publish_or_leave
 from celery_durable.errors import PendingSignalsFull, WorkflowAlreadyCompleted, WorkflowNotFound
 from celery_durable.store import Outcome, is_unreachable
+from celery_durable.waits.store_area import WAITS
 from celery_durable.waits.suspend import check_signal_name
 from celery_durable.waits.wake import wake, wake_outcome
 
@@ -65,7 +66,7 @@ def store_signal(
 ) -> bool:
     """Store a signal; True if stored, False for a repeated idempotency key."""
     config = runtime.config
-    stored = runtime.store.insert_signal(
+    stored = WAITS.of(runtime.store).insert_signal(
         workflow_id, name, payload_json, idempotency_key, config.max_pending_signals
     )
     if stored.outcome is Outcome.STORED:
@@ -377,7 +378,7 @@ def _refuse(
 ) -> None:
     """Keep a signal the store refused, with the reason, and log it. Not kept when its run
     does not exist, or already holds durable_max_pending_signals refused signals."""
-    kept = runtime.store.reject_signal(
+    kept = WAITS.of(runtime.store).reject_signal(
         workflow_id,
         name,
         payload_json,
@@ -421,7 +422,7 @@ def _drop_malformed(
         label = name if _text_problem(name, 200) is None else repr(name)[:200]
         try:
             reason, cap = f"malformed: {problem}", runtime.config.max_pending_signals
-            kept = size <= limit and runtime.store.reject_signal(
+            kept = size <= limit and WAITS.of(runtime.store).reject_signal(
                 workflow_id, label, payload, None, reason, cap
             )
         except Exception:  # noqa: BLE001 - it is logged below either way

@@ -23,6 +23,7 @@ from celery_durable.body.replay import stop_writing, store_guard, write_caught_f
 from celery_durable.core import serialization, validate
 from celery_durable.errors import UnknownQuery, WorkflowCancelled, WorkflowFailed, WorkflowNotFound
 from celery_durable.store import Store
+from celery_durable.waits.store_area import WAITS
 
 DEFAULT_KEY = "state"
 
@@ -40,7 +41,9 @@ def set_state(value: Any, key: str = DEFAULT_KEY) -> None:
     )
     write_caught_failure(ctx)
     with store_guard(ctx):
-        stored = ctx.store.set_state(ctx.workflow_id, ctx.fence, key, encoded, ctx.take_deferred())
+        stored = WAITS.of(ctx.store).set_state(
+            ctx.workflow_id, ctx.fence, key, encoded, ctx.take_deferred()
+        )
     if not stored:
         stop_writing(ctx)
 
@@ -48,7 +51,7 @@ def set_state(value: Any, key: str = DEFAULT_KEY) -> None:
 def query(store: Store, workflow_id: str, key: str = DEFAULT_KEY) -> Any:
     """The latest value set under ``key``; for "state" before any set_state, the output
     of the last finished step (None if there is none)."""
-    value = store.get_state(workflow_id, key)
+    value = WAITS.of(store).get_state(workflow_id, key)
     if value is not None:
         return serialization.loads(value)
     if store.get_status(workflow_id) is None:
@@ -68,7 +71,7 @@ def wait_for_state(store: Store, workflow_id: str, key: str, wait: float) -> Any
     with store.listener() as listener:
         while True:
             run = store.get_run(workflow_id)  # before the value: a set, then an end
-            value = store.get_state(workflow_id, key)
+            value = WAITS.of(store).get_state(workflow_id, key)
             if value is not None:
                 return serialization.loads(value)
             if run is None:

@@ -34,6 +34,7 @@ from celery_durable.core.logs import describe_wait
 from celery_durable.errors import Suspended
 from celery_durable.store import Outcome, StepRecord
 from celery_durable.store.engine_names import SIGNAL_STEP_PREFIX
+from celery_durable.waits.store_area import WAITS
 
 logger = logging.getLogger("celery_durable.suspend")
 
@@ -72,7 +73,7 @@ def wait_step(
     while True:
         if signal is not None:
             with store_guard(ctx):
-                taken = store.consume_signal(
+                taken = WAITS.of(store).consume_signal(
                     ctx.workflow_id, ctx.fence, signal, step, ctx.take_deferred()
                 )
             if taken.outcome in (Outcome.LEASE_LOST, Outcome.CANCELLED):
@@ -108,7 +109,7 @@ def wait_step(
             None,
         )
         with store_guard(ctx):
-            outcome = store.suspend_run(
+            outcome = WAITS.of(store).suspend_run(
                 ctx.workflow_id, ctx.fence, waiting, signal, deadline, ctx.take_deferred()
             )
         if outcome is Outcome.SIGNALLED:

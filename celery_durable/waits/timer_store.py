@@ -1,5 +1,5 @@
-"""Moving a namespace's timers, for tests (``celery_durable.testing``'s clock): mixed
-into ``Store``; the SQL is in ``waits/timer_statements.py``.
+"""Moving a namespace's timers, for tests (``celery_durable.testing``'s clock): part
+of the waits area (``store.waits``); the SQL is in ``waits/timer_statements.py``.
 
 The database's clock can't be set, so the timers move instead: every due time of a waiting
 run, every run's deadline and every deadline a waiting step recorded comes ``seconds``
@@ -9,15 +9,22 @@ earlier, in one transaction. To the engine that is the clock having moved on.
 from __future__ import annotations
 
 import json
+from typing import Protocol
 
 from celery_durable.store.db.connections import Connections
 from celery_durable.store.sql.build import params
-from celery_durable.store.sql.statements import Statements
+from celery_durable.waits.timer_statements import TimerStatements
+
+
+class TimerSql(Protocol):
+    """The statements timers are moved with (the waits area's)."""
+
+    timers: TimerStatements
 
 
 class TimerOps:
     db: Connections
-    sql: Statements
+    sql: TimerSql
 
     def bring_timers_forward(self, seconds: float) -> int:
         """Move this namespace's timers ``seconds`` earlier; returns the waits moved."""

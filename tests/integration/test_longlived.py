@@ -156,7 +156,7 @@ def test_set_state_wakes_a_listener_at_once_on_postgres(basic_app, key):
     assert claim is not None
     with store.listener() as listener:
         assert listener.conn is not None  # LISTEN, not polling
-        assert store.set_state(key, claim.fence, "receipt", '"r-1"')
+        assert store.waits.set_state(key, claim.fence, "receipt", '"r-1"')
         started = time.monotonic()
         listener.wait_for(key, 20.0)
         assert time.monotonic() - started < 10.0  # the NOTIFY, not the 20 s timeout

@@ -20,6 +20,7 @@ from celery_durable.ops import console, run_details
 from celery_durable.ops.dashboard.values import VALUE_LIMIT, error_of, percentile, run_row, shown
 from celery_durable.runs.stored_runs import RunDetails
 from celery_durable.store import ALL_STATUSES, FINISHED_STATUSES, ItemRow, RunStats, StepRecord
+from celery_durable.store.areas import STATE_READS
 from celery_durable.store.reads import (
     consumed_signals,
     current_steps,
@@ -172,7 +173,7 @@ def run_page(
         {
             "key": key.key,
             "updated": console.iso(key.updated_at, False),
-            "value": shown(store.get_state(run_id, key.key), redact),
+            "value": shown(STATE_READS.of(store).get_state(run_id, key.key), redact),
         }
         for key in details.state_keys
     ]
@@ -253,7 +254,7 @@ def full_value(durable: Operations, run_id: str, what: str, redact: Redactor) ->
         run = store.get_run(run_id)
         raw = None if run is None else getattr(run, what)
     elif what.startswith("state-"):
-        raw = store.get_state(run_id, what[len("state-") :])
+        raw = STATE_READS.of(store).get_state(run_id, what[len("state-") :])
     else:
         _, _, rest = what.partition("step-")
         idx, _, field = rest.partition("-")

@@ -1,5 +1,6 @@
-"""Every SQL statement of the store, grouped by area: one statements class per area
-(``sql/<area>.py``), each built once per store and held as ``store.sql.<area>``.
+"""Every SQL statement of the kernel's store, and the wings' not yet in a store area: one
+statements class per group (``sql/<group>.py``), each built once per store and held as
+``store.sql.<group>``. A store area builds its wing's statements itself (``store.areas``).
 
 Each attribute is named after the operation that runs it (a ``Store`` method, or for a
 method that runs several, ``<method>_<part>``). Building them once lets SQLAlchemy's
@@ -34,9 +35,6 @@ from celery_durable.store.sql.reads import ReadStatements
 from celery_durable.store.sql.runs import RunStatements
 from celery_durable.store.sql.steps import StepStatements
 from celery_durable.store.sql.sweep import SweepStatements
-from celery_durable.waits.signal_statements import SignalStatements
-from celery_durable.waits.state_statements import StateStatements
-from celery_durable.waits.timer_statements import TimerStatements
 
 
 class Statements:
@@ -49,8 +47,6 @@ class Statements:
         self.steps = StepStatements(tables, dialect, namespace)
         self.carry = CarryStatements(tables, dialect, namespace, self.runs)
         self.sweep = SweepStatements(tables, dialect, namespace, dispatcher)
-        self.signals = SignalStatements(tables, dialect, namespace)
-        self.state = StateStatements(tables, dialect, namespace)
         self.items = ItemStatements(tables, dialect, namespace, dispatcher)
         self.open_items = OpenItemStatements(tables, dialect, namespace)
         self.batches = BatchStatements(tables, dialect, namespace)
@@ -66,6 +62,5 @@ class Statements:
         )
         self.kept_slots = KeptSlotStatements(tables, dialect, namespace, self.steps)
         self.schedules = ScheduleStatements(tables, dialect, namespace)
-        self.timers = TimerStatements(tables, dialect, namespace)
         self.liveness = LivenessStatements(tables, dialect, namespace)
         self.notify = self.runs.notify

@@ -25,7 +25,7 @@ def make(store: Store, run_id: str, name: str, status: str, grace: float = 60.0)
     assert claim is not None
     if status == "WAITING":
         waiting = StepRecord(0, "celery_durable.signal:go", "waiting", "[]", "{}", None)
-        store.suspend_run(run_id, claim.fence, waiting, "go", None)
+        store.waits.suspend_run(run_id, claim.fence, waiting, "go", None)
     elif status == "SUCCEEDED":
         store.settle_run(run_id, claim.fence, "SUCCEEDED", result="1")
     elif status == "FAILED":
@@ -176,7 +176,7 @@ def test_a_step_keeps_its_duration_and_a_wait_is_timed_by_the_database(store):
     claim = store.claim_run("timed", "w", lease=30)
     store.record_step("timed", claim.fence, StepRecord(0, "s", "ok", "[]", "1", None, 0.25))
     waiting = StepRecord(1, "celery_durable.signal:go", "waiting", "[]", "{}", None)
-    assert store.suspend_run("timed", claim.fence, waiting, "go", None).value == "suspended"
+    assert store.waits.suspend_run("timed", claim.fence, waiting, "go", None).value == "suspended"
     suspended_at = store.now()
     wait_until(lambda: store.now() > suspended_at + 0.05, 5, message="the clock to move on")
     assert store.wake_run("timed", "go", 60) is not None
@@ -257,11 +257,11 @@ def test_fork_takes_a_copy_of_the_unconsumed_signals_in_order(store):
     store.insert_run(new_run("origin"))
     claim = store.claim_run("origin", "w", lease=30)
     for name, key in (("a", "k-a"), ("b", "k-b"), ("a", None), ("c", "k-c")):
-        store.insert_signal("origin", name, f'"{name}"', key, 100)
+        store.waits.insert_signal("origin", name, f'"{name}"', key, 100)
     wait = StepRecord(0, "w", "ok", "[]", None, None)
-    taken = store.consume_signal("origin", claim.fence, "a", wait)
+    taken = store.waits.consume_signal("origin", claim.fence, "a", wait)
     assert taken.payload == '"a"'  # the first "a" is consumed: not carried
-    store.reject_signal("origin", "late", '"x"', None, "refused", 100)  # kept, never pending
+    store.waits.reject_signal("origin", "late", '"x"', None, "refused", 100)  # kept, never pending
     store.settle_run("origin", claim.fence, "FAILED", error='{"type":"x.Bug","message":"bug"}')
     forked = store.fork_run("origin", "fork", 1, grace=60)
     assert forked.run is not None and forked.signals == ("b", "a", "c")
@@ -286,11 +286,11 @@ def with_rows(store: Store, run_id: str, status: str) -> None:
     store.insert_run(new_run(run_id))
     claim = store.claim_run(run_id, "w", lease=30)
     store.record_step(run_id, claim.fence, StepRecord(0, "s", "ok", "[]", "1", None, 0.1))
-    store.set_state(run_id, claim.fence, "state", '"x"')
-    store.insert_signal(run_id, "later", "1", None, 10)
+    store.waits.set_state(run_id, claim.fence, "state", '"x"')
+    store.waits.insert_signal(run_id, "later", "1", None, 10)
     if status == "WAITING":
         waiting = StepRecord(1, "celery_durable.signal:go", "waiting", "[]", "{}", None)
-        store.suspend_run(run_id, claim.fence, waiting, "go", None)
+        store.waits.suspend_run(run_id, claim.fence, waiting, "go", None)
     elif status == "CANCELLED":
         store.settle_run(run_id, claim.fence, "CANCELLED")
     elif status != "RUNNING":

@@ -16,12 +16,12 @@ def test_bringing_the_timers_forward_makes_a_sleep_and_a_signal_timeout_due(dura
     handle = patient.delay()
     assert handle.status() is WorkflowStatus.WAITING
     # A minute short of due, not a second: a loaded machine can spend a second before the sweep.
-    assert durable.runtime.store.bring_timers_forward(3540) == 1
+    assert durable.runtime.store.waits.bring_timers_forward(3540) == 1
     assert durable.runtime.sweeper.sweep_once() == 0 and handle.status() is WorkflowStatus.WAITING
-    durable.runtime.store.bring_timers_forward(60)
+    durable.runtime.store.waits.bring_timers_forward(60)
     durable.runtime.sweeper.sweep_once()
     assert handle.status() is WorkflowStatus.WAITING  # now for the signal, 10 minutes
-    durable.runtime.store.bring_timers_forward(600)
+    durable.runtime.store.waits.bring_timers_forward(600)
     durable.runtime.sweeper.sweep_once()
     assert handle.get(timeout=5) == "timed out"
 
@@ -33,7 +33,7 @@ def test_a_deadline_comes_due_when_the_timers_move(durable):
 
     handle = waits_forever.delay()
     assert handle.status() is WorkflowStatus.WAITING
-    durable.runtime.store.bring_timers_forward(3601)
+    durable.runtime.store.waits.bring_timers_forward(3601)
     durable.runtime.sweeper.sweep_once()
     assert handle.status() is WorkflowStatus.CANCELLED
     assert "deadline exceeded" in (handle.record().cancel_reason or "")

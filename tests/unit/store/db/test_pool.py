@@ -50,9 +50,11 @@ def test_writes_reads_transactions_and_the_heartbeat_share_one_connection(store,
     assert claim is not None and not claim.has_steps
     store.record_step("r1", claim.fence, step(0))
     assert store.get_run("r1").status == "RUNNING"  # a read (SQLAlchemy)
-    assert store.set_state("r1", claim.fence, "state", "1")
-    assert store.suspend_run("r1", claim.fence, step(1), "go", None).name == "SUSPENDED"
-    assert store.insert_signal("r1", "go", "2", None, 5).outcome.name == "STORED"  # a transaction
+    assert store.waits.set_state("r1", claim.fence, "state", "1")
+    assert store.waits.suspend_run("r1", claim.fence, step(1), "go", None).name == "SUSPENDED"
+    assert (
+        store.waits.insert_signal("r1", "go", "2", None, 5).outcome.name == "STORED"
+    )  # a transaction
     assert store.wake_run("r1", "go", 60) is not None
     claim = store.claim_run("r1", "me", lease=30)
     assert claim is not None and claim.has_steps

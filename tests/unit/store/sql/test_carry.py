@@ -46,10 +46,10 @@ def test_without_the_lease_they_are_not_written(store, write):
     elif write == "settle":
         assert store.settle_run(run_id, stale, "SUCCEEDED", carried=carried) is None
     elif write == "set_state":
-        assert not store.set_state(run_id, stale, "k", "1", carried=carried)
+        assert not store.waits.set_state(run_id, stale, "k", "1", carried=carried)
     elif write == "suspend":
         waiting = StepRecord(2, "sleep", "waiting", "[[],{}]", "{}", None)
-        outcome = store.suspend_run(run_id, stale, waiting, None, None, carried)
+        outcome = store.waits.suspend_run(run_id, stale, waiting, None, None, carried)
         assert outcome is Outcome.LEASE_LOST
     else:
         outcome = store.dispatch_fanout(run_id, stale, started(2, 1), fan(1), carried).outcome
@@ -66,8 +66,8 @@ def test_a_cancelled_run_settles_cancelled_without_them(store):
 
 def test_suspensions_set_state_retries_and_fan_outs_carry_them(store):
     fence = claimed(store, "c5")
-    assert store.set_state("c5", fence, "k", '"v"', carried=deferred(0))
-    taken = store.consume_signal("c5", fence, "go", strict(9), carried=deferred(1))
+    assert store.waits.set_state("c5", fence, "k", '"v"', carried=deferred(0))
+    taken = store.waits.consume_signal("c5", fence, "go", strict(9), carried=deferred(1))
     assert taken.outcome is Outcome.NO_SIGNAL  # still commits what it carried
     written = store.dispatch_fanout("c5", fence, started(2, 1), fan(1), deferred(3))
     assert written.outcome is Outcome.RECORDED
@@ -75,7 +75,9 @@ def test_suspensions_set_state_retries_and_fan_outs_carry_them(store):
     assert recorded(store, "c5") == {0: "0", 1: "10", 2: None, 3: "30", 4: "40"}
     fence = claimed(store, "c6")
     waiting = StepRecord(1, "sleep", "waiting", "[[],{}]", "{}", None)
-    assert store.suspend_run("c6", fence, waiting, None, None, deferred(0)) is (Outcome.SUSPENDED)
+    assert store.waits.suspend_run("c6", fence, waiting, None, None, deferred(0)) is (
+        Outcome.SUSPENDED
+    )
     fence = claimed(store, "c7")
     assert store.schedule_retry("c7", fence, 0.0, "{}", None, deferred(0, 1)) == "PENDING"
     assert recorded(store, "c6") == {0: "0", 1: "{}"}
