@@ -112,7 +112,7 @@ def continue_loop(durable: Durable, generations: int) -> dict[str, Any]:
         for idx in range(2):
             step = StepRecord(idx, "benchmarks.noop_step", "ok", f"[[{n}],{{}}]", str(n), None)
             store.record_step(run_id, claim.fence, step)
-        due = store.continue_as_new(run_id, claim.fence, f"[[{n + 1}],{{}}]", 60.0)
+        due = store.sagas.continue_as_new(run_id, claim.fence, f"[[{n + 1}],{{}}]", 60.0)
         if due is None or isinstance(due, str):
             raise RuntimeError(f"generation {n}: continue_as_new returned {due!r}")
     elapsed = time.perf_counter() - started

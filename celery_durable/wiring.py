@@ -19,6 +19,7 @@ from celery_durable.body.step import Step
 from celery_durable.canvas import by_name
 from celery_durable.canvas import reports as canvas
 from celery_durable.canvas.listeners import OwedReports, Report
+from celery_durable.canvas.outbox import CANVAS
 from celery_durable.engine import deadlines
 from celery_durable.engine.bootstep import DurableSweeper
 from celery_durable.engine.guard import DeliveryGuard
@@ -36,6 +37,7 @@ from celery_durable.runs.handle_hooks import HANDLE_HOOKS
 from celery_durable.sagas import continued as continue_as_new
 from celery_durable.sagas import rollback
 from celery_durable.sagas.compensation import MarkCompensable
+from celery_durable.sagas.store import SAGAS
 from celery_durable.schedules import declared as schedules
 from celery_durable.schedules.dashboard import SCHEDULE_ACTIONS, SCHEDULES_PAGE
 from celery_durable.schedules.firing import SchedulePass
@@ -49,6 +51,8 @@ from celery_durable.waits.store_area import WAITS
 # operator tools: the dashboard's pages, sections and actions, the metrics endpoint's
 # gauges. Every Durable of a process has the same wings, so these are the process's.
 STORE_AREAS.add(WAITS)  # every Store built after this holds ``store.waits``
+STORE_AREAS.add(CANVAS)  # ``store.canvas``
+STORE_AREAS.add(SAGAS)  # ``store.sagas``
 HANDLE_HOOKS.signal = send_signal
 HANDLE_HOOKS.query = query
 HANDLE_HOOKS.wait_for_state = wait_for_state

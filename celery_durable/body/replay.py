@@ -19,6 +19,7 @@ from celery_durable.errors import (
     WorkflowCancelled,
 )
 from celery_durable.store import Outcome, StepRecord
+from celery_durable.store.areas import FENCED_WRITES
 
 logger = logging.getLogger("celery_durable.step")
 
@@ -110,7 +111,7 @@ def record_fenced(ctx: WorkflowContext, step: StepRecord) -> None:
     # tells a lost lease from an outage, whatever stopped the body.
     stop: BaseException
     try:
-        written = ctx.store.record_fenced_step(ctx.workflow_id, ctx.fence, step)
+        written = FENCED_WRITES.of(ctx.store).record_fenced_step(ctx.workflow_id, ctx.fence, step)
     except Exception as exc:
         stop = StoreUnavailable(f"run {ctx.workflow_id!r}: the store failed: {exc!r}")
         ctx.stop(stop)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from celery_durable.canvas.outbox import CANVAS
 from celery_durable.canvas.reports import (
     WING,
     Canvas,
@@ -41,10 +42,11 @@ class OwedReports:
 
     def __call__(self) -> None:
         runtime, config = self.runtime, self.runtime.config
+        outbox = CANVAS.of(runtime.store)
         while True:
-            owed = runtime.store.take_owed_reports(config.dispatch_grace, config.sweep_batch)
+            owed = outbox.take_owed_reports(config.dispatch_grace, config.sweep_batch)
             outcomes = {entry: report_owed(runtime, entry) for entry in owed}
-            runtime.store.clear_reported([e.id for e, outcome in outcomes.items() if outcome])
+            outbox.clear_reported([e.id for e, outcome in outcomes.items() if outcome])
             for entry, outcome in outcomes.items():
                 if outcome == "made":
                     logger.warning(

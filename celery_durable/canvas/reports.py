@@ -35,6 +35,7 @@ from celery.exceptions import TaskRevokedError
 from celery.utils.serialization import create_exception_cls
 from kombu.utils.json import dumps, loads
 
+from celery_durable.canvas.outbox import CANVAS
 from celery_durable.core import faults, serialization
 from celery_durable.core.logs import run_fields
 from celery_durable.errors import WorkflowCancelled
@@ -202,15 +203,15 @@ def report_settled(runtime: RuntimeView, owed: OwedReport) -> None:
     if canvas.report:
         runtime.leases.reported(owed.id)
     else:
-        runtime.store.clear_reported([owed.id])
+        CANVAS.of(runtime.store).clear_reported([owed.id])
 
 
 def report_taken(runtime: RuntimeView, run_id: str) -> None:
     """Report a run that a cancel (or a refusal) just finished, outside any delivery: its
     entry is taken, the report made, the entry cleared at once."""
-    owed = runtime.store.take_owed_report(run_id)
+    owed = CANVAS.of(runtime.store).take_owed_report(run_id)
     if owed is not None and report_finished(runtime, owed, Canvas.decode(owed.canvas or "{}")):
-        runtime.store.clear_reported([owed.id])
+        CANVAS.of(runtime.store).clear_reported([owed.id])
 
 
 def report_owed(runtime: RuntimeView, owed: OwedReport) -> str | None:

@@ -25,6 +25,7 @@ from celery_durable.body.context import LeaseClock
 from celery_durable.core.retry import backoff
 from celery_durable.engine.liveness import watch_proof
 from celery_durable.store import OpenItem, ProofOfLife
+from celery_durable.store.areas import REPORTS_CLEARED
 from celery_durable.store.db.outage import describe, is_unreachable, summary
 
 if TYPE_CHECKING:
@@ -182,7 +183,7 @@ class LeaseKeeper:
         with self._lock:
             reported, self._reported = self._reported, []
         try:
-            self.runtime.store.clear_reported(reported)
+            REPORTS_CLEARED.of(self.runtime.store).clear_reported(reported)
         except Exception:
             with self._lock:  # tried again at the next beat; the sweeper checks meanwhile
                 self._reported.extend(reported)

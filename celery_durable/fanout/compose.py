@@ -46,6 +46,7 @@ from celery_durable.fanout.fanin import (
     wait_for,
 )
 from celery_durable.store import FanOut, NewRun, StepRecord
+from celery_durable.store.areas import FENCED_WRITES
 
 R = TypeVar("R")
 
@@ -251,7 +252,7 @@ def check_child_depth(ctx: WorkflowContext, workflow_name: str, index: int) -> N
     limit = ctx.max_child_depth
     if limit is None or ctx.parent_id is None:
         return
-    depth = 1 + ctx.store.count_ancestors(ctx.workflow_id, limit)
+    depth = 1 + FENCED_WRITES.of(ctx.store).count_ancestors(ctx.workflow_id, limit)
     if depth > limit:
         raise RunLimitExceeded(
             f"workflow run {ctx.workflow_id!r}: child {workflow_name} at step {index} would "

@@ -40,6 +40,7 @@ from celery_durable.body.replay import (
 )
 from celery_durable.body.step import COMPENSATED, Step
 from celery_durable.core import serialization
+from celery_durable.sagas.store import SAGAS
 from celery_durable.store import StepRecord
 from celery_durable.store.engine_names import COMPENSATE_STEP_PREFIX, Compensation
 
@@ -188,7 +189,7 @@ class MarkCompensable(StepGuard):
         if step.options.compensate is None or is_compensable(ctx):
             return
         with store_guard(ctx):
-            marked = ctx.store.mark_compensable(ctx.workflow_id, ctx.fence)
+            marked = SAGAS.of(ctx.store).mark_compensable(ctx.workflow_id, ctx.fence)
         if not marked:
             stop_writing(ctx)
         ctx.wings[WING] = True

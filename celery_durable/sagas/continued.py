@@ -19,6 +19,7 @@ from celery_durable.engine.publish import publish_woken
 from celery_durable.engine.runtime_view import SettleListener
 from celery_durable.errors import ContinuedAsNew
 from celery_durable.sagas.rollback import finish_or_roll_back
+from celery_durable.sagas.store import SAGAS
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime_view import RuntimeView
@@ -29,7 +30,7 @@ logger = logging.getLogger("celery_durable.workflow")
 def settle_continued(runtime: RuntimeView, ctx: WorkflowContext, exc: ContinuedAsNew) -> Any:
     fields = ctx.log_fields()
     carried = ctx.take_deferred()
-    due = runtime.store.continue_as_new(
+    due = SAGAS.of(runtime.store).continue_as_new(
         ctx.workflow_id, ctx.fence, exc.args_encoded, runtime.config.dispatch_grace, carried
     )
     if due == "CANCELLED":

@@ -36,6 +36,7 @@ from celery_durable.sagas.compensation import (
     run_compensations,
     write_fenced,
 )
+from celery_durable.sagas.store import SAGAS
 from celery_durable.store import Claim, StepRecord
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ def settle(
             decoded["message"] += f" (and {len(failures)} compensation(s) failed)"
             error = serialization.dumps(decoded)
         outcome = COMPENSATION_FAILED if failures else COMPENSATED
-        if not runtime.store.set_compensation(ctx.workflow_id, ctx.fence, outcome):
+        if not SAGAS.of(runtime.store).set_compensation(ctx.workflow_id, ctx.fence, outcome):
             return None
     except LeaseLost:
         return None

@@ -1,10 +1,10 @@
-"""The Store's operations for long-lived workflows: a saga's rollback writes and
-continue_as_new. Mixed into ``Store``; the SQL is in
-``sagas/statements.py``.
+"""The sagas wing's store area, held as ``store.sagas``: a saga's rollback writes and
+continue_as_new. It builds its statements (``sagas/statements.py``) once per store; the
+kernel writes fenced steps and counts ancestors through ``FENCED_WRITES``.
 
 Example::
 
-    due = store.continue_as_new("r1", fence, '[["cursor-2"], {}]', grace=60.0)
+    due = SAGAS.of(store).continue_as_new("r1", fence, '[["cursor-2"], {}]', grace=60.0)
     # the run is PENDING again with an empty history; publish ``due``
 """
 
@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
-from celery_durable.store.db.connections import Connections
-from celery_durable.store.db.dialect import Dialect
+from celery_durable.sagas.statements import LongLivedStatements
+from celery_durable.store.areas import AreaKey
 from celery_durable.store.records import DueRun, StepRecord
 from celery_durable.store.sql.build import params, step_params, write_carried
-from celery_durable.store.sql.statements import Statements
+from celery_durable.store.store import Store
 
 _ARCHIVE_NAMESPACE = uuid.UUID("6f1c3b2e-57a4-4f49-9d0c-6a3e8f0b2c11")
 
@@ -31,12 +32,17 @@ def archive_id(run_id: str, generation: int) -> str:
     return str(uuid.uuid5(_ARCHIVE_NAMESPACE, wanted))
 
 
-class LongLivedOps:
+class SagasArea:
     """Fenced writes of a rollback (allowed after cancel) and continue_as_new."""
 
-    db: Connections
-    sql: Statements
-    dialect: Dialect
+    def __init__(self, store: Store) -> None:
+        self.db = store.db
+        self.dialect = store.dialect
+        self.sql = LongLivedStatements(store.tables, store.dialect, store.namespace)
+
+    @property
+    def on_cancelled(self) -> Sequence[Any]:
+        return ()
 
     def record_fenced_step(self, run_id: str, fence: int, step: StepRecord) -> bool:
         """Write a step while this worker holds the run, cancel requested or not; False
@@ -44,30 +50,30 @@ class LongLivedOps:
         values = step_params(run_id, fence, step)
         with self.db.write() as conn:
             if not self.dialect.locks_rows:  # checked first, in BEGIN IMMEDIATE
-                if conn.execute(self.sql.long_lived.check_fenced, values).first() is None:
+                if conn.execute(self.sql.check_fenced, values).first() is None:
                     return False
-            written = conn.execute(self.sql.long_lived.record_fenced_step, values).first()
+            written = conn.execute(self.sql.record_fenced_step, values).first()
             if written is not None:
                 return True
-            return conn.execute(self.sql.long_lived.check_fenced, values).first() is not None
+            return conn.execute(self.sql.check_fenced, values).first() is not None
 
     def count_ancestors(self, run_id: str, limit: int) -> int:
         """How many runs ``run_id`` descends from (0: a top-level run), at most ``limit``."""
         with self.db.read() as conn:
             found = conn.execute(
-                self.sql.long_lived.count_ancestors, params(run_id=run_id, limit=limit)
+                self.sql.count_ancestors, params(run_id=run_id, limit=limit)
             ).scalar()
         return int(found or 0)
 
     def mark_compensable(self, run_id: str, fence: int) -> bool:
         """The run finished a step with a compensation: a cancel rolls it back."""
         values = params(run_id=run_id, fence=fence)
-        return self.db.one(self.sql.long_lived.mark_compensable, values, retry=True) is not None
+        return self.db.one(self.sql.mark_compensable, values, retry=True) is not None
 
     def set_compensation(self, run_id: str, fence: int, outcome: str) -> bool:
         """Record how the run's rollback went ("compensated", "compensation failed")."""
         values = params(run_id=run_id, fence=fence, compensation=outcome)
-        return self.db.one(self.sql.long_lived.set_compensation, values, retry=True) is not None
+        return self.db.one(self.sql.set_compensation, values, retry=True) is not None
 
     def continue_as_new(
         self,
@@ -84,7 +90,7 @@ class LongLivedOps:
         cancellation was requested (nothing changed), or None when the lease is gone.
         ``carried``: deferred steps' records, archived with the rest of the history."""
         values = params(run_id=run_id, fence=fence, args=args, grace=grace)
-        sql = self.sql.long_lived
+        sql = self.sql
         with self.db.transaction() as conn:
             row = conn.execute(sql.continue_as_new_lock, values).first()
             if row is None:
@@ -98,3 +104,6 @@ class LongLivedOps:
             conn.execute(sql.continue_as_new_move_items, values)
             due = conn.execute(sql.continue_as_new_reset, values).first()
             return None if due is None else DueRun(*due)
+
+
+SAGAS: AreaKey[SagasArea] = AreaKey("sagas", SagasArea)

@@ -6,7 +6,8 @@ dialect and namespace, and the kernel's statements it merges with); ``wiring`` r
 the keys in ``STORE_AREAS``, and every ``Store`` built afterwards in the process holds one
 instance of each. Wing code reaches its area typed with ``KEY.of(store)``; tests and users
 may write ``store.<name>``. The kernel's own needs of an area are kernel protocols read
-through a kernel key of the same name (``STATE_READS``), so it names no wing either.
+through a kernel key of the same name (``STATE_READS``, ``REPORTS_CLEARED``,
+``FENCED_WRITES``), so it names no wing either.
 
 Writes the kernel makes in its own transaction for a wing (cancelling a run drops its
 pending signals) are the area's ``on_cancelled`` statements: the kernel runs them in its
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar, cast
+
+from celery_durable.store.records import StepRecord
 
 AreaT = TypeVar("AreaT", covariant=True)
 
@@ -96,3 +99,25 @@ def _built_by_the_wing(store: Any) -> Any:
 
 
 STATE_READS: AreaKey[StateReads] = AreaKey("waits", _built_by_the_wing)
+
+
+class ReportsCleared(Protocol):
+    """What the kernel asks of the canvas area: the lease keeper clears the outbox entries
+    of the runs whose report to Celery was made, a beat's batch in one statement."""
+
+    def clear_reported(self, run_ids: Sequence[str]) -> None: ...
+
+
+REPORTS_CLEARED: AreaKey[ReportsCleared] = AreaKey("canvas", _built_by_the_wing)
+
+
+class FencedWrites(Protocol):
+    """What the kernel (and the fanout wing) asks of the sagas area: a step written while
+    the worker holds the run, cancel requested or not; how deep a run is nested."""
+
+    def record_fenced_step(self, run_id: str, fence: int, step: StepRecord) -> bool: ...
+
+    def count_ancestors(self, run_id: str, limit: int) -> int: ...
+
+
+FENCED_WRITES: AreaKey[FencedWrites] = AreaKey("sagas", _built_by_the_wing)

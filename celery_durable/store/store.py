@@ -23,14 +23,12 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
-from celery_durable.canvas.outbox import OutboxOps
 from celery_durable.errors import ConfigurationError
 from celery_durable.fanout.batches import BatchOps
 from celery_durable.fanout.items import ItemOps
 from celery_durable.limiters.kept_slots import KeptSlotOps
 from celery_durable.limiters.store import LimiterOps
 from celery_durable.limiters.usage import LimiterUsageOps
-from celery_durable.sagas.store import LongLivedOps
 from celery_durable.schedules.store import ScheduleOps
 from celery_durable.store.areas import STORE_AREAS, StoreArea
 from celery_durable.store.claims import ClaimOps
@@ -68,8 +66,6 @@ class Store(
     LeaseOps,
     LivenessOps,
     AdminOps,
-    LongLivedOps,
-    OutboxOps,
     LimiterOps,
     KeptSlotOps,
     LimiterUsageOps,

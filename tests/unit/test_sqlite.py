@@ -187,7 +187,8 @@ def test_link_and_link_error_fire_once_the_run_settles_in_eager_mode(durable):
     assert seen == [("linked", 42), ("errback", "KeyError")]
     waiting.cancel("not needed")
     assert seen[2:] == [("errback", "WorkflowCancelled")]
-    assert durable.runtime.store.take_owed_reports(grace=-60, limit=10) == []  # each reported once
+    # each reported once
+    assert durable.runtime.store.canvas.take_owed_reports(grace=-60, limit=10) == []
 
 
 def test_lease_keeper_counts_nested_tracking(durable):

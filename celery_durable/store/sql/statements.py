@@ -15,14 +15,12 @@ Example::
 
 from __future__ import annotations
 
-from celery_durable.canvas.outbox_statements import OutboxStatements
 from celery_durable.fanout.batch_statements import BatchStatements
 from celery_durable.fanout.item_statements import ItemStatements
 from celery_durable.fanout.open_item_statements import OpenItemStatements
 from celery_durable.limiters.kept_slot_statements import KeptSlotStatements
 from celery_durable.limiters.run_slot_statements import LimitedRunStatements
 from celery_durable.limiters.statements import LimiterStatements
-from celery_durable.sagas.statements import LongLivedStatements
 from celery_durable.schedules.statements import ScheduleStatements
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
@@ -50,12 +48,10 @@ class Statements:
         self.items = ItemStatements(tables, dialect, namespace, dispatcher)
         self.open_items = OpenItemStatements(tables, dialect, namespace)
         self.batches = BatchStatements(tables, dialect, namespace)
-        self.long_lived = LongLivedStatements(tables, dialect, namespace)
         self.admin = AdminStatements(tables, dialect, namespace, dispatcher)
         self.actions = ActionStatements(tables, dialect, namespace)
         self.reads = ReadStatements(tables, dialect, namespace)
         self.metrics = MetricStatements(tables, dialect, namespace)
-        self.outbox = OutboxStatements(tables, dialect, namespace, dispatcher)
         self.limiters = LimiterStatements(tables, dialect, namespace)
         self.limited_runs = LimitedRunStatements(
             tables, dialect, namespace, self.runs, self.limiters
