@@ -87,18 +87,18 @@ def _only_durable(ctx: click.Context) -> Durable:
     return found[0]
 
 
-def _check_id(workflow_id: str) -> None:
+def _check_id(run_id: str) -> None:
     try:
-        validate.check_workflow_id(workflow_id)
+        validate.check_run_id(run_id)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="WORKFLOW_ID") from None
+        raise click.BadParameter(str(exc), param_hint="RUN_ID") from None
 
 
 @contextmanager
-def _one_line_errors(instance: Durable, action: str, workflow_id: str) -> Iterator[None]:
+def _one_line_errors(instance: Durable, action: str, run_id: str) -> Iterator[None]:
     """What a user can act on (unknown or finished run, bad input, database down) becomes
     one line and a non-zero exit (click.ClickException) instead of a traceback."""
-    where = f"cannot {action} workflow run {workflow_id!r}"
+    where = f"cannot {action} workflow run {run_id!r}"
     try:
         yield
     except WorkflowNotFound:
@@ -121,7 +121,7 @@ def _one_line_errors(instance: Durable, action: str, workflow_id: str) -> Iterat
 @durable.command(
     help="Show a run: status, attempts, steps, waits, signals, state keys, fan-out items, children."
 )
-@click.argument("workflow_id")
+@click.argument("run_id")
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0),
@@ -140,7 +140,7 @@ def _one_line_errors(instance: Durable, action: str, workflow_id: str) -> Iterat
 @click.pass_context
 def show(
     ctx: click.Context,
-    workflow_id: str,
+    run_id: str,
     timeout: float,
     as_json: bool,
     max_items: int,
@@ -148,21 +148,21 @@ def show(
     steps_limit: int,
 ) -> None:
     instance = _only_durable(ctx)
-    _check_id(workflow_id)
+    _check_id(run_id)
     store = instance.runtime.store
 
     def read() -> tuple[RunDetails | None, list[ItemRow]]:
-        details = instance.describe_run(workflow_id, steps_from, steps_limit)
-        return details, [] if details is None else instance.list_items(workflow_id)
+        details = instance.describe_run(run_id, steps_from, steps_limit)
+        return details, [] if details is None else instance.list_items(run_id)
 
     try:
         details, rows = retry_while_unreachable(
-            read, timeout, store.url, f"cannot show workflow run {workflow_id!r}"
+            read, timeout, store.url, f"cannot show workflow run {run_id!r}"
         )
     except DatabaseUnavailable as exc:
         raise click.ClickException(str(exc)) from None
     if details is None:
-        raise click.ClickException(f"no workflow run {workflow_id!r}")
+        raise click.ClickException(f"no workflow run {run_id!r}")
     unstarted = run_details.unstarted_queues(rows)
     # Only when items wait unstarted: ask the workers (a broadcast, about a second).
     consumed = consumed_queues(instance.app) if unstarted else None
@@ -294,7 +294,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 
 
 @durable.command(help="Resume FAILED or CANCELLED runs from their first unfinished step.")
-@click.argument("workflow_ids", nargs=-1)
+@click.argument("run_ids", nargs=-1)
 @click.option("--workflow", default=None, help="Resume every matching run of this workflow.")
 @click.option("--status", default=None, help="With --workflow: failed (default), cancelled.")
 @click.option("--since", default=None, help=f"With --workflow: created at or after. {_WHEN_HELP}")
@@ -304,7 +304,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def resume(
     ctx: click.Context,
-    workflow_ids: tuple[str, ...],
+    run_ids: tuple[str, ...],
     workflow: str | None,
     status: str | None,
     since: str | None,
@@ -314,24 +314,24 @@ def resume(
 ) -> None:
     instance = _only_durable(ctx)
     bulk = workflow is not None
-    if workflow_ids and (bulk or status or since or until or dry_run):
+    if run_ids and (bulk or status or since or until or dry_run):
         raise click.UsageError("give run ids, or --workflow with its filters, not both")
-    if not workflow_ids and not bulk:
+    if not run_ids and not bulk:
         raise click.UsageError("give run ids, or --workflow (and --status, --since) to resume")
     if not bulk:
         refused = 0
-        for workflow_id in workflow_ids:
-            _check_id(workflow_id)
+        for run_id in run_ids:
+            _check_id(run_id)
             try:
-                with _one_line_errors(instance, "resume", workflow_id):
-                    resumed = instance.resume_run(workflow_id, timeout)
+                with _one_line_errors(instance, "resume", run_id):
+                    resumed = instance.resume_run(run_id, timeout)
             except click.ClickException as exc:
                 click.echo(f"Error: {exc.message}", err=True)
                 refused += 1
                 continue
             again = "" if resumed.dropped_step is None else ", which failed and runs again"
             click.echo(
-                f"{workflow_id}: resumed (was {resumed.status} after attempt "
+                f"{run_id}: resumed (was {resumed.status} after attempt "
                 f"{resumed.attempts}), continues at step {resumed.from_step}{again}"
             )
         ctx.exit(1 if refused else 0)
@@ -348,7 +348,7 @@ def resume(
 
 
 @durable.command(help="Start a new run that keeps a run's steps before --from-step.")
-@click.argument("workflow_id")
+@click.argument("run_id")
 @click.option(
     "--from-step",
     type=click.IntRange(min=0),
@@ -359,18 +359,18 @@ def resume(
 @click.option("--timeout", default=None, help="The new run's deadline from now: 90s, 2h.")
 @click.pass_context
 def fork(
-    ctx: click.Context, workflow_id: str, from_step: int, new_id: str | None, timeout: str | None
+    ctx: click.Context, run_id: str, from_step: int, new_id: str | None, timeout: str | None
 ) -> None:
     instance = _only_durable(ctx)
-    _check_id(workflow_id)
-    with _one_line_errors(instance, "fork", workflow_id):
+    _check_id(run_id)
+    with _one_line_errors(instance, "fork", run_id):
         try:
-            forked = instance.fork_run(workflow_id, from_step, new_id, timeout)
+            forked = instance.fork_run(run_id, from_step, new_id, timeout)
         except WorkflowAlreadyExists as exc:
-            raise DurableError(f"a run with id {exc.workflow_id!r} already exists") from None
-        steps = instance.runtime.store.load_steps(workflow_id)
+            raise DurableError(f"a run with id {exc.run_id!r} already exists") from None
+        steps = instance.runtime.store.load_steps(run_id)
     in_order = [steps[idx] for idx in sorted(steps)]
-    for line in console.fork_lines(workflow_id, from_step, forked, in_order):
+    for line in console.fork_lines(run_id, from_step, forked, in_order):
         click.echo(line)
 
 
@@ -387,38 +387,38 @@ def gc(ctx: click.Context, older_than: str, status: str | None, dry_run: bool) -
 
 
 @durable.command(name="signal", help="Send a signal (payload as JSON, default null) to a run.")
-@click.argument("workflow_id")
+@click.argument("run_id")
 @click.argument("name")
 @click.argument("payload", required=False)
 @click.option("--idempotency-key", "key", default=None)
 @click.pass_context
 def signal_command(
-    ctx: click.Context, workflow_id: str, name: str, payload: str | None, key: str | None
+    ctx: click.Context, run_id: str, name: str, payload: str | None, key: str | None
 ) -> None:
     instance = _only_durable(ctx)
     try:
         value = None if payload is None else json.loads(payload)
     except ValueError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="PAYLOAD") from None
-    _check_id(workflow_id)
-    with _one_line_errors(instance, f"signal {name!r} to", workflow_id):
-        stored = instance.get_handle(workflow_id).signal(name, value, key)
+    _check_id(run_id)
+    with _one_line_errors(instance, f"signal {name!r} to", run_id):
+        stored = instance.get_handle(run_id).signal(name, value, key)
     # A timeout returns None too, unless the body passed wait_for_signal(default=...).
     sent = " with the payload null (no PAYLOAD given)" if payload is None else ""
     click.echo(f"stored{sent}" if stored else "duplicate idempotency key: nothing stored")
 
 
 @durable.command(help="Cancel a run.")
-@click.argument("workflow_id")
+@click.argument("run_id")
 @click.option("--reason", default=None)
 @click.pass_context
-def cancel(ctx: click.Context, workflow_id: str, reason: str | None) -> None:
+def cancel(ctx: click.Context, run_id: str, reason: str | None) -> None:
     instance = _only_durable(ctx)
-    _check_id(workflow_id)
-    with _one_line_errors(instance, "cancel", workflow_id):
-        status = instance.get_handle(workflow_id).cancel(reason)
+    _check_id(run_id)
+    with _one_line_errors(instance, "cancel", run_id):
+        status = instance.get_handle(run_id).cancel(reason)
     pending = "" if status.finished else f", cancel requested: {console.cancel_pending(status)}"
-    click.echo(f"{workflow_id}: {status}{pending}")
+    click.echo(f"{run_id}: {status}{pending}")
 
 
 @durable.command(help="Serve Prometheus metrics, read from the store (the metrics extra).")

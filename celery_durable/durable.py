@@ -331,7 +331,7 @@ class Durable(ScheduleOperations, LimiterOperations):
 
     def send_signal(
         self,
-        workflow_id: str,
+        run_id: str,
         name: str,
         payload: Any = None,
         idempotency_key: str | None = None,
@@ -352,7 +352,7 @@ class Durable(ScheduleOperations, LimiterOperations):
         if store_first is None:
             store_first = self.database_configured
         return send_signal_via_broker(
-            self.runtime, workflow_id, name, payload, idempotency_key, store_first=store_first
+            self.runtime, run_id, name, payload, idempotency_key, store_first=store_first
         )
 
     @property

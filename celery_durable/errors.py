@@ -21,12 +21,23 @@ class DurableError(Exception):
     """Base class of celery_durable's own errors."""
 
 
+class RunIdentified:
+    """An error about one run, carrying its id as ``run_id``."""
+
+    run_id: str
+
+    @property
+    def workflow_id(self) -> str:
+        """The older name of ``run_id``, kept as an alias."""
+        return self.run_id
+
+
 class ConfigurationError(DurableError, ValueError):
     """A setting is missing or out of range; the message names the setting."""
 
 
 class InvalidArgument(DurableError, ValueError):
-    """A workflow id, idempotency key, signal name or other text the store and the broker
+    """A run id, idempotency key, signal name or other text the store and the broker
     carry verbatim breaks a rule (length, NUL, UTF-8); the message names the argument,
     the value and the rule. Raised before anything is written or published."""
 
@@ -43,65 +54,65 @@ class DuplicateRegistration(DurableError, ValueError):
     """Two workflows or two steps were registered under one name."""
 
 
-class WorkflowNotFound(DurableError, LookupError):
-    """No run with this workflow id exists in the namespace."""
+class WorkflowNotFound(RunIdentified, DurableError, LookupError):
+    """No run with this run id exists in the namespace."""
 
-    def __init__(self, workflow_id: str) -> None:
-        super().__init__(f"no workflow run with id {workflow_id!r}")
-        self.workflow_id = workflow_id
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no workflow run with id {run_id!r}")
+        self.run_id = run_id
 
 
-class WorkflowAlreadyExists(DurableError):
-    """A run with this workflow id already exists (pass ``if_exists="return"`` to reuse it)."""
+class WorkflowAlreadyExists(RunIdentified, DurableError):
+    """A run with this id already exists (pass ``if_exists="return"`` to reuse it)."""
 
-    def __init__(self, workflow_id: str) -> None:
+    def __init__(self, run_id: str) -> None:
         super().__init__(
-            f"a workflow run with id {workflow_id!r} already exists; "
+            f"a workflow run with id {run_id!r} already exists; "
             'pass if_exists="return" to get its handle instead'
         )
-        self.workflow_id = workflow_id
+        self.run_id = run_id
 
 
-class RunNotPublished(DurableError, OperationalError):
+class RunNotPublished(RunIdentified, DurableError, OperationalError):
     """``.delay()`` stored the run (PENDING) but could not publish its message (the broker
     is down, its client library missing...). The run exists: a worker's sweeper publishes
     it after ``durable_dispatch_grace``. Starting it again would make a second run; retry
-    with ``workflow_id=exc.workflow_id, if_exists="return"``, or wait on ``exc.handle``.
+    with ``run_id=exc.run_id, if_exists="return"``, or wait on ``exc.handle``.
     An ``OperationalError``, which Celery's ``.delay()`` raises for a broker that is down;
     the publish's error is chained as ``__cause__``."""
 
     def __init__(
-        self, workflow: str, workflow_id: str, grace: float, handle: Any, cause: BaseException
+        self, workflow: str, run_id: str, grace: float, handle: Any, cause: BaseException
     ) -> None:
         super().__init__(
-            f"workflow {workflow} run {workflow_id!r} is stored (PENDING), but publishing "
+            f"workflow {workflow} run {run_id!r} is stored (PENDING), but publishing "
             f"its message failed ({type(cause).__name__}: {cause}); the sweeper will publish "
             f"it (a worker's, after durable_dispatch_grace={grace:g}s). Don't start it "
-            f'again: retry with workflow_id={workflow_id!r}, if_exists="return" to get its '
+            f'again: retry with run_id={run_id!r}, if_exists="return" to get its '
             "handle"
         )
-        self.workflow_id = workflow_id
+        self.run_id = run_id
         self.handle = handle
 
 
-class WorkflowAlreadyCompleted(DurableError):
+class WorkflowAlreadyCompleted(RunIdentified, DurableError):
     """The run has finished (succeeded, failed or was cancelled)."""
 
-    def __init__(self, workflow_id: str, status: str) -> None:
-        super().__init__(f"workflow run {workflow_id!r} has already completed ({status})")
-        self.workflow_id = workflow_id
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(f"workflow run {run_id!r} has already completed ({status})")
+        self.run_id = run_id
         self.status = status
 
 
-class WorkflowNotResumable(DurableError):
+class WorkflowNotResumable(RunIdentified, DurableError):
     """Only a FAILED or CANCELLED run can be resumed; ``status`` is the run's."""
 
-    def __init__(self, workflow_id: str, status: str) -> None:
+    def __init__(self, run_id: str, status: str) -> None:
         super().__init__(
-            f"workflow run {workflow_id!r} can't be resumed: its status is {status}; "
+            f"workflow run {run_id!r} can't be resumed: its status is {status}; "
             "only FAILED or CANCELLED runs resume"
         )
-        self.workflow_id = workflow_id
+        self.run_id = run_id
         self.status = status
 
 
@@ -150,14 +161,14 @@ class NeverClaimed(DurableError):
     process: ``WorkflowFailed.error_type`` names it. Fix the cause, then ``durable resume``."""
 
 
-class WorkflowFailed(DurableError):
+class WorkflowFailed(RunIdentified, DurableError):
     """The workflow ended FAILED; carries the stored error's type, message and traceback."""
 
     def __init__(
-        self, workflow_id: str, error_type: str, error_message: str, error_traceback: str
+        self, run_id: str, error_type: str, error_message: str, error_traceback: str
     ) -> None:
-        super().__init__(f"workflow run {workflow_id!r} failed: {error_type}: {error_message}")
-        self.workflow_id = workflow_id
+        super().__init__(f"workflow run {run_id!r} failed: {error_type}: {error_message}")
+        self.run_id = run_id
         self.error_type = error_type
         self.error_message = error_message
         self.error_traceback = error_traceback
@@ -188,18 +199,16 @@ class StepFailed(DurableError):
         self.item = item
 
 
-class WorkflowCancelled(BaseException):  # noqa: N818 - the name is public API
+class WorkflowCancelled(RunIdentified, BaseException):  # noqa: N818 - the name is public API
     """The run was cancelled.
 
     A ``BaseException`` on purpose: ``except Exception`` in workflow code must not be able
     to swallow a cancellation.
     """
 
-    def __init__(self, workflow_id: str, reason: str | None = None) -> None:
-        super().__init__(
-            f"workflow run {workflow_id!r} was cancelled: {reason or 'no reason given'}"
-        )
-        self.workflow_id = workflow_id
+    def __init__(self, run_id: str, reason: str | None = None) -> None:
+        super().__init__(f"workflow run {run_id!r} was cancelled: {reason or 'no reason given'}")
+        self.run_id = run_id
         self.reason = reason
 
 

@@ -96,7 +96,7 @@ def start_worker(name: str, queue: str) -> subprocess.Popen[bytes]:
 
 # --8<-- [start:driver]
 def demo() -> None:
-    handle = report.apply_async(args=("doc-1",), workflow_id="report-doc-1")
+    handle = report.apply_async(args=("doc-1",), run_id="report-doc-1")
     result = handle.get(timeout=120)
     print(f"images: {result['images']}")
     print(f"sizes: {result['sizes']}; cover: {result['cover']}")

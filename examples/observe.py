@@ -192,7 +192,7 @@ def show_trace(trace_id: str) -> None:
 
 def show_logs(run_id: str) -> None:
     for line in WORKER_LOG.read_text().splitlines():
-        if line.startswith("{") and json.loads(line)["workflow_id"] == run_id:
+        if line.startswith("{") and json.loads(line)["run_id"] == run_id:
             entry = json.loads(line)
             print(f"log {entry['level']} {entry['logger']}: {entry['message']}")
 
@@ -203,8 +203,8 @@ def main() -> None:
     worker = start_worker()
     try:
         with trace.get_tracer("shop").start_as_current_span("POST /checkout") as request:
-            first = checkout.apply_async((1,), workflow_id="order-1")
-            second = checkout.apply_async((3,), workflow_id="order-2")
+            first = checkout.apply_async((1,), run_id="order-1")
+            second = checkout.apply_async((3,), run_id="order-2")
         print(f"order-1: {first.get(timeout=60)}")
         try:
             second.get(timeout=60)

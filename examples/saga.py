@@ -94,9 +94,9 @@ def wait_status(handle: cd.WorkflowHandle, status: cd.WorkflowStatus) -> None:
 
 # --8<-- [start:driver]
 def demo() -> None:
-    declined = trip.apply_async(("t-1",), workflow_id="trip-t-1")
+    declined = trip.apply_async(("t-1",), run_id="trip-t-1")
     print(f"t-1: {declined.get(timeout=60)}")
-    cancelled = trip.apply_async(("t-2",), workflow_id="trip-t-2")
+    cancelled = trip.apply_async(("t-2",), run_id="trip-t-2")
     wait_status(cancelled, cd.WorkflowStatus.WAITING)
     cancelled.cancel(reason="traveller changed plans")
     try:
@@ -105,7 +105,7 @@ def demo() -> None:
         print(f"t-2 cancelled: {exc.reason}; {cancelled.record().compensation}")
     ran = [(c.step.rsplit(".", 1)[-1], c.index, c.status) for c in cancelled.compensations()]
     print(f"t-2 compensations: {ran}")
-    booked = trip.apply_async(("t-3",), workflow_id="trip-t-3")
+    booked = trip.apply_async(("t-3",), run_id="trip-t-3")
     booked.signal("confirm")
     print(f"t-3: {booked.get(timeout=60)}; compensations: {booked.compensations()}")
     print(f"undone: {EFFECTS.read_text().splitlines()}")

@@ -6,7 +6,7 @@ Run it (no server needed)::
 
 An order runs five steps: one retried in-process until a flaky service answers, one
 deferred (its record rides on the next write), one that checks the card, a charge that
-uses the workflow id as its idempotency key, and a shipment that fails the run's first
+uses the run id as its idempotency key, and a shipment that fails the run's first
 attempt, so the workflow retries from the database and replays the steps it recorded.
 A second order's card check raises PermanentError: the run fails at once, not retried.
 """
@@ -60,7 +60,7 @@ def check_card(card: str) -> None:
 
 @durable.step
 def charge(order_id: str, cents: int) -> str:
-    key = cd.WorkflowContext.current().workflow_id  # the same on every attempt
+    key = cd.WorkflowContext.current().run_id  # the same on every attempt
     did(f"charge {order_id}")
     return f"charged {cents} (idempotency key {key})"
 
@@ -95,14 +95,14 @@ def start_worker() -> subprocess.Popen[bytes]:
 
 # --8<-- [start:driver]
 def demo() -> None:
-    first = order.apply_async(("o-1", "visa"), workflow_id="order-o-1")
+    first = order.apply_async(("o-1", "visa"), run_id="order-o-1")
     print(f"o-1 result: {first.get(timeout=60)}")
     effects = EFFECTS.read_text().split("\n")
     ran = {step: effects.count(f"{step} o-1") for step in ("fetch_rate", "charge", "ship")}
     print(f"o-1 calls: {ran}; run attempts: {first.record().attempts}")
     steps = [(s.idx, s.name.rsplit(".", 1)[-1], s.status, s.attempt) for s in first.steps()]
     print(f"o-1 steps: {steps}")
-    second = order.apply_async(("o-2", "expired"), workflow_id="order-o-2")
+    second = order.apply_async(("o-2", "expired"), run_id="order-o-2")
     try:
         second.get(timeout=60)
     except WorkflowFailed as exc:

@@ -99,7 +99,7 @@ def wait_for(what: str, condition: object) -> None:
 
 # --8<-- [start:driver]
 def demo(workers: list[subprocess.Popen[bytes]]) -> None:
-    alice = subscription.apply_async(("alice",), workflow_id="sub-alice")
+    alice = subscription.apply_async(("alice",), run_id="sub-alice")
     wait_for("period 1", lambda: alice.status() is cd.WorkflowStatus.WAITING)
     print(f"period 1 on v1: {alice.query()}")
     workers[0].terminate()  # the deploy: v1 stops while alice's run is in flight
@@ -110,7 +110,7 @@ def demo(workers: list[subprocess.Popen[bytes]]) -> None:
     print(f"alice: {alice.get(timeout=60)}")
     record = alice.record()
     print(f"generation {record.generation}, continued from {record.continued_from}")
-    mallory = subscription.apply_async(("mallory",), workflow_id="sub-mallory")
+    mallory = subscription.apply_async(("mallory",), run_id="sub-mallory")
     try:
         mallory.get(timeout=60)
     except WorkflowFailed as exc:

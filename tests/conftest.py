@@ -143,7 +143,7 @@ def pg_store(tmp_path: Path) -> Iterator[Store]:
 
 @pytest.fixture
 def key() -> str:
-    """A fresh key per test for workflow ids and Redis side-effect counters."""
+    """A fresh key per test for run ids and Redis side-effect counters."""
     return unique("k")
 
 

@@ -124,9 +124,9 @@ def enter_step() -> None:
     ctx = WorkflowContext.current()
     assert ctx is not None and ctx.in_step
     index = ctx.next_index - 1  # the step's index in the store (waits count too)
-    field = f"{ctx.workflow_id}:{index}"
+    field = f"{ctx.run_id}:{index}"
     try:
-        row = committed_row(ctx.workflow_id, index)
+        row = committed_row(ctx.run_id, index)
     except Exception as exc:  # noqa: BLE001 - the instrument failed, not the engine
         _ledger.rpush(f"{LEDGER_KEY}:check_failed", f"{field}: {exc!r}")
         row = None
@@ -134,7 +134,7 @@ def enter_step() -> None:
     _ledger.hincrby(f"{LEDGER_KEY}:exec", field, 1)
     if row is not None and row[0] == "ok":
         record = {
-            "workflow_id": ctx.workflow_id,
+            "run_id": ctx.run_id,
             "index": index,
             "pid": os.getpid(),
             "attempt": ctx.attempt,

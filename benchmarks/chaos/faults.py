@@ -191,7 +191,7 @@ class FaultInjector(threading.Thread):
         if paused is not None:
             info = json.loads(str(paused))
             entry.update(pid=info["pid"], after_step=info.get("step_index"))
-            entry["run"] = info["workflow_id"]
+            entry["run"] = info["run_id"]
             self.agenda.at(now + duration, "resume", lambda: self.end(lambda: _cont(info["pid"])))
         elif now < until:
             again = lambda: self.await_self_pause(entry, duration, until)  # noqa: E731

@@ -195,7 +195,7 @@ class ChaosRun:
 
     def _start(self, wf: WorkflowPlan) -> None:
         try:
-            self.app.flow.apply_async((wf.seed, wf.kind), workflow_id=wf.id, if_exists="return")
+            self.app.flow.apply_async((wf.seed, wf.kind), run_id=wf.id, if_exists="return")
         except Exception as exc:  # noqa: BLE001 - the store is cut off: try again
             self.start_retries += 1
             self.retried_starts.add(wf.id)

@@ -11,7 +11,7 @@ Example::
 
     def audit(message: str) -> None:
         ctx = WorkflowContext.current()
-        prefix = f"[{ctx.workflow_id}] " if ctx else ""
+        prefix = f"[{ctx.run_id}] " if ctx else ""
         print(prefix + message)
 """
 
@@ -158,7 +158,7 @@ class WorkflowContext:
     """One execution of a workflow body: its run, lease and replay position."""
 
     store: Store
-    workflow_id: str
+    run_id: str
     workflow_name: str
     attempt: int
     fence: int
@@ -281,15 +281,21 @@ class WorkflowContext:
 
     def too_many_steps(self, index: int) -> RunLimitExceeded:
         return RunLimitExceeded(
-            f"workflow run {self.workflow_id!r} reached durable_max_steps={self.max_steps} "
+            f"workflow run {self.run_id!r} reached durable_max_steps={self.max_steps} "
             f"recorded steps (step {index} refused, nothing of it stored); a run that loops "
             "should call celery_durable.continue_as_new(...) to go on with a fresh history, "
             "or raise durable_max_steps"
         )
 
+    @property
+    def workflow_id(self) -> str:
+        """The older name of ``run_id``, kept as an alias."""
+        return self.run_id
+
     def log_fields(self, step_index: int | None = None) -> dict[str, Any]:
         return {
-            "workflow_id": self.workflow_id,
+            "run_id": self.run_id,
+            "workflow_id": self.run_id,  # its older name, for one release
             "workflow": self.workflow_name,
             "attempt": self.attempt,
             "step_index": self.next_index if step_index is None else step_index,

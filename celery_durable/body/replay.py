@@ -30,13 +30,13 @@ def check_replay(
     """Raise NonDeterminismError when the code no longer calls what history recorded."""
     if recorded.name != name:
         raise NonDeterminismError(
-            f"workflow {ctx.workflow_name} run {ctx.workflow_id!r}: step {index} is "
+            f"workflow {ctx.workflow_name} run {ctx.run_id!r}: step {index} is "
             f"{name!r} in the code but {recorded.name!r} in the recorded history"
             + _changed_code_hint(ctx, index)
         )
     if recorded.input != step_input:
         raise NonDeterminismError(
-            f"workflow {ctx.workflow_name} run {ctx.workflow_id!r}: step {index} ({name}) "
+            f"workflow {ctx.workflow_name} run {ctx.run_id!r}: step {index} ({name}) "
             f"was called with different input: recorded {_clip(recorded.input)}, "
             f"now {_clip(step_input)}" + _changed_code_hint(ctx, index)
         )
@@ -48,7 +48,7 @@ def _changed_code_hint(ctx: WorkflowContext, index: int) -> str:
         'with `if celery_durable.patched("<change-id>"):` (runs that passed this point '
         "before the deploy get False and keep the old branch), or restart the run on "
         f"today's code from before this step: `celery -A <app> durable fork "
-        f"{ctx.workflow_id} --from-step {index}`"
+        f"{ctx.run_id} --from-step {index}`"
     )
 
 
@@ -59,10 +59,10 @@ def _clip(text: str, limit: int = 200) -> str:
 def stop_writing(ctx: WorkflowContext) -> NoReturn:
     """A fenced write failed: raise WorkflowCancelled or LeaseLost, whichever is true."""
     with store_guard(ctx):
-        run = ctx.store.get_run(ctx.workflow_id)
+        run = ctx.store.get_run(ctx.run_id)
     if run is not None and run.fence == ctx.fence and run.cancel_requested:
-        raise ctx.stop(WorkflowCancelled(ctx.workflow_id, run.cancel_reason))
-    raise ctx.stop(LeaseLost(f"run {ctx.workflow_id!r} is no longer owned by this worker"))
+        raise ctx.stop(WorkflowCancelled(ctx.run_id, run.cancel_reason))
+    raise ctx.stop(LeaseLost(f"run {ctx.run_id!r} is no longer owned by this worker"))
 
 
 @contextmanager
@@ -72,7 +72,7 @@ def store_guard(ctx: WorkflowContext) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        stopped = StoreUnavailable(f"run {ctx.workflow_id!r}: the store failed: {exc!r}")
+        stopped = StoreUnavailable(f"run {ctx.run_id!r}: the store failed: {exc!r}")
         raise ctx.stop(stopped) from exc
 
 
@@ -83,7 +83,7 @@ def confirm_lease(ctx: WorkflowContext) -> None:
     if not ctx.lease.doubtful():
         return
     with store_guard(ctx):
-        still_ours = ctx.store.renew_lease(ctx.workflow_id, ctx.fence, ctx.lease.lease)
+        still_ours = ctx.store.renew_lease(ctx.run_id, ctx.fence, ctx.lease.lease)
     if not still_ours:
         stop_writing(ctx)
     ctx.lease.renewed()
@@ -111,13 +111,13 @@ def record_fenced(ctx: WorkflowContext, step: StepRecord) -> None:
     # tells a lost lease from an outage, whatever stopped the body.
     stop: BaseException
     try:
-        written = FENCED_WRITES.of(ctx.store).record_fenced_step(ctx.workflow_id, ctx.fence, step)
+        written = FENCED_WRITES.of(ctx.store).record_fenced_step(ctx.run_id, ctx.fence, step)
     except Exception as exc:
-        stop = StoreUnavailable(f"run {ctx.workflow_id!r}: the store failed: {exc!r}")
+        stop = StoreUnavailable(f"run {ctx.run_id!r}: the store failed: {exc!r}")
         ctx.stop(stop)
         raise stop from exc
     if not written:
-        stop = LeaseLost(f"run {ctx.workflow_id!r} is no longer owned by this worker")
+        stop = LeaseLost(f"run {ctx.run_id!r} is no longer owned by this worker")
         ctx.stop(stop)
         raise stop
     ctx.history[step.idx] = step
@@ -133,14 +133,14 @@ def record(ctx: WorkflowContext, step: StepRecord) -> StepRecord:
     with store_guard(ctx):
         written = None if record_with is None or carried else record_with(step)
         if written is None:
-            written = ctx.store.record_step(ctx.workflow_id, ctx.fence, step, carried=carried)
+            written = ctx.store.record_step(ctx.run_id, ctx.fence, step, carried=carried)
     if written.outcome is Outcome.RECORDED:
         ctx.history[step.idx] = step
         for each in (*carried, step):
             logger.debug(
                 "workflow %s run %s: step %d (%s) recorded %s%s",
                 ctx.workflow_name,
-                ctx.workflow_id,
+                ctx.run_id,
                 each.idx,
                 each.name,
                 each.status,

@@ -243,7 +243,7 @@ class Step(Generic[P, R]):
         # publish would cost the round trip deferring saves.
         if ctx.on_step is not None and self.options.commit == "each":
             ctx.on_step(index, self.name)
-        with tracing.step(self.name, index, ctx.workflow_id):
+        with tracing.step(self.name, index, ctx.run_id):
             attempt = 0
             started = time.monotonic()  # the step's duration includes its in-process retries
             while True:

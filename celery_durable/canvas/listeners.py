@@ -68,7 +68,7 @@ class Report(SettleListener):
         """WAITING (``reason``) for ``app.AsyncResult``: one backend round trip per
         suspension of a run that reports. Not a ready state: ``.get()`` goes on waiting."""
         if (stored := ctx.wings.get(WING)) is not None and Canvas.decode(stored).report:
-            store_state(runtime, ctx.workflow_id, ctx.workflow_name, reason, "WAITING")
+            store_state(runtime, ctx.run_id, ctx.workflow_name, reason, "WAITING")
 
     def cancelled(self, runtime: RuntimeView, run_id: str) -> None:
         """Its link_error and REVOKED, now: no delivery of it settles it."""
@@ -78,6 +78,6 @@ class Report(SettleListener):
         self, runtime: RuntimeView, ctx: WorkflowContext, status: str, result: Any, error: Any
     ) -> None:
         if (canvas := ctx.wings.get(WING)) is not None:
-            run = (ctx.workflow_id, ctx.workflow_name, status, "", result, error, None, canvas)
+            run = (ctx.run_id, ctx.workflow_name, status, "", result, error, None, canvas)
             faults.reach(faults.BEFORE_REPORT, **ctx.log_fields())
             report_settled(runtime, OwedReport(*run))

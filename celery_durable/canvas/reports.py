@@ -324,7 +324,7 @@ def report_started(runtime: RuntimeView, ctx: WorkflowContext) -> None:
         return
     if Canvas.decode(ctx.wings.get(WING) or "{}").report:
         meta = {"pid": os.getpid(), "hostname": socket.gethostname()}
-        store_state(runtime, ctx.workflow_id, ctx.workflow_name, meta, states.STARTED)
+        store_state(runtime, ctx.run_id, ctx.workflow_name, meta, states.STARTED)
 
 
 def report_claimed(delivery: Delivery) -> None:
@@ -382,7 +382,7 @@ def _store_success(backend: Any, run_id: str, value: Any, request: Context) -> N
     meta["task_id"] = run_id
     backend._set_with_state(backend.get_key_for_task(run_id), backend.encode(meta), state)
     if request.chord:
-        faults.reach(faults.BEFORE_CHORD_PART, workflow_id=run_id)
+        faults.reach(faults.BEFORE_CHORD_PART, run_id=run_id)
         backend.on_chord_part_return(request, state, value)
 
 

@@ -30,7 +30,7 @@ def time_ordered_id() -> str:
 
 
 def derived_id(text: str) -> str:
-    """``text`` as a task or workflow id, or a uuid5 of it when longer than 255 bytes."""
+    """``text`` as a task or run id, or a uuid5 of it when longer than 255 bytes."""
     if len(text.encode("utf-8")) <= MAX_ID_BYTES:
         return text
     return str(uuid.uuid5(uuid.NAMESPACE_URL, text))

@@ -2,16 +2,18 @@
 
 Every lifecycle line (start, claim, step recorded, suspend, wake, retry, settle, recover,
 cancel, resume, fork, gc, and an item's claim, retry and record) passes the same fields as
-``extra``: ``workflow_id``, ``workflow``, ``attempt`` and ``step_index`` (None where the
-line's author can't know them). Per-step and per-item lines are DEBUG, the rest INFO or
-above.
+``extra``: ``run_id``, ``workflow``, ``attempt`` and ``step_index`` (None where the
+line's author can't know them), and ``workflow_id``, the older name of ``run_id``, kept
+for one release so that log queries can move. Per-step and per-item lines are DEBUG, the
+rest INFO or above.
 
 With ``durable_log_json`` set, the ``celery_durable`` logger writes its own lines, one
 JSON object each, to stderr (and no longer passes them to the root logger's handlers)::
 
     {"time": "2026-11-30T05:00:00.123+00:00", "level": "INFO", "logger":
      "celery_durable.workflow", "message": "workflow shop.checkout run r1 succeeded",
-     "workflow_id": "r1", "workflow": "shop.checkout", "attempt": 1, "step_index": 2}
+     "run_id": "r1", "workflow_id": "r1", "workflow": "shop.checkout", "attempt": 1,
+     "step_index": 2}
 
 Example::
 
@@ -27,7 +29,7 @@ import sys
 from typing import Any
 
 LOGGER = "celery_durable"
-FIELDS = ("workflow_id", "workflow", "attempt", "step_index")
+FIELDS = ("run_id", "workflow_id", "workflow", "attempt", "step_index")
 # Attributes every LogRecord has: anything else on a record came in through ``extra``.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "message",
@@ -37,7 +39,7 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
 
 
 def run_fields(
-    workflow_id: str | None,
+    run_id: str | None,
     workflow: str | None = None,
     attempt: int | None = None,
     step_index: int | None = None,
@@ -45,7 +47,8 @@ def run_fields(
     """The ``extra`` of a lifecycle line outside a running body (which has
     ``WorkflowContext.log_fields``)."""
     return {
-        "workflow_id": workflow_id,
+        "run_id": run_id,
+        "workflow_id": run_id,  # its older name, for one release
         "workflow": workflow,
         "attempt": attempt,
         "step_index": step_index,

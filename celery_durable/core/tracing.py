@@ -4,8 +4,9 @@ and while no SDK's tracer provider is set no span is made (the API's would recor
 
 - Each delivery of a run (an attempt, a resumption after a wait, a duplicate) is a span
   named after the workflow (kind CONSUMER), with ``celery_durable.*`` attributes: the
-  workflow id, the attempt, the steps replayed and the ``outcome`` (``succeeded``,
-  ``failed``, ``retrying``, ``waiting``, ``cancelled``, ``not_run``).
+  run id (``run_id``, and ``workflow_id``, its older name, for one release), the attempt,
+  the steps replayed and the ``outcome`` (``succeeded``, ``failed``, ``retrying``,
+  ``waiting``, ``cancelled``, ``not_run``).
 - Each step the attempt executes is a child span named after the step (replayed steps
   cost nothing and get none); a retry inside the step is an event on it.
 - Each delivery of an item task (``cd.map``, ``step.start``, a routed step) is a span
@@ -105,18 +106,21 @@ def _context_of(carrier: Any) -> Any:
 
 def delivery(workflow: str, request: Any) -> Any:
     """The span of one delivery of a run; its outcome comes from how the delivery ends."""
+    run_id = str(request.id)
     attributes = {
-        "celery_durable.workflow_id": str(request.id),
+        "celery_durable.run_id": run_id,
+        "celery_durable.workflow_id": run_id,  # its older name, for one release
         "celery_durable.workflow": workflow,
     }
     return _delivery(workflow, request, attributes)
 
 
-def item(step: str, request: Any, workflow_id: str, index: int, item: int) -> Any:
+def item(step: str, request: Any, run_id: str, index: int, item: int) -> Any:
     """The span of one delivery of an item task (a fan-out's item, a routed step): a child
     of the span that dispatched it."""
     attributes = {
-        "celery_durable.workflow_id": workflow_id,
+        "celery_durable.run_id": run_id,
+        "celery_durable.workflow_id": run_id,
         "celery_durable.step_index": index,
         "celery_durable.item": item,
     }
@@ -184,11 +188,15 @@ def outcome(name: str, detail: str | None = None) -> None:
         span.set_attribute("celery_durable.detail", detail)
 
 
-def step(name: str, index: int, workflow_id: str) -> Any:
+def step(name: str, index: int, run_id: str) -> Any:
     """The span of one executed step (a context manager)."""
     if not _recording():
         return _NOOP
-    attributes = {"celery_durable.step_index": index, "celery_durable.workflow_id": workflow_id}
+    attributes = {
+        "celery_durable.step_index": index,
+        "celery_durable.run_id": run_id,
+        "celery_durable.workflow_id": run_id,
+    }
     return _tracer().start_as_current_span(name, attributes=attributes)
 
 

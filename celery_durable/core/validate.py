@@ -1,8 +1,8 @@
-"""Checks of what callers hand over at the edges: workflow ids, keys, names, free text.
+"""Checks of what callers hand over at the edges: run ids, keys, names, free text.
 
 These values go to the database and the broker verbatim, so they must obey both:
 
-- AMQP carries the task id (which is the workflow id) as ``correlation_id``, a *short
+- AMQP carries the task id (which is the run id) as ``correlation_id``, a *short
   string* of at most 255 **bytes**: 100 emoji are 100 characters but 400 bytes.
 - Postgres ``text``/``varchar`` can't hold NUL, and ``varchar(255)`` counts characters.
 - Both need UTF-8; a lone surrogate (``"\\udcff"``, e.g. from ``os.fsdecode``) has none.
@@ -14,8 +14,8 @@ Example::
 
     from celery_durable.core import validate
 
-    validate.check_workflow_id("order-42")       # returns "order-42"
-    validate.check_workflow_id("😀" * 100)      # InvalidArgument: ... 400 bytes in UTF-8 ...
+    validate.check_run_id("order-42")            # returns "order-42"
+    validate.check_run_id("😀" * 100)           # InvalidArgument: ... 400 bytes in UTF-8 ...
     validate.check_idempotency_key(None)         # None: no key is fine
     validate.check_signal_name("approval")       # returns "approval"
 """
@@ -71,7 +71,7 @@ def check_text(
 ) -> Any:
     """Check one string argument; returns it unchanged.
 
-    ``argument`` names it in the error (``"workflow_id"``, ``"cancel(reason)"``, ...).
+    ``argument`` names it in the error (``"run_id"``, ``"cancel(reason)"``, ...).
     """
     if value is None and allow_none:
         return None
@@ -102,21 +102,36 @@ def _broken_rule(
     return None
 
 
-def check_workflow_id(value: Any, argument: str = "workflow_id") -> str:
-    """A workflow id (also the Celery task id): a non-empty str of at most 255 bytes in
+def check_run_id(value: Any, argument: str = "run_id") -> str:
+    """A run id (also the Celery task id): a non-empty str of at most 255 bytes in
     UTF-8 (AMQP's correlation_id), without NUL or lone surrogates."""
     rule = _broken_rule(value, None, MAX_ID_BYTES, allow_empty=False)
     if rule is not None:
         raise InvalidArgument(
-            f"{argument}={show(value)} is not a valid workflow id: {rule} (a workflow id is "
+            f"{argument}={show(value)} is not a valid run id: {rule} (a run id is "
             f"a non-empty str of at most {MAX_ID_BYTES} bytes in UTF-8, without NUL; it is "
             "also the Celery task id, which AMQP limits to 255 bytes)"
         )
     return str(value)
 
 
+def chosen_run_id(where: str, **names: str | None) -> str | None:
+    """The run id given under any of its names (``run_id``; ``workflow_id``, its older
+    name; Celery's ``task_id``), checked; None when none is given. Two different ids are
+    an error naming both."""
+    given = {
+        name: check_run_id(value, f"{where}: {name}")
+        for name, value in names.items()
+        if value is not None
+    }
+    if len(set(given.values())) > 1:
+        shown = " and ".join(f"{name}={value!r}" for name, value in given.items())
+        raise InvalidArgument(f"{where}: {shown} differ; pass one of them")
+    return next(iter(given.values()), None)
+
+
 def id_problem(value: Any) -> str | None:
-    """Why ``value`` can't be a workflow id (the rules of ``check_workflow_id``), or None:
+    """Why ``value`` can't be a run id (the rules of ``check_run_id``), or None:
     for ids that come off the broker, where raising is no answer."""
     return _broken_rule(value, None, MAX_ID_BYTES, allow_empty=False)
 

@@ -92,10 +92,10 @@ def _terminating_at(
         # The cancel first, so that its reason is the deadline, not the revoke that
         # stops the step (the sweeper leaves a run being cancelled to that cancel).
         try:
-            ctx.store.cancel_run(ctx.workflow_id, DEADLINE_EXCEEDED, dispatcher.dispatch_grace)
+            ctx.store.cancel_run(ctx.run_id, DEADLINE_EXCEEDED, dispatcher.dispatch_grace)
         except Exception:  # noqa: BLE001 - the sweeper's deadline pass cancels it anyway
-            logger.warning("run %s: could not cancel it at its deadline", ctx.workflow_id)
-        dispatcher.terminate(ctx.workflow_id)
+            logger.warning("run %s: could not cancel it at its deadline", ctx.run_id)
+        dispatcher.terminate(ctx.run_id)
 
     timer = threading.Timer(max(0.0, deadline_at - time.time()), stop)
     timer.daemon = True

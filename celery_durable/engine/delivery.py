@@ -113,7 +113,7 @@ def _check_run_id(runtime: Runtime, definition: WorkflowDefinition, run_id: str)
         # Not a run anyone could have started (they are checked at start): the store
         # can't even be asked about it.
         fields = run_fields(repr(run_id)[:255], definition.name)
-        text = f"its task id (the workflow id) is invalid: {problem}"
+        text = f"its task id (the run id) is invalid: {problem}"
         log_malformed(logger, f"{definition.name} workflow", run_id, text, extra=fields)
         raise taskevents.ended(runtime.app, run_id, None, f"malformed message: {text}")
 
@@ -152,7 +152,7 @@ def _context(
     history = runtime.store.load_steps(run_id) if claim.has_steps else {}
     ctx = WorkflowContext(
         store=runtime.store,
-        workflow_id=run_id,
+        run_id=run_id,
         workflow_name=delivery.definition.name,
         attempt=claim.attempts,
         fence=claim.fence,

@@ -49,7 +49,7 @@ def _settle(
     store = runtime.store
     if ctx.parent_id is None or ctx.parent_idx is None:
         return store.settle_run(
-            ctx.workflow_id,
+            ctx.run_id,
             ctx.fence,
             status,
             result=result,
@@ -58,7 +58,7 @@ def _settle(
             carried=ctx.take_deferred(),
         )
     final, woken = store.settle_child_run(
-        ctx.workflow_id,
+        ctx.run_id,
         ctx.fence,
         status,
         parent_id=ctx.parent_id,
@@ -69,5 +69,5 @@ def _settle(
         step=step,
         carried=ctx.take_deferred(),
     )
-    publish_woken(runtime, woken, f"its child {ctx.workflow_id} finished")
+    publish_woken(runtime, woken, f"its child {ctx.run_id} finished")
     return final

@@ -46,7 +46,7 @@ def settle_stop_or_error(
     runtime: RuntimeView, ctx: WorkflowContext, claim: Claim, exc: BaseException
 ) -> Any:
     fields = ctx.log_fields()
-    name, run_id, app = ctx.workflow_name, ctx.workflow_id, runtime.app
+    name, run_id, app = ctx.workflow_name, ctx.run_id, runtime.app
     if isinstance(exc, Suspended):
         logger.info(
             "workflow %s run %s is %s; its worker slot is free",
@@ -69,7 +69,7 @@ def settle_stop_or_error(
         raise taskevents.ended(app, run_id, None, "lease lost; another delivery owns the run")
     for listener in runtime.hooks.settle_listeners:
         listener.stopped(runtime, ctx, exc)  # a continue as new: settled, and raised
-    if isinstance(exc, WorkflowCancelled) and exc.workflow_id == run_id:
+    if isinstance(exc, WorkflowCancelled) and exc.run_id == run_id:
         if _finish_for_good(runtime, ctx, "CANCELLED", None, None):
             faults.reach(faults.AFTER_SETTLE, **fields)
             logger.info("workflow %s run %s cancelled: %s", name, run_id, exc.reason, extra=fields)
@@ -95,25 +95,23 @@ def settle_success(runtime: RuntimeView, ctx: WorkflowContext, encoded: str) -> 
     status = finish(runtime, ctx, "SUCCEEDED", result=encoded, step=caught)
     faults.reach(faults.AFTER_SETTLE, **fields)
     if status == "SUCCEEDED":
-        logger.info(
-            "workflow %s run %s succeeded", ctx.workflow_name, ctx.workflow_id, extra=fields
-        )
+        logger.info("workflow %s run %s succeeded", ctx.workflow_name, ctx.run_id, extra=fields)
         return
     if status == "CANCELLED":
         logger.info(
             "workflow %s run %s cancelled (cancel was requested before it settled)",
             ctx.workflow_name,
-            ctx.workflow_id,
+            ctx.run_id,
             extra=fields,
         )
         raise _cancelled(runtime, ctx)
     logger.warning(
         "workflow %s run %s finished but lost its lease before settling",
         ctx.workflow_name,
-        ctx.workflow_id,
+        ctx.run_id,
         extra=fields,
     )
-    raise taskevents.ended(runtime.app, ctx.workflow_id, None, "lease lost before settling")
+    raise taskevents.ended(runtime.app, ctx.run_id, None, "lease lost before settling")
 
 
 def _finish_for_good(
@@ -136,16 +134,16 @@ def _cancelled(
     runtime: RuntimeView, ctx: WorkflowContext, reason: str | None = None
 ) -> taskevents.DeliveryEnded:
     text = f"cancelled: {reason or 'cancel requested'} {taskevents.ctx_line(ctx)}"
-    return taskevents.ended(runtime.app, ctx.workflow_id, taskevents.CANCELLED, text)
+    return taskevents.ended(runtime.app, ctx.run_id, taskevents.CANCELLED, text)
 
 
 def _child_cancelled_on_retry(runtime: RuntimeView, ctx: WorkflowContext) -> None:
     """A child cancelled while scheduling its retry: its parent's item learns it now."""
     if ctx.parent_id is not None and ctx.parent_idx is not None:
         woken = runtime.store.settle_child_item(
-            ctx.parent_id, ctx.parent_idx, ctx.workflow_id, runtime.config.dispatch_grace
+            ctx.parent_id, ctx.parent_idx, ctx.run_id, runtime.config.dispatch_grace
         )
-        publish_woken(runtime, woken, f"its child {ctx.workflow_id} was cancelled")
+        publish_woken(runtime, woken, f"its child {ctx.run_id} was cancelled")
 
 
 def _ended_the_attempt(ctx: WorkflowContext, exc: BaseException) -> bool:
@@ -178,12 +176,12 @@ def _settle_error(
     if stopped_by is not None:
         # Give the lease back at once; not a failed attempt. After a revoke the sweeper's
         # cancel finds the run PENDING and cancels it.
-        if store.release_run(ctx.workflow_id, ctx.fence):
+        if store.release_run(ctx.run_id, ctx.fence):
             logger.warning(
                 "workflow %s run %s interrupted by %s; lease given back, attempt %d of %d "
                 "not counted",
                 ctx.workflow_name,
-                ctx.workflow_id,
+                ctx.run_id,
                 stopped_by,
                 claim.attempts,
                 claim.max_attempts,
@@ -200,7 +198,7 @@ def _settle_error(
         # The failed step's record goes with the retry, in one transaction: "retry" (runs
         # again) if its failure ended the attempt, "error" (replays) if the body caught it.
         status = store.schedule_retry(
-            ctx.workflow_id,
+            ctx.run_id,
             ctx.fence,
             delay,
             error,
@@ -211,7 +209,7 @@ def _settle_error(
             logger.warning(
                 "workflow %s run %s failed on attempt %d of %d, retrying in %.1fs: %r",
                 ctx.workflow_name,
-                ctx.workflow_id,
+                ctx.run_id,
                 claim.attempts,
                 claim.max_attempts,
                 delay,
@@ -239,7 +237,7 @@ def _settle_error(
         logger.error(
             "workflow %s run %s failed for good on attempt %d of %d: %r",
             ctx.workflow_name,
-            ctx.workflow_id,
+            ctx.run_id,
             claim.attempts,
             claim.max_attempts,
             exc,
@@ -247,7 +245,7 @@ def _settle_error(
         )
         # Celery's FAILURE follows and wins; this carries the run's line into its result.
         text = f"failed for good on attempt {claim.attempts} of {claim.max_attempts} {_line(ctx)}"
-        taskevents.emit(runtime.app, ctx.workflow_id, taskevents.FAILING, result=text)
+        taskevents.emit(runtime.app, ctx.run_id, taskevents.FAILING, result=text)
     else:
         _log_lost_at_settle(ctx)
     if not isinstance(exc, Exception) and not interrupted:
@@ -281,7 +279,7 @@ def _log_cancelled_after_failure(ctx: WorkflowContext) -> None:
     logger.info(
         "workflow %s run %s cancelled (it failed after cancel was requested)",
         ctx.workflow_name,
-        ctx.workflow_id,
+        ctx.run_id,
         extra=ctx.log_fields(),
     )
 
@@ -290,6 +288,6 @@ def _log_lost_at_settle(ctx: WorkflowContext) -> None:
     logger.warning(
         "workflow %s run %s lost its lease before settling; its new owner decides",
         ctx.workflow_name,
-        ctx.workflow_id,
+        ctx.run_id,
         extra=ctx.log_fields(),
     )

@@ -260,7 +260,7 @@ class Sweeper:
 
     def _announce_finished(self, run: DueRun) -> None:
         """A run the sweep itself finished (worker lost too often, or cancelled)."""
-        faults.reach(faults.AFTER_SETTLE, workflow_id=run.id, workflow=run.name)
+        faults.reach(faults.AFTER_SETTLE, run_id=run.id, workflow=run.name)
         self.runtime.store.notify_finished(run.id)
         if run.parent_id is not None and run.parent_idx is not None:
             # A child: its parent's item takes the outcome (the sweep can't, holding many

@@ -33,7 +33,7 @@ backoff, FAILURE with the step's exception once it failed for good, CANCELLED.
 
 Example::
 
-    raise ended(durable.app, ctx.workflow_id, WAITING, "waiting for signal 'approval'")
+    raise ended(durable.app, ctx.run_id, WAITING, "waiting for signal 'approval'")
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ class Finished:
 
 
 def run_line(
-    workflow_id: str,
+    run_id: str,
     attempt: int,
     step: int | None = None,
     step_name: str | None = None,
@@ -121,7 +121,7 @@ def run_line(
 ) -> str:
     """``[workflow=ID attempt=N step=I (NAME)]``: where a run is, for Flower's result; an
     item task's line names its item too (``item=K``, ``attempt`` is the item's)."""
-    parts = [f"workflow={workflow_id}", f"attempt={attempt}"]
+    parts = [f"run={run_id}", f"attempt={attempt}"]
     if step is not None:
         parts.append(f"step={step}" + (f" ({step_name})" if step_name else ""))
     if item is not None:
@@ -133,9 +133,7 @@ def run_line(
 
 def ctx_line(ctx: WorkflowContext, step: int | None = None, step_name: str | None = None) -> str:
     """The line of the running delivery; ``step`` defaults to the next step's index."""
-    return run_line(
-        ctx.workflow_id, ctx.attempt, ctx.next_index if step is None else step, step_name
-    )
+    return run_line(ctx.run_id, ctx.attempt, ctx.next_index if step is None else step, step_name)
 
 
 def _delivery(app: Celery, task_id: str) -> Any:
@@ -175,7 +173,7 @@ def resumed(app: Celery, ctx: WorkflowContext) -> None:
     """A delivery claimed a run whose history ends in a wait: show it running again
     (STARTED ranks below WAITING, so Celery's own event can't), its line naming the step
     it is on: the one after its history now, then each step it starts (``ctx.on_step``)."""
-    if _delivery(app, ctx.workflow_id) is None:
+    if _delivery(app, ctx.run_id) is None:
         return
     # A wait (signal, timer) or a fan-out (items, a child) the run was suspended on.
     waits = [step for step in ctx.history.values() if step.status in ("waiting", "started")]
@@ -185,7 +183,7 @@ def resumed(app: Celery, ctx: WorkflowContext) -> None:
     after = f"resumed after waiting at step {wait.idx} ({wait.name})"
 
     def running(step: int, name: str | None) -> None:
-        emit(app, ctx.workflow_id, RESUMED, result=f"{after} {ctx_line(ctx, step, name)}")
+        emit(app, ctx.run_id, RESUMED, result=f"{after} {ctx_line(ctx, step, name)}")
 
     # Replay comes first: the step to run next is the one after the recorded ones; its
     # name is known once the body calls it.
@@ -196,7 +194,7 @@ def resumed(app: Celery, ctx: WorkflowContext) -> None:
 def finished(app: Celery, ctx: WorkflowContext, value: Any) -> Any:
     """What the delivery returns to Celery for a run that succeeded."""
     return finished_task(
-        app, ctx.workflow_id, value, run_line(ctx.workflow_id, ctx.attempt, steps=ctx.next_index)
+        app, ctx.run_id, value, run_line(ctx.run_id, ctx.attempt, steps=ctx.next_index)
     )
 
 

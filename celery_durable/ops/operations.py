@@ -55,13 +55,13 @@ class Operations:
 
     # -- runs ---------------------------------------------------------------------------------
 
-    def get_handle(self, workflow_id: str) -> WorkflowHandle:
+    def get_handle(self, run_id: str) -> WorkflowHandle:
         """A handle for an existing run; WorkflowNotFound if there is none."""
-        validate.check_workflow_id(workflow_id)
-        run = self.runtime.store.get_run(workflow_id)
+        validate.check_run_id(run_id)
+        run = self.runtime.store.get_run(run_id)
         if run is None:
-            raise WorkflowNotFound(workflow_id)
-        return WorkflowHandle(self.runtime, workflow_id, run.name)
+            raise WorkflowNotFound(run_id)
+        return WorkflowHandle(self.runtime, run_id, run.name)
 
     def list_runs(
         self,
@@ -145,12 +145,13 @@ class Operations:
         self,
         run_id: str,
         from_step: int,
-        workflow_id: str | None = None,
+        new_run_id: str | None = None,
         timeout: Any = None,
     ) -> Forked:
         """A new run keeping ``run_id``'s steps before ``from_step`` and its unconsumed
-        signals, as ``handle.fork()`` does; returns the fork (its ``run``, published)."""
-        return stored_runs.fork_run(self.runtime, run_id, from_step, workflow_id, timeout)
+        signals, as ``handle.fork()`` does; returns the fork (its ``run``, published), named
+        ``new_run_id`` (default: a new id)."""
+        return stored_runs.fork_run(self.runtime, run_id, from_step, new_run_id, timeout)
 
     def record_action(
         self, run_id: str, action: str, actor: str | None, detail: str | None = None

@@ -3,7 +3,7 @@
 Example::
 
     handle = checkout.delay(42)
-    handle.id                  # the workflow id, which is also the Celery task id
+    handle.id                  # the run id, which is also the Celery task id
     handle.status()            # WorkflowStatus.RUNNING
     handle.get(timeout=30)     # the return value; WorkflowFailed if the run failed
 """
@@ -72,7 +72,7 @@ class WorkflowStatus(str, enum.Enum):
 
 
 class WorkflowHandle(AsyncResult):  # type: ignore[misc]
-    """A reference to one run, by workflow id; cheap to create, reads the database.
+    """A reference to one run, by run id; cheap to create, reads the database.
 
     It is Celery's ``AsyncResult`` of the run's task id too: ``.state``, ``.ready()``,
     ``.successful()``, ``.failed()``, ``.result``, ``.traceback``, ``.get()`` and
@@ -84,14 +84,14 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
     def __init__(
         self,
         durable: Runtime | HasRuntime,
-        workflow_id: str,
+        run_id: str,
         name: str | None = None,
         *,
         awaited: bool = False,
     ) -> None:
-        validate.check_workflow_id(workflow_id)
+        validate.check_run_id(run_id)
         runtime = runtime_of(durable)
-        super().__init__(workflow_id, app=runtime.app)
+        super().__init__(run_id, app=runtime.app)
         self.runtime = runtime
         self._workflow_name = name
         # A canvas member's handle: get() and wait() wait for the run to be inserted too
@@ -125,7 +125,12 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
         self._workflow_name = value
 
     @property
+    def run_id(self) -> str:
+        return str(self.id)
+
+    @property
     def workflow_id(self) -> str:
+        """The older name of ``run_id``, kept as an alias."""
         return str(self.id)
 
     @property
@@ -363,7 +368,12 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
         return WorkflowStatus.PENDING
 
     def fork(
-        self, from_step: int, workflow_id: str | None = None, timeout: Any = None
+        self,
+        from_step: int,
+        run_id: str | None = None,
+        timeout: Any = None,
+        *,
+        workflow_id: str | None = None,
     ) -> WorkflowHandle:
         """Start a new run of this workflow, with the same arguments, that keeps this run's
         steps before ``from_step`` (0-based, as ``durable show`` numbers them) and runs the
@@ -371,13 +381,14 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
         takes a copy of this run's unconsumed signals (this run keeps its own); a signal a
         step from ``from_step`` on consumed is not sent again: resend it to the fork.
 
-        ``workflow_id`` names the new run (default: a new id). Raises InvalidArgument when
-        ``from_step`` is beyond this run's finished steps, WorkflowAlreadyExists for a
-        taken id. ``timeout``: the new run's deadline from now.
+        ``run_id`` names the new run (default: a new id; ``workflow_id``: its older
+        name). Raises InvalidArgument when ``from_step`` is beyond this run's finished
+        steps, WorkflowAlreadyExists for a taken id. ``timeout``: the new run's deadline from now.
         Example: ``handle.fork(from_step=2).get(timeout=30)``.
         """
         with self._outage_named("forking workflow run"):
-            forked = fork_run(self.runtime, self.id, from_step, workflow_id, timeout)
+            new_id = validate.chosen_run_id("fork", run_id=run_id, workflow_id=workflow_id)
+            forked = fork_run(self.runtime, self.id, from_step, new_id, timeout)
         assert forked.run is not None  # a refused fork raised
         return WorkflowHandle(self.runtime, forked.run.id, forked.run.name)
 

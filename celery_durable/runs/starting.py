@@ -93,7 +93,7 @@ def claim_when_visible(delivery: Delivery) -> Claim | None:
     store, run_id = delivery.runtime.store, delivery.run_id
     deadline = time.monotonic() + _TRANSACTIONAL_VISIBILITY_WAIT
     while True:
-        faults.reach(faults.AFTER_CLAIM_MISSED, workflow_id=run_id)
+        faults.reach(faults.AFTER_CLAIM_MISSED, run_id=run_id)
         visible = store.get_status(run_id) is not None
         claim = delivery.claim_run()
         if claim is not None or visible or time.monotonic() > deadline:

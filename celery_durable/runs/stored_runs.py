@@ -231,7 +231,7 @@ def record_action(
 def resume_run(runtime: Runtime, run_id: str, timeout: Any = None) -> Resumed:
     """FAILED or CANCELLED -> PENDING, published; see ``WorkflowHandle.resume``.
     ``timeout``: its new deadline from now (seconds, "2h", a timedelta); None: none."""
-    validate.check_workflow_id(run_id)
+    validate.check_run_id(run_id)
     seconds = None if timeout is None else validate.parse_duration(timeout, "timeout")
     resumed = runtime.store.resume_run(run_id, runtime.config.dispatch_grace, seconds)
     if resumed.status is None:
@@ -322,26 +322,26 @@ def fork_run(
     runtime: Runtime,
     run_id: str,
     from_step: int,
-    workflow_id: str | None = None,
+    new_run_id: str | None = None,
     timeout: Any = None,
 ) -> Forked:
     """A new run keeping ``run_id``'s steps before ``from_step`` and its unconsumed
     signals; see ``WorkflowHandle.fork``. Returns the fork (``run``, published, and
     ``signals``, the names of those it took)."""
-    validate.check_workflow_id(run_id)
+    validate.check_run_id(run_id)
     if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 0:
         raise InvalidArgument(f"from_step={from_step!r} must be a step index (an int >= 0)")
-    if workflow_id is None:
-        workflow_id = time_ordered_id()
-    validate.check_workflow_id(workflow_id)
+    if new_run_id is None:
+        new_run_id = time_ordered_id()
+    validate.check_run_id(new_run_id, "new_run_id")
     seconds = None if timeout is None else validate.parse_duration(timeout, "timeout")
     forked = runtime.store.fork_run(
-        run_id, workflow_id, from_step, runtime.config.dispatch_grace, seconds
+        run_id, new_run_id, from_step, runtime.config.dispatch_grace, seconds
     )
     if forked.status is None:
         raise WorkflowNotFound(run_id)
     if forked.taken:
-        raise WorkflowAlreadyExists(workflow_id)
+        raise WorkflowAlreadyExists(new_run_id)
     if forked.run is None:
         finished = (
             f"steps 0 to {forked.finished - 1} finished" if forked.finished else "no step finished"

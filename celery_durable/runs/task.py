@@ -8,7 +8,7 @@ Example::
         item = reserve(order_id)
         return {"receipt": charge(order_id, item["amount"])}
 
-    handle = checkout.apply_async(args=(42,), workflow_id="order-42")
+    handle = checkout.apply_async(args=(42,), run_id="order-42")
 """
 
 from __future__ import annotations
@@ -86,6 +86,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
         kwargs: Any = None,
         task_id: str | None = None,
         *,
+        run_id: str | None = None,
         workflow_id: str | None = None,
         if_exists: str | None = None,
         connection: Connection | Session | ForeignTransaction | None = None,
@@ -93,7 +94,8 @@ class WorkflowTask(Task):  # type: ignore[misc]
     ) -> WorkflowHandle:
         """Insert the run, then publish it; returns a ``WorkflowHandle``.
 
-        ``workflow_id`` (or Celery's ``task_id``) names the run; a taken id raises
+        ``run_id`` (or Celery's ``task_id``; ``workflow_id`` is its older name, kept)
+        names the run; a taken id raises
         WorkflowAlreadyExists unless ``if_exists="return"``. ``dedup_key``: while a run of
         this workflow with that key is active, its handle comes back instead (raises with
         ``if_exists="error"``); ``debounce`` (seconds) with it: until that run starts,
@@ -112,15 +114,11 @@ class WorkflowTask(Task):  # type: ignore[misc]
                 f'workflow {definition.name}: if_exists must be "error" or "return", '
                 f"got {if_exists!r}"
             )
-        for argument, value in (("workflow_id", workflow_id), ("task_id", task_id)):
-            if value is not None:
-                validate.check_workflow_id(value, f"workflow {definition.name}: {argument}")
-        if workflow_id is not None and task_id is not None and workflow_id != task_id:
-            raise ValueError(
-                f"workflow {definition.name}: workflow_id={workflow_id!r} and "
-                f"task_id={task_id!r} differ; pass one of them"
-            )
-        run_id = workflow_id or task_id or time_ordered_id()
+        where = f"workflow {definition.name}"
+        chosen = validate.chosen_run_id(
+            where, run_id=run_id, workflow_id=workflow_id, task_id=task_id
+        )
+        run_id = chosen or time_ordered_id()
         args, kwargs = tuple(args or ()), dict(kwargs or {})
         run = dataclasses.replace(self._new_run(args, kwargs, options)(run_id), dedup_key=dedup.key)
         insert = runtime.start_hooks.insert(runtime, definition, args, kwargs)
@@ -213,6 +211,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
     def start_child(
         self,
         *args: Any,
+        run_id: str | None = None,
         workflow_id: str | None = None,
         detached: bool = False,
         kwargs: dict[str, Any] | None = None,
@@ -220,14 +219,14 @@ class WorkflowTask(Task):  # type: ignore[misc]
     ) -> Started[Any]:
         """Inside a workflow: start this workflow as a child run; returns a ChildHandle.
 
-        Its id is derived from the parent's id and step index unless ``workflow_id`` is
-        given. Cancelling the parent cancels the child, unless ``detached=True``. Other
-        options (``queue``, ``countdown``, ...) are those of ``apply_async``.
+        Its id is derived from the parent's id and step index unless ``run_id`` is
+        given (``workflow_id``: its older name, kept). Cancelling the parent cancels the
+        child, unless ``detached=True``. Other options (``queue``, ``countdown``, ...) are
+        those of ``apply_async``.
         """
-        if workflow_id is not None:
-            validate.check_workflow_id(
-                workflow_id, f"{self.definition.name}.start_child(workflow_id)"
-            )
+        run_id = validate.chosen_run_id(
+            f"{self.definition.name}.start_child", run_id=run_id, workflow_id=workflow_id
+        )
         call_args, call_kwargs = tuple(args), dict(kwargs or {})
         parent = WorkflowContext.current()
         deadline = None if parent is None else deadline_of(parent)
@@ -247,7 +246,7 @@ class WorkflowTask(Task):  # type: ignore[misc]
             f"workflow {self.definition.name}", self.definition.fn, call_args, call_kwargs
         )
         return self.runtime.start_hooks.start_child(
-            self.definition.name, encoded, new_run, publish, workflow_id, bool(detached)
+            self.definition.name, encoded, new_run, publish, run_id, bool(detached)
         )
 
     def _new_run(

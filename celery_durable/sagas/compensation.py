@@ -189,7 +189,7 @@ class MarkCompensable(StepGuard):
         if step.options.compensate is None or is_compensable(ctx):
             return
         with store_guard(ctx):
-            marked = SAGAS.of(ctx.store).mark_compensable(ctx.workflow_id, ctx.fence)
+            marked = SAGAS.of(ctx.store).mark_compensable(ctx.run_id, ctx.fence)
         if not marked:
             stop_writing(ctx)
         ctx.wings[WING] = True

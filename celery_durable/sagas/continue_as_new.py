@@ -1,7 +1,7 @@
 """``continue_as_new``: a run that loops forever without its history growing.
 
 It ends the current generation of the run and starts the next with new arguments, under
-the same workflow id, in one transaction: the history moves to an archived run
+the same run id, in one transaction: the history moves to an archived run
 (``<id>@<generation>``, SUCCEEDED, linked both ways, kept until ``gc``), the run becomes
 PENDING with an empty history and is published again. Signals not consumed yet, and the
 values of ``set_state``, stay with the run. Claim and replay then read one generation's

@@ -31,14 +31,14 @@ def settle_continued(runtime: RuntimeView, ctx: WorkflowContext, exc: ContinuedA
     fields = ctx.log_fields()
     carried = ctx.take_deferred()
     due = SAGAS.of(runtime.store).continue_as_new(
-        ctx.workflow_id, ctx.fence, exc.args_encoded, runtime.config.dispatch_grace, carried
+        ctx.run_id, ctx.fence, exc.args_encoded, runtime.config.dispatch_grace, carried
     )
     if due == "CANCELLED":
         finish_or_roll_back(runtime, ctx, "CANCELLED", None, None)
         logger.info(
             "workflow %s run %s cancelled (instead of continuing as new)",
             ctx.workflow_name,
-            ctx.workflow_id,
+            ctx.run_id,
             extra=fields,
         )
         return None
@@ -46,14 +46,14 @@ def settle_continued(runtime: RuntimeView, ctx: WorkflowContext, exc: ContinuedA
         logger.warning(
             "workflow %s run %s lost its lease before continuing as new; its new owner decides",
             ctx.workflow_name,
-            ctx.workflow_id,
+            ctx.run_id,
             extra=fields,
         )
         return None
     logger.info(
         "workflow %s run %s continued as new (its history is archived)",
         ctx.workflow_name,
-        ctx.workflow_id,
+        ctx.run_id,
         extra=fields,
     )
     publish_woken(runtime, due, "it continued as new")
@@ -66,7 +66,7 @@ class Continued(SettleListener):
     def stopped(self, runtime: RuntimeView, ctx: WorkflowContext, stop: BaseException) -> None:
         if not isinstance(stop, ContinuedAsNew):
             return
-        app, run_id = runtime.app, ctx.workflow_id
+        app, run_id = runtime.app, ctx.run_id
         if settle_continued(runtime, ctx, stop) is None:
             raise taskevents.ended(app, run_id, None, "not continued: cancelled or lease lost")
         # The same task id is published again: to Celery this delivery is a retry.

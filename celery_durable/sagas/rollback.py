@@ -75,7 +75,7 @@ def resume(runtime: RuntimeView, ctx: WorkflowContext) -> str | None:
     logger.info(
         "workflow %s run %s rolled back: %s",
         ctx.workflow_name,
-        ctx.workflow_id,
+        ctx.run_id,
         status,
         extra=ctx.log_fields(),
     )
@@ -92,7 +92,7 @@ def roll_back_instead(delivery: Delivery) -> None:
     if claim is None or not resumable(ctx, claim):
         return
     status = resume(runtime, ctx)
-    line, run_id = taskevents.ctx_line(ctx), ctx.workflow_id
+    line, run_id = taskevents.ctx_line(ctx), ctx.run_id
     if status == "CANCELLED":
         raise taskevents.ended(runtime.app, run_id, taskevents.CANCELLED, f"rolled back {line}")
     if status == "FAILED":
@@ -135,7 +135,7 @@ def settle(
             decoded["message"] += f" (and {len(failures)} compensation(s) failed)"
             error = serialization.dumps(decoded)
         outcome = COMPENSATION_FAILED if failures else COMPENSATED
-        if not SAGAS.of(runtime.store).set_compensation(ctx.workflow_id, ctx.fence, outcome):
+        if not SAGAS.of(runtime.store).set_compensation(ctx.run_id, ctx.fence, outcome):
             return None
     except LeaseLost:
         return None

@@ -50,16 +50,16 @@ def _encode_payload(runtime: RuntimeView, name: str, payload: Any) -> str:
     )
 
 
-def _check_signal(workflow_id: str, name: str, idempotency_key: str | None) -> None:
+def _check_signal(run_id: str, name: str, idempotency_key: str | None) -> None:
     """What a producer passes, checked before anything is stored or published."""
-    validate.check_workflow_id(workflow_id)
+    validate.check_run_id(run_id)
     check_signal_name(name)
     validate.check_idempotency_key(idempotency_key)
 
 
 def store_signal(
     runtime: RuntimeView,
-    workflow_id: str,
+    run_id: str,
     name: str,
     payload_json: str,
     idempotency_key: str | None,
@@ -67,25 +67,25 @@ def store_signal(
     """Store a signal; True if stored, False for a repeated idempotency key."""
     config = runtime.config
     stored = WAITS.of(runtime.store).insert_signal(
-        workflow_id, name, payload_json, idempotency_key, config.max_pending_signals
+        run_id, name, payload_json, idempotency_key, config.max_pending_signals
     )
     if stored.outcome is Outcome.STORED:
         return True
     if stored.outcome is Outcome.DUPLICATE:
         return False
     if stored.outcome is Outcome.NOT_FOUND:
-        raise WorkflowNotFound(workflow_id)
+        raise WorkflowNotFound(run_id)
     if stored.outcome is Outcome.FULL:
         raise PendingSignalsFull(
-            f"workflow run {workflow_id!r} already holds {config.max_pending_signals} "
+            f"workflow run {run_id!r} already holds {config.max_pending_signals} "
             f"unconsumed signals (durable_max_pending_signals); signal {name!r} refused"
         )
-    raise WorkflowAlreadyCompleted(workflow_id, stored.status or "finished")
+    raise WorkflowAlreadyCompleted(run_id, stored.status or "finished")
 
 
 def send_signal(
     runtime: RuntimeView,
-    workflow_id: str,
+    run_id: str,
     name: str,
     payload: Any = None,
     idempotency_key: str | None = None,
@@ -94,24 +94,24 @@ def send_signal(
 
     Returns False when ``idempotency_key`` was seen before for this run (a no-op).
     """
-    _check_signal(workflow_id, name, idempotency_key)
+    _check_signal(run_id, name, idempotency_key)
     encoded = _encode_payload(runtime, name, payload)
-    if not store_signal(runtime, workflow_id, name, encoded, idempotency_key):
+    if not store_signal(runtime, run_id, name, encoded, idempotency_key):
         return False
     # Stored: the sweeper wakes the run if it waits for this signal.
     publish_or_leave(
-        lambda: publish_wake(runtime, workflow_id, name),
+        lambda: publish_wake(runtime, run_id, name),
         logger,
         "the wake-up of workflow %s",
-        workflow_id,
-        fields=run_fields(workflow_id),
+        run_id,
+        fields=run_fields(run_id),
         then="the sweeper will wake it",
     )
     return True
 
 
-def publish_wake(runtime: RuntimeView, workflow_id: str, name: str) -> None:
-    _publish(runtime, WAKE_TASK, (runtime.config.namespace, workflow_id, name))
+def publish_wake(runtime: RuntimeView, run_id: str, name: str) -> None:
+    _publish(runtime, WAKE_TASK, (runtime.config.namespace, run_id, name))
 
 
 def _publish(runtime: RuntimeView, task_name: str, args: tuple[Any, ...], **options: Any) -> None:
@@ -123,7 +123,7 @@ def _publish(runtime: RuntimeView, task_name: str, args: tuple[Any, ...], **opti
 
 def send_signal_via_broker(
     runtime: RuntimeView,
-    workflow_id: str,
+    run_id: str,
     name: str,
     payload: Any = None,
     idempotency_key: str | None = None,
@@ -141,30 +141,30 @@ def send_signal_via_broker(
     pending) is logged and kept with the reason, as is one for a missing run that went
     through the broker. Returns the message id.
     """
-    _check_signal(workflow_id, name, idempotency_key)
+    _check_signal(run_id, name, idempotency_key)
     encoded = _encode_payload(runtime, name, payload)
     message_id = str(uuid.uuid4())
     key = idempotency_key or f"message:{message_id}"
-    if store_first and _store_signal_here(runtime, workflow_id, name, encoded, key):
+    if store_first and _store_signal_here(runtime, run_id, name, encoded, key):
         return message_id
-    args = (runtime.config.namespace, workflow_id, name, encoded, key)
+    args = (runtime.config.namespace, run_id, name, encoded, key)
     _publish(runtime, SIGNAL_TASK, args, task_id=message_id)
     return message_id
 
 
 def _store_signal_here(
-    runtime: RuntimeView, workflow_id: str, name: str, encoded: str, key: str
+    runtime: RuntimeView, run_id: str, name: str, encoded: str, key: str
 ) -> bool:
     """Store (or refuse and keep) the signal directly; False: send it through the broker.
     WorkflowNotFound is raised to the sender, who can act on it (a run started in a
     transaction that hasn't committed isn't visible yet either: signal after the commit)."""
-    fields = {**run_fields(workflow_id), "signal": name}
+    fields = {**run_fields(run_id), "signal": name}
     try:
-        stored = store_signal(runtime, workflow_id, name, encoded, key)
+        stored = store_signal(runtime, run_id, name, encoded, key)
     except WorkflowNotFound:
         raise
     except (WorkflowAlreadyCompleted, PendingSignalsFull) as exc:
-        _refuse(runtime, workflow_id, name, encoded, key, exc, fields)
+        _refuse(runtime, run_id, name, encoded, key, exc, fields)
         return True
     except Exception as exc:
         if not is_unreachable(exc):
@@ -173,25 +173,25 @@ def _store_signal_here(
             "the store is unreachable (%s); signal %r for workflow %s goes through the broker",
             exc,
             name,
-            workflow_id,
+            run_id,
             extra=fields,
         )
         return False
     if stored:
         try:
-            publish_wake(runtime, workflow_id, name)
+            publish_wake(runtime, run_id, name)
         except Exception:
             logger.exception("publishing a wake-up failed; the sweeper wakes the run")
     return True
 
 
 def malformed_signal(
-    namespace: Any, workflow_id: Any, name: Any, payload_json: Any, idempotency_key: Any
+    namespace: Any, run_id: Any, name: Any, payload_json: Any, idempotency_key: Any
 ) -> str | None:
     """Why a signal message off the broker can't be stored as data, or None if it can."""
     for label, value, limit in (
         ("namespace", namespace, 200),
-        ("workflow id", workflow_id, 255),
+        ("run id", run_id, 255),
         ("signal name", name, 200),
     ):
         problem = _text_problem(value, limit)
@@ -254,12 +254,12 @@ def register_tasks(app: Celery) -> None:
         if shape is not None:
             _drop_malformed(app, task.request.id, None, None, None, None, shape)
             return False
-        namespace, workflow_id, name, payload_json, idempotency_key = (*args, None)[:5]
-        problem = malformed_signal(namespace, workflow_id, name, payload_json, idempotency_key)
+        namespace, run_id, name, payload_json, idempotency_key = (*args, None)[:5]
+        problem = malformed_signal(namespace, run_id, name, payload_json, idempotency_key)
         runtime = None if problem else _durable_or_none(app, namespace)
         if runtime is None:
             problem = problem or f"no Durable serves the namespace {namespace!r} here"
-            message = (namespace, workflow_id, name, payload_json)
+            message = (namespace, run_id, name, payload_json)
             _drop_malformed(app, task.request.id, *message, problem)
             return False
         limit = runtime.config.max_payload_bytes
@@ -270,18 +270,18 @@ def register_tasks(app: Celery) -> None:
                 f"the payload is {size} bytes of JSON, over the limit of {limit} bytes "
                 f"({serialization.MAX_PAYLOAD_SETTING})"
             )
-            _drop_malformed(app, task.request.id, None, workflow_id, name, None, problem)
+            _drop_malformed(app, task.request.id, None, run_id, name, None, problem)
             return False
         deep = serialization.json_depth_problem(payload_json, runtime.config.max_payload_depth)
         if deep is not None:
             _drop_malformed(
-                app, task.request.id, None, workflow_id, name, None, f"the payload is {deep}"
+                app, task.request.id, None, run_id, name, None, f"the payload is {deep}"
             )
             return False
-        fields = {**run_fields(workflow_id), "signal": name}
+        fields = {**run_fields(run_id), "signal": name}
         try:
             try:
-                stored = store_signal(runtime, workflow_id, name, payload_json, idempotency_key)
+                stored = store_signal(runtime, run_id, name, payload_json, idempotency_key)
             except WorkflowNotFound as exc:
                 # The run may not be committed yet (a transactional start): look again.
                 if not_found_tries < NOT_FOUND_RETRIES:
@@ -290,14 +290,14 @@ def register_tasks(app: Celery) -> None:
                         kwargs={"not_found_tries": not_found_tries + 1},
                         exc=exc,
                     ) from exc
-                _refuse(runtime, workflow_id, name, payload_json, idempotency_key, exc, fields)
+                _refuse(runtime, run_id, name, payload_json, idempotency_key, exc, fields)
                 return False
             except (WorkflowAlreadyCompleted, PendingSignalsFull) as exc:
-                _refuse(runtime, workflow_id, name, payload_json, idempotency_key, exc, fields)
+                _refuse(runtime, run_id, name, payload_json, idempotency_key, exc, fields)
                 return False
             if stored:
                 with tracing.linked(task.request):
-                    wake(runtime, workflow_id, name)
+                    wake(runtime, run_id, name)
             return stored
         except Exception as exc:
             if not is_unreachable(exc):
@@ -307,7 +307,7 @@ def register_tasks(app: Celery) -> None:
             logger.warning(
                 "signal %r for workflow %s: the store is unreachable (%s); retrying in %.1fs",
                 name,
-                workflow_id,
+                run_id,
                 exc,
                 delay,
                 extra=fields,
@@ -326,16 +326,16 @@ def register_tasks(app: Celery) -> None:
             return wake_outcome(runtime, args[1], args[2])
 
 
-_SIGNAL_ARGUMENTS = "(namespace, workflow id, signal name, payload JSON[, idempotency key])"
+_SIGNAL_ARGUMENTS = "(namespace, run id, signal name, payload JSON[, idempotency key])"
 
 
 def _wake_target(app: Celery, message_id: Any, args: Any, kwargs: Any) -> RuntimeView | None:
     """The Durable a wake-up message is for; None (refused by name, logged once) when its
     arguments don't fit, can't be ids, or name a namespace no Durable here serves."""
     problem = validate.arguments_problem(
-        args, kwargs, "(namespace, workflow id, signal name)", range(3, 4)
+        args, kwargs, "(namespace, run id, signal name)", range(3, 4)
     )
-    labels = (("namespace", 200), ("workflow id", 255), ("signal name", 200))
+    labels = (("namespace", 200), ("run id", 255), ("signal name", 200))
     for (label, limit), value in zip(labels, args if problem is None else (), strict=False):
         text = _text_problem(value, limit)
         if text is not None:
@@ -344,8 +344,8 @@ def _wake_target(app: Celery, message_id: Any, args: Any, kwargs: Any) -> Runtim
     runtime = None if problem else _durable_or_none(app, args[0])
     if runtime is None:
         problem = problem or f"no Durable serves the namespace {args[0]!r} here"
-        workflow_id = repr(args[1])[:255] if len(args) > 1 else None
-        log_malformed(logger, "wake", message_id, problem, extra=run_fields(workflow_id))
+        run_id = repr(args[1])[:255] if len(args) > 1 else None
+        log_malformed(logger, "wake", message_id, problem, extra=run_fields(run_id))
     return runtime
 
 
@@ -369,7 +369,7 @@ def _storable(text: Any) -> bool:
 
 def _refuse(
     runtime: RuntimeView,
-    workflow_id: str,
+    run_id: str,
     name: str,
     payload_json: str,
     idempotency_key: str | None,
@@ -379,7 +379,7 @@ def _refuse(
     """Keep a signal the store refused, with the reason, and log it. Not kept when its run
     does not exist, or already holds durable_max_pending_signals refused signals."""
     kept = WAITS.of(runtime.store).reject_signal(
-        workflow_id,
+        run_id,
         name,
         payload_json,
         idempotency_key,
@@ -389,25 +389,25 @@ def _refuse(
     cap = f"it holds durable_max_pending_signals={runtime.config.max_pending_signals} already"
     why = "no such run" if isinstance(exc, WorkflowNotFound) else cap
     outcome = "refused and kept" if kept else f"refused, not kept ({why})"
-    logger.error("signal %r for workflow %s %s: %s", name, workflow_id, outcome, exc, extra=fields)
+    logger.error("signal %r for workflow %s %s: %s", name, run_id, outcome, exc, extra=fields)
 
 
 def _drop_malformed(
     app: Celery,
     message_id: Any,
     namespace: Any,
-    workflow_id: Any,
+    run_id: Any,
     name: Any,
     payload: Any,
     problem: str,
 ) -> None:
     """Log a malformed signal message once; keep it, with the reason, when its run and
     name can be stored at all, and never as data a workflow could consume."""
-    fields = {**run_fields(repr(workflow_id)[:255]), "signal": repr(name)[:255]}
+    fields = {**run_fields(repr(run_id)[:255]), "signal": repr(name)[:255]}
     runtime = _durable_or_none(app, namespace) if isinstance(namespace, str) else None
     keepable = (
         runtime is not None
-        and _text_problem(workflow_id, 255) is None
+        and _text_problem(run_id, 255) is None
         and isinstance(payload, str)
         and _text_problem(payload or "x", 10**9)
         in (None, f"is longer than {10**9} characters (or 255 bytes)")
@@ -423,7 +423,7 @@ def _drop_malformed(
         try:
             reason, cap = f"malformed: {problem}", runtime.config.max_pending_signals
             kept = size <= limit and WAITS.of(runtime.store).reject_signal(
-                workflow_id, label, payload, None, reason, cap
+                run_id, label, payload, None, reason, cap
             )
         except Exception:  # noqa: BLE001 - it is logged below either way
             logger.exception("keeping a malformed signal failed")

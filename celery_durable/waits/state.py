@@ -34,7 +34,7 @@ def set_state(value: Any, key: str = DEFAULT_KEY) -> None:
     validate.check_text(key, "set_state(key)", max_chars=255, allow_empty=False)
     # NotSerialisable is permanent: retrying the workflow would fail the same way.
     encoded = serialization.encode_json(
-        f"set_state({key!r}) in workflow run {ctx.workflow_id!r}: the value",
+        f"set_state({key!r}) in workflow run {ctx.run_id!r}: the value",
         value,
         ctx.max_payload_bytes,
         ctx.max_payload_depth,
@@ -42,27 +42,27 @@ def set_state(value: Any, key: str = DEFAULT_KEY) -> None:
     write_caught_failure(ctx)
     with store_guard(ctx):
         stored = WAITS.of(ctx.store).set_state(
-            ctx.workflow_id, ctx.fence, key, encoded, ctx.take_deferred()
+            ctx.run_id, ctx.fence, key, encoded, ctx.take_deferred()
         )
     if not stored:
         stop_writing(ctx)
 
 
-def query(store: Store, workflow_id: str, key: str = DEFAULT_KEY) -> Any:
+def query(store: Store, run_id: str, key: str = DEFAULT_KEY) -> Any:
     """The latest value set under ``key``; for "state" before any set_state, the output
     of the last finished step (None if there is none)."""
-    value = WAITS.of(store).get_state(workflow_id, key)
+    value = WAITS.of(store).get_state(run_id, key)
     if value is not None:
         return serialization.loads(value)
-    if store.get_status(workflow_id) is None:
-        raise WorkflowNotFound(workflow_id)
+    if store.get_status(run_id) is None:
+        raise WorkflowNotFound(run_id)
     if key == DEFAULT_KEY:
-        output = store.last_step_output(workflow_id)
+        output = store.last_step_output(run_id)
         return None if output is None else serialization.loads(output)
-    raise UnknownQuery(f"workflow run {workflow_id!r} has no query value {key!r}")
+    raise UnknownQuery(f"workflow run {run_id!r} has no query value {key!r}")
 
 
-def wait_for_state(store: Store, workflow_id: str, key: str, wait: float) -> Any:
+def wait_for_state(store: Store, run_id: str, key: str, wait: float) -> Any:
     """``query(key)`` once the run has set ``key``: woken by LISTEN/NOTIFY on Postgres
     (set_state notifies), polling on SQLite. ``celery.exceptions.TimeoutError`` after
     ``wait`` seconds; WorkflowFailed or WorkflowCancelled if the run ended without it."""
@@ -70,22 +70,20 @@ def wait_for_state(store: Store, workflow_id: str, key: str, wait: float) -> Any
     deadline = time.monotonic() + wait
     with store.listener() as listener:
         while True:
-            run = store.get_run(workflow_id)  # before the value: a set, then an end
-            value = WAITS.of(store).get_state(workflow_id, key)
+            run = store.get_run(run_id)  # before the value: a set, then an end
+            value = WAITS.of(store).get_state(run_id, key)
             if value is not None:
                 return serialization.loads(value)
             if run is None:
-                raise WorkflowNotFound(workflow_id)
+                raise WorkflowNotFound(run_id)
             if run.status == "CANCELLED":
-                raise WorkflowCancelled(workflow_id, run.cancel_reason)
+                raise WorkflowCancelled(run_id, run.cancel_reason)
             if run.status in ("FAILED", "SUCCEEDED"):
                 if run.status == "SUCCEEDED":
-                    raise UnknownQuery(
-                        f"workflow run {workflow_id!r} succeeded without setting {key!r}"
-                    )
+                    raise UnknownQuery(f"workflow run {run_id!r} succeeded without setting {key!r}")
                 error = serialization.decode_error(run.error) if run.error else {}
                 raise WorkflowFailed(
-                    workflow_id,
+                    run_id,
                     error.get("type", "unknown"),
                     error.get("message", ""),
                     error.get("traceback", ""),
@@ -93,7 +91,7 @@ def wait_for_state(store: Store, workflow_id: str, key: str, wait: float) -> Any
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise CeleryTimeoutError(
-                    f"workflow run {workflow_id!r} did not set {key!r} within {wait}s "
+                    f"workflow run {run_id!r} did not set {key!r} within {wait}s "
                     f"(status {run.status}); it goes on running"
                 )
-            listener.wait_for(workflow_id, min(0.5, remaining))
+            listener.wait_for(run_id, min(0.5, remaining))

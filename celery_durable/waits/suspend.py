@@ -74,7 +74,7 @@ def wait_step(
         if signal is not None:
             with store_guard(ctx):
                 taken = WAITS.of(store).consume_signal(
-                    ctx.workflow_id, ctx.fence, signal, step, ctx.take_deferred()
+                    ctx.run_id, ctx.fence, signal, step, ctx.take_deferred()
                 )
             if taken.outcome in (Outcome.LEASE_LOST, Outcome.CANCELLED):
                 stop_writing(ctx)
@@ -82,7 +82,7 @@ def wait_step(
                 logger.debug(
                     "workflow %s run %s: step %d consumed signal %r",
                     ctx.workflow_name,
-                    ctx.workflow_id,
+                    ctx.run_id,
                     index,
                     signal,
                     extra=ctx.log_fields(index),
@@ -110,7 +110,7 @@ def wait_step(
         )
         with store_guard(ctx):
             outcome = WAITS.of(store).suspend_run(
-                ctx.workflow_id, ctx.fence, waiting, signal, deadline, ctx.take_deferred()
+                ctx.run_id, ctx.fence, waiting, signal, deadline, ctx.take_deferred()
             )
         if outcome is Outcome.SIGNALLED:
             continue  # a signal arrived between our look and the suspension: take it

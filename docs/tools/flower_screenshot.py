@@ -101,7 +101,7 @@ def main() -> None:
     try:
         _until("Flower", lambda: _healthy(port))
         time.sleep(3)  # Flower's event consumer starts after its web server answers
-        handle = booking.apply_async(args=("booking-42",), workflow_id="booking-42")
+        handle = booking.apply_async(args=("booking-42",), run_id="booking-42")
         _until("WAITING", lambda: (_task(port, handle.id) or {}).get("state") == "WAITING")
         _screenshot(
             f"http://127.0.0.1:{port}/task/{handle.id}",

@@ -171,7 +171,7 @@ def context_probe(key: str) -> dict:
     ctx = cd.WorkflowContext.current()
     assert ctx is not None
     return {
-        "id": ctx.workflow_id,
+        "id": ctx.run_id,
         "name": ctx.workflow_name,
         "active": cd.WorkflowContext.is_active(),
     }

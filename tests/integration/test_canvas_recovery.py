@@ -67,7 +67,7 @@ def test_a_callback_is_published_once_when_the_worker_dies_after_the_settle(
     run_id = f"{key}-settled"
     arm(rds, run_id, points.BEFORE_REPORT, "kill")
     link = canvas.record.s(key).set(queue=queue)
-    handle = canvas.tagged.apply_async((3, key), workflow_id=run_id, link=link, queue=queue)
+    handle = canvas.tagged.apply_async((3, key), run_id=run_id, link=link, queue=queue)
     assert handle.get(timeout=60) == {"value": 6, "tag": key}
     wait_until(lambda: fired(rds, run_id, points.BEFORE_REPORT), 30, message="the kill")
     wait_until(lambda: seen(rds, key), 60, message="the callback, from the sweeper's report")

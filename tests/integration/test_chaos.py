@@ -88,6 +88,6 @@ def test_the_verdict_counts_each_kind_of_damage() -> None:
     runs[first.id] = RunRow("RUNNING", None, None, 2, 1)  # never finished
     runs[second.id] = RunRow("SUCCEEDED", json.dumps({"acc": -1, "steps": 5}), None, 1, 0)
     signals[waiter.signal_key] = SignalRow(consumed=False, error=None)
-    rerun = [json.dumps({"workflow_id": waiter.id, "index": 0})]
+    rerun = [json.dumps({"run_id": waiter.id, "index": 0})]
     damaged = judge(plan, started, runs, signals, steps, executions, rerun, [first.id])
     assert damaged.counters() == {"lost": 2, "stuck": 1, "wrong": 1, "rerun_after_commit": 1}

@@ -55,7 +55,7 @@ def test_an_id_amqp_cannot_carry_is_a_bad_parameter(basic_app):
     for command in (("cancel", emoji), ("signal", emoji, "approval"), ("show", emoji)):
         done = celery("durable", *command)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-        assert "Invalid value for WORKFLOW_ID: workflow_id=" in done.stderr
+        assert "Invalid value for RUN_ID: run_id=" in done.stderr
         assert "400 bytes in UTF-8, over the limit of 255" in done.stderr
 
 

@@ -69,7 +69,7 @@ def page(browser: Any, board: Dashboard) -> Iterator[Any]:
 def waiting_run(basic_app: Any, shared_worker: Any, key: str) -> Iterator[Any]:
     """A run of ``signalled_steps`` waiting for signal "go"; cancelled at teardown if it
     still waits (a waiting run left over would be the session's oldest for other tests)."""
-    handle = basic_app.signalled_steps.apply_async((key,), workflow_id=f"{key}-waiting")
+    handle = basic_app.signalled_steps.apply_async((key,), run_id=f"{key}-waiting")
     wait_until(lambda: handle.status().value == "WAITING", 30, message="the run to wait")
     yield handle
     if not handle.status().finished:
@@ -94,8 +94,8 @@ def test_filter_the_runs_open_one_and_see_its_steps(
     basic_app, shared_worker, page, key, rds, waiting_run
 ):
     rds.set(f"bug:{key}", "1")
-    failed = basic_app.fixable.apply_async((key,), workflow_id=f"{key}-failed")
-    done = basic_app.five_steps.apply_async((key,), workflow_id=f"{key}-done")
+    failed = basic_app.fixable.apply_async((key,), run_id=f"{key}-failed")
+    done = basic_app.five_steps.apply_async((key,), run_id=f"{key}-done")
     done.get(timeout=30)
     wait_until(lambda: failed.status().finished, 30, message="the run to fail")
     page.goto("/")
@@ -163,7 +163,7 @@ def test_resume_a_failed_run_after_the_fix(basic_app, shared_worker, page, key, 
 
 
 def test_fork_from_step_2(basic_app, shared_worker, page, key):
-    origin = basic_app.five_steps.apply_async((key,), workflow_id=f"{key}-origin")
+    origin = basic_app.five_steps.apply_async((key,), run_id=f"{key}-origin")
     origin.get(timeout=30)
     page.goto(f"/run/{origin.id}")
     page.get_by_label("Fork from step").fill("2")
@@ -282,7 +282,7 @@ def test_the_readme_example_live_in_the_dashboard(
 
             def start(flow: Any, n: int, name: str) -> Any:
                 run_id = f"{key}-{name}-{n}"
-                return flow.apply_async((n,), workflow_id=run_id, queue=QUEUE_OF_ORDERS)
+                return flow.apply_async((n,), run_id=run_id, queue=QUEUE_OF_ORDERS)
 
             checkouts = [start(app.checkout, n, "order") for n in (1, 2, 3)]
             refund = start(app.refund, 1, "refund")

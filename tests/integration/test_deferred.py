@@ -21,13 +21,13 @@ def deferred_app(basic_app):  # type: ignore[no-untyped-def]
 
 
 def run(deferred_app, rds, workflow, key, *args, fault=None):  # type: ignore[no-untyped-def]
-    workflow_id = f"{workflow.__name__}-{key}"
+    run_id = f"{workflow.__name__}-{key}"
     if fault is not None:
-        arm(rds, workflow_id, *fault)
-    handle = workflow.apply_async(args=(key, *args), workflow_id=workflow_id)
+        arm(rds, run_id, *fault)
+    handle = workflow.apply_async(args=(key, *args), run_id=run_id)
     result = handle.get(timeout=90)
     if fault is not None:
-        assert fired(rds, workflow_id, fault[0])
+        assert fired(rds, run_id, fault[0])
     return handle, result
 
 

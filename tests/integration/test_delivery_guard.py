@@ -97,7 +97,7 @@ def test_starts_nested_too_deeply_are_refused_before_anything_is_stored(basic_ap
     PENDING, and its message killed every worker that took it."""
     run_id = f"deep-{key}"
     with pytest.raises(NotSerialisable) as refused:
-        guarded.echo.apply_async(args=(nested(DEEP),), workflow_id=run_id)
+        guarded.echo.apply_async(args=(nested(DEEP),), run_id=run_id)
     assert str(refused.value) == (
         f"argument 'value' of workflow tests.guarded.echo is nested {DEEP} levels deep, over "
         f"the limit of 100 ({SETTING}); nothing was stored"

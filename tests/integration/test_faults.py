@@ -1,6 +1,6 @@
 """Crash windows: a real worker killed (or failing) at each named fault point of the engine.
 
-The test app arms a point per run (``fault:<workflow id>`` in Redis); the pool process
+The test app arms a point per run (``fault:<run id>`` in Redis); the pool process
 that reaches it SIGKILLs itself or raises. Each test checks the run still ends correctly
 and that no step whose record committed runs again (side effects counted in Redis).
 """
@@ -27,12 +27,12 @@ def test_fault_in_the_step_path_loses_and_repeats_nothing(
     basic_app, start_worker, key, rds, point, step, action
 ):
     start_worker()
-    workflow_id = f"fault-{key}"
-    arm(rds, workflow_id, point, action, step)
-    handle = basic_app.five_steps.apply_async(args=(key,), workflow_id=workflow_id)
+    run_id = f"fault-{key}"
+    arm(rds, run_id, point, action, step)
+    handle = basic_app.five_steps.apply_async(args=(key,), run_id=run_id)
     assert handle.get(timeout=90) == [10, 20, 30, 40, 50]
     # after_settle fires after the commit that get() waits for: wait for the hook too.
-    wait_until(lambda: fired(rds, workflow_id, point), 30, message="the fault to fire")
+    wait_until(lambda: fired(rds, run_id, point), 30, message="the fault to fire")
     # Every step ran exactly once: a committed record is never run again.
     assert [effects(rds, key, f"s{n}") for n in range(1, 6)] == [1] * 5
 
@@ -44,11 +44,11 @@ def test_fault_between_a_step_failure_and_its_retry_still_retries_the_step(
     """Bug: the error row was committed before the retry was scheduled, so a crash in
     between made the next attempt replay it as a caught failure and end FAILED."""
     start_worker()
-    workflow_id = f"retry-{key}"
-    arm(rds, workflow_id, faults.BEFORE_SCHEDULE_RETRY, action)
-    handle = basic_app.retried_step.apply_async(args=(key,), workflow_id=workflow_id)
+    run_id = f"retry-{key}"
+    arm(rds, run_id, faults.BEFORE_SCHEDULE_RETRY, action)
+    handle = basic_app.retried_step.apply_async(args=(key,), run_id=run_id)
     assert handle.get(timeout=90) == "second call ok"
-    assert fired(rds, workflow_id, faults.BEFORE_SCHEDULE_RETRY)
+    assert fired(rds, run_id, faults.BEFORE_SCHEDULE_RETRY)
     assert effects(rds, key, "fails_once") == 2  # the failed step ran again, once
 
 
@@ -57,17 +57,17 @@ def test_fault_around_a_wait_keeps_the_signal_and_the_steps(
     basic_app, start_worker, key, rds, point
 ):
     start_worker()
-    workflow_id = f"wait-{key}"
-    arm(rds, workflow_id, point, "kill")
-    handle = basic_app.signalled_steps.apply_async(args=(key,), workflow_id=workflow_id)
+    run_id = f"wait-{key}"
+    arm(rds, run_id, point, "kill")
+    handle = basic_app.signalled_steps.apply_async(args=(key,), run_id=run_id)
     if point == faults.AFTER_SUSPEND:
-        wait_until(lambda: fired(rds, workflow_id, point), 60, message="the fault to fire")
+        wait_until(lambda: fired(rds, run_id, point), 60, message="the fault to fire")
         wait_until(lambda: handle.status() is WorkflowStatus.WAITING, 60, message="WAITING")
     else:
         wait_until(lambda: handle.status() is WorkflowStatus.WAITING, 60, message="WAITING")
     assert handle.signal("go", {"n": 7})
     assert handle.get(timeout=90) == [10, {"n": 7}, 20]
-    assert fired(rds, workflow_id, point)
+    assert fired(rds, run_id, point)
     assert effects(rds, key, "s1") == 1 and effects(rds, key, "s2") == 1
     steps = basic_app.durable.runtime.store.load_steps(handle.id)
     assert steps[1].output == '{"n":7}'
@@ -99,10 +99,10 @@ def test_a_worker_paused_past_its_lease_runs_no_step_after_it_wakes(
     import signal
 
     start_worker()
-    workflow_id = f"paused-{key}"
-    arm(rds, workflow_id, faults.AFTER_RECORD_STEP, "stop", 2)
-    handle = basic_app.five_steps.apply_async(args=(key,), workflow_id=workflow_id)
-    paused = int(wait_until(lambda: rds.get(f"stopped:{workflow_id}"), 60, message="the pause"))
+    run_id = f"paused-{key}"
+    arm(rds, run_id, faults.AFTER_RECORD_STEP, "stop", 2)
+    handle = basic_app.five_steps.apply_async(args=(key,), run_id=run_id)
+    paused = int(wait_until(lambda: rds.get(f"stopped:{run_id}"), 60, message="the pause"))
     try:
         # The other pool process takes the run over once the lease runs out.
         assert handle.get(timeout=90) == [10, 20, 30, 40, 50]
@@ -111,7 +111,7 @@ def test_a_worker_paused_past_its_lease_runs_no_step_after_it_wakes(
     # The woken process finishes its delivery (whichever worker it belongs to: the
     # module's shared worker consumes the same queue) without running another step.
     wait_until(
-        lambda: rds.get(f"postrun:{workflow_id}:{paused}"),
+        lambda: rds.get(f"postrun:{run_id}:{paused}"),
         30,
         message="the woken process to end its delivery",
     )
@@ -129,11 +129,11 @@ def test_crash_between_dispatch_and_recording_dispatches_nothing_twice(
     from tests.conftest import GPU_QUEUE
 
     start_worker.together({}, {"name": "gpu", "queues": GPU_QUEUE})
-    workflow_id = f"dispatch-{key}"
-    arm(rds, workflow_id, faults.AFTER_DISPATCH, action, 0)
-    handle = basic_app.rendered.apply_async(args=(key, 600), workflow_id=workflow_id)
+    run_id = f"dispatch-{key}"
+    arm(rds, run_id, faults.AFTER_DISPATCH, action, 0)
+    handle = basic_app.rendered.apply_async(args=(key, 600), run_id=run_id)
     assert handle.get(timeout=240) == [f"page-{n}" for n in range(600)]
-    assert fired(rds, workflow_id, faults.AFTER_DISPATCH)
+    assert fired(rds, run_id, faults.AFTER_DISPATCH)
     assert [effects(rds, key, f"render{n}") for n in range(600)] == [1] * 600
     rows = basic_app.durable.runtime.store.list_items(handle.id)
     assert len(rows) == 600 and {r.status for r in rows} == {"ok"}
@@ -152,17 +152,17 @@ def test_a_lost_wake_up_is_published_by_the_sweeper(
     from tests.conftest import GPU_QUEUE
 
     workers = start_worker.together({}, {"name": "gpu", "queues": GPU_QUEUE})
-    workflow_id = f"wake-{key}"
+    run_id = f"wake-{key}"
     rds.set(f"block:{key}:render", "1")
-    handle = basic_app.rendered.apply_async(args=(key, 1, 0), workflow_id=workflow_id)
+    handle = basic_app.rendered.apply_async(args=(key, 1, 0), run_id=run_id)
     wait_until(lambda: handle.status() is WorkflowStatus.WAITING, 60, message="the wait")
     wait_until(lambda: rds.get(f"started:{key}:render"), 60, message="the item to start")
-    arm(rds, workflow_id, faults.AFTER_RECORD_ITEM, "kill", 0)
+    arm(rds, run_id, faults.AFTER_RECORD_ITEM, "kill", 0)
     rds.delete(f"block:{key}:render")
     assert handle.get(timeout=90) == ["page-0"]
-    assert fired(rds, workflow_id, faults.AFTER_RECORD_ITEM)
+    assert fired(rds, run_id, faults.AFTER_RECORD_ITEM)
     assert effects(rds, key, "render0") == 1  # recorded once; its redelivery did not run
     # Published by a sweep, not by the item task (a claim resets the run's dispatches).
     # Any live worker's sweeper may take it: the module's shared worker sweeps too.
-    swept = re.compile(rf"(dispatched|woke) workflow \S+ run {workflow_id}\b")
+    swept = re.compile(rf"(dispatched|woke) workflow \S+ run {run_id}\b")
     assert any(swept.search(worker.log()) for worker in [shared_worker, *workers])

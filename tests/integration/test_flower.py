@@ -1,5 +1,5 @@
 """Flower tells the truth: what a real Flower shows (its HTTP API) of workflows run by a real
-worker started with -E. One task per run (the workflow id); a run that suspends (signal,
+worker started with -E. One task per run (the run id); a run that suspends (signal,
 timer, items, child) is WAITING, never SUCCESS; a resumed run's line names the step it runs;
 a duplicate delivery that did not run is not a success; a run that failed for good is
 FAILURE with its exception; an item task is SUCCESS, RETRY or FAILURE as its step was; every
@@ -101,7 +101,7 @@ def test_a_suspended_run_is_waiting_then_resumed_then_a_success(
     basic_app, events_worker, flower, key, rds, unblocked
 ):
     handle = basic_app.signalled_steps.delay(key)
-    line = f"workflow={handle.id} attempt=1"
+    line = f"run={handle.id} attempt=1"
     waiting = shown(flower, handle.id, "WAITING", "waiting for signal 'go'", f"{line} step=1")
     assert waiting["name"] == basic_app.signalled_steps.name  # one task name per workflow
     listed = flower.api("GET", "/api/tasks?state=WAITING")
@@ -128,7 +128,7 @@ def test_a_resumed_run_names_each_step_it_runs_not_the_timer_it_left(
     rds.set(f"block:{key}:s3", "1")
     rds.set(f"block:{key}:s4", "1")
     handle = basic_app.sleep_between_steps.delay(key)
-    line = f"workflow={handle.id} attempt=1"
+    line = f"run={handle.id} attempt=1"
     step = basic_app.numbered.name
     after = "resumed after waiting at step 2 (celery_durable.sleep)"
     wait_until(lambda: rds.get(f"started:{key}:s3"), 30, message="step 3 to start")
@@ -178,7 +178,7 @@ def test_a_duplicate_delivery_that_did_not_run_is_not_a_success(
     run = early.record()
     durable.runtime.publish(run.id, run.name, run.args, run.queue)
     info = shown(flower, early.id, "SCHEDULED", "pending (due ", "did not run it")
-    assert f"workflow={early.id} attempt=0" in info["result"]
+    assert f"run={early.id} attempt=0" in info["result"]
     assert effects(rds, key, "s1") == 0 and early.status() is WorkflowStatus.PENDING
 
     # Waiting: a duplicate delivery of a suspended run restates WAITING.
@@ -187,7 +187,7 @@ def test_a_duplicate_delivery_that_did_not_run_is_not_a_success(
     run = waiting.record()
     durable.runtime.publish(run.id, run.name, run.args, run.queue)
     info = shown(flower, waiting.id, "WAITING", "found the run WAITING and did not run it")
-    assert f"workflow={waiting.id} attempt=1" in info["result"]
+    assert f"run={waiting.id} attempt=1" in info["result"]
     early.cancel("test over")
     waiting.cancel("test over")
 
@@ -199,7 +199,7 @@ def test_a_run_that_failed_for_good_is_failure_with_its_exception(
     info = shown(flower, handle.id, "FAILURE", "failed for good on attempt 1 of 3")
     assert "PermanentError" in info["exception"] and f"no way {key}" in info["exception"]
     assert f"no way {key}" in info["traceback"]
-    assert f"workflow={handle.id} attempt=1" in info["result"]
+    assert f"run={handle.id} attempt=1" in info["result"]
     assert handle.status() is WorkflowStatus.FAILED
 
 
@@ -207,7 +207,7 @@ def test_a_retried_run_is_retry_with_the_next_attempt(basic_app, events_worker, 
     handle = basic_app.retried_later.delay(key)
     info = shown(flower, handle.id, "RETRY", "retry attempt 2 at ")
     assert f"retry me {key}" in info["exception"]
-    assert f"workflow={handle.id} attempt=1 step=1" in info["result"]
+    assert f"run={handle.id} attempt=1 step=1" in info["result"]
     handle.cancel("test over")
 
 
@@ -218,7 +218,7 @@ def test_a_cancelled_run_is_cancelled_not_a_success(basic_app, events_worker, fl
     handle.cancel("customer left")
     rds.delete(f"block:{key}:s1")
     info = shown(flower, handle.id, "CANCELLED", "cancelled: customer left")
-    assert f"workflow={handle.id} attempt=1" in info["result"]
+    assert f"run={handle.id} attempt=1" in info["result"]
 
 
 def test_a_run_waiting_for_its_items_is_waiting_and_each_item_tells_its_own_state(
@@ -226,12 +226,12 @@ def test_a_run_waiting_for_its_items_is_waiting_and_each_item_tells_its_own_stat
 ):
     rds.set(f"block:{key}:render", "1")
     handle = basic_app.rendered.delay(key, 2, 1)  # item 1 holds while the flag is set
-    line = f"workflow={handle.id} attempt=1"
+    line = f"run={handle.id} attempt=1"
     shown(flower, handle.id, "WAITING", "waiting for the items of step(s) 0", f"{line} step=0")
     render = basic_app.render.name
     done = shown(flower, item_task_id(handle.id, 0, 0), "SUCCESS", "'page-0'")
     assert done["name"] == render  # items show under their step's task name
-    assert f"[workflow={handle.id} attempt=1 step=0 ({render}) item=0]" in done["result"]
+    assert f"[run={handle.id} attempt=1 step=0 ({render}) item=0]" in done["result"]
     rds.delete(f"block:{key}:render")
     shown(flower, handle.id, "SUCCESS", "['page-0', 'page-1']", f"{line} steps=1")
 

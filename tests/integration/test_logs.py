@@ -1,4 +1,4 @@
-"""Lifecycle log lines: each carries workflow_id, workflow, attempt and step_index; with
+"""Lifecycle log lines: each carries run_id, workflow, attempt and step_index; with
 durable_log_json a real worker writes them as JSON lines."""
 
 from __future__ import annotations
@@ -62,11 +62,11 @@ def test_every_lifecycle_line_carries_the_run_fields(durable, caplog):
         assert lines, f"no {event} line in {[r.getMessage() for r in ours]}"
         for record in lines:
             assert record.levelno == level, (event, record.getMessage())
-            assert record.workflow_id in (handle.id, other.id), (event, record.getMessage())
+            assert record.run_id in (handle.id, other.id), (event, record.getMessage())
             assert record.workflow in ("l.flow", "l.parked"), (event, record.getMessage())
             for name in FIELDS:
                 assert hasattr(record, name), (event, name, record.getMessage())
-    claims = [r for r in ours if "claimed" in r.getMessage() and r.workflow_id == handle.id]
+    claims = [r for r in ours if "claimed" in r.getMessage() and r.run_id == handle.id]
     assert [r.attempt for r in claims] == [1, 1, 2]  # a suspension gives its attempt back
     (step,) = [r for r in ours if "(l.charge) recorded" in r.getMessage() and r.step_index == 2]
     assert step.attempt == 2
@@ -108,12 +108,12 @@ def test_items_children_and_operations_log_their_lifecycle_with_the_run_fields(d
         return lines[0]
 
     item = line(r"item 1 of step 0 \(l\.square\) of run \S+ recorded ok")
-    assert (item.workflow_id, item.step_index, item.attempt) == (failed.id, 0, 1)
+    assert (item.run_id, item.step_index, item.attempt) == (failed.id, 0, 1)
     assert line(r"item 0 of step 0 \(l\.square\) of run \S+ claimed").levelno == logging.DEBUG
     started = line(rf"run \S+ started as a child of run {done.id}")
-    assert started.workflow == "l.child" and started.workflow_id != done.id
-    assert line(r"forked from run").workflow_id == forked.id
-    assert line(r"resumed \(was FAILED").workflow_id == failed.id
+    assert started.workflow == "l.child" and started.run_id != done.id
+    assert line(r"forked from run").run_id == forked.id
+    assert line(r"resumed \(was FAILED").run_id == failed.id
 
 
 def test_log_json_is_a_boolean_setting():
@@ -132,10 +132,10 @@ def test_the_json_formatter_writes_the_fields_and_the_exception():
             "celery_durable.workflow", logging.ERROR, "", 0, "run %s failed", ("r1",), True
         )
         record.exc_info = sys.exc_info()
-    record.workflow_id, record.workflow = "r1", "shop.checkout"
+    record.run_id, record.workflow = "r1", "shop.checkout"
     line = json.loads(JsonFormatter().format(record))
     assert line["message"] == "run r1 failed" and line["level"] == "ERROR"
-    assert line["workflow_id"] == "r1" and line["attempt"] is None
+    assert line["run_id"] == "r1" and line["attempt"] is None
     assert "ValueError: bad" in line["exception"]
 
 
@@ -148,7 +148,7 @@ def test_a_worker_with_log_json_writes_json_lines(basic_app, start_worker, key):
 
     def ours() -> list[dict]:
         lines = [json.loads(t) for t in worker.log().splitlines() if t.startswith("{")]
-        return [line for line in lines if line.get("workflow_id") == handle.id]
+        return [line for line in lines if line.get("run_id") == handle.id]
 
     def settled() -> list[dict]:
         lines = ours()

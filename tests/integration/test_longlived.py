@@ -123,7 +123,7 @@ def test_sigkill_during_the_rollback_resumes_it(longlived, start_worker, key, rd
     start_worker(app=APP)
     # Steps: reserve 0, charge 1, ship 2 (failed), the rollback marker 3, refund 4, release 5.
     rds.set(f"fault:{key}", "after_record_step:kill:4")
-    handle = longlived.saga.apply_async((key, "fail"), workflow_id=key)
+    handle = longlived.saga.apply_async((key, "fail"), run_id=key)
     with pytest.raises(WorkflowFailed, match="no courier"):
         handle.get(timeout=60)
     assert rds.get(f"fired:{key}:after_record_step") == "1"

@@ -216,7 +216,7 @@ def test_a_cancelled_run_resumes_where_it_waited(basic_app, shared_worker, key, 
     with caplog.at_level(logging.INFO, logger="celery_durable.operations"):
         assert handle.resume() is WorkflowStatus.PENDING
     (line,) = [r for r in caplog.records if r.name == "celery_durable.operations"]
-    assert (line.workflow_id, line.workflow, line.attempt, line.step_index) == (
+    assert (line.run_id, line.workflow, line.attempt, line.step_index) == (
         handle.id,
         "tests.apps.basic.collector",
         0,  # a suspended run gave its attempt back
@@ -290,10 +290,10 @@ def test_fork_from_step_2_of_4_runs_the_rest_on_todays_code(
     taken = celery("durable", "fork", origin.id, "--from-step", "1", "--workflow-id", fork_id)
     assert taken.returncode == 1 and f"a run with id {fork_id!r} already exists" in taken.stderr
     with caplog.at_level(logging.INFO, logger="celery_durable.operations"):
-        named = origin.fork(from_step=4, workflow_id=f"fork-{key}")
+        named = origin.fork(from_step=4, run_id=f"fork-{key}")
     assert named.id == f"fork-{key}" and named.get(timeout=30) == ["1@v1", "2@v1", "3@v1", "4@v1"]
     (line,) = [r for r in caplog.records if r.name == "celery_durable.operations"]
-    assert (line.workflow_id, line.workflow, line.attempt, line.step_index) == (
+    assert (line.run_id, line.workflow, line.attempt, line.step_index) == (
         named.id,
         FOUR_STEPS,
         0,
@@ -341,7 +341,7 @@ def test_gc_deletes_finished_runs_with_their_rows_and_never_a_waiting_one(
         collected = basic_app.durable.gc(older_than="1h", status="cancelled")
     assert collected.total == 0 and collected.before is not None
     (line,) = [r for r in caplog.records if r.name == "celery_durable.operations"]
-    assert (line.workflow_id, line.workflow, line.attempt, line.step_index) == (None,) * 4
+    assert (line.run_id, line.workflow, line.attempt, line.step_index) == (None,) * 4
     assert line.getMessage().startswith("gc deleted 0 finished run(s) older than 1h")
 
 

@@ -52,7 +52,7 @@ def test_delay_with_the_database_down_raises_database_unavailable():
         return order_id
 
     for start, run_id in (
-        (lambda: checkout.apply_async(args=(42,), workflow_id="order-42"), "order-42"),
+        (lambda: checkout.apply_async(args=(42,), run_id="order-42"), "order-42"),
         (lambda: checkout.delay(42), "[0-9a-f-]{36}"),  # a generated id, named too
     ):
         with pytest.raises(DatabaseUnavailable) as raised:
@@ -272,7 +272,7 @@ def test_a_delivery_during_a_store_outage_is_delivered_again_not_dropped(
             },
         )
         proxy.cut()
-        handle = probe.apply_async(args=(key,), workflow_id=f"outage-{key}")
+        handle = probe.apply_async(args=(key,), run_id=f"outage-{key}")
         wait_until(
             lambda: "the database is unreachable" in worker.log(),
             30,

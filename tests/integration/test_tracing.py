@@ -75,7 +75,7 @@ def test_attempts_steps_and_the_signal_link_in_process(durable, exporter):
     assert first.kind is trace.SpanKind.CONSUMER
     assert first.attributes[OUTCOME] == "waiting"
     assert first.attributes["celery_durable.attempt"] == 1
-    assert first.attributes["celery_durable.workflow_id"] == handle.id
+    assert first.attributes["celery_durable.run_id"] == handle.id
     # The resumed attempt links back to the signal's sender.
     assert [link.context.span_id for link in second.links] == [sender_context.span_id]
     assert second.attributes[OUTCOME] == "succeeded"

@@ -18,7 +18,7 @@ from tests.support.eager import eager_durable, failure_of
 from tests.support.services import UNREACHABLE_BROKER_URL
 
 # 100 characters but 400 bytes: passes a 255-character check, not AMQP's 255-byte
-# correlation_id (Celery sets it to the task id, which is the workflow id).
+# correlation_id (Celery sets it to the task id, which is the run id).
 EMOJI_ID = "\N{GRINNING FACE}" * 100
 SURROGATE = "caf\udce9"  # what os.fsdecode makes of b"caf\xe9": UTF-8 can't encode it
 
@@ -35,15 +35,15 @@ BAD_ID_NAMES = ["100-emoji", "256-ascii", "empty", "nul", "surrogate", "not-a-st
 
 @pytest.mark.parametrize(("bad", "rule"), BAD_IDS, ids=BAD_ID_NAMES)
 def test_workflow_id_rules_name_the_argument_and_the_rule(bad, rule):
-    with pytest.raises(InvalidArgument, match="^workflow_id=") as raised:
-        validate.check_workflow_id(bad)
+    with pytest.raises(InvalidArgument, match="^run_id=") as raised:
+        validate.check_run_id(bad)
     assert rule in str(raised.value)
     assert isinstance(raised.value, ValueError) and isinstance(raised.value, cd.DurableError)
 
 
 def test_ids_up_to_255_bytes_pass():
     for good in ("x" * 255, "\N{LATIN SMALL LETTER E WITH ACUTE}" * 127, "\N{GRINNING FACE}" * 63):
-        assert validate.check_workflow_id(good) == good
+        assert validate.check_run_id(good) == good
 
 
 def test_keys_and_names_count_characters():
@@ -90,7 +90,7 @@ def count_rows(durable: Durable, table: str, run_id: str | None = None) -> int:
 
 
 @pytest.mark.parametrize(("bad", "rule"), BAD_IDS, ids=BAD_ID_NAMES)
-@pytest.mark.parametrize("argument", ["workflow_id", "task_id"])
+@pytest.mark.parametrize("argument", ["run_id", "workflow_id", "task_id"])
 def test_apply_async_refuses_ids_before_anything_is_written(basic_app, key, argument, bad, rule):
     """Bug: 100 emoji passed the 255-character check; every publish to RabbitMQ then
     failed with struct.error and the run stayed PENDING. NUL gave a psycopg.DataError."""
@@ -111,16 +111,16 @@ def test_a_queue_amqp_cannot_carry_is_refused(basic_app, key):
 def test_handle_lookups_refuse_invalid_ids(basic_app):
     durable = basic_app.durable
     for bad, rule in BAD_IDS:
-        with pytest.raises(InvalidArgument, match=f"workflow_id=.*{rule[:8]}"):
+        with pytest.raises(InvalidArgument, match=f"run_id=.*{rule[:8]}"):
             durable.get_handle(bad)
-        with pytest.raises(InvalidArgument, match="workflow_id="):
+        with pytest.raises(InvalidArgument, match="run_id="):
             cd.WorkflowHandle(durable, bad)
 
 
 def test_a_lone_surrogate_argument_is_refused_naming_it(basic_app, key):
     """Bug: it reached psycopg, which raised a UnicodeEncodeError naming nothing."""
     with pytest.raises(NotSerialisable, match="argument 'key' of workflow .*five_steps.*udce9"):
-        basic_app.five_steps.apply_async(args=(SURROGATE,), workflow_id=f"sur-{key}")
+        basic_app.five_steps.apply_async(args=(SURROGATE,), run_id=f"sur-{key}")
     assert count_rows(basic_app.durable, "runs", f"sur-{key}") == 0
 
 
@@ -161,8 +161,8 @@ def producer(basic_app) -> Iterator[Durable]:
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (("x" * 300, "approval", None, None), InvalidArgument, "workflow_id=.*300 bytes"),
-        ((EMOJI_ID, "approval", None, None), InvalidArgument, "workflow_id=.*400 bytes"),
+        (("x" * 300, "approval", None, None), InvalidArgument, "run_id=.*300 bytes"),
+        ((EMOJI_ID, "approval", None, None), InvalidArgument, "run_id=.*400 bytes"),
         (("run", "approval", {"by": SURROGATE}, None), NotSerialisable, "payload of signal"),
         (("run", "approval", None, "k" * 300), InvalidArgument, "idempotency_key="),
         (("run", "x" * 201, None, None), InvalidArgument, "signal name=.*201 characters"),

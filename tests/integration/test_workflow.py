@@ -42,7 +42,7 @@ def test_workflow_is_a_celery_task_named_like_celery_names_tasks(basic_app, shar
 
 
 def test_handle_id_is_the_celery_task_id(basic_app, shared_worker, key):
-    handle = basic_app.context_probe.apply_async(args=(key,), workflow_id=f"probe-{key}")
+    handle = basic_app.context_probe.apply_async(args=(key,), run_id=f"probe-{key}")
     assert handle.id == f"probe-{key}"
     result = handle.get(timeout=30)
     assert result == {
@@ -54,19 +54,17 @@ def test_handle_id_is_the_celery_task_id(basic_app, shared_worker, key):
 
 
 def test_get_handle_finds_existing_runs_only(basic_app, shared_worker, key):
-    handle = basic_app.context_probe.apply_async(args=(key,), workflow_id=f"h-{key}")
+    handle = basic_app.context_probe.apply_async(args=(key,), run_id=f"h-{key}")
     assert basic_app.durable.get_handle(f"h-{key}") == handle
     with pytest.raises(WorkflowNotFound, match=f"nope-{key}"):
         basic_app.durable.get_handle(f"nope-{key}")
 
 
 def test_duplicate_id_raises_unless_if_exists_return(basic_app, shared_worker, key, rds):
-    first = basic_app.five_steps.apply_async(args=(key,), workflow_id=f"dup-{key}")
+    first = basic_app.five_steps.apply_async(args=(key,), run_id=f"dup-{key}")
     with pytest.raises(WorkflowAlreadyExists, match=f"dup-{key}"):
-        basic_app.five_steps.apply_async(args=(key,), workflow_id=f"dup-{key}")
-    again = basic_app.five_steps.apply_async(
-        args=(key,), workflow_id=f"dup-{key}", if_exists="return"
-    )
+        basic_app.five_steps.apply_async(args=(key,), run_id=f"dup-{key}")
+    again = basic_app.five_steps.apply_async(args=(key,), run_id=f"dup-{key}", if_exists="return")
     assert again == first
     first.get(timeout=30)
     assert effects(rds, key, "s1") == 1
@@ -74,9 +72,9 @@ def test_duplicate_id_raises_unless_if_exists_return(basic_app, shared_worker, k
 
 def test_non_serialisable_argument_raises_before_anything_is_written(basic_app, key):
     with pytest.raises(TypeError, match="argument 'key' of workflow tests.apps.basic.five_steps"):
-        basic_app.five_steps.apply_async(args=(object(),), workflow_id=f"bad-{key}")
+        basic_app.five_steps.apply_async(args=(object(),), run_id=f"bad-{key}")
     with pytest.raises(TypeError, match="five_steps"):
-        basic_app.five_steps.apply_async(args=(key, "extra"), workflow_id=f"bad2-{key}")
+        basic_app.five_steps.apply_async(args=(key, "extra"), run_id=f"bad2-{key}")
     assert basic_app.durable.runtime.store.get_run(f"bad-{key}") is None
     assert basic_app.durable.runtime.store.get_run(f"bad2-{key}") is None
 
@@ -86,13 +84,13 @@ def test_transactional_start_publishes_after_commit(basic_app, shared_worker, ke
     try:
         with engine.begin() as conn:
             handle = basic_app.five_steps.apply_async(
-                args=(key,), workflow_id=f"tx-{key}", connection=conn
+                args=(key,), run_id=f"tx-{key}", connection=conn
             )
             conn.execute(sa.text("SELECT 1"))
         assert handle.get(timeout=30) == [10, 20, 30, 40, 50]
         with Session(engine) as session, session.begin():
             via_session = basic_app.five_steps.apply_async(
-                args=(key + "s",), workflow_id=f"txs-{key}", connection=session
+                args=(key + "s",), run_id=f"txs-{key}", connection=session
             )
         assert via_session.get(timeout=30) == [10, 20, 30, 40, 50]
     finally:
@@ -104,13 +102,11 @@ def test_transactional_start_rolled_back_never_exists(basic_app, shared_worker, 
     try:
         with engine.connect() as conn:
             tx = conn.begin()
-            basic_app.five_steps.apply_async(args=(key,), workflow_id=f"rb-{key}", connection=conn)
+            basic_app.five_steps.apply_async(args=(key,), run_id=f"rb-{key}", connection=conn)
             tx.rollback()
         with Session(engine) as session:
             session.begin()
-            basic_app.five_steps.apply_async(
-                args=(key,), workflow_id=f"rbs-{key}", connection=session
-            )
+            basic_app.five_steps.apply_async(args=(key,), run_id=f"rbs-{key}", connection=session)
             session.rollback()
     finally:
         engine.dispose()
@@ -276,15 +272,15 @@ def test_publish_failure_after_insert_names_the_stored_run(basic_app, shared_wor
 
     run_id = f"nopub-{key}"
     with pytest.raises(RunNotPublished) as raised:
-        probe.apply_async(args=(key,), workflow_id=run_id)
+        probe.apply_async(args=(key,), run_id=run_id)
     error = raised.value
     assert isinstance(error, OperationalError)  # what Celery raises for a broker that is down
-    assert error.workflow_id == run_id and error.handle.id == run_id
+    assert error.run_id == run_id and error.handle.id == run_id
     text = str(error)
     assert f"run {run_id!r} is stored (PENDING)" in text
     assert "the sweeper will publish it" in text and "if_exists" in text
     # The retry the message suggests returns the stored run instead of a second one.
-    again = probe.apply_async(args=(key,), workflow_id=run_id, if_exists="return")
+    again = probe.apply_async(args=(key,), run_id=run_id, if_exists="return")
     assert again.id == run_id
     result = basic_app.durable.get_handle(run_id).get(timeout=60)
     assert result["id"] == run_id
@@ -340,7 +336,7 @@ def test_transactional_start_committed_during_the_visibility_wait_is_claimed(bas
     def commit_now(point: str, info: dict) -> None:
         if point == faults.AFTER_CLAIM_MISSED and not committed:
             tx.commit()
-            committed.append(info["workflow_id"])
+            committed.append(info["run_id"])
 
     request = SimpleNamespace(id=run_id, headers={TRANSACTIONAL_HEADER: True})
     faults.install(commit_now)

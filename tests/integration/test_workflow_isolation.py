@@ -36,7 +36,7 @@ def test_two_namespaces_never_see_each_others_runs(basic_app, shared_worker, key
     try:
         # B's run is published to B's in-memory broker, which nobody reads: it stays PENDING
         # and is due again after the dispatch grace, for B's sweepers only.
-        theirs = probe.apply_async(args=(f"b-{key}",), workflow_id=f"ns-{key}")
+        theirs = probe.apply_async(args=(f"b-{key}",), run_id=f"ns-{key}")
         with pytest.raises(WorkflowNotFound):
             basic_app.durable.get_handle(theirs.id)
         before = their_row()
@@ -48,9 +48,7 @@ def test_two_namespaces_never_see_each_others_runs(basic_app, shared_worker, key
         )
         # A's run of the same id, started with a countdown: only a sweep of namespace A
         # publishes it, so its result proves the worker swept while B's run was due.
-        mine = basic_app.context_probe.apply_async(
-            args=(key,), workflow_id=f"ns-{key}", countdown=0.5
-        )
+        mine = basic_app.context_probe.apply_async(args=(key,), run_id=f"ns-{key}", countdown=0.5)
         assert mine.get(timeout=30)["id"] == f"ns-{key}"
         wait_until(
             lambda: f"run ns-{key} again" in shared_worker.log(),
@@ -72,7 +70,7 @@ def test_two_namespaces_never_see_each_others_runs(basic_app, shared_worker, key
         # its due time (and a run is published only after a sweep took it).
         assert their_row() == before, "a sweep of namespace A took namespace B's run"
         assert theirs.status() is WorkflowStatus.PENDING
-        basic_app.context_probe.apply_async(args=(key,), workflow_id=f"only-{key}").get(timeout=30)
+        basic_app.context_probe.apply_async(args=(key,), run_id=f"only-{key}").get(timeout=30)
         with pytest.raises(WorkflowNotFound):
             other.get_handle(f"only-{key}")
     finally:
@@ -85,7 +83,7 @@ def test_two_apps_on_one_database_never_dispatch_each_others_runs(basic_app, sta
     from tests.apps import other
 
     basic_worker = start_worker("basic-only")
-    handle = other.greet.apply_async(args=(key,), workflow_id=f"other-{key}", countdown=0.3)
+    handle = other.greet.apply_async(args=(key,), run_id=f"other-{key}", countdown=0.3)
     run = handle.record()
     assert run.queue == other.app.conf.task_default_queue  # resolved by Celery's routing
     store = basic_app.durable.runtime.store
@@ -99,7 +97,7 @@ def test_two_apps_on_one_database_never_dispatch_each_others_runs(basic_app, sta
 
 
 def test_a_run_keeps_the_queue_celery_routed_it_to(basic_app, shared_worker, key):
-    handle = basic_app.context_probe.apply_async(args=(key,), workflow_id=f"routed-{key}")
+    handle = basic_app.context_probe.apply_async(args=(key,), run_id=f"routed-{key}")
     assert handle.record().queue == basic_app.app.conf.task_default_queue
     handle.get(timeout=30)
 

@@ -130,4 +130,4 @@ def held_run(durable: Any) -> Any:
     def held() -> Any:
         return cd.wait_for_signal("go")
 
-    return held.apply_async((), workflow_id="held-1")
+    return held.apply_async((), run_id="held-1")

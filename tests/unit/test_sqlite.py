@@ -155,7 +155,32 @@ def test_bare_apply_and_bad_start_options_are_refused_with_the_workflow_named(du
     with pytest.raises(TypeError, match="lonely.*countdown"):
         lonely.apply_async(countdown=True)
     with pytest.raises(ValueError, match="lonely.*differ"):
-        lonely.apply_async(workflow_id="a", task_id="b")
+        lonely.apply_async(run_id="a", task_id="b")
+    with pytest.raises(ValueError, match="lonely: run_id='a' and workflow_id='b' differ"):
+        lonely.apply_async(run_id="a", workflow_id="b")
+
+
+def test_workflow_id_is_the_older_name_of_run_id_and_still_works(durable):
+    """``workflow_id`` was the run id's public name: as a start option, on a handle, in a
+    body's context and on errors it is an alias of ``run_id``."""
+    seen: list[tuple[str, str]] = []
+
+    @durable.workflow
+    def named() -> str:
+        ctx = cd.WorkflowContext.current()
+        assert ctx is not None
+        seen.append((ctx.run_id, ctx.workflow_id))
+        return "done"
+
+    handle = named.apply_async(workflow_id="older-name")
+    assert (handle.run_id, handle.workflow_id, handle.id) == ("older-name",) * 3
+    assert seen == [("older-name", "older-name")]
+    assert named.apply_async(workflow_id="older-name", if_exists="return") == handle
+    with pytest.raises(cd.WorkflowAlreadyExists) as taken:
+        named.apply_async(run_id="older-name")
+    assert taken.value.run_id == taken.value.workflow_id == "older-name"
+    forked = handle.fork(0, workflow_id="older-fork")
+    assert forked.run_id == "older-fork"
 
 
 def test_link_and_link_error_fire_once_the_run_settles_in_eager_mode(durable):

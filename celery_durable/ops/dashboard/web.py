@@ -299,7 +299,7 @@ def create_app(
                 try:
                     forked = handle.fork(from_step, new_id)
                 except WorkflowAlreadyExists as exc:
-                    raise DurableError(f"a run with id {exc.workflow_id!r} exists") from None
+                    raise DurableError(f"a run with id {exc.run_id!r} exists") from None
                 target = forked.id
                 message = f"Forked from {run_id} at step {from_step}: this new run is PENDING."
                 message += noted(run_id, name, f"as run {forked.id} from step {from_step}")

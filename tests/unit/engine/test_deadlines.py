@@ -42,7 +42,7 @@ def test_a_child_inherits_what_is_left_of_its_parent_s_deadline(durable):
 
     @durable.workflow(timeout=600)
     def parent() -> object:
-        return child.start_child(workflow_id="the-child").result()
+        return child.start_child(run_id="the-child").result()
 
     started = parent.delay()
     kid = durable.get_handle("the-child").record()

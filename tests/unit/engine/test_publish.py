@@ -36,7 +36,7 @@ def test_a_failed_publish_is_logged_with_the_callers_text_and_fields(caplog):
     )
     assert record.levelno == logging.WARNING and record.name == log.name
     assert record.exc_info is not None and record.exc_info[0] is ConnectionRefusedError
-    assert record.workflow_id == "r-1" and record.workflow == "wf.a"  # type: ignore[attr-defined]
+    assert record.run_id == "r-1" and record.workflow == "wf.a"  # type: ignore[attr-defined]
 
 
 def test_a_publish_that_works_logs_nothing_and_says_so(caplog):
@@ -81,7 +81,7 @@ def test_a_sweep_whose_publish_fails_leaves_the_run_due(unreachable, caplog):
 
     caplog.set_level(logging.INFO, logger="celery_durable")
     # A countdown stores the run without a message: the sweep publishes it when due.
-    handle = flow.apply_async(args=(1,), workflow_id="p-1", countdown=0.05)
+    handle = flow.apply_async(args=(1,), run_id="p-1", countdown=0.05)
     wait_until(lambda: unreachable.runtime.store.now() > handle.record().due_at, 10, message="due")
     assert unreachable.runtime.sweeper.sweep_once() == 0
     failed = [r for r in caplog.records if r.getMessage().startswith("publishing workflow")]

@@ -135,8 +135,8 @@ def test_redact_takes_a_callable_or_keys():
 
 
 def test_runs_page_filters_searches_and_says_what_is_wrong(durable, flows):
-    handles = [flows.login.apply_async(("al",), workflow_id=f"user-{i}") for i in range(3)]
-    waiting = flows.approval.apply_async(("bo",), workflow_id="other-1")
+    handles = [flows.login.apply_async(("al",), run_id=f"user-{i}") for i in range(3)]
+    waiting = flows.approval.apply_async(("bo",), run_id="other-1")
     client = client_of(durable)
     ids = re.compile(r'data-run="([^"]+)"')
     html = client.get("/").get_data(as_text=True)
@@ -161,7 +161,7 @@ def test_runs_page_filters_searches_and_says_what_is_wrong(durable, flows):
 
 
 def test_the_runs_table_says_when_each_run_started(durable, flows):
-    done = flows.login.apply_async(("al",), workflow_id="started-1")
+    done = flows.login.apply_async(("al",), run_id="started-1")
     durable.runtime.store.insert_run(new_run("queued-1", name=flows.login.name, max_attempts=1))
     html = client_of(durable).get("/").get_data(as_text=True)
     record = durable.runtime.store.get_run(done.id)
@@ -175,7 +175,7 @@ def test_the_runs_table_says_when_each_run_started(durable, flows):
 
 
 def test_actions_say_what_happened_and_refuse_what_they_cannot_do(durable, flows):
-    waiting = flows.approval.apply_async(("bo",), workflow_id="wait-1")
+    waiting = flows.approval.apply_async(("bo",), run_id="wait-1")
     client = client_of(durable)
     token = csrf(client)
     sent = client.post(
@@ -207,7 +207,7 @@ def test_actions_say_what_happened_and_refuse_what_they_cannot_do(durable, flows
 
 
 def test_read_only_shows_no_action_and_refuses_posts(durable, flows):
-    waiting = flows.approval.apply_async(("bo",), workflow_id="ro-1")
+    waiting = flows.approval.apply_async(("bo",), run_id="ro-1")
     client = client_of(durable, read_only=True)
     html = client.get(f"/run/{waiting.id}").get_data(as_text=True)
     assert "Cancel run" not in html and "read-only" in html

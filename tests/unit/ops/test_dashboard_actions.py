@@ -39,7 +39,7 @@ def actions_of(durable: Durable, run_id: str) -> list[tuple[str, str | None, str
 
 
 def test_the_basic_auth_user_is_recorded_with_each_action(durable, held):
-    run = held.apply_async((), workflow_id="acted-1")
+    run = held.apply_async((), run_id="acted-1")
     client = durable.dashboard_app(basic_auth="alice:pw1,bob:pw2").test_client()
     alice = {"Authorization": "Basic " + base64.b64encode(b"alice:pw1").decode()}
     bob = {"Authorization": "Basic " + base64.b64encode(b"bob:pw2").decode()}
@@ -60,7 +60,7 @@ def test_the_basic_auth_user_is_recorded_with_each_action(durable, held):
 
 
 def test_a_fork_is_recorded_on_both_runs(durable, held):
-    run = held.apply_async((), workflow_id="origin-1")
+    run = held.apply_async((), run_id="origin-1")
     run.cancel("to fork")
     client = durable.dashboard_app().test_client()
     done = post(client, "fork", id=run.id, from_step="0", new_id="forked-1")
@@ -72,7 +72,7 @@ def test_a_fork_is_recorded_on_both_runs(durable, held):
 
 
 def test_the_host_frameworks_user_is_recorded_and_a_header_cannot_forge_it(durable, held):
-    run = held.apply_async((), workflow_id="hosted-1")
+    run = held.apply_async((), run_id="hosted-1")
     client = durable.dashboard_app(host_csrf=True).test_client()
     environ = {HOST_CSRF: ("csrfmiddlewaretoken", "t"), HOST_ACTOR: "carol"}
     done = client.post(

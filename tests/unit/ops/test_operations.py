@@ -28,7 +28,7 @@ def test_operations_of_a_runtime_serve_without_a_durable(durable: Durable) -> No
         return cd.wait_for_signal("go")
 
     with eager_workflows(durable) as kit:
-        run = held.apply_async((), workflow_id="ops-1")
+        run = held.apply_async((), run_id="ops-1")
         operations = Operations(durable.runtime)
         assert [r.id for r in operations.list_runs("waiting").runs] == ["ops-1"]
         details = operations.describe_run("ops-1")

@@ -13,7 +13,7 @@ def cancel_this_run(durable) -> None:  # type: ignore[no-untyped-def]
     """From a step: cancel the run it is a step of (RUNNING: it stops at a boundary)."""
     ctx = cd.WorkflowContext.current()
     assert ctx is not None
-    durable.get_handle(ctx.workflow_id).cancel("changed my mind")
+    durable.get_handle(ctx.run_id).cancel("changed my mind")
 
 
 def _saga(durable, log: list[str], refund_failures: int = 0):  # type: ignore[no-untyped-def]
