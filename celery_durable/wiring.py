@@ -42,6 +42,7 @@ from celery_durable.schedules import declared as schedules
 from celery_durable.schedules.dashboard import SCHEDULE_ACTIONS, SCHEDULES_PAGE
 from celery_durable.schedules.firing import SchedulePass
 from celery_durable.schedules.report import SCHEDULE_LAG
+from celery_durable.schedules.store import SCHEDULES
 from celery_durable.store.areas import STORE_AREAS
 from celery_durable.waits.signals import SignalQueue, register_tasks, send_signal
 from celery_durable.waits.state import query, wait_for_state
@@ -53,6 +54,7 @@ from celery_durable.waits.store_area import WAITS
 STORE_AREAS.add(WAITS)  # every Store built after this holds ``store.waits``
 STORE_AREAS.add(CANVAS)  # ``store.canvas``
 STORE_AREAS.add(SAGAS)  # ``store.sagas``
+STORE_AREAS.add(SCHEDULES)  # ``store.schedules``
 HANDLE_HOOKS.signal = send_signal
 HANDLE_HOOKS.query = query
 HANDLE_HOOKS.wait_for_state = wait_for_state

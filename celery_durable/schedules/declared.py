@@ -31,7 +31,7 @@ from celery_durable.errors import InvalidArgument
 from celery_durable.schedules.cron import Cron
 from celery_durable.schedules.firing_times import Schedule, zone
 from celery_durable.schedules.interval import Interval
-from celery_durable.schedules.store import DeclaredSchedule, ScheduleRow
+from celery_durable.schedules.store import SCHEDULES, DeclaredSchedule, ScheduleRow
 
 if TYPE_CHECKING:
     from celery_durable.engine.hooks import Delivery
@@ -209,7 +209,7 @@ def sync(runtime: Runtime) -> list[str]:
     from their next slot; the namespace's others are disabled. Returns those disabled."""
     now = dt.datetime.now(dt.timezone.utc)
     declared = [spec.declared(now) for spec in runtime.schedules.values()]
-    disabled = runtime.store.declare_schedules(declared, sorted(runtime.workflows))
+    disabled = SCHEDULES.of(runtime.store).declare_schedules(declared, sorted(runtime.workflows))
     for name in disabled:
         logger.warning("schedule %r is no longer declared in code: disabled", name)
     return disabled

@@ -37,7 +37,7 @@ from celery_durable.schedules.declared import (
     timing_of,
 )
 from celery_durable.schedules.firing_times import UTC, Schedule, slot_text, zone
-from celery_durable.schedules.store import ScheduleRow
+from celery_durable.schedules.store import SCHEDULES, ScheduleRow, SchedulesArea
 from celery_durable.store import ACTIVE_STATUSES
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def fire_due(runtime: Runtime, batch: int = BATCH, now: float | None = None) -> 
     publishes: list[Publish] = []
     cancels: list[tuple[str, str]] = []
     workflows = sorted(runtime.workflows)
-    with runtime.store.due_schedules(workflows, batch, now) as (conn, due):
+    with SCHEDULES.of(runtime.store).due_schedules(workflows, batch, now) as (conn, due):
         for row in due:
             task = _task(runtime, row.workflow)
             if task is None:
@@ -140,7 +140,7 @@ def _fire(
     row: ScheduleRow,
     cancels: list[tuple[str, str]],
 ) -> list[Publish]:
-    store, timing = runtime.store, timing_of(row)
+    schedules, timing = SCHEDULES.of(runtime.store), timing_of(row)
     state = _Firing(
         row, row.last_status in ACTIVE_STATUSES, row.last_slot, row.last_run_id, row.buffered_slot
     )
@@ -154,12 +154,12 @@ def _fire(
     for slot in _due_slots(row, timing, state, on_time):
         fired_last = slot
         if state.active and row.overlap == "skip":
-            _skip(store, conn, row, slot, state)
+            _skip(schedules, conn, row, slot, state)
         elif state.active and row.overlap == "buffer_one":
             if state.buffered is None:
                 state.buffered = slot.timestamp()
             else:
-                _skip(store, conn, row, slot, state)
+                _skip(schedules, conn, row, slot, state)
         else:
             if state.active and row.overlap == "cancel_previous" and state.last_run_id:
                 cancels.append((state.last_run_id, row.name))
@@ -170,7 +170,7 @@ def _fire(
         # "all" may leave slots of its window for the next poll: start after the last one.
         after = fired_last if fired_last is not None and row.catchup == "all" else now
         next_slot = timing.next_after(after).timestamp()
-    store.advance_schedule(
+    schedules.advance_schedule(
         conn,
         row.name,
         next_slot=next_slot,
@@ -184,9 +184,13 @@ def _fire(
 
 
 def _skip(
-    store: Any, conn: Connection, row: ScheduleRow, slot: dt.datetime, state: _Firing
+    schedules: SchedulesArea,
+    conn: Connection,
+    row: ScheduleRow,
+    slot: dt.datetime,
+    state: _Firing,
 ) -> None:
-    if store.add_slot(conn, row.name, slot.timestamp(), "skipped", None):
+    if schedules.add_slot(conn, row.name, slot.timestamp(), "skipped", None):
         state.skipped += 1
         logger.info(
             "schedule %r skipped its slot %s: run %s is still active (overlap=%r)",
@@ -208,7 +212,7 @@ def _start(
     run_id: str | None = None,
 ) -> list[Publish]:
     run_id = run_id or run_id_of(row.name, slot)
-    if not runtime.store.add_slot(conn, row.name, slot.timestamp(), outcome, run_id):
+    if not SCHEDULES.of(runtime.store).add_slot(conn, row.name, slot.timestamp(), outcome, run_id):
         return []  # fired before (a backfill over it, or a sweeper that got there first)
     publish = task.start_in(conn, run_id, *_arguments(runtime, row, slot))
     state.active, state.last_slot, state.last_run_id = True, slot.timestamp(), run_id
@@ -236,7 +240,7 @@ def trigger(runtime: Runtime, name: str) -> str:
 def backfill(runtime: Runtime, name: str, start: dt.datetime, end: dt.datetime) -> list[str]:
     """Start the schedule's slots in ``[start, end]`` that never fired, each once (a slot
     fired, skipped or backfilled before is left); returns the runs started."""
-    with runtime.store.locked_schedule(name) as (_, row):
+    with SCHEDULES.of(runtime.store).locked_schedule(name) as (_, row):
         if row is None:
             raise InvalidArgument(f"no schedule named {name!r}")
     if end < start:
@@ -252,7 +256,7 @@ def _by_hand(
     slot, its last run for overlap) stays as it was."""
     publishes: list[Publish] = []
     started: list[str] = []
-    with runtime.store.locked_schedule(name) as (conn, row):
+    with SCHEDULES.of(runtime.store).locked_schedule(name) as (conn, row):
         if row is None:
             raise InvalidArgument(f"no schedule named {name!r}")
         task = _task(runtime, row.workflow)

@@ -14,7 +14,7 @@ import datetime as dt
 from celery_durable.errors import InvalidArgument
 from celery_durable.ops.operations import Operations
 from celery_durable.schedules import firing
-from celery_durable.schedules.store import ScheduleRow
+from celery_durable.schedules.store import SCHEDULES, ScheduleRow
 
 
 class ScheduleOperations(Operations):
@@ -22,7 +22,7 @@ class ScheduleOperations(Operations):
 
     def list_schedules(self) -> list[ScheduleRow]:
         """Every schedule of the namespace, with its next slot, last run and counts."""
-        return self.runtime.store.list_schedules()
+        return SCHEDULES.of(self.runtime.store).list_schedules()
 
     def pause_schedule(self, name: str) -> None:
         """Stop the schedule's slots firing until ``resume_schedule``."""
@@ -33,7 +33,7 @@ class ScheduleOperations(Operations):
         self._set_paused(name, False)
 
     def _set_paused(self, name: str, paused: bool) -> None:
-        if not self.runtime.store.set_schedule_paused(name, paused):
+        if not SCHEDULES.of(self.runtime.store).set_schedule_paused(name, paused):
             raise InvalidArgument(f"no schedule named {name!r}")
 
     def trigger_schedule(self, name: str) -> str:

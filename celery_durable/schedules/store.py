@@ -1,17 +1,19 @@
-"""The Store's schedule operations: upsert what the code declares, lock the due schedules
-for one sweeper (others skip them), record each slot once, pause and list. Mixed into
-``Store``; the SQL is in ``schedules/statements.py``.
+"""The schedules wing's store area, held as ``store.schedules``: upsert what the code
+declares, lock the due schedules for one sweeper (others skip them), record each slot
+once, pause and list. It builds its statements (``schedules/statements.py``) once per
+store.
 
 A slot fires once because its ``schedule_slots`` row is inserted in the transaction that
 starts its run (with the run's own idempotent id), while the schedule's row is locked.
 
 Example::
 
-    with store.due_schedules(limit=100) as (conn, due):
+    schedules = SCHEDULES.of(store)
+    with schedules.due_schedules(workflows, limit=100) as (conn, due):
         for row in due:
-            if store.add_slot(conn, row.name, slot, "started", run_id):
+            if schedules.add_slot(conn, row.name, slot, "started", run_id):
                 ...   # start the run on ``conn``
-            store.advance_schedule(conn, row.name, next_slot=..., last_slot=slot, ...)
+            schedules.advance_schedule(conn, row.name, next_slot=..., last_slot=slot, ...)
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from celery_durable.schedules.statements import DECLARED
-from celery_durable.store.db.connections import Connections
+from celery_durable.schedules.statements import DECLARED, ScheduleStatements
+from celery_durable.store.areas import AreaKey
 from celery_durable.store.sql.build import params
-from celery_durable.store.sql.statements import Statements
+from celery_durable.store.store import Store
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,11 +99,16 @@ def _row(found: Any) -> ScheduleRow:
     return ScheduleRow(**{name: values[name] for name in fields if name in values})
 
 
-class ScheduleOps:
+class SchedulesArea:
     """Schedules declared, fired once per slot, paused, listed."""
 
-    db: Connections
-    sql: Statements
+    def __init__(self, store: Store) -> None:
+        self.db = store.db
+        self.sql = ScheduleStatements(store.tables, store.dialect, store.namespace)
+
+    @property
+    def on_cancelled(self) -> Sequence[Any]:
+        return ()
 
     def declare_schedules(
         self, declared: Sequence[DeclaredSchedule], workflows: Sequence[str] = ()
@@ -110,7 +117,7 @@ class ScheduleOps:
         disable the schedules of ``workflows`` (the code's) that it no longer declares;
         their rows and runs stay. Another app's schedules on the namespace are its own.
         Returns the names disabled now."""
-        sql = self.sql.schedules
+        sql = self.sql
         with self.db.transaction() as conn:
             for each in declared:
                 values = {f"p_{c}": getattr(each, c) for c in DECLARED}
@@ -129,14 +136,14 @@ class ScheduleOps:
         sweeper skips them meanwhile. Commits when the block ends."""
         with self.db.transaction() as conn:
             values = params(limit=limit, now=now, workflows=list(workflows) or [""])
-            rows = conn.execute(self.sql.schedules.lock_due, values).all()
+            rows = conn.execute(self.sql.lock_due, values).all()
             yield conn, [_row(r) for r in rows]
 
     @contextmanager
     def locked_schedule(self, name: str) -> Iterator[tuple[Connection, ScheduleRow | None]]:
         """One schedule's row, locked for this transaction (None: no such schedule)."""
         with self.db.transaction() as conn:
-            found = conn.execute(self.sql.schedules.lock_schedule, params(name=name)).first()
+            found = conn.execute(self.sql.lock_schedule, params(name=name)).first()
             yield conn, None if found is None else _row(found)
 
     def add_slot(
@@ -144,7 +151,7 @@ class ScheduleOps:
     ) -> bool:
         """Record the schedule's slot; False: it was recorded before (it fired already)."""
         values = params(name=name, slot=slot, outcome=outcome, run_id=run_id)
-        return conn.execute(self.sql.schedules.add_slot, values).first() is not None
+        return conn.execute(self.sql.add_slot, values).first() is not None
 
     def advance_schedule(
         self,
@@ -160,7 +167,7 @@ class ScheduleOps:
     ) -> None:
         """Where the schedule stands after a firing, in the firing's transaction."""
         conn.execute(
-            self.sql.schedules.advance,
+            self.sql.advance,
             params(
                 name=name,
                 next_slot=next_slot,
@@ -175,16 +182,19 @@ class ScheduleOps:
     def set_schedule_paused(self, name: str, paused: bool) -> bool:
         """Pause or resume a schedule; False: there is no such schedule."""
         with self.db.transaction() as conn:
-            done = conn.execute(self.sql.schedules.set_paused, params(name=name, paused=paused))
+            done = conn.execute(self.sql.set_paused, params(name=name, paused=paused))
             return done.first() is not None
 
     def list_schedules(self) -> list[ScheduleRow]:
         """Every schedule of the namespace, by name, with its last lag."""
         with self.db.read() as conn:
-            return [_row(r) for r in conn.execute(self.sql.schedules.list_schedules)]
+            return [_row(r) for r in conn.execute(self.sql.list_schedules)]
 
     def schedule_slots(self, name: str, limit: int = 20) -> list[SlotRow]:
         """The schedule's latest slots, newest first."""
         with self.db.read() as conn:
-            rows = conn.execute(self.sql.schedules.slots_of, params(name=name, limit=limit))
+            rows = conn.execute(self.sql.slots_of, params(name=name, limit=limit))
             return [SlotRow(*r) for r in rows]
+
+
+SCHEDULES: AreaKey[SchedulesArea] = AreaKey("schedules", SchedulesArea)

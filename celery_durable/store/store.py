@@ -29,7 +29,6 @@ from celery_durable.fanout.items import ItemOps
 from celery_durable.limiters.kept_slots import KeptSlotOps
 from celery_durable.limiters.store import LimiterOps
 from celery_durable.limiters.usage import LimiterUsageOps
-from celery_durable.schedules.store import ScheduleOps
 from celery_durable.store.areas import STORE_AREAS, StoreArea
 from celery_durable.store.claims import ClaimOps
 from celery_durable.store.db.connections import Connections, parse_listen_url, parse_url
@@ -69,7 +68,6 @@ class Store(
     LimiterOps,
     KeptSlotOps,
     LimiterUsageOps,
-    ScheduleOps,
     StartOps,
 ):
     """The database side of one namespace; engines are created per process, lazily.

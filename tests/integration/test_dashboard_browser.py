@@ -368,5 +368,7 @@ def test_pause_a_schedule_from_its_page(browser, durable, embedded_board):
         expect(page.locator(".notice-ok")).to_contain_text("Paused 'report-eu'")
         expect(row.locator("[data-status]")).to_have_text("paused")
         expect(row.get_by_role("button", name="Resume report-eu")).to_be_visible()
-    [stored] = [r for r in durable.runtime.store.list_schedules() if r.name == "report-eu"]
+    [stored] = [
+        r for r in durable.runtime.store.schedules.list_schedules() if r.name == "report-eu"
+    ]
     assert stored.paused

@@ -84,7 +84,7 @@ def test_two_workers_and_a_third_process_fire_each_slot_once(scheduled_app, rds)
             return json.loads(done.stdout)
 
         assert command("pause", "slow")["paused"] is True
-        assert {row.name: row.paused for row in store.list_schedules()}["slow"] is True
+        assert {row.name: row.paused for row in store.schedules.list_schedules()}["slow"] is True
         triggered = command("trigger", "slow")["run_id"]
         assert app.durable.get_handle(triggered).get(timeout=60)
         past = time.time() - 3600
@@ -128,7 +128,7 @@ def test_after_every_worker_was_down_each_catchup_policy_fires_what_it_says(sche
     finally:
         worker.kill()
     gap = {p: started_after(app, f"gap-{p}", last[p]) for p in policies}
-    rows = {row.name: row for row in app.durable.runtime.store.list_schedules()}
+    rows = {row.name: row for row in app.durable.runtime.store.schedules.list_schedules()}
     # latest: the gap's most recent slot only, then each slot on time again.
     first = gap["latest"][0]
     assert first.slot - last["latest"] >= 8 and rows["gap-latest"].missed >= 7
@@ -150,7 +150,9 @@ def iso(slot: float) -> str:
 
 
 def missed(app: Any, schedule: str) -> int:
-    [row] = [row for row in app.durable.runtime.store.list_schedules() if row.name == schedule]
+    [row] = [
+        row for row in app.durable.runtime.store.schedules.list_schedules() if row.name == schedule
+    ]
     return int(row.missed)
 
 

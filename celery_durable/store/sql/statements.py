@@ -21,7 +21,6 @@ from celery_durable.fanout.open_item_statements import OpenItemStatements
 from celery_durable.limiters.kept_slot_statements import KeptSlotStatements
 from celery_durable.limiters.run_slot_statements import LimitedRunStatements
 from celery_durable.limiters.statements import LimiterStatements
-from celery_durable.schedules.statements import ScheduleStatements
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.actions import ActionStatements
@@ -57,6 +56,5 @@ class Statements:
             tables, dialect, namespace, self.runs, self.limiters
         )
         self.kept_slots = KeptSlotStatements(tables, dialect, namespace, self.steps)
-        self.schedules = ScheduleStatements(tables, dialect, namespace)
         self.liveness = LivenessStatements(tables, dialect, namespace)
         self.notify = self.runs.notify

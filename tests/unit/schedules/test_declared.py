@@ -73,7 +73,7 @@ def test_after_a_gap_catchup_decides_what_fires(durable, catchup, runs):
     fire_at(durable, due + 5 * 60 + 30)
     fired = [s.slot - due for s in runs_of(durable.runtime.store, tick.name)]
     assert fired == {"latest": [300.0], "all": [60.0 * k for k in range(6)], "none": []}[catchup]
-    (row,) = durable.runtime.store.list_schedules()
+    (row,) = durable.runtime.store.schedules.list_schedules()
     assert row.missed == 6 - runs
     assert row.next_slot == due + 360  # the next slot after the gap: nothing fires twice
     assert fire_at(durable, due + 5 * 60 + 40) == 0
@@ -103,7 +103,7 @@ def test_overlap_skip_buffer_one_allow_and_cancel_previous(durable):
         fire_at(durable, due + 60 * k + 1)
     store = durable.runtime.store
     assert slot_outcomes(store, "slow-skip") == {"started": 1, "skipped": 2}
-    rows = {row.name: row for row in store.list_schedules()}
+    rows = {row.name: row for row in store.schedules.list_schedules()}
     assert rows["slow-skip"].skipped == 2
     assert slot_outcomes(store, "slow-buffer_one") == {"started": 1, "skipped": 1}
     assert rows["slow-buffer_one"].buffered_slot == due + 60
@@ -129,7 +129,7 @@ def test_a_changed_definition_starts_from_its_next_slot_and_a_dropped_one_is_dis
     durable.runtime.schedules.clear()  # the next deploy: "a" changed, "b" gone
     durable.schedule(job, every=30, name="a")
     new = next_slot(durable, "a")
-    rows = {row.name: row for row in durable.runtime.store.list_schedules()}
+    rows = {row.name: row for row in durable.runtime.store.schedules.list_schedules()}
     assert rows["a"].every == 30 and new < old and new % 30 == 0
     assert rows["b"].disabled_at is not None
     assert fire_at(durable, old + 1) == 1  # "a" fires its latest slot; "b" nothing
@@ -194,5 +194,5 @@ def test_a_slow_poll_loses_no_slot_whatever_the_catchup(durable):
     due = next_slot(durable, tick.name)
     fire_at(durable, due + 2.5)  # three slots due, the oldest 2.5 s late: not a gap
     assert [s.slot - due for s in runs_of(durable.runtime.store, tick.name)] == [0.0, 1.0, 2.0]
-    (row,) = durable.runtime.store.list_schedules()
+    (row,) = durable.runtime.store.schedules.list_schedules()
     assert row.missed == 0

@@ -112,7 +112,7 @@ def a_skipping_schedule(durable: Any) -> tuple[float, str]:
 
 
 def paused_of(durable: Any, name: str) -> bool:
-    [row] = [row for row in durable.runtime.store.list_schedules() if row.name == name]
+    [row] = [row for row in durable.runtime.store.schedules.list_schedules() if row.name == name]
     return bool(row.paused)
 
 
@@ -130,7 +130,9 @@ def test_the_dashboard_lists_each_schedule_and_links_its_last_run(durable):
     assert "every 1m" in shown and 'data-status="skipping"' in shown
     assert f'href="{url_for_run(run_id)}"' in shown and "waiting" in shown
     [lag] = [
-        row.last_lag for row in durable.runtime.store.list_schedules() if row.name == "every-minute"
+        row.last_lag
+        for row in durable.runtime.store.schedules.list_schedules()
+        if row.name == "every-minute"
     ]
     # The lag, then skipped 1, missed 0.
     cells = rf'<td class="num">{re.escape(console.span(lag))}</td>\s*<td class="num">1</td>'
@@ -228,7 +230,9 @@ def test_prometheus_says_how_late_each_schedule_last_fired(durable):
     wait_until(lambda: time.time() > due + 0.05, 5, 0.01, message="the slot to pass")
     assert fire_at(durable, due + 0.05) == 1
     [stored] = [
-        row.last_lag for row in durable.runtime.store.list_schedules() if row.name == "each-second"
+        row.last_lag
+        for row in durable.runtime.store.schedules.list_schedules()
+        if row.name == "each-second"
     ]
     assert stored is not None and 0 < stored < 5
     registry = CollectorRegistry()
