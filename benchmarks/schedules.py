@@ -87,7 +87,7 @@ def slot_lag(seconds: float, poll: float = 1.0) -> dict[str, Any]:
         while time.monotonic() < deadline:
             durable.runtime.sweeper.sweep_once()
             time.sleep(poll)  # the sweeper's own cadence, as a worker's sweeper thread
-        fired = durable.runtime.store.schedules.schedule_slots("tick", 10_000)
+        fired = durable.runtime.store.schedules.firings("tick", 10_000)
         lags = sorted(s.fired_at - s.slot for s in fired)
         return {
             "slots": len(lags),

@@ -65,7 +65,7 @@ class Runtime:
         # Declared above the engine (runs.schedules.ScheduleSpec by name), fired by a pass
         # that layer adds to ``sweep_passes``.
         self.schedules: dict[str, Any] = {}
-        self.slot_workflows: set[str] = set()  # workflows given ``scheduled_for``
+        self.scheduled_for_workflows: set[str] = set()  # workflows given ``scheduled_for``
         # How the features plug into each delivery (engine.hooks), filled by wiring.py.
         self.hooks = DeliveryHooks()
         self.start_hooks = StartHooks()  # and into each start (engine.start_hooks)

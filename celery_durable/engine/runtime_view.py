@@ -140,7 +140,7 @@ class RuntimeView(Protocol):
     def steps(self) -> Mapping[str, Step[Any, Any]]: ...
 
     @property
-    def slot_workflows(self) -> Collection[str]:
+    def scheduled_for_workflows(self) -> Collection[str]:
         """The workflows whose runs get their schedule's slot as ``scheduled_for``."""
         ...
 

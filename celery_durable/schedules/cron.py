@@ -1,6 +1,6 @@
 """Cron schedules: an expression (its syntax: ``cron_syntax``) read in the local wall
 time of a time zone, each matching wall-clock time firing once, at its first occurrence
-(the rules: ``slots``). A wall time the clock skips at spring-forward does not fire that
+(the rules: ``firing times``). A wall time the clock skips at spring-forward does not fire that
 day; one it shows twice at fall-back fires the first time round only."""
 
 from __future__ import annotations
@@ -81,18 +81,18 @@ class Cron(Schedule):
         return f"cron {self.expression!r} in {self.tz}"
 
     def next_after(self, moment: dt.datetime) -> dt.datetime:
-        slot = self._find(moment, forward=True)
-        if slot is None:
+        fire_at = self._find(moment, forward=True)
+        if fire_at is None:
             raise InvalidArgument(
-                f"cron {self.expression!r} has no slot after {moment} (year 9999)"
+                f"cron {self.expression!r} has no firing time after {moment} (year 9999)"
             )
-        return slot
+        return fire_at
 
     def previous_at_or_before(self, moment: dt.datetime) -> dt.datetime | None:
         return self._find(moment, forward=False)
 
     def _find(self, moment: dt.datetime, forward: bool) -> dt.datetime | None:
-        """The first slot strictly after ``moment``, or the last at or before it."""
+        """The first firing time strictly after ``moment``, or the last at or before it."""
         now = as_utc(moment, "moment")
         local = now.astimezone(self.tz)
         change, shift = self._fold(now, local)
@@ -101,18 +101,18 @@ class Cron(Schedule):
         else:
             start = local.replace(tzinfo=None, microsecond=0) + (_SECOND if forward else _ZERO)
         while (wall := self._walk(start, forward)) is not None:
-            if (slot := self._slot(wall)) is not None:
-                return slot
+            if (fire_at := self._firing_time(wall)) is not None:
+                return fire_at
             change = self._gap(wall)  # the clock skips it: go on from the other side
             start = self._wall(change if forward else change - 1)
         return None
 
     # Wall time and UTC: gaps (spring-forward) and folds (fall-back).
 
-    def _slot(self, wall: dt.datetime) -> dt.datetime | None:
+    def _firing_time(self, wall: dt.datetime) -> dt.datetime | None:
         """The first UTC instant the clock shows ``wall``; None if the clock skips it."""
-        slot = wall.replace(tzinfo=self.tz).astimezone(UTC)
-        return slot if slot.astimezone(self.tz).replace(tzinfo=None) == wall else None
+        fire_at = wall.replace(tzinfo=self.tz).astimezone(UTC)
+        return fire_at if fire_at.astimezone(self.tz).replace(tzinfo=None) == wall else None
 
     def _wall(self, timestamp: int) -> dt.datetime:
         return dt.datetime.fromtimestamp(timestamp, self.tz).replace(tzinfo=None)

@@ -27,7 +27,7 @@ ACTIONS = ("pause", "resume", "trigger")
 
 def schedules_page(durable: Operations) -> list[dict[str, Any]]:
     """Each schedule of the namespace as ``durable schedules --json`` says it, with its
-    lag and slot times for people."""
+    lag and firing times for people."""
     rows = []
     for row in ScheduleOperations.of(durable).list_schedules():
         shown = schedule_json(row)
@@ -49,9 +49,9 @@ def act_on_schedule(durable: Operations, verb: str, name: str) -> str:
         return f"Triggered {name!r}: run {run_id} started."
     if verb == "pause":
         durable.pause_schedule(name)
-        return f"Paused {name!r}: its slots no longer fire."
+        return f"Paused {name!r}: it no longer fires."
     durable.resume_schedule(name)
-    return f"Resumed {name!r}: its slots fire again."
+    return f"Resumed {name!r}: it fires again."
 
 
 SCHEDULES_PAGE = DashboardPage(

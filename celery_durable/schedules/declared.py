@@ -1,9 +1,9 @@
-"""Schedules declared in code: a workflow started once per slot of a cron or an interval,
-by whichever worker's sweeper reaches the slot first. No beat process, no lock service.
+"""Schedules declared in code: a workflow started once per firing time of a cron or an interval,
+by whichever worker's sweeper reaches the firing time first. No beat process, no lock service.
 
 Each worker upserts the schedules its code declares when it starts (``sync``); a schedule
-gone from the code is disabled, its row and runs kept. The slots are fired by
-``celery_durable.schedules.firing``; a run's body gets its slot as a datetime through the
+gone from the code is disabled, its row and runs kept. The firing times are fired by
+``celery_durable.schedules.firing``; a run's body gets its firing time as a datetime through the
 delivery hook ``slot_argument`` (wiring.py registers it).
 
 Example::
@@ -41,8 +41,8 @@ logger = logging.getLogger("celery_durable.schedules")
 
 OVERLAPS = ("skip", "buffer_one", "allow", "cancel_previous")
 CATCHUPS = ("latest", "all", "none")
-DEFAULT_CATCHUP_WINDOW = 3600.0  # "all" fires the missed slots of the last hour at most
-SLOT_ARGUMENT = "scheduled_for"
+DEFAULT_CATCHUP_WINDOW = 3600.0  # "all" fires the missed firing times of the last hour at most
+FIRING_ARGUMENT = "scheduled_for"
 # The options of a start a schedule may carry (the others name one run, not a series).
 START_OPTIONS = ("queue", "priority", "timeout", "routing_key", "exchange", "headers")
 
@@ -63,7 +63,7 @@ class ScheduleSpec:
     overlap: str
     catchup: str
     catchup_window: float
-    takes_slot: bool  # the workflow has a ``scheduled_for`` parameter
+    takes_firing: bool  # the workflow has a ``scheduled_for`` parameter
 
     def declared(self, now: dt.datetime) -> DeclaredSchedule:
         args = serialization.dumps([list(self.args), self.kwargs])
@@ -138,15 +138,15 @@ def build_spec(
             f"{owner}: options {unknown} can't be given to every run of a schedule "
             f"(it takes {', '.join(START_OPTIONS)})"
         )
-    takes_slot = signature is not None and (
-        SLOT_ARGUMENT in signature.parameters
+    takes_firing = signature is not None and (
+        FIRING_ARGUMENT in signature.parameters
         or any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
     )
     given = dict(kwargs or {})
     if signature is not None:
-        slot = {SLOT_ARGUMENT: dt.datetime.now(dt.timezone.utc)} if takes_slot else {}
+        fire_at = {FIRING_ARGUMENT: dt.datetime.now(dt.timezone.utc)} if takes_firing else {}
         try:
-            signature.bind(*args, **given, **slot)
+            signature.bind(*args, **given, **fire_at)
         except TypeError as exc:
             raise InvalidArgument(
                 f"{owner}: workflow {workflow} can't take these arguments: {exc}"
@@ -164,7 +164,7 @@ def build_spec(
         overlap=overlap,
         catchup=catchup,
         catchup_window=window,
-        takes_slot=takes_slot,
+        takes_firing=takes_firing,
     )
     try:
         spec.declared(dt.datetime.now(dt.timezone.utc))
@@ -188,7 +188,7 @@ def register(schedules: dict[str, ScheduleSpec], spec: ScheduleSpec) -> Schedule
 
 
 def timing_of(row: ScheduleRow) -> Schedule:
-    """The slots of a stored schedule (its definition as the store holds it)."""
+    """The firing times of a stored schedule (its definition as the store holds it)."""
     if row.cron is not None:
         return _cron(row.cron, row.tz)
     return Interval(float(row.every or 0))
@@ -206,7 +206,7 @@ def _cron(expression: str, tz: str) -> Cron:
 
 def sync(runtime: Runtime) -> list[str]:
     """Upsert the code's schedules (a worker does it as it starts): new or changed ones
-    from their next slot; the namespace's others are disabled. Returns those disabled."""
+    from their next firing time; the namespace's others are disabled. Returns those disabled."""
     now = dt.datetime.now(dt.timezone.utc)
     declared = [spec.declared(now) for spec in runtime.schedules.values()]
     disabled = SCHEDULES.of(runtime.store).declare_schedules(declared, sorted(runtime.workflows))
@@ -276,21 +276,21 @@ def _cron_field(value: Any) -> str:
 
 
 def given_slot(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A schedule's run keeps its slot as ISO 8601 text (arguments are JSON); its body
+    """A schedule's run keeps its firing time as ISO 8601 text (arguments are JSON); its body
     gets it as the timezone-aware datetime it is."""
-    slot = kwargs.get(SLOT_ARGUMENT)
-    if not isinstance(slot, str) or not slot.endswith("]") or "[" not in slot:
+    fire_at = kwargs.get(FIRING_ARGUMENT)
+    if not isinstance(fire_at, str) or not fire_at.endswith("]") or "[" not in fire_at:
         return kwargs
-    moment, _, tz = slot[:-1].partition("[")
+    moment, _, tz = fire_at[:-1].partition("[")
     try:
         given = dt.datetime.fromisoformat(moment).astimezone(ZoneInfo(tz))
     except (ValueError, ZoneInfoNotFoundError):
-        return kwargs  # not a slot a schedule wrote: the body gets what it was given
-    return {**kwargs, SLOT_ARGUMENT: given}
+        return kwargs  # not a firing time a schedule wrote: the body gets what it was given
+    return {**kwargs, FIRING_ARGUMENT: given}
 
 
 def slot_argument(delivery: Delivery) -> None:
     """The delivery hook (before the body) that gives the workflows with a
-    ``scheduled_for`` parameter (the runtime's ``slot_workflows``) their slot."""
-    if delivery.definition.name in delivery.runtime.slot_workflows:
+    ``scheduled_for`` parameter (the runtime's ``scheduled_for_workflows``) their firing time."""
+    if delivery.definition.name in delivery.runtime.scheduled_for_workflows:
         delivery.kwargs = given_slot(delivery.kwargs)

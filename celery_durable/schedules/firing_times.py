@@ -1,9 +1,10 @@
-"""The firing times ("slots") of periodic schedules: what every schedule answers
-(``Schedule``), the zone it is read in (``zone``) and the text of a slot (``slot_text``).
+"""The firing times of periodic schedules (their columns' older name: "slots"): what every
+schedule answers (``Schedule``), the zone it is read in (``zone``) and the text of a firing
+time (``firing_text``).
 The two kinds are ``cron.Cron`` (expressions in a time zone) and ``interval.Interval``.
 
-Pure and stateless: every worker's sweeper computes the same slots from the schedule alone
-and starts one run per slot, with the id ``schedule:<name>:<slot_text(slot)>``.
+Pure and stateless: every worker's sweeper computes the same firing times from the schedule alone
+and starts one run per firing time, with the id ``schedule:<name>:<firing_text(fire_at)>``.
 
 Example::
 
@@ -27,11 +28,11 @@ Rules every schedule follows:
   its first occurrence (``fold=0``, still summer time) only. So ``0 * * * *`` in
   Europe/Paris fires at 02:00 CEST (00:00 UTC) on 2026-10-25, not again at 02:00 CET,
   then at 03:00 CET (02:00 UTC); ``* * * * *`` is silent through the repeated hour.
-- An interval's slots are anchored at the Unix epoch: slot k is ``k * seconds`` after
+- An interval's firing times are anchored at the Unix epoch: firing time k is ``k * seconds`` after
   1970-01-01T00:00:00Z (to the microsecond), so processes need no shared start time
   (``7m`` fires at whole multiples of 420 s since the epoch, not on the hour). Intervals
   ignore DST: every hour is 3600 s.
-- ``between(after, until, limit)`` is the sweeper's question: the slots in
+- ``between(after, until, limit)`` is the sweeper's question: the firing times in
   ``(after, until]``, the newest ``limit`` of them, oldest first, in O(limit).
 """
 
@@ -64,9 +65,9 @@ def zone(tz: str | None, argument: str = "tz") -> ZoneInfo:
     )
 
 
-def slot_text(slot: dt.datetime) -> str:
-    """A slot in UTC ISO 8601 (``2026-03-29T01:30:00Z``): the same text in every process."""
-    return as_utc(slot, "slot").isoformat().replace("+00:00", "Z")
+def firing_text(fire_at: dt.datetime) -> str:
+    """A firing time in UTC ISO 8601 (``2026-03-29T01:30:00Z``): the same text in every process."""
+    return as_utc(fire_at, "fire_at").isoformat().replace("+00:00", "Z")
 
 
 def as_utc(moment: dt.datetime, argument: str) -> dt.datetime:
@@ -77,35 +78,35 @@ def as_utc(moment: dt.datetime, argument: str) -> dt.datetime:
 
 
 def check_limit(limit: int) -> None:
-    """InvalidArgument unless ``limit`` (how many slots ``between`` returns) is an int >= 1."""
+    """InvalidArgument unless ``limit`` (firing times ``between`` returns) is an int >= 1."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidArgument(f"limit={show(limit)} must be an int of at least 1")
 
 
 class Schedule(abc.ABC):
-    """What the sweeper asks of a schedule: its slots around a moment."""
+    """What the sweeper asks of a schedule: its firing times around a moment."""
 
     @abc.abstractmethod
     def next_after(self, moment: dt.datetime) -> dt.datetime:
-        """The first slot strictly after ``moment``, in UTC."""
+        """The first firing time strictly after ``moment``, in UTC."""
 
     @abc.abstractmethod
     def previous_at_or_before(self, moment: dt.datetime) -> dt.datetime | None:
-        """The last slot at or before ``moment``, in UTC; None if there is none."""
+        """The last firing time at or before ``moment``, in UTC; None if there is none."""
 
     @abc.abstractmethod
     def describe(self) -> str:
         """The schedule for people: ``"cron '0 2 * * *' in Europe/Paris"``, ``"every 15m"``."""
 
     def between(self, after: dt.datetime, until: dt.datetime, limit: int) -> list[dt.datetime]:
-        """The slots s with ``after < s <= until``, oldest first, but only the NEWEST
+        """The firing times s with ``after < s <= until``, oldest first, but only the NEWEST
         ``limit`` of them: ``limit=1`` is catch-up "latest", a large limit "all" with a cap.
         It costs O(limit), however long the window."""
         check_limit(limit)
-        start, slot = as_utc(after, "after"), self.previous_at_or_before(as_utc(until, "until"))
+        start, fire_at = as_utc(after, "after"), self.previous_at_or_before(as_utc(until, "until"))
         found: list[dt.datetime] = []
-        while slot is not None and slot > start and len(found) < limit:
-            found.append(slot)
-            slot = self.previous_at_or_before(slot - TICK)
+        while fire_at is not None and fire_at > start and len(found) < limit:
+            found.append(fire_at)
+            fire_at = self.previous_at_or_before(fire_at - TICK)
         found.reverse()
         return found

@@ -1,4 +1,4 @@
-"""Schedules that fire every fixed interval, anchored at the Unix epoch: slot k is
+"""Schedules that fire every fixed interval, anchored at the Unix epoch: firing time k is
 ``k * seconds`` after 1970-01-01T00:00:00Z (to the microsecond), so processes need no
 shared start time, and every hour is 3600 s (DST does not move them)."""
 
@@ -45,22 +45,22 @@ class Interval(Schedule):
         """The number of whole intervals from the epoch to ``moment``."""
         return ((as_utc(moment, argument) - EPOCH) // TICK) // self._micros
 
-    def _slot(self, index: int) -> dt.datetime:
+    def _firing_time(self, index: int) -> dt.datetime:
         return EPOCH + dt.timedelta(microseconds=index * self._micros)
 
     def next_after(self, moment: dt.datetime) -> dt.datetime:
-        return self._slot(self._index(moment, "moment") + 1)
+        return self._firing_time(self._index(moment, "moment") + 1)
 
     def previous_at_or_before(self, moment: dt.datetime) -> dt.datetime | None:
         try:
-            return self._slot(self._index(moment, "moment"))
+            return self._firing_time(self._index(moment, "moment"))
         except OverflowError:  # before year 1
             return None
 
     def between(self, after: dt.datetime, until: dt.datetime, limit: int) -> list[dt.datetime]:
         check_limit(limit)
         first, last = self._index(after, "after") + 1, self._index(until, "until")
-        return [self._slot(k) for k in range(max(first, last - limit + 1), last + 1)]
+        return [self._firing_time(k) for k in range(max(first, last - limit + 1), last + 1)]
 
     def describe(self) -> str:
         for unit, size in (("w", 604_800), ("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)):

@@ -21,15 +21,15 @@ class ScheduleOperations(Operations):
     """The operations on one runtime's schedules."""
 
     def list_schedules(self) -> list[ScheduleRow]:
-        """Every schedule of the namespace, with its next slot, last run and counts."""
+        """Every schedule of the namespace, with its next firing time, last run and counts."""
         return SCHEDULES.of(self.runtime.store).list_schedules()
 
     def pause_schedule(self, name: str) -> None:
-        """Stop the schedule's slots firing until ``resume_schedule``."""
+        """Stop the schedule firing until ``resume_schedule``."""
         self._set_paused(name, True)
 
     def resume_schedule(self, name: str) -> None:
-        """Let a paused schedule's slots fire again."""
+        """Let a paused schedule fire again."""
         self._set_paused(name, False)
 
     def _set_paused(self, name: str, paused: bool) -> None:
@@ -41,6 +41,6 @@ class ScheduleOperations(Operations):
         return firing.trigger(self.runtime, name)
 
     def backfill_schedule(self, name: str, start: dt.datetime, end: dt.datetime) -> list[str]:
-        """Start the schedule's slots in ``[start, end]`` that never fired, each once;
+        """Start the schedule's firing times in ``[start, end]`` that never fired, each once;
         returns the runs started."""
         return firing.backfill(self.runtime, name, start, end)

@@ -1,4 +1,4 @@
-"""``celery -A app durable schedules``: each schedule with its next slot, its last run and
+"""``celery -A app durable schedules``: each schedule with its next firing time, its last run and
 its status; ``pause``, ``resume``, ``trigger`` and ``backfill``. Every command takes
 ``--json``. The lines and JSON are the dashboard's too.
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 def status_of(row: ScheduleRow) -> str:
-    """disabled (gone from the code), paused (by an operator), skipping (its last slot
+    """disabled (gone from the code), paused (by an operator), skipping (its last firing time
     was skipped: its run is still active), or active."""
     if row.disabled_at is not None:
         return "disabled"
@@ -72,7 +72,7 @@ def schedule_json(row: ScheduleRow) -> dict[str, Any]:
 
 
 def schedule_lags(runtime: Runtime) -> list[tuple[tuple[str, ...], float]]:
-    """How late each schedule's last started slot fired (none until one has)."""
+    """How late each schedule's last started firing time fired (none until one has)."""
     rows = ScheduleOperations(runtime).list_schedules()
     return [((row.name,), row.last_lag) for row in rows if row.last_lag is not None]
 
@@ -81,7 +81,7 @@ def schedule_lags(runtime: Runtime) -> list[tuple[tuple[str, ...], float]]:
 # wiring.py.
 SCHEDULE_LAG = MetricsGauge(
     "schedule_lag_seconds",
-    "How late the schedule's last started slot fired",
+    "How late the schedule's last started firing time fired",
     ("schedule",),
     schedule_lags,
 )
@@ -124,7 +124,7 @@ def schedules_command(find: Callable[[click.Context], ScheduleOperations]) -> cl
     @click.group(
         name="schedules",
         invoke_without_command=True,
-        help="Each schedule: its next slot, last run and status. Subcommands act on one.",
+        help="Each schedule: its next firing time, last run and status. Subcommands act on one.",
     )
     @as_json_option
     @click.pass_context
@@ -171,8 +171,10 @@ def schedules_command(find: Callable[[click.Context], ScheduleOperations]) -> cl
         return command
 
     for verb, paused in (("pause", True), ("resume", False)):
-        helped = f"{verb.capitalize()} a schedule: its slots {'no longer' if paused else ''} fire."
-        schedules.command(name=verb, help=" ".join(helped.split()))(
+        helped = (
+            f"{verb.capitalize()} a schedule: it {'no longer fires' if paused else 'fires again'}."
+        )
+        schedules.command(name=verb, help=helped)(
             click.argument("name")(as_json_option(click.pass_context(switch(paused))))
         )
 
@@ -183,7 +185,7 @@ def schedules_command(find: Callable[[click.Context], ScheduleOperations]) -> cl
     def trigger(ctx: click.Context, name: str, as_json: bool) -> None:
         _act(ctx, as_json, name, lambda d: {"run_id": d.trigger_schedule(name)})
 
-    @schedules.command(name="backfill", help="Start the slots in a range that never fired.")
+    @schedules.command(name="backfill", help="Start the firing times in a range that never fired.")
     @click.argument("name")
     @click.option("--from", "start", required=True, help="ISO 8601 (UTC if no offset).")
     @click.option("--to", "end", required=True, help="ISO 8601 (UTC if no offset).")

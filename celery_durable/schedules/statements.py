@@ -1,5 +1,5 @@
 """The statements of schedules: the row a schedule's declaration upserts, the due rows a
-sweeper locks (skipping those another sweeper holds), the slots it records, and the reads
+sweeper locks (skipping those another sweeper holds), the firing times it records, and the reads
 and switches of operators.
 
 Example::
@@ -39,7 +39,12 @@ class ScheduleStatements(Builder):
 
     def __init__(self, tables: Tables, dialect: Dialect, namespace: str) -> None:
         super().__init__(tables, dialect, namespace)
-        schedules, slots, runs, now = tables.schedules, tables.schedule_slots, tables.runs, self.now
+        schedules, firings, runs, now = (
+            tables.schedules,
+            tables.schedule_slots,
+            tables.runs,
+            self.now,
+        )
         mine = schedules.c.namespace == namespace
         named = and_(mine, schedules.c.name == bindparam("p_name"))
         declared: dict[str, Any] = {column: bindparam(f"p_{column}") for column in DECLARED}
@@ -52,7 +57,7 @@ class ScheduleStatements(Builder):
         )
         # Unchanged, the row keeps where it stands (a restart catches up what it missed);
         # a new definition, or a schedule declared again after the code dropped it, starts
-        # from the next slot of the declaration.
+        # from the next firing time of the declaration.
         changed = or_(
             schedules.c.definition != upsert.excluded.definition,
             schedules.c.disabled_at.isnot(None),
@@ -112,9 +117,9 @@ class ScheduleStatements(Builder):
                 updated_at=now,
             )
         )
-        # The slot's row is what makes it fire once: whoever inserts it fires it.
-        self.add_slot = (
-            self.insert(slots)
+        # The firing time's row is what makes it fire once: whoever inserts it fires it.
+        self.record_firing = (
+            self.insert(firings)
             .values(
                 namespace=namespace,
                 schedule=bindparam("p_name"),
@@ -124,7 +129,7 @@ class ScheduleStatements(Builder):
                 fired_at=now,
             )
             .on_conflict_do_nothing()
-            .returning(slots.c.slot)
+            .returning(firings.c.slot)
         )
         self.set_paused = (
             update(schedules)
@@ -133,15 +138,15 @@ class ScheduleStatements(Builder):
             .returning(schedules.c.name)
         )
         started = and_(
-            slots.c.namespace == namespace,
-            slots.c.schedule == schedules.c.name,
-            slots.c.outcome.in_(("started", "buffered")),
-            slots.c.run_id.isnot(None),
+            firings.c.namespace == namespace,
+            firings.c.schedule == schedules.c.name,
+            firings.c.outcome.in_(("started", "buffered")),
+            firings.c.run_id.isnot(None),
         )
         last_lag = (
-            select(slots.c.fired_at - slots.c.slot)
-            .where(started, slots.c.outcome == "started")
-            .order_by(slots.c.slot.desc())
+            select(firings.c.fired_at - firings.c.slot)
+            .where(started, firings.c.outcome == "started")
+            .order_by(firings.c.slot.desc())
             .limit(1)
             .scalar_subquery()
             .label("last_lag")
@@ -149,11 +154,11 @@ class ScheduleStatements(Builder):
         self.list_schedules = select(*row, last_lag, now.label("now")).where(mine)
         self.list_schedules = self.list_schedules.order_by(schedules.c.name)
         self.slots_of = (
-            select(slots.c.slot, slots.c.outcome, slots.c.run_id, slots.c.fired_at)
-            .where(slots.c.namespace == namespace, slots.c.schedule == bindparam("p_name"))
-            .order_by(slots.c.slot.desc())
+            select(firings.c.slot, firings.c.outcome, firings.c.run_id, firings.c.fired_at)
+            .where(firings.c.namespace == namespace, firings.c.schedule == bindparam("p_name"))
+            .order_by(firings.c.slot.desc())
             .limit(bindparam("p_limit"))
         )
         self.count_slots = select(func.count()).where(
-            slots.c.namespace == namespace, slots.c.schedule == bindparam("p_name")
+            firings.c.namespace == namespace, firings.c.schedule == bindparam("p_name")
         )

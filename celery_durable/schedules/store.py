@@ -1,9 +1,9 @@
 """The schedules wing's store area, held as ``store.schedules``: upsert what the code
-declares, lock the due schedules for one sweeper (others skip them), record each slot
+declares, lock the due schedules for one sweeper (others skip them), record each firing time
 once, pause and list. It builds its statements (``schedules/statements.py``) once per
 store.
 
-A slot fires once because its ``schedule_slots`` row is inserted in the transaction that
+Each firing time fires once because its ``schedule_slots`` row is inserted in the transaction that
 starts its run (with the run's own idempotent id), while the schedule's row is locked.
 
 Example::
@@ -11,9 +11,9 @@ Example::
     schedules = SCHEDULES.of(store)
     with schedules.due_schedules(workflows, limit=100) as (conn, due):
         for row in due:
-            if schedules.add_slot(conn, row.name, slot, "started", run_id):
+            if schedules.record_firing(conn, row.name, fire_at, "started", run_id):
                 ...   # start the run on ``conn``
-            schedules.advance_schedule(conn, row.name, next_slot=..., last_slot=slot, ...)
+            schedules.advance_schedule(conn, row.name, next_slot=..., last_slot=fire_at, ...)
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from celery_durable.store.store import Store
 @dataclasses.dataclass(frozen=True)
 class DeclaredSchedule:
     """A schedule as the code declares it; ``args`` and ``options`` are JSON text,
-    ``definition`` a digest of everything that decides its slots and runs, and
-    ``next_slot`` its first slot from now (taken only by a new or changed schedule)."""
+    ``definition`` a digest of everything that decides its firing times and runs, and
+    ``next_slot`` its first firing time from now (taken only by a new or changed schedule)."""
 
     name: str
     workflow: str
@@ -80,12 +80,12 @@ class ScheduleRow:
     updated_at: float
     last_status: str | None
     now: float
-    last_lag: float | None = None  # seconds late its last started slot fired
+    last_lag: float | None = None  # seconds late its last started firing time fired
 
 
 @dataclasses.dataclass(frozen=True)
-class SlotRow:
-    """One slot of a schedule: started, skipped, buffered, triggered or backfilled."""
+class Firing:
+    """One firing time of a schedule: started, skipped, buffered, triggered or backfilled."""
 
     slot: float
     outcome: str
@@ -100,7 +100,7 @@ def _row(found: Any) -> ScheduleRow:
 
 
 class SchedulesArea:
-    """Schedules declared, fired once per slot, paused, listed."""
+    """Schedules declared, fired once per firing time, paused, listed."""
 
     def __init__(self, store: Store) -> None:
         self.db = store.db
@@ -113,7 +113,7 @@ class SchedulesArea:
     def declare_schedules(
         self, declared: Sequence[DeclaredSchedule], workflows: Sequence[str] = ()
     ) -> list[str]:
-        """Upsert the code's schedules (a changed one starts from its next slot) and
+        """Upsert the code's schedules (a changed one starts from its next firing time) and
         disable the schedules of ``workflows`` (the code's) that it no longer declares;
         their rows and runs stay. Another app's schedules on the namespace are its own.
         Returns the names disabled now."""
@@ -131,8 +131,8 @@ class SchedulesArea:
     def due_schedules(
         self, workflows: Sequence[str], limit: int, now: float | None = None
     ) -> Iterator[tuple[Connection, list[ScheduleRow]]]:
-        """The active schedules of ``workflows`` with a slot due (or a buffered slot) at
-        ``now`` (None: the database's clock), locked for this transaction; another
+        """The active schedules of ``workflows`` with a firing time due (or a buffered one)
+        at ``now`` (None: the database's clock), locked for this transaction; another
         sweeper skips them meanwhile. Commits when the block ends."""
         with self.db.transaction() as conn:
             values = params(limit=limit, now=now, workflows=list(workflows) or [""])
@@ -146,12 +146,12 @@ class SchedulesArea:
             found = conn.execute(self.sql.lock_schedule, params(name=name)).first()
             yield conn, None if found is None else _row(found)
 
-    def add_slot(
-        self, conn: Connection, name: str, slot: float, outcome: str, run_id: str | None
+    def record_firing(
+        self, conn: Connection, name: str, fire_at: float, outcome: str, run_id: str | None
     ) -> bool:
-        """Record the schedule's slot; False: it was recorded before (it fired already)."""
-        values = params(name=name, slot=slot, outcome=outcome, run_id=run_id)
-        return conn.execute(self.sql.add_slot, values).first() is not None
+        """Record the schedule's firing time; False: it was recorded before (it fired already)."""
+        values = params(name=name, slot=fire_at, outcome=outcome, run_id=run_id)
+        return conn.execute(self.sql.record_firing, values).first() is not None
 
     def advance_schedule(
         self,
@@ -190,11 +190,11 @@ class SchedulesArea:
         with self.db.read() as conn:
             return [_row(r) for r in conn.execute(self.sql.list_schedules)]
 
-    def schedule_slots(self, name: str, limit: int = 20) -> list[SlotRow]:
-        """The schedule's latest slots, newest first."""
+    def firings(self, name: str, limit: int = 20) -> list[Firing]:
+        """The schedule's latest firing times, newest first."""
         with self.db.read() as conn:
             rows = conn.execute(self.sql.slots_of, params(name=name, limit=limit))
-            return [SlotRow(*r) for r in rows]
+            return [Firing(*r) for r in rows]
 
 
 SCHEDULES: AreaKey[SchedulesArea] = AreaKey("schedules", SchedulesArea)

@@ -28,12 +28,12 @@ def next_slot(durable: Any, name: str) -> float:
 def slot_outcomes(store: Any, name: str) -> dict[str, int]:
     """How many of the schedule's slots came to each outcome."""
     counts: dict[str, int] = {}
-    for slot in store.schedules.schedule_slots(name, limit=100_000):
+    for slot in store.schedules.firings(name, limit=100_000):
         counts[slot.outcome] = counts.get(slot.outcome, 0) + 1
     return counts
 
 
 def runs_of(store: Any, name: str) -> list[Any]:
     """The schedule's slots that started a run, oldest first."""
-    slots = store.schedules.schedule_slots(name, limit=100_000)
+    slots = store.schedules.firings(name, limit=100_000)
     return sorted((s for s in slots if s.run_id), key=lambda s: s.slot)

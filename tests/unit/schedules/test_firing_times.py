@@ -15,7 +15,7 @@ from celery_durable.errors import InvalidArgument
 from celery_durable.schedules import cron, cron_syntax, interval
 from celery_durable.schedules import firing_times as slots
 from celery_durable.schedules.cron import Cron
-from celery_durable.schedules.firing_times import Schedule, slot_text, zone
+from celery_durable.schedules.firing_times import Schedule, firing_text, zone
 from celery_durable.schedules.interval import Interval
 from tests.support.slots import PARIS, utc
 
@@ -68,9 +68,9 @@ def test_aware_datetimes_only() -> None:
 
 
 def test_slot_text_is_utc_iso_8601() -> None:
-    assert slot_text(utc(2026, 3, 29, 1, 30)) == "2026-03-29T01:30:00Z"
-    assert slot_text(dt.datetime(2026, 3, 29, 3, 30, tzinfo=PARIS)) == "2026-03-29T01:30:00Z"
-    assert slot_text(utc(2026, 1, 1, 0, 0, 0, 500_000)) == "2026-01-01T00:00:00.500000Z"
+    assert firing_text(utc(2026, 3, 29, 1, 30)) == "2026-03-29T01:30:00Z"
+    assert firing_text(dt.datetime(2026, 3, 29, 3, 30, tzinfo=PARIS)) == "2026-03-29T01:30:00Z"
+    assert firing_text(utc(2026, 1, 1, 0, 0, 0, 500_000)) == "2026-01-01T00:00:00.500000Z"
 
 
 def test_schedules_compare_and_hash_by_value() -> None:

@@ -171,7 +171,7 @@ def test_pause_resume_and_trigger_from_the_dashboard_need_the_csrf_token(durable
     assert paused.status_code == 303 and paused.headers["Location"].endswith("/schedules")
     assert paused_of(durable, "every-minute")
     html = client.get("/schedules").get_data(as_text=True)
-    assert "Paused &#39;every-minute&#39;: its slots no longer fire." in html
+    assert "Paused &#39;every-minute&#39;: it no longer fires." in html
     assert 'data-status="paused"' in html and 'aria-label="Resume every-minute"' in html
     fire_at(durable, due + 3600)  # an hour on: "nightly" may fire (between 1 and 2 UTC)
     assert len(runs_of(durable.runtime.store, "every-minute")) == 1  # paused: it fired no more
