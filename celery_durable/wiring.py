@@ -31,6 +31,7 @@ from celery_durable.fanout.sweep import ItemSweep
 from celery_durable.limiters import run_slots as limits
 from celery_durable.limiters.limiter import LimiterGuard
 from celery_durable.limiters.report import LIMITERS_SECTION
+from celery_durable.limiters.store_area import LIMITERS
 from celery_durable.ops.wing_parts import WING_PARTS
 from celery_durable.runs import starting
 from celery_durable.runs.handle_hooks import HANDLE_HOOKS
@@ -55,6 +56,7 @@ STORE_AREAS.add(WAITS)  # every Store built after this holds ``store.waits``
 STORE_AREAS.add(CANVAS)  # ``store.canvas``
 STORE_AREAS.add(SAGAS)  # ``store.sagas``
 STORE_AREAS.add(SCHEDULES)  # ``store.schedules``
+STORE_AREAS.add(LIMITERS)  # ``store.limiters``
 HANDLE_HOOKS.signal = send_signal
 HANDLE_HOOKS.query = query
 HANDLE_HOOKS.wait_for_state = wait_for_state

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from contextlib import AbstractContextManager
 
-    from celery_durable.store import DueRun, Limit, StepRecord, StepWrite, Store
+    from celery_durable.store import DueRun, StepRecord, StepWrite, Store
 
 T = TypeVar("T")
 
@@ -103,7 +103,9 @@ class LimiterView(Protocol):
     def name(self) -> str: ...
 
     @property
-    def limit(self) -> Limit: ...
+    def limit(self) -> Any:
+        """Its limits (the wing's ``limiters.buckets.Limit``), which only its wing reads."""
+        ...
 
     def key_of(self, owner: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """The key the call's arguments fall under ("" without a key function)."""

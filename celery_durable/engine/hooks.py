@@ -60,11 +60,12 @@ class Delivery:
     # Each feature's state for this delivery, by key; the run's context shares it.
     wings: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def claim_run(self, **merged: Any) -> Claim | None:
-        """The plain claim, with what a feature merges into its statement (``slot_of``)."""
+    def claim_run(self) -> Claim | None:
+        """The plain claim. A claim variant claims with its wing's own statement, under
+        the same lease and recoveries (``runtime.config``)."""
         config = self.runtime.config
         return self.runtime.store.claim_run(
-            self.run_id, self.owner, config.lock_timeout, config.max_recoveries, **merged
+            self.run_id, self.owner, config.lock_timeout, config.max_recoveries
         )
 
 

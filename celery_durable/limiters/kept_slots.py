@@ -1,43 +1,48 @@
 """A limited step's record that keeps its slot for the run's next step (the SQL is in
 ``kept_slot_statements.py``): one transaction (one statement on Postgres), so the next step of
 the run behind the same limiter and key starts without a take of its own; and the claim
-that takes the slot of the run's first step, so that step starts without one either. Mixed
-into ``Store``.
+that takes the slot of the run's first step, so that step starts without one either. Part
+of the limiters area (``store.limiters``).
 
 Example::
 
-    written, kept = store.record_step_keeping_slot(run_id, fence, record, limit, "", 4)
-    claim = store.claim_run_taking_slot("r1", owner, 30.0, 10, limit, "", 0)
+    written, kept = store.limiters.record_step_keeping_slot(run_id, fence, record, limit, "", 4)
+    claim = store.limiters.claim_run_taking_slot("r1", owner, 30.0, 10, limit, "", 0)
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
-
-from sqlalchemy import Connection
+from typing import Any, Protocol
 
 from celery_durable.limiters.buckets import Limit
+from celery_durable.limiters.kept_slot_statements import KeptSlotStatements
+from celery_durable.limiters.run_slot_statements import LimitedRunStatements
+from celery_durable.limiters.statements import LimiterStatements
 from celery_durable.store.claims import claim_of_row
 from celery_durable.store.db.connections import Connections
-from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import Claim, Outcome, StepRecord, StepWrite
 from celery_durable.store.sql.build import params, step_params
-from celery_durable.store.sql.statements import Statements
+from celery_durable.store.store import Store
+
+
+class KeptSlotSql(Protocol):
+    """The statements a kept slot is written with (the limiters area's)."""
+
+    limiters: LimiterStatements
+    limited_runs: LimitedRunStatements
+    kept_slots: KeptSlotStatements
 
 
 class KeptSlotOps:
     """``record_step`` that keeps the step's slot for the run's next step."""
 
+    store: Store
     db: Connections
-    dialect: Dialect
-    sql: Statements
-    _record_step_on: Callable[[Connection, dict[str, Any]], bool]
-    _diagnose_step: Callable[[str, int, int], StepWrite]
+    sql: KeptSlotSql
     _slot_params: Callable[[Limit, str, str, int, int], dict[str, Any]]
     _took_slot: Callable[[Limit, str, int, int], None]
-    claim_run: Callable[..., Claim | None]
 
     def record_step_keeping_slot(
         self, run_id: str, fence: int, step: StepRecord, limit: Limit, key: str, next_idx: int
@@ -57,14 +62,14 @@ class KeptSlotOps:
             recorded, kept = row is not None and bool(row[0]), None if row is None else row[1]
         else:
             with self.db.write() as conn:
-                recorded = self._record_step_on(conn, values)
+                recorded = self.store._record_step_on(conn, values)
                 if recorded:
                     kept = conn.execute(sql.keep_slot_for_next_step, keep).first()
                 else:
                     kept = None
         if recorded:
             return StepWrite(Outcome.RECORDED), kept is not None
-        return self._diagnose_step(run_id, fence, step.idx), False
+        return self.store._diagnose_step(run_id, fence, step.idx), False
 
     def claim_run_taking_slot(
         self,
@@ -83,7 +88,7 @@ class KeptSlotOps:
         where a take is no round trip: the plain claim."""
         statement = self.sql.limited_runs.claim_taking_slot
         if statement is None or limit.concurrency is None or limit.rate is not None:
-            return self.claim_run(run_id, owner, lease, max_recoveries)
+            return self.store.claim_run(run_id, owner, lease, max_recoveries)
         # Priority 0: the claim doesn't know the run's yet, so it never goes ahead of a
         # waiter it might not have passed; the step's own take then orders it.
         values = self._slot_params(limit, key, run_id, idx, 0)

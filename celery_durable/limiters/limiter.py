@@ -31,7 +31,9 @@ from celery_durable.body.context import LimiterView, RunningStep, StepGuard, Wor
 from celery_durable.body.replay import stop_writing, store_guard
 from celery_durable.core import faults, validate
 from celery_durable.errors import DuplicateRegistration, InvalidArgument, Suspended
-from celery_durable.store import Limit, Outcome, StepRecord, StepWrite
+from celery_durable.limiters.buckets import Limit
+from celery_durable.limiters.store_area import LIMITERS
+from celery_durable.store import Outcome, StepRecord, StepWrite
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*([smh])\s*$")
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
@@ -214,10 +216,10 @@ def wait_for_slot(ctx: WorkflowContext, limiter: Limiter, index: int, key: str) 
     WAITING "for limiter NAME", until a hand-off gives it one. Returns whether other runs
     wait for the key (then the step's end hands its slot on)."""
     with store_guard(ctx):
-        outcome, waited = ctx.store.take_slot(
+        outcome, waited = LIMITERS.of(ctx.store).take_slot(
             limiter.limit,
             key,
-            ctx.workflow_id,
+            ctx.run_id,
             index,
             priority=slots(ctx).priority,
             fence=ctx.fence,
@@ -266,7 +268,7 @@ def release_slot(ctx: WorkflowContext, limit: Limit, key: str, index: int) -> No
     dispatcher = ctx.dispatcher
     grace = DEFAULT_GRACE if dispatcher is None else dispatcher.dispatch_grace
     with store_guard(ctx):
-        woken = ctx.store.release_slot(limit, key, ctx.workflow_id, index, grace)
+        woken = LIMITERS.of(ctx.store).release_slot(limit, key, ctx.run_id, index, grace)
     for run in woken:
         if dispatcher is not None:  # else the sweeper publishes it after the grace
             dispatcher.publish_run(run)
@@ -280,8 +282,8 @@ def _record_keeping_slot(ctx: WorkflowContext, step: StepRecord) -> StepWrite | 
     if keeping is None or keeping[2] != step.idx or step.status != "ok":
         return None
     limit, key, _ = keeping
-    written, kept = ctx.store.record_step_keeping_slot(
-        ctx.workflow_id, ctx.fence, step, limit, key, ctx.next_index
+    written, kept = LIMITERS.of(ctx.store).record_step_keeping_slot(
+        ctx.run_id, ctx.fence, step, limit, key, ctx.next_index
     )
     if kept:
         state.kept_slot = (limit, key, ctx.next_index)

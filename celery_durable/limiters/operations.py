@@ -9,9 +9,10 @@ Example::
 
 from __future__ import annotations
 
+from celery_durable.limiters.buckets import Limit
+from celery_durable.limiters.store_area import LIMITERS
+from celery_durable.limiters.usage import LimiterUsage
 from celery_durable.ops.operations import Operations
-from celery_durable.runs import stored_runs
-from celery_durable.store import Limit, LimiterUsage
 
 
 class LimiterOperations(Operations):
@@ -22,5 +23,7 @@ class LimiterOperations(Operations):
         return {name: limiter.limit for name, limiter in self.runtime.limiters.items()}
 
     def limiter_usage(self) -> list[LimiterUsage]:
-        """Each key of each limiter: slots in use, waiters, the oldest wait, tokens left."""
-        return stored_runs.limiter_usage(self.runtime)
+        """Each key of each limiter: slots in use, waiters, the oldest wait, tokens left;
+        for the limits this process declares (a limiter only another app declares shows
+        its counts)."""
+        return LIMITERS.of(self.runtime.store).limiter_usage(self.declared_limits())

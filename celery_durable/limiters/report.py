@@ -15,11 +15,11 @@ from typing import Any
 import click
 
 from celery_durable.limiters.operations import LimiterOperations
+from celery_durable.limiters.usage import LimiterUsage
 from celery_durable.ops.cli_errors import database_error
 from celery_durable.ops.console import span, table
 from celery_durable.ops.operations import Operations
 from celery_durable.ops.wing_parts import DashboardSection
-from celery_durable.store import LimiterUsage
 
 
 def usage_json(usage: LimiterUsage, limits: dict[str, Any]) -> dict[str, Any]:

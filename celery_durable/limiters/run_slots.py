@@ -10,7 +10,7 @@ hand-off of every limiter's free slots to its waiters, from the sweeper. The hoo
 Example::
 
     slot = take_run_slot(runtime, definition, ctx, claim, args, kwargs)   # before the body
-    give_run_slot(runtime, definition, ctx.workflow_id, slot, finished=True)
+    give_run_slot(runtime, definition, ctx.run_id, slot, finished=True)
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from celery_durable.core.logs import run_fields
 from celery_durable.engine import taskevents
 from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import LeaseLost, Suspended
+from celery_durable.limiters.buckets import Limit
 from celery_durable.limiters.limiter import (
     WING,
     SlotState,
@@ -32,7 +33,8 @@ from celery_durable.limiters.limiter import (
     give_back_kept_slot,
     slots,
 )
-from celery_durable.limiters.store import WHOLE_RUN
+from celery_durable.limiters.statements import WHOLE_RUN
+from celery_durable.limiters.store_area import LIMITERS
 from celery_durable.store import Outcome
 
 if TYPE_CHECKING:
@@ -91,7 +93,7 @@ def insert_run(
     limiter = definition.limiter
     if limiter is None or key is None or run.start_delay is not None:
         return runtime.store.insert_run(run, bind), True
-    inserted, slotted = runtime.store.insert_limited_run(run, limiter.limit, key, bind)
+    inserted, slotted = LIMITERS.of(runtime.store).insert_limited_run(run, limiter.limit, key, bind)
     if inserted and not slotted:
         logger.info(
             "workflow %s run %s waits for limiter %r (key %r): no free slot",
@@ -126,21 +128,22 @@ def take_run_slot(
     if limiter is None:
         return None
     key = limiter.key_of(f"workflow {definition.name}", args, kwargs)
+    area = LIMITERS.of(runtime.store)
     # A first delivery, straight from PENDING, was live since it took its slot (if it
-    # did): a read tells, the claim's own (claim_run(slot_of=...)) where it made one. A
-    # run that waited, retried or was recovered confirms by a write.
+    # did): a read tells, the claim's own (claim_limited_run) where it made one. A run
+    # that waited, retried or was recovered confirms by a write.
     first = claim.attempts == 1 and not claim.has_steps and not claim.recoveries
     if first and claim.slot_read:
         if claim.held_slot is not None:
             return RunSlot(key, claim.slot_waited)  # taken at its start, or handed to it
     else:
-        held = runtime.store.confirm_slot(limiter.limit, key, ctx.workflow_id, read=first)
+        held = area.confirm_slot(limiter.limit, key, ctx.run_id, read=first)
         if held is not None:
             return RunSlot(key, held.waited)
-    outcome, waited = runtime.store.take_slot(
+    outcome, waited = area.take_slot(
         limiter.limit,
         key,
-        ctx.workflow_id,
+        ctx.run_id,
         priority=slots(ctx).priority,
         fence=ctx.fence,
         park="PENDING",
@@ -149,9 +152,9 @@ def take_run_slot(
         return RunSlot(key, waited)
     text = f"waiting for limiter {limiter.name!r} (key {key!r}) {taskevents.ctx_line(ctx)}"
     if outcome is Outcome.SUSPENDED:
-        logger.info("workflow %s run %s is %s", definition.name, ctx.workflow_id, text)
-        raise taskevents.ended(runtime.app, ctx.workflow_id, taskevents.SCHEDULED, text)
-    raise taskevents.ended(runtime.app, ctx.workflow_id, None, f"not run: {outcome.value}")
+        logger.info("workflow %s run %s is %s", definition.name, ctx.run_id, text)
+        raise taskevents.ended(runtime.app, ctx.run_id, taskevents.SCHEDULED, text)
+    raise taskevents.ended(runtime.app, ctx.run_id, None, f"not run: {outcome.value}")
 
 
 def give_run_slot(
@@ -171,7 +174,9 @@ def give_run_slot(
         return
     grace = runtime.config.dispatch_grace
     try:
-        woken = runtime.store.release_slot(limiter.limit, slot.key, run_id, WHOLE_RUN, grace)
+        woken = LIMITERS.of(runtime.store).release_slot(
+            limiter.limit, slot.key, run_id, WHOLE_RUN, grace
+        )
     except Exception:  # noqa: BLE001 - the slot is free anyway once the run isn't live
         logger.warning(
             "run %s: could not give its slot of %r back", run_id, limiter.name, exc_info=True
@@ -187,8 +192,9 @@ def hand_off_slots(runtime: RuntimeView) -> int:
     grace = runtime.config.dispatch_grace
     catch_up = CATCH_UP_POLLS * runtime.config.poll_interval
     woken = 0
+    area = LIMITERS.of(runtime.store)
     for limiter in list(runtime.limiters.values()):
-        for run in runtime.store.hand_off(limiter.limit, grace, catch_up=catch_up):
+        for run in area.hand_off(limiter.limit, grace, catch_up=catch_up):
             publish_woken(runtime, run, f"limiter {limiter.name!r} handed it a slot")
             woken += 1
     return woken
@@ -199,7 +205,8 @@ def claim_variant(delivery: Delivery) -> Callable[[], Claim | None] | None:
     first step behind a limiter: the claim takes its slot, no take before it."""
     limiter = delivery.definition.limiter
     if limiter is not None:
-        return lambda: delivery.claim_run(slot_of=limiter.limit)
+        limit: Limit = limiter.limit
+        return lambda: claim_reading_slot(delivery, limit)
     first = first_step_limit(delivery.definition.name)
     if first is None:
         return None
@@ -207,7 +214,7 @@ def claim_variant(delivery: Delivery) -> Callable[[], Claim | None] | None:
     def claim_taking_slot() -> Claim | None:
         config, run_id, owner = delivery.runtime.config, delivery.run_id, delivery.owner
         lease, recoveries = config.lock_timeout, config.max_recoveries
-        claim = delivery.runtime.store.claim_run_taking_slot(
+        claim = LIMITERS.of(delivery.runtime.store).claim_run_taking_slot(
             run_id, owner, lease, recoveries, first, "", 0
         )
         if claim is not None and claim.step_slot_taken:
@@ -216,6 +223,15 @@ def claim_variant(delivery: Delivery) -> Callable[[], Claim | None] | None:
         return claim
 
     return claim_taking_slot
+
+
+def claim_reading_slot(delivery: Delivery, limit: Limit) -> Claim | None:
+    """A limited run's claim, which reads the slot the run holds in its statement (the
+    plain claim's lease and recoveries)."""
+    config = delivery.runtime.config
+    return LIMITERS.of(delivery.runtime.store).claim_limited_run(
+        delivery.run_id, delivery.owner, config.lock_timeout, config.max_recoveries, limit
+    )
 
 
 def slots_of(delivery: Delivery) -> SlotState:
@@ -253,4 +269,4 @@ def give_back_on_stop(delivery: Delivery, stop: BaseException) -> None:
     try:
         give_back_kept_slot(ctx)
     except BaseException:  # noqa: BLE001 - the body's own outcome is what settles
-        logger.warning("run %s: its kept slot is left to its lease", ctx.workflow_id)
+        logger.warning("run %s: its kept slot is left to its lease", ctx.run_id)

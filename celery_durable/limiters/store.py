@@ -1,7 +1,6 @@
-"""The Store's limiter operations: take a slot (and a token) or wait for one, in the same
-transaction as the suspension; hand freed slots to the next waiters; read the limiters for
-operators. Mixed into ``Store``; the SQL is in
-``limiters/statements.py``.
+"""The limiters area's slot operations: take a slot (and a token) or wait for one, in the
+same transaction as the suspension; hand freed slots to the next waiters. Part of the
+limiters area (``store.limiters``, ``store_area.py``); the SQL is in ``statements.py``.
 
 A key's slots are rows, taken with FOR UPDATE SKIP LOCKED: takers of one key lock different
 rows and never wait for each other while slots are free, and two of them never take one
@@ -19,28 +18,32 @@ machine) gives no burst of the tokens it missed.
 
 Example::
 
-    outcome, waited = store.take_slot(Limit("payments", concurrency=5), "", run_id, idx, fence=f)
-    woken = store.release_slot(Limit("payments", concurrency=5), "", run_id, idx, grace=60)
+    limiters = LIMITERS.of(store)
+    outcome, waited = limiters.take_slot(Limit("payments", concurrency=5), "", run_id, idx, fence=f)
+    woken = limiters.release_slot(Limit("payments", concurrency=5), "", run_id, idx, grace=60)
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
 
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from celery_durable.limiters.buckets import CATCH_UP, Limit, lock_bucket, spend_tokens, tokens_in
-from celery_durable.limiters.statements import WHOLE_RUN
+from celery_durable.limiters.run_slot_statements import LimitedRunStatements
+from celery_durable.limiters.statements import WHOLE_RUN, LimiterStatements
 from celery_durable.store.db.connections import Connections
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.db.foreign import ForeignTransaction
 from celery_durable.store.records import DueRun, NewRun, Outcome, StepRecord
 from celery_durable.store.sql.build import hold_run, params, run_params
-from celery_durable.store.sql.statements import Statements
+from celery_durable.store.sql.runs import RunStatements
+from celery_durable.store.sql.steps import StepStatements
+from celery_durable.store.store import Store
 
 __all__ = ["WHOLE_RUN", "Limit", "LimiterOps", "SlotHeld"]
 
@@ -55,15 +58,24 @@ class SlotHeld(NamedTuple):
     waited: bool
 
 
-class LimiterOps:
-    """A limiter's slots: taken, waited for, handed off, freed; and their usage."""
+class SlotSql(Protocol):
+    """The statements slots are taken with (the limiters area's), and the kernel's."""
 
+    limiters: LimiterStatements
+    limited_runs: LimitedRunStatements
+    runs: RunStatements
+    steps: StepStatements
+
+
+class LimiterOps:
+    """A limiter's slots: taken, waited for, handed off, freed."""
+
+    store: Store
     db: Connections
     dialect: Dialect
-    sql: Statements
+    sql: SlotSql
     _slot_rows: dict[tuple[str, str], int]  # the rows of a key this process has seen
     _slot_cursor: dict[tuple[str, str], int]  # where this process's next take looks first
-    raise_if_tables_missing: Callable[[BaseException], None]
 
     def insert_limited_run(
         self,
@@ -94,7 +106,7 @@ class LimiterOps:
             with self.db.transaction() as conn:
                 return self._insert_and_acquire(conn, values, limit, key, run)
         except Exception as exc:
-            self.raise_if_tables_missing(exc)
+            self.store.raise_if_tables_missing(exc)
             raise
 
     def _insert_and_acquire(

@@ -1,20 +1,21 @@
 """What operators see of the limiters: each key's slots in use, its waiters, the oldest
-wait and the tokens left (``durable limiters``, the dashboard, Prometheus). Mixed into
-``Store``.
+wait and the tokens left (``durable limiters``, the dashboard, Prometheus). Part of the
+limiters area (``store.limiters``).
 
 Example::
 
-    for usage in store.limiter_usage({"payments": Limit("payments", concurrency=5)}):
+    for usage in store.limiters.limiter_usage({"payments": Limit("payments", concurrency=5)}):
         print(usage.limiter, usage.key, usage.in_use, usage.waiting)
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Protocol
 
 from celery_durable.limiters.buckets import Limit, tokens_in
+from celery_durable.limiters.statements import LimiterStatements
 from celery_durable.store.db.connections import Connections
-from celery_durable.store.sql.statements import Statements
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,11 +30,17 @@ class LimiterUsage:
     tokens: float | None  # tokens in its bucket now (None: no rate)
 
 
+class UsageSql(Protocol):
+    """The statements the usage is read with (the limiters area's)."""
+
+    limiters: LimiterStatements
+
+
 class LimiterUsageOps:
     """The limiters' usage, read for operators."""
 
     db: Connections
-    sql: Statements
+    sql: UsageSql
 
     def limiter_usage(self, limits: dict[str, Limit]) -> list[LimiterUsage]:
         """Each key of each limiter: slots in use, waiters, the oldest wait, tokens left."""

@@ -47,7 +47,7 @@ from prometheus_client.core import (
 from celery_durable.engine.runtime import runtime_of
 from celery_durable.ops.wing_parts import WING_PARTS, MetricsGauge
 from celery_durable.runs.stored_runs import limiter_usage
-from celery_durable.store import LimiterUsage
+from celery_durable.store.areas import LimiterFigures
 from celery_durable.store.db.outage import describe, summary
 from celery_durable.store.metrics import Histogram, RunFigures, StoreMetrics
 
@@ -143,7 +143,7 @@ class DurableCollector:
         return [up, *families.values()]
 
     def _limiters(
-        self, families: dict[str, Metric], namespace: str, usages: list[LimiterUsage]
+        self, families: dict[str, Metric], namespace: str, usages: Sequence[LimiterFigures]
     ) -> None:
         labels = ["limiter", "key"]
         in_use = self._family(families, GaugeMetricFamily, "limiter_in_use", "Slots held", labels)

@@ -20,7 +20,7 @@ import dataclasses
 import json
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.core import validate
@@ -39,7 +39,6 @@ from celery_durable.store import (
     FINISHED_STATUSES,
     Collected,
     Forked,
-    LimiterUsage,
     PendingSignal,
     Resumed,
     RunAction,
@@ -50,7 +49,7 @@ from celery_durable.store import (
     StateKey,
     StepRecord,
 )
-from celery_durable.store.areas import STATE_READS
+from celery_durable.store.areas import LIMITER_USAGE, STATE_READS, LimiterFigures
 from celery_durable.store.reads import count_steps, steps_page
 
 if TYPE_CHECKING:
@@ -167,11 +166,12 @@ class RunDetails:
     actions: list[RunAction] = dataclasses.field(default_factory=list)
 
 
-def limiter_usage(runtime: Runtime) -> list[LimiterUsage]:
-    """Each key of each limiter: in use, waiting, the oldest wait, tokens left; for the
-    limits this process declares (a limiter only another app declares shows its counts)."""
+def limiter_usage(runtime: Runtime) -> Sequence[LimiterFigures]:
+    """Each key of each limiter: in use, waiting, the oldest wait; for the limits this
+    process declares (a limiter only another app declares shows its counts). Read through
+    the limiters area (``LIMITER_USAGE``)."""
     limits = {name: limiter.limit for name, limiter in runtime.limiters.items()}
-    return runtime.store.limiter_usage(limits)
+    return LIMITER_USAGE.of(runtime.store).limiter_usage(limits)
 
 
 def describe_run(

@@ -9,8 +9,6 @@ Example::
 from celery_durable.fanout.items import DISPATCH_BATCH
 from celery_durable.fanout.open_batch import OpenBatch
 from celery_durable.fanout.open_item import CLAIM, RUN, SKIP, OpenItem
-from celery_durable.limiters.buckets import Limit
-from celery_durable.limiters.usage import LimiterUsage
 from celery_durable.store.db.outage import is_unreachable
 from celery_durable.store.liveness import ProofOfLife
 from celery_durable.store.operation_records import (
@@ -73,9 +71,7 @@ __all__ = [
     "DISPATCH_BATCH",
     "DueItem",
     "DueRun",
-    "Limit",
     "ProofOfLife",
-    "LimiterUsage",
     "OwedReport",
     "FanOut",
     "FanOutState",

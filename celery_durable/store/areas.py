@@ -101,6 +101,37 @@ def _built_by_the_wing(store: Any) -> Any:
 STATE_READS: AreaKey[StateReads] = AreaKey("waits", _built_by_the_wing)
 
 
+class LimiterFigures(Protocol):
+    """A limiter key's usage as the metrics endpoint reads it (the wing's
+    ``LimiterUsage``)."""
+
+    @property
+    def limiter(self) -> str: ...
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def in_use(self) -> int: ...
+
+    @property
+    def waiting(self) -> int: ...
+
+    @property
+    def oldest_wait(self) -> float | None: ...
+
+
+class LimiterUsageReads(Protocol):
+    """What the kernel reads of the limiters area: each limiter key's usage, for the
+    metrics endpoint, under ``limits`` (``LimiterView.limit`` of the declared limiters,
+    by name)."""
+
+    def limiter_usage(self, limits: dict[str, Any]) -> Sequence[LimiterFigures]: ...
+
+
+LIMITER_USAGE: AreaKey[LimiterUsageReads] = AreaKey("limiters", _built_by_the_wing)
+
+
 class ReportsCleared(Protocol):
     """What the kernel asks of the canvas area: the lease keeper clears the outbox entries
     of the runs whose report to Celery was made, a beat's batch in one statement."""

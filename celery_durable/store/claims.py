@@ -11,10 +11,8 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from celery_durable.limiters.buckets import Limit
 from celery_durable.store.db.connections import Connections
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import Claim
@@ -30,38 +28,19 @@ class ClaimOps:
     sql: Statements
 
     def claim_run(
-        self,
-        run_id: str,
-        owner: str,
-        lease: float,
-        max_recoveries: int = 10,
-        *,
-        slot_of: Limit | None = None,
+        self, run_id: str, owner: str, lease: float, max_recoveries: int = 10
     ) -> Claim | None:
         """Take the run if it is pending and ready, or running with an expired lease (a
-        recovery, while the run has had fewer than ``max_recoveries``). ``slot_of``: the
-        run's limiter (with a concurrency), whose slot the claim reads in its round trip
-        (``Claim.held_slot``)."""
+        recovery, while the run has had fewer than ``max_recoveries``). A wing's claim
+        variant (``engine/hooks.py``) may claim with its own statement built on this one,
+        reading the wing's rows in the same round trip (``claim_of_row`` reads its row)."""
         # Asynchronous commit: the claim needs no fsync of its own. Every later write of the
         # run is a synchronous commit, which flushes the WAL up to and including the claim;
         # if the database crashes before that, the claim is lost, the run is as before it,
         # and the fencing token of the lost claim (unique) matches nothing.
         values = params(run_id=run_id, owner=owner, lease=lease, max_recoveries=max_recoveries)
-        # SQLite: a read costs no round trip (and its RETURNING can't name the tables).
-        if slot_of is None or slot_of.concurrency is None or not self.dialect.round_trips:
-            row = self.db.one(self.sql.runs.claim_run, values, relaxed=True)
-            return None if row is None else claim_of_row(row)
-        values.update(params(limiter=slot_of.name, concurrency=slot_of.concurrency))
-        row = self.db.one(self.sql.limited_runs.claim_limited_run, values, relaxed=True)
-        if row is None:
-            return None
-        held = row[15]
-        return dataclasses.replace(
-            claim_of_row(row),
-            slot_read=True,
-            held_slot=None if held is None else int(held),
-            slot_waited=bool(row[16]),
-        )
+        row = self.db.one(self.sql.runs.claim_run, values, relaxed=True)
+        return None if row is None else claim_of_row(row)
 
     def take_over_run(
         self,

@@ -78,8 +78,8 @@ class Claim:
     deadline_at: float | None = None
     # Times it was taken from a worker that lost it (its lease out, its owner gone).
     recoveries: int = 0
-    # A claim of a run behind a concurrency limiter (``claim_run(slot_of=...)``) reads the
-    # slot row it holds (None: none) and whether other runs wait for that key.
+    # A claim of a run behind a concurrency limiter (the limiters wing's claim variant)
+    # reads the slot row it holds (None: none) and whether other runs wait for that key.
     slot_read: bool = False
     held_slot: int | None = None
     slot_waited: bool = False

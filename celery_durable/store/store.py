@@ -26,9 +26,6 @@ from sqlalchemy.orm import Session
 from celery_durable.errors import ConfigurationError
 from celery_durable.fanout.batches import BatchOps
 from celery_durable.fanout.items import ItemOps
-from celery_durable.limiters.kept_slots import KeptSlotOps
-from celery_durable.limiters.store import LimiterOps
-from celery_durable.limiters.usage import LimiterUsageOps
 from celery_durable.store.areas import STORE_AREAS, StoreArea
 from celery_durable.store.claims import ClaimOps
 from celery_durable.store.db.connections import Connections, parse_listen_url, parse_url
@@ -65,9 +62,6 @@ class Store(
     LeaseOps,
     LivenessOps,
     AdminOps,
-    LimiterOps,
-    KeptSlotOps,
-    LimiterUsageOps,
     StartOps,
 ):
     """The database side of one namespace; engines are created per process, lazily.
@@ -103,8 +97,6 @@ class Store(
         self.dispatcher = dispatcher
         self.dialect: Dialect = self.db.dialect
         self.sql = Statements(self.tables, self.dialect, namespace, dispatcher)
-        self._slot_rows: dict[tuple[str, str], int] = {}
-        self._slot_cursor: dict[tuple[str, str], int] = {}
         self.areas: dict[str, StoreArea] = STORE_AREAS.build(self)
         for name, area in self.areas.items():
             if hasattr(type(self), name):

@@ -159,11 +159,11 @@ def charge(key: str, n: int) -> int:
             sa.select(slots.c.slot).where(
                 slots.c.namespace == durable.runtime.store.namespace,
                 slots.c.limiter == plenty.name,
-                slots.c.run_id == ctx.workflow_id,
+                slots.c.run_id == ctx.run_id,
                 slots.c.idx == n,
             )
         ).scalar_one()
-    _redis.rpush(f"limited:{key}:slots", f"{ctx.workflow_id}:{held}")
+    _redis.rpush(f"limited:{key}:slots", f"{ctx.run_id}:{held}")
     return n
 
 

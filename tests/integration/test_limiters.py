@@ -200,7 +200,7 @@ def test_a_run_s_steps_in_a_row_behind_one_limiter_take_one_slot_between_them(
         timeout=60,
         message="the failed run's retry is scheduled",
     )
-    usage = {u.limiter: u.in_use for u in store.limiter_usage({plenty.name: plenty})}
+    usage = {u.limiter: u.in_use for u in store.limiters.limiter_usage({plenty.name: plenty})}
     assert usage.get(plenty.name, 0) == 0, usage
     failing.cancel()
 

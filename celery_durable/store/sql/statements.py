@@ -18,9 +18,6 @@ from __future__ import annotations
 from celery_durable.fanout.batch_statements import BatchStatements
 from celery_durable.fanout.item_statements import ItemStatements
 from celery_durable.fanout.open_item_statements import OpenItemStatements
-from celery_durable.limiters.kept_slot_statements import KeptSlotStatements
-from celery_durable.limiters.run_slot_statements import LimitedRunStatements
-from celery_durable.limiters.statements import LimiterStatements
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.actions import ActionStatements
@@ -51,10 +48,5 @@ class Statements:
         self.actions = ActionStatements(tables, dialect, namespace)
         self.reads = ReadStatements(tables, dialect, namespace)
         self.metrics = MetricStatements(tables, dialect, namespace)
-        self.limiters = LimiterStatements(tables, dialect, namespace)
-        self.limited_runs = LimitedRunStatements(
-            tables, dialect, namespace, self.runs, self.limiters
-        )
-        self.kept_slots = KeptSlotStatements(tables, dialect, namespace, self.steps)
         self.liveness = LivenessStatements(tables, dialect, namespace)
         self.notify = self.runs.notify

@@ -80,7 +80,7 @@ def test_a_limited_step_waits_for_the_slot_and_gets_it_when_released(durable):
     # The release handed the slot on and published the waiter (eager: it ran at once).
     assert order == ["first in", "first out", "second in", "second out"]
     limits = {name: each.limit for name, each in durable.runtime.limiters.items()}
-    [usage] = durable.runtime.store.limiter_usage(limits)
+    [usage] = durable.runtime.store.limiters.limiter_usage(limits)
     assert (usage.limiter, usage.in_use, usage.waiting) == ("one", 0, 0)
 
 
