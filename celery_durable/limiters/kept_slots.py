@@ -12,17 +12,17 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from celery_durable.limiters.buckets import Limit
 from celery_durable.limiters.kept_slot_statements import KeptSlotStatements
 from celery_durable.limiters.run_slot_statements import LimitedRunStatements
+from celery_durable.limiters.slot_claims import SlotClaim
 from celery_durable.limiters.statements import LimiterStatements
 from celery_durable.store.claims import claim_of_row
 from celery_durable.store.db.connections import Connections
-from celery_durable.store.records import Claim, Outcome, StepRecord, StepWrite
+from celery_durable.store.records import Outcome, StepRecord, StepWrite
 from celery_durable.store.sql.build import params, step_params
 from celery_durable.store.store import Store
 
@@ -80,15 +80,16 @@ class KeptSlotOps:
         limit: Limit,
         key: str,
         idx: int,
-    ) -> Claim | None:
+    ) -> SlotClaim | None:
         """``claim_run`` that, on a first delivery (no step recorded yet), also takes a
         free slot of ``limit``'s ``key`` for the run's step ``idx`` in the claim's
         statement, unless other runs wait for the key ahead of it (then the step takes its
-        own, and waits as usual). ``Claim.step_slot_taken`` says whether it did. SQLite,
+        own, and waits as usual). ``SlotClaim.step_slot_taken`` says whether it did. SQLite,
         where a take is no round trip: the plain claim."""
         statement = self.sql.limited_runs.claim_taking_slot
         if statement is None or limit.concurrency is None or limit.rate is not None:
-            return self.store.claim_run(run_id, owner, lease, max_recoveries)
+            plain = self.store.claim_run(run_id, owner, lease, max_recoveries)
+            return None if plain is None else SlotClaim.of(plain)
         # Priority 0: the claim doesn't know the run's yet, so it never goes ahead of a
         # waiter it might not have passed; the step's own take then orders it.
         values = self._slot_params(limit, key, run_id, idx, 0)
@@ -99,8 +100,8 @@ class KeptSlotOps:
         slot, waited, queued = row[-3:]
         claim = claim_of_row(row)
         if slot is None:
-            return claim
+            return SlotClaim.of(claim)
         if queued:  # it had waited at that step before: its wait is over
             self.db.one(self.sql.limiters.release_grant, values)
         self._took_slot(limit, key, values["p_from"], int(slot))
-        return dataclasses.replace(claim, step_slot_taken=True, step_slot_waited=bool(waited))
+        return SlotClaim.of(claim, step_slot_taken=True, step_slot_waited=bool(waited))

@@ -33,6 +33,7 @@ from celery_durable.limiters.limiter import (
     give_back_kept_slot,
     slots,
 )
+from celery_durable.limiters.slot_claims import SlotClaim
 from celery_durable.limiters.statements import WHOLE_RUN
 from celery_durable.limiters.store_area import LIMITERS
 from celery_durable.store import Outcome
@@ -133,7 +134,7 @@ def take_run_slot(
     # did): a read tells, the claim's own (claim_limited_run) where it made one. A run
     # that waited, retried or was recovered confirms by a write.
     first = claim.attempts == 1 and not claim.has_steps and not claim.recoveries
-    if first and claim.slot_read:
+    if first and isinstance(claim, SlotClaim) and claim.slot_read:
         if claim.held_slot is not None:
             return RunSlot(key, claim.slot_waited)  # taken at its start, or handed to it
     else:

@@ -14,7 +14,6 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,12 +21,12 @@ from celery_durable.limiters.buckets import Limit
 from celery_durable.limiters.kept_slot_statements import KeptSlotStatements
 from celery_durable.limiters.kept_slots import KeptSlotOps
 from celery_durable.limiters.run_slot_statements import LimitedRunStatements
+from celery_durable.limiters.slot_claims import SlotClaim
 from celery_durable.limiters.statements import LimiterStatements
 from celery_durable.limiters.store import LimiterOps
 from celery_durable.limiters.usage import LimiterUsageOps
 from celery_durable.store.areas import AreaKey
 from celery_durable.store.claims import claim_of_row
-from celery_durable.store.records import Claim
 from celery_durable.store.sql.build import params
 from celery_durable.store.store import Store
 
@@ -67,14 +66,15 @@ class LimitersArea(LimiterOps, KeptSlotOps, LimiterUsageOps):
 
     def claim_limited_run(
         self, run_id: str, owner: str, lease: float, max_recoveries: int, limit: Limit
-    ) -> Claim | None:
+    ) -> SlotClaim | None:
         """``claim_run`` of a run behind ``limit`` (with a concurrency) that reads, in the
-        claim's statement, the slot the run holds (``Claim.held_slot``) and whether others
-        wait for its key (``Claim.slot_waited``). SQLite, where a read costs no round trip
+        claim's statement, the slot the run holds (``SlotClaim.held_slot``) and whether others
+        wait for its key (``SlotClaim.slot_waited``). SQLite, where a read costs no round trip
         (and a RETURNING can't name the tables), or a limiter without a concurrency: the
         plain claim."""
         if limit.concurrency is None or not self.dialect.round_trips:
-            return self.store.claim_run(run_id, owner, lease, max_recoveries)
+            plain = self.store.claim_run(run_id, owner, lease, max_recoveries)
+            return None if plain is None else SlotClaim.of(plain)
         # Committed asynchronously, like the plain claim (``ClaimOps.claim_run``).
         values = params(run_id=run_id, owner=owner, lease=lease, max_recoveries=max_recoveries)
         values.update(params(limiter=limit.name, concurrency=limit.concurrency))
@@ -82,7 +82,7 @@ class LimitersArea(LimiterOps, KeptSlotOps, LimiterUsageOps):
         if row is None:
             return None
         held = row[15]
-        return dataclasses.replace(
+        return SlotClaim.of(
             claim_of_row(row),
             slot_read=True,
             held_slot=None if held is None else int(held),

@@ -78,15 +78,6 @@ class Claim:
     deadline_at: float | None = None
     # Times it was taken from a worker that lost it (its lease out, its owner gone).
     recoveries: int = 0
-    # A claim of a run behind a concurrency limiter (the limiters wing's claim variant)
-    # reads the slot row it holds (None: none) and whether other runs wait for that key.
-    slot_read: bool = False
-    held_slot: int | None = None
-    slot_waited: bool = False
-    # A claim that took the slot of the run's first step (``claim_run_taking_slot``): it
-    # holds it, and whether other runs wait for that key (then its release hands it on).
-    step_slot_taken: bool = False
-    step_slot_waited: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,7 @@ import threading
 import sqlalchemy as sa
 
 from celery_durable.limiters.buckets import Limit
+from celery_durable.limiters.slot_claims import SlotClaim
 from celery_durable.limiters.store import WHOLE_RUN
 from celery_durable.store import Outcome, StepRecord, Store
 from tests.support.builders import claimed, new_run
@@ -91,7 +92,7 @@ def test_a_limited_run_s_claim_reads_the_slot_it_holds_and_whether_others_wait(p
     plain = store.claim_run("plain", "me", LEASE)
     rated = store.limiters.claim_limited_run("rated", "me", LEASE, 10, Limit("rate", rate=5.0))
     assert plain is not None and rated is not None
-    assert not plain.slot_read and not rated.slot_read
+    assert not isinstance(plain, SlotClaim) and not rated.slot_read  # the kernel's: no slots
 
 
 def test_a_step_s_record_frees_its_slot_and_priority_orders_the_waiters(store):
