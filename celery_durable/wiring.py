@@ -27,6 +27,7 @@ from celery_durable.engine.runtime import Runtime
 from celery_durable.engine.runtime_view import SweepPass
 from celery_durable.fanout import compose
 from celery_durable.fanout.item_tasks import revoke_item
+from celery_durable.fanout.store_area import FANOUT
 from celery_durable.fanout.sweep import ItemSweep
 from celery_durable.limiters import run_slots as limits
 from celery_durable.limiters.limiter import LimiterGuard
@@ -53,6 +54,7 @@ from celery_durable.waits.store_area import WAITS
 STORE_AREAS.add(WAITS)  # every Store built after this holds ``store.waits``
 STORE_AREAS.add(CANVAS)  # ``store.canvas``
 STORE_AREAS.add(SAGAS)  # ``store.sagas``
+STORE_AREAS.add(FANOUT)  # ``store.fanout``
 HANDLE_HOOKS.signal = send_signal
 HANDLE_HOOKS.query = query
 HANDLE_HOOKS.wait_for_state = wait_for_state

@@ -6,9 +6,6 @@ Example::
     from celery_durable.store import Store, StepRecord, Outcome
 """
 
-from celery_durable.fanout.items import DISPATCH_BATCH
-from celery_durable.fanout.open_batch import OpenBatch
-from celery_durable.fanout.open_item import CLAIM, RUN, SKIP, OpenItem
 from celery_durable.limiters.buckets import Limit
 from celery_durable.limiters.usage import LimiterUsage
 from celery_durable.store.db.outage import is_unreachable
@@ -70,7 +67,6 @@ __all__ = [
     "Cancellation",
     "Claim",
     "Collected",
-    "DISPATCH_BATCH",
     "DueItem",
     "DueRun",
     "Limit",
@@ -85,11 +81,6 @@ __all__ = [
     "ItemFailure",
     "ItemRow",
     "ItemWrite",
-    "OpenBatch",
-    "OpenItem",
-    "CLAIM",
-    "RUN",
-    "SKIP",
     "LostItem",
     "SETTLED_STATUSES",
     "NewRun",
