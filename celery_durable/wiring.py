@@ -27,6 +27,7 @@ from celery_durable.engine.runtime import Runtime
 from celery_durable.engine.runtime_view import SweepPass
 from celery_durable.fanout import compose
 from celery_durable.fanout.item_tasks import revoke_item
+from celery_durable.fanout.store_area import FANOUT
 from celery_durable.fanout.sweep import ItemSweep
 from celery_durable.limiters import run_slots as limits
 from celery_durable.limiters.limiter import LimiterGuard
@@ -57,6 +58,7 @@ STORE_AREAS.add(CANVAS)  # ``store.canvas``
 STORE_AREAS.add(SAGAS)  # ``store.sagas``
 STORE_AREAS.add(SCHEDULES)  # ``store.schedules``
 STORE_AREAS.add(LIMITERS)  # ``store.limiters``
+STORE_AREAS.add(FANOUT)  # ``store.fanout``
 HANDLE_HOOKS.signal = send_signal
 HANDLE_HOOKS.query = query
 HANDLE_HOOKS.wait_for_state = wait_for_state

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from celery_durable.body.context import WorkflowContext
 from celery_durable.engine.publish import publish_woken
 from celery_durable.store import FINISHED_STATUSES, StepRecord
+from celery_durable.store.areas import CHILD_SETTLES
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime_view import RuntimeView
@@ -57,7 +58,7 @@ def _settle(
             step=step,
             carried=ctx.take_deferred(),
         )
-    final, woken = store.settle_child_run(
+    final, woken = CHILD_SETTLES.of(store).settle_child_run(
         ctx.run_id,
         ctx.fence,
         status,

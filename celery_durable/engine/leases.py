@@ -1,6 +1,6 @@
 """The lease heartbeat: one thread per process renews the leases of the runs and items
 the process executes, in one statement per beat, and trades the open transaction of an
-item that runs long for a lease (``store.open_items``).
+item that runs long for a lease (an ``OpenItemLease``).
 
 Example::
 
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 from celery_durable.body.context import LeaseClock
 from celery_durable.core.retry import backoff
 from celery_durable.engine.liveness import watch_proof
-from celery_durable.store import OpenItem, ProofOfLife
-from celery_durable.store.areas import REPORTS_CLEARED
+from celery_durable.store import ProofOfLife
+from celery_durable.store.areas import ITEM_LEASES, REPORTS_CLEARED, OpenItemLease
 from celery_durable.store.db.outage import describe, is_unreachable, summary
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ class LeaseKeeper:
         # Items this process runs: (run id, step index, item, claim token).
         self._items: set[tuple[str, int, int, str]] = set()
         # Items this process runs in an open transaction, and since when (monotonic).
-        self._open: dict[OpenItem, float] = {}
+        self._open: dict[OpenItemLease, float] = {}
         self._claims = itertools.count(1)
         # Settled runs whose report to Celery is made: their outbox entries, cleared a
         # batch per beat.
@@ -202,14 +202,14 @@ class LeaseKeeper:
         with self._lock:
             self._items.discard(held)
 
-    def track_open_item(self, opened: OpenItem) -> None:
+    def track_open_item(self, opened: OpenItemLease) -> None:
         """An item run in its open transaction: converted to a claim after a beat."""
         self.owner  # noqa: B018 - resets state in a freshly forked child
         with self._lock:
             self._open[opened] = time.monotonic()
             self._start_beating()
 
-    def untrack_open_item(self, opened: OpenItem) -> None:
+    def untrack_open_item(self, opened: OpenItemLease) -> None:
         with self._lock:
             self._open.pop(opened, None)
         if opened.owner is not None:
@@ -255,7 +255,7 @@ class LeaseKeeper:
                 if not runs and not items:
                     continue
                 renewed = store.renew_leases(self._owner, runs, config.lock_timeout)
-                renewed += store.renew_item_leases(items, config.lock_timeout)
+                renewed += ITEM_LEASES.of(store).renew_item_leases(items, config.lock_timeout)
             except Exception as exc:
                 # Retry sooner than a beat (the leases are running out), backing off up to
                 # one beat: never renewing less often than normal, never hammering.
@@ -281,7 +281,7 @@ class LeaseKeeper:
             return []
         try:
             released = self.runtime.store.release_owner(self._owner, self.running())
-            self.runtime.store.release_items(self.items())
+            ITEM_LEASES.of(self.runtime.store).release_items(self.items())
             self._clear_reported()
         except Exception:
             logger.exception("could not give back the leases of %s", self._owner)

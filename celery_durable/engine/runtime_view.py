@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from celery_durable.body.step import Step
     from celery_durable.core.config import DurableConfig
     from celery_durable.engine.definition import WorkflowDefinition
-    from celery_durable.store import OpenItem, StepRecord, Store
+    from celery_durable.store import StepRecord, Store
+    from celery_durable.store.areas import OpenItemLease
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,9 +103,9 @@ class LeaseTracking(Protocol):
 
     def untrack_item(self, held: tuple[str, int, int, str]) -> None: ...
 
-    def track_open_item(self, opened: OpenItem) -> None: ...
+    def track_open_item(self, opened: OpenItemLease) -> None: ...
 
-    def untrack_open_item(self, opened: OpenItem) -> None: ...
+    def untrack_open_item(self, opened: OpenItemLease) -> None: ...
 
     def reported(self, run_id: str) -> None:
         """The run's report to Celery is made: its outbox entry is cleared at a beat."""

@@ -35,6 +35,7 @@ from celery_durable.errors import (
     WorkflowCancelled,
 )
 from celery_durable.store import Claim, StepRecord
+from celery_durable.store.areas import CHILD_SETTLES
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime_view import RuntimeView
@@ -140,7 +141,7 @@ def _cancelled(
 def _child_cancelled_on_retry(runtime: RuntimeView, ctx: WorkflowContext) -> None:
     """A child cancelled while scheduling its retry: its parent's item learns it now."""
     if ctx.parent_id is not None and ctx.parent_idx is not None:
-        woken = runtime.store.settle_child_item(
+        woken = CHILD_SETTLES.of(runtime.store).settle_child_item(
             ctx.parent_id, ctx.parent_idx, ctx.run_id, runtime.config.dispatch_grace
         )
         publish_woken(runtime, woken, f"its child {ctx.run_id} was cancelled")

@@ -29,6 +29,7 @@ from celery_durable.engine.liveness import LOOK_EVERY, GoneOwners, lease_window
 from celery_durable.engine.publish import publish_or_leave, publish_woken
 from celery_durable.engine.queues import QueueWatch
 from celery_durable.store import FINISHED_STATUSES, TAKEOVER, DueRun
+from celery_durable.store.areas import CHILD_SETTLES
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime_view import RuntimeView
@@ -265,7 +266,7 @@ class Sweeper:
         if run.parent_id is not None and run.parent_idx is not None:
             # A child: its parent's item takes the outcome (the sweep can't, holding many
             # runs' locks; if this is lost, orphaned_children catches it).
-            woken = self.runtime.store.settle_child_item(
+            woken = CHILD_SETTLES.of(self.runtime.store).settle_child_item(
                 run.parent_id, run.parent_idx, run.id, self.runtime.config.dispatch_grace
             )
             publish_woken(self.runtime, woken, f"its child {run.id} had finished")

@@ -32,7 +32,9 @@ from celery_durable.core.logs import run_fields
 from celery_durable.engine import shutdown, taskevents
 from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import NotSerialisable, PermanentError
-from celery_durable.store import ItemClaim, OpenBatch, Settled
+from celery_durable.fanout.open_batch import OpenBatch
+from celery_durable.fanout.store_area import FANOUT
+from celery_durable.store import ItemClaim, Settled
 
 if TYPE_CHECKING:
     from celery_durable.body.step import Step
@@ -52,11 +54,11 @@ def execute_batch(
     runtime: RuntimeView, task: Task, run_id: str, idx: int, first: int, count: int
 ) -> Any:
     """Claim, run and record the items ``first`` to ``first + count - 1`` of step ``idx``:
-    a first delivery in one open transaction (``store.open_batch``), anything else after
-    a claim. Raises DeliveryEnded when none could be claimed (recorded, running elsewhere,
-    waiting out a backoff); failed items are recorded, not raised (their parent gets the
-    record)."""
-    config, store = runtime.config, runtime.store
+    a first delivery in one open transaction (``store.fanout.open_batch``), anything else
+    after a claim. Raises DeliveryEnded when none could be claimed (recorded, running
+    elsewhere, waiting out a backoff); failed items are recorded, not raised (their parent
+    gets the record)."""
+    config, store = runtime.config, FANOUT.of(runtime.store)
     fields = {**run_fields(run_id, step_index=idx), "item": first, "step": task.name}
     deadline = shutdown.hard_deadline(task.request, task.time_limit, time.monotonic())
     opened = store.open_batch(run_id, idx, first, count) if may_run_open(task) else None
@@ -146,7 +148,8 @@ class _Batch:
         if time.monotonic() - self.checked >= self.runtime.config.poll_interval:
             run_id, idx, first, count = self.key
             owner = None if self.is_open else self.owner
-            active, self.held = self.runtime.store.check_batch(run_id, idx, first, count, owner)
+            items = FANOUT.of(self.runtime.store)
+            active, self.held = items.check_batch(run_id, idx, first, count, owner)
             self.checked = time.monotonic()
             if not active:
                 self.cancelled = True
@@ -211,7 +214,7 @@ class _Batch:
                 # counting the attempt on the item's row as a worker's retry would.
                 time.sleep(delay)
                 assert self.owner is not None  # eager mode claims its batches
-                runtime.store.count_item_attempt(run_id, idx, item, self.owner, error)
+                FANOUT.of(runtime.store).count_item_attempt(run_id, idx, item, self.owner, error)
                 attempt += 1
 
     def flush(self, *, final: bool = False) -> None:
@@ -240,7 +243,7 @@ class _Batch:
         else:
             assert self.owner is not None
             cancel_rest = (first, count) if self.cancelled else None
-            written = runtime.store.settle_batch(
+            written = FANOUT.of(runtime.store).settle_batch(
                 run_id, idx, self.owner, outcomes, grace, cancel_rest=cancel_rest
             )
         lost = sorted({done.item for done in outcomes} - set(written.recorded))
@@ -276,7 +279,7 @@ class _Batch:
             released = 0
             if self.owner is not None:
                 held = [(run_id, idx, item, self.owner) for item in range(first, first + count)]
-                released = self.runtime.store.release_items(held)
+                released = FANOUT.of(self.runtime.store).release_items(held)
             if released:
                 logger.warning(
                     "batch of step %d (%s) of run %s interrupted; %d item lease(s) given back",

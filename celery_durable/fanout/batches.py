@@ -1,7 +1,7 @@
-"""The Store's operations on batched items (``cd.map(..., batch_size=K)``). Mixed into
-``Store``; the SQL is in ``fanout/batch_statements.py`` (the claim)
-and ``fanout/item_statements.py`` (each item's record, as an item task's). A batch's first delivery
-runs in one open transaction instead (``open_batch.py``).
+"""The fanout area's operations on batched items (``cd.map(..., batch_size=K)``). Mixed
+into ``FanoutArea`` (``store.fanout``); the SQL is in ``fanout/batch_statements.py`` (the
+claim) and ``fanout/item_statements.py`` (each item's record, as an item task's). A
+batch's first delivery runs in one open transaction instead (``open_batch.py``).
 
 A batch task claims its consecutive items in one statement, under one claim token, runs
 them in order, and records what it ran in one transaction: the run's row locked first, as
@@ -9,8 +9,9 @@ for every item write, then each item's outcome (or retry), then the parent's wak
 
 Example::
 
-    claims = store.claim_batch("r1", 3, 100, 50, owner="host:42:ab12:1", lease=30)
-    written = store.settle_batch("r1", 3, "host:42:ab12:1", [Settled(100, "ok", "1")], 60)
+    items = FANOUT.of(store)
+    claims = items.claim_batch("r1", 3, 100, 50, owner="host:42:ab12:1", lease=30)
+    written = items.settle_batch("r1", 3, "host:42:ab12:1", [Settled(100, "ok", "1")], 60)
     if written.woken: publish(written.woken)
 """
 
@@ -21,17 +22,17 @@ from typing import Any
 
 from celery_durable.fanout.batch_statements import outcomes_param
 from celery_durable.fanout.open_batch import MOST_ITEMS_OPEN, OpenBatch
+from celery_durable.fanout.statements import FanoutStatements
 from celery_durable.store.db.connections import Connections
 from celery_durable.store.records import BatchWrite, DueRun, ItemClaim, Settled
 from celery_durable.store.sql.build import params
-from celery_durable.store.sql.statements import Statements
 
 
 class BatchOps:
     """Claim, check and record the items of a batch task."""
 
     db: Connections
-    sql: Statements
+    sql: FanoutStatements
 
     def open_batch(self, run_id: str, idx: int, first: int, count: int) -> OpenBatch:
         """A batch's first delivery, in one transaction (Postgres, at most

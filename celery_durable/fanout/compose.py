@@ -37,7 +37,6 @@ from celery_durable.core import faults, serialization
 from celery_durable.core.ids import derived_id
 from celery_durable.core.logs import log_started
 from celery_durable.errors import InvalidArgument, NonDeterminismError, RunLimitExceeded
-from celery_durable.fanout.dispatch import dispatch, write_fanout
 from celery_durable.fanout.fanin import (
     ChildHandle,
     StepFuture,
@@ -45,6 +44,7 @@ from celery_durable.fanout.fanin import (
     gather,
     wait_for,
 )
+from celery_durable.fanout.insert import insert_and_publish, write_fanout
 from celery_durable.store import FanOut, NewRun, StepRecord
 from celery_durable.store.areas import FENCED_WRITES
 
@@ -78,7 +78,7 @@ def start_step(
         check_replay(ctx, index, recorded, step.name, step_input)
     else:
         started = StepRecord(index, step.name, "started", step_input, None, None)
-        dispatch(ctx, started, step.name, step.options.queue, [encoded])
+        insert_and_publish(ctx, started, step.name, step.options.queue, [encoded])
     return StepFuture(index, step.name)
 
 
@@ -118,7 +118,7 @@ def map(  # noqa: A001 - cd.map is the public name, like the builtin it mirrors
     ]
     if limit is not None and len(inputs) > limit:
         raise RunLimitExceeded(
-            f"workflow run {ctx.workflow_id!r}: cd.map({step.name}) at step {index} has more "
+            f"workflow run {ctx.run_id!r}: cd.map({step.name}) at step {index} has more "
             f"than durable_max_map_items={limit} items; nothing of it was stored (split it "
             "into several maps, or raise durable_max_map_items)"
         )
@@ -134,7 +134,7 @@ def map(  # noqa: A001 - cd.map is the public name, like the builtin it mirrors
         return []
     else:
         size = batch_size if isinstance(batch_size, int) else auto_batch_size(ctx, len(inputs))
-        dispatch(
+        insert_and_publish(
             ctx,
             StepRecord(index, step.name, "started", step_input, None, None),
             step.name,
@@ -199,7 +199,7 @@ def check_map_replay(
         now = serialization.loads(step_input)
         if isinstance(before, dict) and before.get("items") != now["items"]:
             raise NonDeterminismError(
-                f"workflow {ctx.workflow_name} run {ctx.workflow_id!r}: step {index} "
+                f"workflow {ctx.workflow_name} run {ctx.run_id!r}: step {index} "
                 f"(cd.map of {name}) had {before.get('items')} items in the recorded "
                 f"history, {now['items']} now"
             )
@@ -211,7 +211,7 @@ def start_child(
     encoded_args: str,
     new_run: Callable[[str], NewRun],
     publish: Callable[[str], None],
-    workflow_id: str | None,
+    run_id: str | None,
     detached: bool,
 ) -> ChildHandle[Any]:
     """``workflow.start_child(...)``: insert the child run with the parent's step record
@@ -222,7 +222,7 @@ def start_child(
     )
     write_caught_failure(ctx)
     index = ctx.take_index()
-    child_id = workflow_id or derived_id(f"{ctx.workflow_id}:{index}")
+    child_id = run_id or derived_id(f"{ctx.run_id}:{index}")
     name = CHILD_STEP_PREFIX + workflow_name
     step_input = f'{{"fanout":"child","id":{serialization.dumps(child_id)},"input":{encoded_args}}}'
     recorded = ctx.history.get(index)
@@ -237,7 +237,7 @@ def start_child(
     step = StepRecord(index, name, "started", step_input, None, None)
     written = write_fanout(ctx, step, fan)
     if written:
-        log_started(workflow_name, child_id, run.start_delay, parent=ctx.workflow_id)
+        log_started(workflow_name, child_id, run.start_delay, parent=ctx.run_id)
     if written and run.start_delay is None:
         # A lost publish is the sweeper's, like any run's (durable_dispatch_grace).
         publish(child_id)
@@ -252,10 +252,10 @@ def check_child_depth(ctx: WorkflowContext, workflow_name: str, index: int) -> N
     limit = ctx.max_child_depth
     if limit is None or ctx.parent_id is None:
         return
-    depth = 1 + FENCED_WRITES.of(ctx.store).count_ancestors(ctx.workflow_id, limit)
+    depth = 1 + FENCED_WRITES.of(ctx.store).count_ancestors(ctx.run_id, limit)
     if depth > limit:
         raise RunLimitExceeded(
-            f"workflow run {ctx.workflow_id!r}: child {workflow_name} at step {index} would "
+            f"workflow run {ctx.run_id!r}: child {workflow_name} at step {index} would "
             f"be nested {depth} deep, over durable_max_child_depth={limit}; nothing of it "
             "was stored"
         )

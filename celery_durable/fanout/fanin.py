@@ -30,7 +30,8 @@ from celery_durable.body.replay import (
 from celery_durable.body.step import Started
 from celery_durable.core import faults, serialization
 from celery_durable.errors import StepFailed, Suspended, WorkflowCancelled, WorkflowFailed
-from celery_durable.fanout.dispatch import fresh_steps
+from celery_durable.fanout.insert import fresh_steps
+from celery_durable.fanout.store_area import FANOUT
 from celery_durable.store import FanOutState, ItemFailure, Outcome, StepRecord
 
 R = TypeVar("R")
@@ -69,9 +70,9 @@ class ChildHandle(Generic[R]):
     ``result()`` waits for it without holding a worker; ``cd.gather`` accepts it.
     """
 
-    def __init__(self, idx: int, workflow_id: str, workflow_name: str) -> None:
+    def __init__(self, idx: int, run_id: str, workflow_name: str) -> None:
         self.idx = idx
-        self.id = workflow_id
+        self.id = run_id
         self.workflow_name = workflow_name
 
     def __repr__(self) -> str:
@@ -159,7 +160,7 @@ def item_failure(
     """The exception a failed item raises in the body, the same on every replay."""
     if failure.status == "cancelled":
         # Items are cancelled only with their run: this body is being cancelled.
-        return WorkflowCancelled(ctx.workflow_id, failure.error)
+        return WorkflowCancelled(ctx.run_id, failure.error)
     error = serialization.decode_error(failure.error or "{}")
     exc = StepFailed(
         step_name,
@@ -243,7 +244,7 @@ def wait_for(ctx: WorkflowContext, idxs: Sequence[int]) -> dict[int, Resolved]:
         suspend(ctx, pending)
     while pending:
         with store_guard(ctx):
-            states = ctx.store.load_items(ctx.workflow_id, pending)
+            states = FANOUT.of(ctx.store).load_items(ctx.run_id, pending)
         still = []
         for idx in pending:
             state = states.get(idx)
@@ -263,7 +264,7 @@ def settled_now(ctx: WorkflowContext, idxs: Sequence[int]) -> bool:
     if not open_:
         return True
     with store_guard(ctx):
-        states = ctx.store.load_items(ctx.workflow_id, open_)
+        states = FANOUT.of(ctx.store).load_items(ctx.run_id, open_)
     return not any(state.unsettled for state in states.values())
 
 
@@ -275,8 +276,8 @@ def suspend(
 ) -> None:
     """Release the run until these items settle; returns only if they all have."""
     with store_guard(ctx):
-        outcome = ctx.store.suspend_on_items(
-            ctx.workflow_id, ctx.fence, idxs, wake_at, step, ctx.take_deferred()
+        outcome = FANOUT.of(ctx.store).suspend_on_items(
+            ctx.run_id, ctx.fence, idxs, wake_at, step, ctx.take_deferred()
         )
     if outcome is Outcome.SETTLED:
         return

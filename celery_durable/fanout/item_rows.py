@@ -29,7 +29,7 @@ from celery_durable.store.schema import Tables
 def fanout_rows(tables: Tables, dialect: Dialect, namespace: str) -> Any:
     """INSERT the items ``p_first`` on of step ``p_idx`` of run ``p_run_id``, one per
     element of ``p_inputs`` (a JSON array of their encoded inputs); the same rows as
-    ``dispatch_fanout_items``: pending, awaited, dispatched once, due after the grace.
+    ``insert_fanout_items``: pending, awaited, dispatched once, due after the grace.
     None off Postgres."""
     if not dialect.writes_in_ctes:
         return None

@@ -1,5 +1,5 @@
 """The statements of items: fan-out steps' sub-records (parallel items, remote steps,
-children), each named after the ``Store`` method that runs
+children), each named after the fanout area's method that runs
 it, like those in ``statements``.
 
 An item is unsettled exactly while ``finished_at`` is NULL; the partial index on that keeps
@@ -41,7 +41,7 @@ from celery_durable.store.sql.build import Builder, columns_of
 
 
 class ItemStatements(Builder):
-    """Dispatch, claim, record, retry, sweep and read the items of fan-out steps."""
+    """Insert, claim, record, retry, sweep and read the items of fan-out steps."""
 
     def __init__(
         self, tables: Tables, dialect: Dialect, namespace: str, dispatcher: str | None = None
@@ -58,7 +58,7 @@ class ItemStatements(Builder):
         self._lost = items.c.status == "running"
         # Nobody runs it in an open transaction (open_items): its lock is free.
         self._free = not_run_open(namespace, items, self.dialect)
-        self._dispatch()
+        self._insert()
         self._wait()
         self._task()
         self._retry()
@@ -67,11 +67,11 @@ class ItemStatements(Builder):
         self._cancel()
         self._reads()
 
-    def _dispatch(self) -> None:
-        """Dispatch a fan-out: the step row and its items (or child) in one transaction."""
+    def _insert(self) -> None:
+        """Insert a fan-out: the step row and its items (or child) in one transaction."""
         steps, items, now = self.tables.steps, self.tables.items, self.now
         namespace = self.namespace
-        self.dispatch_fanout_step = (
+        self.insert_fanout_step = (
             self.insert(steps)
             .values(
                 namespace=namespace,
@@ -104,7 +104,7 @@ class ItemStatements(Builder):
             "created_at": now,
         }
         # Published right after the commit: dispatched once, due again after the grace.
-        self.dispatch_fanout_items = (
+        self.insert_fanout_items = (
             self.insert(items)
             .values(
                 **row,
@@ -116,9 +116,9 @@ class ItemStatements(Builder):
             .on_conflict_do_nothing()
         )
         # Postgres: the same rows, any number, in one statement fed by one JSON parameter.
-        self.dispatch_fanout_rows = fanout_rows(self.tables, self.dialect, namespace)
+        self.insert_fanout_rows = fanout_rows(self.tables, self.dialect, namespace)
         # A child's item is never dispatched: the child run is swept as a run.
-        self.dispatch_fanout_child = (
+        self.insert_fanout_child = (
             self.insert(items)
             .values(
                 **row,

@@ -35,19 +35,13 @@ from celery_durable.engine.cancel import REVOKED
 from celery_durable.engine.publish import publish_woken
 from celery_durable.errors import DuplicateRegistration, NotSerialisable, PermanentError
 from celery_durable.fanout.batch_tasks import execute_batch, log_item_retry, may_run_open
-from celery_durable.store import (
-    CLAIM,
-    RUN,
-    ItemClaim,
-    ItemWrite,
-    OpenItem,
-    Outcome,
-)
+from celery_durable.fanout.open_item import CLAIM, RUN, OpenItem
+from celery_durable.fanout.store_area import FANOUT, FanoutArea
+from celery_durable.store import ItemClaim, ItemWrite, Outcome
 
 if TYPE_CHECKING:
     from celery_durable.body.step import Step
     from celery_durable.engine.runtime_view import RuntimeView
-    from celery_durable.store import Store
 
 logger = logging.getLogger("celery_durable.items")
 
@@ -69,7 +63,9 @@ def revoke_item(runtime: RuntimeView, task_id: str) -> bool:
     error = serialization.encode_error(TaskRevokedError(REVOKED))
     revoked = False
     for item in range(first, last + 1):
-        written = runtime.store.revoke_item(run_id, idx, item, error, runtime.config.dispatch_grace)
+        written = FANOUT.of(runtime.store).revoke_item(
+            run_id, idx, item, error, runtime.config.dispatch_grace
+        )
         if written is None:
             continue
         revoked = True
@@ -159,10 +155,10 @@ def _item_target(app: Celery, task: Task, args: Any, kwargs: Any) -> RuntimeView
 
 def execute_item(runtime: RuntimeView, task: Task, run_id: str, idx: int, item: int) -> Any:
     """Run the item's step under the step's retry policy and record the outcome: a first
-    delivery in one open transaction (``store.open_item``), anything else after a claim.
-    Returns the step's value; an item that failed for good raises its exception (Celery's
-    FAILURE), one that did not run or waits out a backoff raises DeliveryEnded."""
-    store = runtime.store
+    delivery in one open transaction (``store.fanout.open_item``), anything else after a
+    claim. Returns the step's value; an item that failed for good raises its exception
+    (Celery's FAILURE), one that did not run or waits out a backoff raises DeliveryEnded."""
+    store = FANOUT.of(runtime.store)
     deadline = shutdown.hard_deadline(task.request, task.time_limit, time.monotonic())
     fields = {**run_fields(run_id, step_index=idx), "item": item, "step": task.name}
     opened = store.open_item(run_id, idx, item) if may_run_open(task) else None
@@ -188,7 +184,7 @@ def execute_item(runtime: RuntimeView, task: Task, run_id: str, idx: int, item: 
 def _line(task: Task, fields: dict[str, Any]) -> str:
     """The item's line for Flower: ``[workflow=R attempt=N step=I (NAME) item=K]``."""
     return taskevents.run_line(
-        fields["workflow_id"],
+        fields["run_id"],
         fields["attempt"] or 0,
         fields["step_index"],
         task.name,
@@ -203,7 +199,7 @@ def _not_claimed(runtime: RuntimeView, task: Task, fields: dict[str, Any]) -> Ba
         fields["item"],
         fields["step_index"],
         task.name,
-        fields["workflow_id"],
+        fields["run_id"],
         extra=fields,
     )
     # No event: Flower keeps what the delivery that runs (or ran) the item reported.
@@ -218,7 +214,7 @@ def _claimed(task: Task, claim: ItemClaim, fields: dict[str, Any]) -> None:
         fields["item"],
         fields["step_index"],
         task.name,
-        fields["workflow_id"],
+        fields["run_id"],
         claim.attempts,
         extra=fields,
     )
@@ -237,7 +233,7 @@ def _claim_and_run(
     fields: dict[str, Any],
     deadline: float | None,
 ) -> Any:
-    store, config = runtime.store, runtime.config
+    store, config = FANOUT.of(runtime.store), runtime.config
     owner = runtime.leases.item_token()
     claim = store.claim_item(run_id, idx, item, owner, config.lock_timeout, config.max_recoveries)
     if claim is None:
@@ -276,7 +272,7 @@ def _give_back_if_stopped(
     """The item's process is being stopped: give the item back, due at once; not a failed
     attempt."""
     stopped_by = shutdown.interruption(exc, deadline)
-    if stopped_by is not None and runtime.store.release_items([held]):
+    if stopped_by is not None and FANOUT.of(runtime.store).release_items([held]):
         run_id, idx, item, _ = held
         logger.warning(
             "item %d of step %d (%s) of run %s interrupted by %s; lease given back",
@@ -292,7 +288,7 @@ def _give_back_if_stopped(
 class _Claimed:
     """Where a claimed item records its outcome: fenced by its claim token."""
 
-    def __init__(self, store: Store, held: tuple[str, int, int, str]) -> None:
+    def __init__(self, store: FanoutArea, held: tuple[str, int, int, str]) -> None:
         self.store, self.held = store, held
 
     def settle(self, status: str, output: str | None, error: str | None, grace: float) -> ItemWrite:
@@ -317,7 +313,7 @@ def _run_claimed(
 ) -> Any:
     """Run the claimed item and record its outcome; returns the step's value, raises the
     step's exception when the item failed for good."""
-    run_id, idx, item = fields["workflow_id"], fields["step_index"], fields["item"]
+    run_id, idx, item = fields["run_id"], fields["step_index"], fields["item"]
     config = runtime.config
     step = runtime.steps.get(claim.name)
     attempt = claim.attempts

@@ -1,5 +1,5 @@
-"""The Store's operations on items: the sub-records of fan-out steps (parallel items,
-remote steps, children). Mixed into ``Store``; the SQL is
+"""The fanout area's operations on items: the sub-records of fan-out steps (parallel
+items, remote steps, children). Mixed into ``FanoutArea`` (``store.fanout``); the SQL is
 in ``item_statements``.
 
 Every write that can settle an item locks the parent run's row first, then writes the
@@ -8,8 +8,9 @@ both miss the wake-up, and a body suspending at that moment sees the item settle
 
 Example::
 
-    claim = store.claim_item("r1", 3, 17, owner="host:42:ab12:1", lease=30)
-    written = store.settle_item("r1", 3, 17, "host:42:ab12:1", "ok", "42", None, grace=60)
+    items = FANOUT.of(store)
+    claim = items.claim_item("r1", 3, 17, owner="host:42:ab12:1", lease=30)
+    written = items.settle_item("r1", 3, 17, "host:42:ab12:1", "ok", "42", None, grace=60)
     if written.woken: publish(written.woken)
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from celery_durable.fanout.open_item import CLAIM, OpenItem
+from celery_durable.fanout.statements import FanoutStatements
 from celery_durable.store.db.connections import Connections
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.records import (
@@ -40,10 +42,10 @@ from celery_durable.store.records import (
     StepWrite,
 )
 from celery_durable.store.sql.build import TAKEOVER, hold_run, params, step_params
-from celery_durable.store.sql.statements import Statements
 
-# Items per INSERT round (an executemany) and per publishing loop of the caller.
-DISPATCH_BATCH = 500
+# Items per round: an INSERT of a fan-out's rows where each row is a parameter set (an
+# executemany), and a publishing loop of the caller.
+ITEMS_PER_ROUND = 500
 
 
 # Postgres: a fan-out's rows go in one statement per this many items or input bytes
@@ -70,19 +72,19 @@ def _batch_column(batch_size: int) -> int | None:
 
 
 class _ChildIdTaken(Exception):
-    """Internal: rolls the dispatch transaction back when a child's id is taken."""
+    """Internal: rolls the fan-out's insert transaction back when a child's id is taken."""
 
 
 class ItemOps:
-    """Dispatch, claim, record and sweep items; wake the parent that waits for them."""
+    """Insert, claim, record and sweep items; wake the parent that waits for them."""
 
     db: Connections
-    sql: Statements
+    sql: FanoutStatements
     dialect: Dialect
 
     # -- the parent body ------------------------------------------------------------------
 
-    def dispatch_fanout(
+    def insert_fanout(
         self,
         run_id: str,
         fence: int,
@@ -101,7 +103,7 @@ class ItemOps:
                 refused = hold_run(conn, self.sql.steps, run_id, fence, carried)
                 if refused is not None:
                     return StepWrite(refused)
-                if conn.execute(sql.dispatch_fanout_step, values).first() is None:
+                if conn.execute(sql.insert_fanout_step, values).first() is None:
                     stored = conn.execute(self.sql.steps.get_step, values).first()
                     return StepWrite(Outcome.EXISTS, StepRecord(*stored) if stored else None)
                 if fan.child is not None:
@@ -113,7 +115,7 @@ class ItemOps:
         return StepWrite(Outcome.RECORDED)
 
     def _insert_items(self, conn: Connection, run_id: str, idx: int, fan: FanOut) -> None:
-        rows = self.sql.items.dispatch_fanout_rows
+        rows = self.sql.items.insert_fanout_rows
         if rows is not None:
             base = params(
                 run_id=run_id,
@@ -127,10 +129,10 @@ class ItemOps:
                 values = params(first=first, inputs=json.dumps(inputs, ensure_ascii=False))
                 conn.execute(rows, {**base, **values})
             return
-        for start in range(0, len(fan.inputs), DISPATCH_BATCH):
-            batch = fan.inputs[start : start + DISPATCH_BATCH]
+        for start in range(0, len(fan.inputs), ITEMS_PER_ROUND):
+            batch = fan.inputs[start : start + ITEMS_PER_ROUND]
             conn.execute(
-                self.sql.items.dispatch_fanout_items,
+                self.sql.items.insert_fanout_items,
                 [
                     params(
                         run_id=run_id,
@@ -171,7 +173,7 @@ class ItemOps:
         if inserted is None:
             raise _ChildIdTaken(child.id)
         conn.execute(
-            self.sql.items.dispatch_fanout_child,
+            self.sql.items.insert_fanout_child,
             params(
                 run_id=run_id,
                 idx=idx,
@@ -394,43 +396,6 @@ class ItemOps:
         values = params(grace=grace, names=list(names))
         with self.db.write() as conn:
             return [DueRun(*r) for r in conn.execute(self.sql.items.wake_item_waiters, values)]
-
-    def orphaned_children(self, limit: int) -> list[tuple[str, int, str]]:
-        """(parent id, step index, child id) of finished children whose parent's item is
-        still open: their settling transaction never ran (a crash in between)."""
-        with self.db.read() as conn:
-            rows = conn.execute(self.sql.items.orphaned_children, params(limit=limit))
-            return [(r.run_id, r.idx, r.child_id) for r in rows]
-
-    # -- children -------------------------------------------------------------------------
-
-    def settle_child_item(
-        self, parent_id: str, parent_idx: int, child_id: str, grace: float
-    ) -> DueRun | None:
-        """Copy a finished child's outcome into its parent's item; wake the parent if that
-        was the last item it waited for (returned, to publish)."""
-        with self.db.transaction() as conn:
-            parent = conn.execute(
-                self.sql.items.settle_item_lock_run, params(run_id=parent_id)
-            ).first()
-            return self.settle_child_item_on(conn, parent, parent_id, parent_idx, child_id, grace)
-
-    def settle_child_item_on(
-        self,
-        conn: Connection,
-        parent: Any,
-        parent_id: str,
-        parent_idx: int,
-        child_id: str,
-        grace: float,
-    ) -> DueRun | None:
-        """``settle_child_item`` in the caller's transaction, the parent's row (``parent``)
-        already locked."""
-        values = params(run_id=parent_id, idx=parent_idx, item=0, child_id=child_id, grace=grace)
-        written = conn.execute(self.sql.items.settle_child_item, values).first()
-        if written is None:
-            return None
-        return self._wake_on(conn, parent, written.awaited, values)
 
     # -- reads ----------------------------------------------------------------------------
 

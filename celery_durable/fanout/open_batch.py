@@ -14,7 +14,7 @@ sizes its lock table for ``max_locks_per_transaction`` (64 by default) locks per
 
 Example::
 
-    opened = store.open_batch("r1", 3, 100, 50)
+    opened = FANOUT.of(store).open_batch("r1", 3, 100, 50)
     if opened.claims:
         written = opened.settle([Settled(100, "ok", "1")], grace=60)
 """
@@ -29,8 +29,8 @@ from celery_durable.store.records import BatchWrite, DueRun, ItemClaim, Settled
 from celery_durable.store.sql.build import params
 
 if TYPE_CHECKING:
+    from celery_durable.fanout.statements import FanoutStatements
     from celery_durable.store.db.connections import Connections
-    from celery_durable.store.sql.statements import Statements
 
 # The most items a batch runs in an open transaction, one advisory lock each.
 MOST_ITEMS_OPEN = 64
@@ -41,7 +41,9 @@ class OpenBatch:
     items to run, in order, all of the batch's (empty: take the claimed path). Only an
     open batch holds a connection; ``abandon`` gives it back without writing."""
 
-    def __init__(self, sql: Statements, db: Connections, key: tuple[str, int, int, int]) -> None:
+    def __init__(
+        self, sql: FanoutStatements, db: Connections, key: tuple[str, int, int, int]
+    ) -> None:
         self.sql, self.db, self.key = sql, db, key
         self.claims: list[tuple[int, ItemClaim]] = []
         self._record: Any = None

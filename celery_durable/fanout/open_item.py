@@ -19,7 +19,7 @@ which counts attempts and recoveries: a poison item is still found and failed.
 
 Example::
 
-    opened = store.open_item("r1", 3, 17)
+    opened = FANOUT.of(store).open_item("r1", 3, 17)
     if opened.verdict == "run":
         written = opened.settle("ok", "42", None, grace=60)
 """
@@ -33,15 +33,15 @@ from celery_durable.store.records import DueRun, ItemClaim, ItemWrite, Outcome
 from celery_durable.store.sql.build import params
 
 if TYPE_CHECKING:
+    from celery_durable.fanout.statements import FanoutStatements
     from celery_durable.store.db.connections import Connections
-    from celery_durable.store.sql.statements import Statements
 
 
 class ItemSettling(Protocol):
     """What an open item falls back on, the claimed path's writes (``ItemOps``, which
     opens items, implements it: named here so this module needn't import that one)."""
 
-    sql: Statements
+    sql: FanoutStatements
 
     def settle_item(
         self,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from celery_durable.core.logs import run_fields
 from celery_durable.engine.publish import publish_woken
 from celery_durable.engine.sweeper import worker_lost_error
+from celery_durable.fanout.store_area import FANOUT
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime_view import RuntimeView
@@ -41,7 +42,7 @@ class ItemSweep:
         items; wake runs whose awaited items have all settled but were never woken."""
         runtime, config = self.runtime, self.runtime.config
         names = sorted(runtime.workflows)
-        store, grace = runtime.store, config.dispatch_grace
+        store, grace = FANOUT.of(runtime.store), config.dispatch_grace
         published = 0
         steps = sorted(runtime.steps)
         # Gathered over every page of due items, so that a batch split across two pages

@@ -26,6 +26,7 @@ from celery_durable.runs import stored_runs
 from celery_durable.runs.handle import WorkflowHandle
 from celery_durable.runs.stored_runs import BulkResume, RunDetails, RunPage
 from celery_durable.store import Collected, Forked, ItemRow, Resumed, RunStats
+from celery_durable.store.areas import ITEM_READS
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime import Runtime
@@ -111,7 +112,7 @@ class Operations:
 
     def list_items(self, run_id: str) -> list[ItemRow]:
         """The fan-out items of a run (parallel steps, remote steps, children), by step."""
-        return self.runtime.store.list_items(run_id)
+        return ITEM_READS.of(self.runtime.store).list_items(run_id)
 
     def resume_run(self, run_id: str, timeout: Any = None) -> Resumed:
         """A FAILED or CANCELLED run PENDING again, from its first unfinished step, as

@@ -6,9 +6,6 @@ Example::
     from celery_durable.store import Store, StepRecord, Outcome
 """
 
-from celery_durable.fanout.items import DISPATCH_BATCH
-from celery_durable.fanout.open_batch import OpenBatch
-from celery_durable.fanout.open_item import CLAIM, RUN, SKIP, OpenItem
 from celery_durable.store.db.outage import is_unreachable
 from celery_durable.store.liveness import ProofOfLife
 from celery_durable.store.operation_records import (
@@ -68,7 +65,6 @@ __all__ = [
     "Cancellation",
     "Claim",
     "Collected",
-    "DISPATCH_BATCH",
     "DueItem",
     "DueRun",
     "ProofOfLife",
@@ -81,11 +77,6 @@ __all__ = [
     "ItemFailure",
     "ItemRow",
     "ItemWrite",
-    "OpenBatch",
-    "OpenItem",
-    "CLAIM",
-    "RUN",
-    "SKIP",
     "LostItem",
     "SETTLED_STATUSES",
     "NewRun",

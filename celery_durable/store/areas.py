@@ -7,11 +7,14 @@ the keys in ``STORE_AREAS``, and every ``Store`` built afterwards in the process
 instance of each. Wing code reaches its area typed with ``KEY.of(store)``; tests and users
 may write ``store.<name>``. The kernel's own needs of an area are kernel protocols read
 through a kernel key of the same name (``STATE_READS``, ``REPORTS_CLEARED``,
-``FENCED_WRITES``), so it names no wing either.
+``FENCED_WRITES``, ``CANCEL_PARTICIPANT``, ``CHILD_SETTLES``, ``ITEM_LEASES``,
+``ITEM_READS``), so it names no wing either.
 
 Writes the kernel makes in its own transaction for a wing (cancelling a run drops its
 pending signals) are the area's ``on_cancelled`` statements: the kernel runs them in its
 transaction, in the area's registration order, so commits per operation are unchanged.
+The fanout area's part of a cancel comes at several points of that transaction (the
+parent's row locked before the run's): a protocol of its own, ``CancelParticipant``.
 
 Example::
 
@@ -23,9 +26,11 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar, cast
 
-from celery_durable.store.records import StepRecord
+from sqlalchemy import Connection
+
+from celery_durable.store.records import DueRun, ItemRow, StepRecord
 
 AreaT = TypeVar("AreaT", covariant=True)
 
@@ -62,6 +67,10 @@ class AreaKey(Generic[AreaT]):
                 "(import celery_durable before building a Store)"
             ) from None
         return cast(AreaT, area)  # the key that built it is of this type
+
+    def find(self, store: Store) -> AreaT | None:
+        """``store``'s area, or None when its wing is not wired."""
+        return cast(AreaT | None, store.areas.get(self.name))
 
 
 class AreaRegistry:
@@ -152,3 +161,94 @@ class FencedWrites(Protocol):
 
 
 FENCED_WRITES: AreaKey[FencedWrites] = AreaKey("sagas", _built_by_the_wing)
+
+
+class LockedParent(NamedTuple):
+    """A run's parent, its row locked in the caller's transaction (read by its wing)."""
+
+    run_id: str
+    idx: int | None
+    row: Any
+
+
+class CancelParticipant(Protocol):
+    """What the kernel's ``cancel_run`` asks of the fanout area, each part in its one
+    transaction at its point: the parent's row locked before the run's (the order every
+    writer keeps), the run's pending items cancelled with it, the parent's item settled
+    when the run is CANCELLED at once (the parent woken: returned), and the children to
+    cancel afterwards, each in a transaction of its own."""
+
+    def lock_parent(self, conn: Connection, values: dict[str, Any]) -> LockedParent | None: ...
+
+    def cancel_items(self, conn: Connection, values: dict[str, Any]) -> None: ...
+
+    def settle_parent_item(
+        self, conn: Connection, parent: LockedParent, run_id: str, grace: float
+    ) -> DueRun | None: ...
+
+    def children_to_cancel(self, conn: Connection, values: dict[str, Any]) -> list[str]: ...
+
+
+CANCEL_PARTICIPANT: AreaKey[CancelParticipant] = AreaKey("fanout", _built_by_the_wing)
+
+
+class ChildSettles(Protocol):
+    """What the engine asks of the fanout area when a child run finishes: its settle and
+    its parent's item in one transaction (the parent's row locked first), or the item
+    alone (a sweep, a cancel found at a retry); each returns the woken parent."""
+
+    def settle_child_run(
+        self,
+        run_id: str,
+        fence: int,
+        status: str,
+        *,
+        parent_id: str,
+        parent_idx: int,
+        grace: float,
+        result: str | None = None,
+        error: str | None = None,
+        step: StepRecord | None = None,
+        carried: Sequence[StepRecord] = (),
+    ) -> tuple[str | None, DueRun | None]: ...
+
+    def settle_child_item(
+        self, parent_id: str, parent_idx: int, child_id: str, grace: float
+    ) -> DueRun | None: ...
+
+
+CHILD_SETTLES: AreaKey[ChildSettles] = AreaKey("fanout", _built_by_the_wing)
+
+
+class OpenItemLease(Protocol):
+    """An item run in its open transaction, as the lease keeper holds it: traded for a
+    claim (``owner``, a lease) when it runs past a beat."""
+
+    @property
+    def key(self) -> tuple[str, int, int]: ...
+
+    @property
+    def owner(self) -> str | None: ...
+
+    def convert(self, owner: str, lease: float) -> bool: ...
+
+
+class ItemLeases(Protocol):
+    """What the lease keeper asks of the fanout area: renew the leases of the items this
+    process runs, (run id, step index, item, claim token) each, and give them back."""
+
+    def renew_item_leases(self, held: Sequence[tuple[str, int, int, str]], lease: float) -> int: ...
+
+    def release_items(self, held: Sequence[tuple[str, int, int, str]]) -> int: ...
+
+
+ITEM_LEASES: AreaKey[ItemLeases] = AreaKey("fanout", _built_by_the_wing)
+
+
+class ItemReads(Protocol):
+    """What the operator API reads of the fanout area: a run's items, by step."""
+
+    def list_items(self, run_id: str) -> list[ItemRow]: ...
+
+
+ITEM_READS: AreaKey[ItemReads] = AreaKey("fanout", _built_by_the_wing)

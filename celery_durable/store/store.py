@@ -24,9 +24,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from celery_durable.errors import ConfigurationError
-from celery_durable.fanout.batches import BatchOps
-from celery_durable.fanout.items import ItemOps
-from celery_durable.store.areas import STORE_AREAS, StoreArea
+from celery_durable.store.areas import CANCEL_PARTICIPANT, STORE_AREAS, StoreArea
 from celery_durable.store.claims import ClaimOps
 from celery_durable.store.db.connections import Connections, parse_listen_url, parse_url
 from celery_durable.store.db.dialect import Dialect
@@ -56,8 +54,6 @@ from celery_durable.store.sweep import SweepOps
 
 class Store(
     ClaimOps,
-    ItemOps,
-    BatchOps,
     SweepOps,
     LeaseOps,
     LivenessOps,
@@ -68,8 +64,8 @@ class Store(
 
     A wing's operations are its store area, ``store.<area>`` (``store/areas.py``): every
     area registered when the store is built. The sweeper's statements (``SweepOps``), leases
-    (``LeaseOps``), claims (``ClaimOps``), proofs of life (``LivenessOps``) and items of
-    fan-out steps (``ItemOps``) live in their own modules; runs and steps are here.
+    (``LeaseOps``), claims (``ClaimOps``) and proofs of life (``LivenessOps``) live in
+    their own modules; runs and steps are here.
     ``pgbouncer`` and ``listen_url``: the ``durable_pgbouncer`` and ``durable_listen_url``
     settings (the URL goes through PgBouncer; where LISTEN connects instead).
     ``dispatcher``: the app's broker (``apps.broker_identity``), recorded on the runs it
@@ -272,11 +268,25 @@ class Store(
                 row = self.one_carrying(self.sql.runs.settle_run, values, run_id, fence, carried)
             return None if row is None else str(row[1])
         with self.db.transaction() as conn:
-            self._carry(conn, run_id, fence, carried)
-            if not self._record_step_on(conn, step_params(run_id, fence, step)):
-                return self._settle_cancelled_on(conn, values)
-            found = conn.execute(self.sql.runs.settle_run, values).first()
-            return None if found is None else str(found[1])
+            return self.settle_on(conn, run_id, fence, values, step, carried)
+
+    def settle_on(
+        self,
+        conn: Connection,
+        run_id: str,
+        fence: int,
+        values: dict[str, Any],
+        step: StepRecord | None,
+        carried: Sequence[StepRecord],
+    ) -> str | None:
+        """``settle_run``'s writes in the caller's transaction (a child's settle locks its
+        parent's row first): ``carried``, ``step`` (refused: CANCELLED if a cancel is why),
+        the settle; the final status, or None if the lease is gone."""
+        self._carry(conn, run_id, fence, carried)
+        if step is not None and not self._record_step_on(conn, step_params(run_id, fence, step)):
+            return self._settle_cancelled_on(conn, values)
+        found = conn.execute(self.sql.runs.settle_run, values).first()
+        return None if found is None else str(found[1])
 
     def _settle_cancelled_on(self, conn: Connection, values: dict[str, Any]) -> str | None:
         """The step write was refused: settle CANCELLED if that is why, else lease lost."""
@@ -285,45 +295,6 @@ class Store(
             return None
         found = conn.execute(self.sql.runs.settle_run, {**values, "p_status": "CANCELLED"}).first()
         return None if found is None else str(found[1])
-
-    def settle_child_run(
-        self,
-        run_id: str,
-        fence: int,
-        status: str,
-        *,
-        parent_id: str,
-        parent_idx: int,
-        grace: float,
-        result: str | None = None,
-        error: str | None = None,
-        step: StepRecord | None = None,
-        carried: Sequence[StepRecord] = (),
-    ) -> tuple[str | None, DueRun | None]:
-        """``settle_run`` for a child run: in the same transaction its parent's item takes
-        its outcome, and the parent wakes if it waited for nothing else. Returns the final
-        status (None: lease lost) and the woken parent, for the caller to publish.
-
-        The parent's row is locked before the child's (the order every writer keeps)."""
-        assert status in FINISHED_STATUSES
-        values = params(run_id=run_id, fence=fence, status=status, result=result, error=error)
-        with self.db.transaction() as conn:
-            parent = conn.execute(
-                self.sql.items.settle_item_lock_run, params(run_id=parent_id)
-            ).first()
-            self._carry(conn, run_id, fence, carried)
-            if step is not None and not self._record_step_on(
-                conn, step_params(run_id, fence, step)
-            ):
-                final = self._settle_cancelled_on(conn, values)
-            else:
-                found = conn.execute(self.sql.runs.settle_run, values).first()
-                final = None if found is None else str(found[1])
-            if final is None:
-                return None, None
-            return final, self.settle_child_item_on(
-                conn, parent, parent_id, parent_idx, run_id, grace
-            )
 
     def schedule_retry(
         self,
@@ -368,32 +339,25 @@ class Store(
         child they waited for is now cancelled."""
         values = params(run_id=run_id, reason=reason, grace=grace)
         woken: list[DueRun] = []
+        tree = CANCEL_PARTICIPANT.find(self)  # items, parents, children: None if unwired
         with self.db.transaction() as conn:
-            link = conn.execute(self.sql.items.get_parent, values).first()
-            parent_id, parent_idx = (link.parent_id, link.parent_idx) if link else (None, None)
             # The parent's row first: the order every writer keeps (no deadlock).
-            parent = None
-            if parent_id is not None:
-                lock = self.sql.items.settle_item_lock_run
-                parent = conn.execute(lock, params(run_id=parent_id)).first()
+            parent = None if tree is None else tree.lock_parent(conn, values)
             row = conn.execute(self.sql.runs.cancel_run, values).first()
             if row is None:
                 return Cancellation(False, conn.execute(self.sql.runs.get_status, values).scalar())
             status = str(row.status)
-            conn.execute(self.sql.items.cancel_run_items, values)
+            if tree is not None:
+                tree.cancel_items(conn, values)
             if status == "CANCELLED":
                 for statement in self.on_cancelled:  # the areas' parts (drop its signals)
                     conn.execute(statement, values)
                 if self.dialect.notifies:
                     conn.execute(self.sql.notify(run_id))
-                if parent_id is not None and parent_idx is not None:
-                    up = self.settle_child_item_on(
-                        conn, parent, parent_id, parent_idx, run_id, grace
-                    )
+                if tree is not None and parent is not None:
+                    up = tree.settle_parent_item(conn, parent, run_id, grace)
                     woken.extend([up] if up is not None else [])
-            children = [
-                r.child_id for r in conn.execute(self.sql.items.cancel_run_children, values)
-            ]
+            children = [] if tree is None else tree.children_to_cancel(conn, values)
         for child_id in children:
             because = f"its parent run {run_id!r} was cancelled" + (f": {reason}" if reason else "")
             woken.extend(self.cancel_run(child_id, because, grace).woken)

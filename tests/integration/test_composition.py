@@ -93,7 +93,7 @@ def test_failed_items_raise_step_failed_or_come_back_in_place(
 
 
 def test_a_failing_child_raises_workflow_failed_in_its_parent(basic_app, shared_worker, key, rds):
-    handle = basic_app.parent_of_failing.apply_async(args=(key,), workflow_id=f"pf-{key}")
+    handle = basic_app.parent_of_failing.apply_async(args=(key,), run_id=f"pf-{key}")
     assert handle.get(timeout=60) == {
         "child": f"pf-{key}:0",  # derived from the parent's id and step index
         "type": "builtins.RuntimeError",
@@ -109,7 +109,7 @@ def test_a_failing_child_raises_workflow_failed_in_its_parent(basic_app, shared_
 
 
 def test_a_detached_child_survives_its_parent(basic_app, shared_worker, key):
-    handle = basic_app.parent_with_detached.apply_async(args=(key,), workflow_id=f"pd-{key}")
+    handle = basic_app.parent_with_detached.apply_async(args=(key,), run_id=f"pd-{key}")
     wait_until(lambda: handle.status() is WorkflowStatus.WAITING, 60, message="parent waits")
     child = basic_app.durable.get_handle(f"pd-{key}:0")
     wait_until(lambda: child.status() is WorkflowStatus.WAITING, 60, message="child waits")
@@ -140,7 +140,7 @@ def test_a_duplicate_item_delivery_acks_without_running(
 
 
 def test_show_lists_items_and_children(basic_app, shared_worker, shared_gpu_worker, key):
-    parent = basic_app.parent_of_failing.apply_async(args=(key,), workflow_id=f"ps-{key}")
+    parent = basic_app.parent_of_failing.apply_async(args=(key,), run_id=f"ps-{key}")
     parent.get(timeout=60)
     shown = celery("durable", "show", parent.id)
     assert shown.returncode == 0, shown.stderr

@@ -25,7 +25,9 @@ def _start(start_worker: Any, batched_app: Any, name: str) -> Any:
 
 
 def _statuses(batched_app: Any, run_id: str) -> dict[int, str]:
-    return {row.item: row.status for row in batched_app.durable.runtime.store.list_items(run_id)}
+    return {
+        row.item: row.status for row in batched_app.durable.runtime.store.fanout.list_items(run_id)
+    }
 
 
 def test_a_sigkill_mid_batch_reruns_only_the_items_not_recorded(
@@ -75,7 +77,8 @@ def test_a_sigkill_before_the_first_beat_runs_the_whole_batch_again(
     assert handle.get(timeout=90) == [0, 10, 20]
     assert Counter(batched_app.executions(log)) == {0: 2, 1: 1, 2: 1}
     attempts = {
-        row.item: row.attempts for row in batched_app.durable.runtime.store.list_items(handle.id)
+        row.item: row.attempts
+        for row in batched_app.durable.runtime.store.fanout.list_items(handle.id)
     }
     assert attempts == {0: 1, 1: 1, 2: 1}  # the rolled-back run was not recorded
 
@@ -99,7 +102,8 @@ def test_batch_items_retry_then_succeed_or_fail_for_good(
     # Item 1 failed twice and succeeded on its third attempt; item 4 used all three.
     assert runs == {0: 1, 1: 3, 2: 1, 3: 1, 4: 3, 5: 1}
     attempts = {
-        row.item: row.attempts for row in batched_app.durable.runtime.store.list_items(handle.id)
+        row.item: row.attempts
+        for row in batched_app.durable.runtime.store.fanout.list_items(handle.id)
     }
     assert attempts[1] == 3 and attempts[4] == 3
 

@@ -14,7 +14,7 @@ from tests.support.waiting import wait_until
 
 
 def dispatches(basic_app, run_id: str) -> list[int]:  # type: ignore[no-untyped-def]
-    return [row.dispatches for row in basic_app.durable.runtime.store.list_items(run_id)]
+    return [row.dispatches for row in basic_app.durable.runtime.store.fanout.list_items(run_id)]
 
 
 def test_items_on_an_unconsumed_queue_wait_there_visibly_without_copies(

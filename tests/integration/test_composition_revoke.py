@@ -19,7 +19,7 @@ REVOKED = "celery.exceptions.TaskRevokedError"
 
 
 def item_status(basic_app, run_id: str, item: int) -> str | None:  # type: ignore[no-untyped-def]
-    rows = basic_app.durable.runtime.store.list_items(run_id)
+    rows = basic_app.durable.runtime.store.fanout.list_items(run_id)
     return next((row.status for row in rows if row.item == item), None)
 
 

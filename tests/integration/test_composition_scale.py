@@ -52,7 +52,7 @@ def test_a_map_of_ten_thousand_items(basic_app, start_worker, key):
     assert handle.get(timeout=900) == sum(n * n for n in range(ITEMS))
     elapsed = time.monotonic() - started
     assert handle.status() is WorkflowStatus.SUCCEEDED
-    rows = basic_app.durable.runtime.store.list_items(handle.id)
+    rows = basic_app.durable.runtime.store.fanout.list_items(handle.id)
     assert len(rows) == ITEMS and all(r.status == "ok" and r.attempts == 1 for r in rows)
     report = (
         f"\n10,000-item cd.map: {elapsed:.1f} s ({ITEMS / elapsed:.0f} items/s); peak RSS: "

@@ -89,7 +89,7 @@ def test_cancelling_a_parent_cancels_its_running_child_and_pending_items(
 ):
     start_worker("default")  # no gpu worker: the 20 items stay pending
     rds.set(f"block:{key}:s1", "1")
-    handle = basic_app.parent_with_work.apply_async(args=(key,), workflow_id=f"pc-{key}")
+    handle = basic_app.parent_with_work.apply_async(args=(key,), run_id=f"pc-{key}")
     wait_until(lambda: rds.get(f"started:{key}:s1"), 60, message="the child to run")
     wait_until(lambda: handle.status() is WorkflowStatus.WAITING, 60, message="parent waits")
     child = basic_app.durable.get_handle(f"pc-{key}:0")

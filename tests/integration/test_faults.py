@@ -135,7 +135,7 @@ def test_crash_between_dispatch_and_recording_dispatches_nothing_twice(
     assert handle.get(timeout=240) == [f"page-{n}" for n in range(600)]
     assert fired(rds, run_id, faults.AFTER_DISPATCH)
     assert [effects(rds, key, f"render{n}") for n in range(600)] == [1] * 600
-    rows = basic_app.durable.runtime.store.list_items(handle.id)
+    rows = basic_app.durable.runtime.store.fanout.list_items(handle.id)
     assert len(rows) == 600 and {r.status for r in rows} == {"ok"}
     assert list(basic_app.durable.runtime.store.load_steps(handle.id)) == [0]
     # Killed: a lost worker, recovered. Raised: a failed attempt, retried.

@@ -107,15 +107,15 @@ def test_an_item_runs_in_one_open_transaction_behind_pgbouncer(
 ) -> None:
     store, mark = bounced_store, len(pgbouncer.log())
     fence = claimed(store, "items")
-    store.dispatch_fanout("items", fence, started(0, 2), fan(2))
-    first, second = store.open_item("items", 0, 0), store.open_item("items", 0, 1)
+    store.fanout.insert_fanout("items", fence, started(0, 2), fan(2))
+    first, second = store.fanout.open_item("items", 0, 0), store.fanout.open_item("items", 0, 1)
     assert (first.verdict, second.verdict) == ("run", "run")
-    assert store.open_item("items", 0, 0).verdict == "skip"  # its lock holds across servers
-    assert store.suspend_on_items("items", fence, [0]).name == "SUSPENDED"
+    assert store.fanout.open_item("items", 0, 0).verdict == "skip"  # its lock holds across servers
+    assert store.fanout.suspend_on_items("items", fence, [0]).name == "SUSPENDED"
     assert first.settle("ok", "1", None, 60).woken is None
     woken = second.settle("ok", "2", None, 60).woken
     assert woken is not None and woken.id == "items"
-    assert store.load_items("items", [0])[0].outputs == ["1", "2"]
+    assert store.fanout.load_items("items", [0])[0].outputs == ["1", "2"]
     assert not [e for e in SESSION_STATE_ERRORS if e in pgbouncer.log(mark)], pgbouncer.log(mark)
 
 

@@ -67,7 +67,7 @@ def rows_of(store: Store, run_id: str) -> dict[str, int]:
 
 def item_rows(basic_app, run_id: str) -> list:  # type: ignore[no-untyped-def]
     """The item rows of ``run_id`` in the test app's store."""
-    return basic_app.durable.runtime.store.list_items(run_id)
+    return basic_app.durable.runtime.store.fanout.list_items(run_id)
 
 
 def recorded_items(basic_app, run_id: str) -> set[int]:  # type: ignore[no-untyped-def]

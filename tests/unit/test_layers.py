@@ -57,6 +57,36 @@ def test_no_module_imports_itself_back():
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
+KERNEL = ("core", "store", "body", "engine", "runs", "ops")
+WINGS = ("canvas", "fanout", "limiters", "sagas", "schedules", "waits")
+
+
+def test_the_kernel_imports_no_wing():
+    """No kernel module imports a wing module, counting imports inside functions and under
+    TYPE_CHECKING; and the kernel's contract excuses none (its ``ignore_imports`` is
+    empty), so a new one fails ``lint-imports`` too. A wing plugs in through the hooks
+    that ``wiring.py`` registers."""
+    graph = grimp.build_graph(
+        "celery_durable",
+        include_external_packages=False,
+        exclude_type_checking_imports=False,
+        cache_dir=None,
+    )
+    reaches = sorted(
+        f"{importer} -> {imported}"
+        for importer in graph.modules
+        if importer.split(".")[1:2] and importer.split(".")[1] in KERNEL
+        for imported in graph.find_modules_directly_imported_by(importer)
+        if imported.split(".")[1:2] and imported.split(".")[1] in WINGS
+    )
+    assert reaches == []
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    [kernel] = [c for c in contracts["contracts"] if c["name"].startswith("The kernel imports")]
+    assert sorted(kernel["source_modules"]) == sorted(f"celery_durable.{k}" for k in KERNEL)
+    assert sorted(kernel["forbidden_modules"]) == sorted(f"celery_durable.{w}" for w in WINGS)
+    assert kernel.get("ignore_imports", []) == []
+
+
 def import_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan's algorithm)."""
     imported_by = graph.find_modules_directly_imported_by

@@ -15,9 +15,6 @@ Example::
 
 from __future__ import annotations
 
-from celery_durable.fanout.batch_statements import BatchStatements
-from celery_durable.fanout.item_statements import ItemStatements
-from celery_durable.fanout.open_item_statements import OpenItemStatements
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
 from celery_durable.store.sql.actions import ActionStatements
@@ -41,9 +38,6 @@ class Statements:
         self.steps = StepStatements(tables, dialect, namespace)
         self.carry = CarryStatements(tables, dialect, namespace, self.runs)
         self.sweep = SweepStatements(tables, dialect, namespace, dispatcher)
-        self.items = ItemStatements(tables, dialect, namespace, dispatcher)
-        self.open_items = OpenItemStatements(tables, dialect, namespace)
-        self.batches = BatchStatements(tables, dialect, namespace)
         self.admin = AdminStatements(tables, dialect, namespace, dispatcher)
         self.actions = ActionStatements(tables, dialect, namespace)
         self.reads = ReadStatements(tables, dialect, namespace)

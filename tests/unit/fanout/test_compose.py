@@ -36,7 +36,7 @@ def test_map_runs_one_task_per_item_in_input_order(durable):
     assert sorted(calls) == list(range(7))
     steps = durable.runtime.store.load_steps(handle.id)
     assert steps[0].status == "ok" and steps[0].output == "[0,1,4,9,16,25,36]"
-    items = durable.runtime.store.list_items(handle.id)
+    items = durable.runtime.store.fanout.list_items(handle.id)
     assert [(i.item, i.status, i.name) for i in items] == [(n, "ok", square.name) for n in range(7)]
 
 
@@ -126,7 +126,7 @@ def test_eager_item_retries_record_their_true_attempt_count(durable):
         "builtins.ValueError",
     ]
     assert tries == {0: 1, 1: 3, 2: 3}
-    rows = durable.runtime.store.list_items(handle.id)
+    rows = durable.runtime.store.fanout.list_items(handle.id)
     assert [(r.item, r.status, r.attempts) for r in rows] == [
         (0, "ok", 1),
         (1, "ok", 3),
@@ -176,7 +176,7 @@ def test_child_workflows_result_failure_and_derived_id(durable):
     @durable.workflow
     def parent(doc: str) -> dict:
         child = ship.start_child(doc)
-        named = ship.start_child(doc + "!", workflow_id=f"named-{doc}")
+        named = ship.start_child(doc + "!", run_id=f"named-{doc}")
         bad = broken.start_child(doc)
         results = cd.gather(child, named, bad, return_exceptions=True)
         try:
@@ -185,7 +185,7 @@ def test_child_workflows_result_failure_and_derived_id(durable):
             caught = exc.error_type
         return {"ids": [child.id, named.id], "results": [str(r) for r in results], "caught": caught}
 
-    handle = parent.apply_async(args=("d1",), workflow_id="p-1")
+    handle = parent.apply_async(args=("d1",), run_id="p-1")
     result = handle.get(timeout=5)
     assert result["ids"] == ["p-1:0", "named-d1"]
     assert result["results"][:2] == ["shipped d1", "shipped d1!"]
@@ -221,7 +221,7 @@ def test_a_child_waiting_for_a_signal_suspends_the_parent_until_it_ends(durable)
     def parent() -> str:
         return "approved by " + approval.start_child().result()
 
-    handle = parent.apply_async(workflow_id="p-2")
+    handle = parent.apply_async(run_id="p-2")
     assert handle.status() is WorkflowStatus.WAITING
     child = durable.get_handle("p-2:0")
     assert child.status() is WorkflowStatus.WAITING
@@ -240,7 +240,7 @@ def test_cancelling_a_parent_cancels_its_children_but_not_detached_ones(durable)
         waits.start_child(detached=True)
         attached.result()
 
-    handle = parent.apply_async(workflow_id="p-3")
+    handle = parent.apply_async(run_id="p-3")
     assert handle.status() is WorkflowStatus.WAITING
     assert handle.cancel("stop") is WorkflowStatus.CANCELLED
     assert durable.get_handle("p-3:0").status() is WorkflowStatus.CANCELLED
@@ -263,7 +263,7 @@ def test_a_cancelled_child_raises_workflow_cancelled_in_its_parent(durable):
             return f"child cancelled: {exc.reason}"
         return "unreachable"
 
-    handle = parent.apply_async(workflow_id="p-4")
+    handle = parent.apply_async(run_id="p-4")
     durable.get_handle("p-4:0").cancel("no longer needed")
     assert handle.get(timeout=5) == "child cancelled: no longer needed"
 
@@ -277,7 +277,7 @@ def test_an_unhandled_cancelled_child_fails_its_parent_not_cancels_it(durable):
     def parent() -> None:
         waits.start_child(detached=True).result()
 
-    handle = parent.apply_async(workflow_id="p-5")
+    handle = parent.apply_async(run_id="p-5")
     durable.get_handle("p-5:0").cancel("gone")
     with pytest.raises(WorkflowFailed) as failed:
         handle.get(timeout=5)

@@ -47,7 +47,7 @@ def test_a_batched_map_sends_one_task_per_batch_and_returns_input_order(durable,
     assert handle.get(timeout=5) == [n * n for n in range(7)]
     assert calls == list(range(7))  # in order, each once: the replay ran none again
     assert [args[3:] for args in sent] == [(0, 3), (3, 3), (6, 1)]  # published once
-    items = durable.runtime.store.list_items(handle.id)
+    items = durable.runtime.store.fanout.list_items(handle.id)
     assert [(i.item, i.status) for i in items] == [(n, "ok") for n in range(7)]
 
 
@@ -110,7 +110,7 @@ def test_a_bad_batch_size_raises_invalid_argument_before_anything_is_written(dur
         handle.get(timeout=5)
     assert failed.value.error_type == "celery_durable.errors.InvalidArgument"
     assert "batch_size" in failed.value.error_message
-    assert durable.runtime.store.list_items(handle.id) == []
+    assert durable.runtime.store.fanout.list_items(handle.id) == []
     assert durable.runtime.store.load_steps(handle.id) == {}
     assert issubclass(InvalidArgument, ValueError)
 
@@ -120,7 +120,7 @@ def test_batched_item_failures_retries_and_return_exceptions(durable):
     handle = flakies.delay(True)
     assert handle.get(timeout=5) == [0, 1, "builtins.ValueError", 3, 4]
     assert tries == {0: 1, 1: 3, 2: 3, 3: 1, 4: 1}  # retried in-process, then recorded
-    attempts = {i.item: i.attempts for i in durable.runtime.store.list_items(handle.id)}
+    attempts = {i.item: i.attempts for i in durable.runtime.store.fanout.list_items(handle.id)}
     assert attempts == {0: 1, 1: 3, 2: 3, 3: 1, 4: 1}
     failing = flakies.delay(False)
     with pytest.raises(WorkflowFailed) as failed:

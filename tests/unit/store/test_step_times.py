@@ -76,7 +76,9 @@ def test_the_settle_carries_deferred_records_that_say_when_they_ran(store):
 
 def test_a_wait_and_a_fanout_step_keep_when_and_in_which_attempt_they_began(store):
     fence = claimed(store, "t2", grace=0)
-    assert store.dispatch_fanout("t2", fence, started(0, 2), fan(2)).outcome is Outcome.RECORDED
+    assert (
+        store.fanout.insert_fanout("t2", fence, started(0, 2), fan(2)).outcome is Outcome.RECORDED
+    )
     waiting = StepRecord(1, "sleep", "waiting", "[[],{}]", "{}", None)
     assert store.record_step("t2", fence, waiting).outcome is Outcome.RECORDED
     began = store.load_steps("t2")

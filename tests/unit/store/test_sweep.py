@@ -70,10 +70,14 @@ def test_items_are_swept_by_their_runs_broker(brokers):
         assert store.insert_run(new_run(run_id))
         fence = store.claim_run(run_id, "body", lease=30).fence
         step = StepRecord(0, "s", "started", '{"fanout":"map","items":1}', None, None)
-        store.dispatch_fanout(run_id, fence, step, FanOut("s", "q", ["[[0],{}]"], 0.0))
-    assert {d.run_id for d in redis.sweep_due_items(100, 60, ["s"], 3, 3600.0)} == {"fan-redis"}
-    assert {d.run_id for d in amqp.sweep_due_items(100, 60, ["s"], 3, 3600.0)} == {"fan-amqp"}
-    assert redis.lost_items(100, ["s"], 3, 3600.0) == []
+        store.fanout.insert_fanout(run_id, fence, step, FanOut("s", "q", ["[[0],{}]"], 0.0))
+    assert {d.run_id for d in redis.fanout.sweep_due_items(100, 60, ["s"], 3, 3600.0)} == {
+        "fan-redis"
+    }
+    assert {d.run_id for d in amqp.fanout.sweep_due_items(100, 60, ["s"], 3, 3600.0)} == {
+        "fan-amqp"
+    }
+    assert redis.fanout.lost_items(100, ["s"], 3, 3600.0) == []
 
 
 def test_a_store_names_the_other_brokers_live_on_its_namespace(store, brokers):

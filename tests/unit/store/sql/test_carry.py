@@ -52,7 +52,7 @@ def test_without_the_lease_they_are_not_written(store, write):
         outcome = store.waits.suspend_run(run_id, stale, waiting, None, None, carried)
         assert outcome is Outcome.LEASE_LOST
     else:
-        outcome = store.dispatch_fanout(run_id, stale, started(2, 1), fan(1), carried).outcome
+        outcome = store.fanout.insert_fanout(run_id, stale, started(2, 1), fan(1), carried).outcome
         assert outcome is Outcome.LEASE_LOST
     assert recorded(store, run_id) == {}
 
@@ -69,9 +69,11 @@ def test_suspensions_set_state_retries_and_fan_outs_carry_them(store):
     assert store.waits.set_state("c5", fence, "k", '"v"', carried=deferred(0))
     taken = store.waits.consume_signal("c5", fence, "go", strict(9), carried=deferred(1))
     assert taken.outcome is Outcome.NO_SIGNAL  # still commits what it carried
-    written = store.dispatch_fanout("c5", fence, started(2, 1), fan(1), deferred(3))
+    written = store.fanout.insert_fanout("c5", fence, started(2, 1), fan(1), deferred(3))
     assert written.outcome is Outcome.RECORDED
-    assert store.suspend_on_items("c5", fence, [2], None, None, deferred(4)) is (Outcome.SUSPENDED)
+    assert store.fanout.suspend_on_items("c5", fence, [2], None, None, deferred(4)) is (
+        Outcome.SUSPENDED
+    )
     assert recorded(store, "c5") == {0: "0", 1: "10", 2: None, 3: "30", 4: "40"}
     fence = claimed(store, "c6")
     waiting = StepRecord(1, "sleep", "waiting", "[[],{}]", "{}", None)
