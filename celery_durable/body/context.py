@@ -41,7 +41,7 @@ _current: contextvars.ContextVar[WorkflowContext | None] = contextvars.ContextVa
 )
 
 
-class Dispatcher(Protocol):
+class DispatchView(Protocol):
     """What the engine lends a body to start work elsewhere: publishing Celery messages.
 
     The body API can't import the engine (layers point one way), so the engine passes
@@ -179,7 +179,7 @@ class WorkflowContext:
     # A child run's parent and the parent's step index that started it.
     parent_id: str | None = None
     parent_idx: int | None = None
-    dispatcher: Dispatcher | None = None
+    dispatch: DispatchView | None = None
     # Records of deferred steps (commit="deferred") not written yet: they ride on the next
     # write, or go on their own once there are ``deferred_max_steps`` of them or the
     # oldest is ``deferred_max_age`` seconds old. A crash loses them: those steps run again.

@@ -24,7 +24,7 @@ from celery_durable.core.logs import run_fields
 from celery_durable.engine.cancel import cancel
 
 if TYPE_CHECKING:
-    from celery_durable.body.context import Dispatcher, RunningStep, WorkflowContext
+    from celery_durable.body.context import DispatchView, RunningStep, WorkflowContext
     from celery_durable.engine.hooks import Delivery
     from celery_durable.engine.runtime_view import RuntimeView
 
@@ -76,15 +76,15 @@ class TerminateAtDeadline(StepGuard):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> AbstractContextManager[None]:
-        deadline_at, dispatcher = deadline_of(ctx), ctx.dispatcher
-        if not step.options.terminate_on_timeout or deadline_at is None or dispatcher is None:
+        deadline_at, dispatch = deadline_of(ctx), ctx.dispatch
+        if not step.options.terminate_on_timeout or deadline_at is None or dispatch is None:
             return nullcontext()
-        return _terminating_at(ctx, dispatcher, deadline_at)
+        return _terminating_at(ctx, dispatch, deadline_at)
 
 
 @contextmanager
 def _terminating_at(
-    ctx: WorkflowContext, dispatcher: Dispatcher, deadline_at: float
+    ctx: WorkflowContext, dispatch: DispatchView, deadline_at: float
 ) -> Iterator[None]:
     """Held while a step runs: at ``deadline_at``, the run's cancel, then Celery's revoke."""
 
@@ -92,10 +92,10 @@ def _terminating_at(
         # The cancel first, so that its reason is the deadline, not the revoke that
         # stops the step (the sweeper leaves a run being cancelled to that cancel).
         try:
-            ctx.store.cancel_run(ctx.run_id, DEADLINE_EXCEEDED, dispatcher.dispatch_grace)
+            ctx.store.cancel_run(ctx.run_id, DEADLINE_EXCEEDED, dispatch.dispatch_grace)
         except Exception:  # noqa: BLE001 - the sweeper's deadline pass cancels it anyway
             logger.warning("run %s: could not cancel it at its deadline", ctx.run_id)
-        dispatcher.terminate(ctx.run_id)
+        dispatch.terminate(ctx.run_id)
 
     timer = threading.Timer(max(0.0, deadline_at - time.time()), stop)
     timer.daemon = True

@@ -160,7 +160,7 @@ def _context(
         queue=claim.queue,
         parent_id=claim.parent_id,
         parent_idx=claim.parent_idx,
-        dispatcher=runtime.dispatch,
+        dispatch=runtime.dispatch,
         lease=LeaseClock(config.lock_timeout),
         deferred_max_steps=config.deferred_max_steps,
         deferred_max_age=config.deferred_max_age,

@@ -104,7 +104,7 @@ def queue_option(app: Celery, queue: str | None) -> dict[str, Any]:
 
 
 class Dispatch:
-    """Publishes item tasks and runs for a body (the context's ``Dispatcher``)."""
+    """Publishes item tasks and runs for a body (the context's ``DispatchView``)."""
 
     def __init__(self, runtime: RuntimeView) -> None:
         self.runtime = runtime

@@ -1,6 +1,6 @@
 """What the Runtime's parts use of the Runtime: ``RuntimeView``, a protocol.
 
-The Runtime (``engine/runtime.py``) holds the lease keeper, the sweeper and the dispatcher,
+The Runtime (``engine/runtime.py``) holds the lease keeper, the sweeper and the dispatch,
 and through the sweeper every pass it runs (items, limits, deadlines, canvas reports,
 retention, liveness). They all take the Runtime that holds them, so typing them with the
 class itself would make each of them import the module that imports them. They take this
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from celery import Celery
 
-    from celery_durable.body.context import Dispatcher, LimiterView, WorkflowContext
+    from celery_durable.body.context import DispatchView, LimiterView, WorkflowContext
     from celery_durable.body.step import Step
     from celery_durable.core.config import DurableConfig
     from celery_durable.engine.definition import WorkflowDefinition
@@ -162,7 +162,7 @@ class RuntimeView(Protocol):
         ...
 
     @property
-    def dispatch(self) -> Dispatcher: ...
+    def dispatch(self) -> DispatchView: ...
 
     @property
     def fleet(self) -> Fleet: ...

@@ -176,11 +176,11 @@ def check_batch_size(batch_size: object) -> None:
 def auto_batch_size(ctx: WorkflowContext, count: int) -> int:
     """Items per task for ``count`` items: AUTO_BATCHES_PER_PROCESS batches per pool
     process of the fleet, at most AUTO_MAX items each (1 while items are few)."""
-    dispatcher = ctx.dispatcher
-    assert dispatcher is not None
+    dispatch = ctx.dispatch
+    assert dispatch is not None
     if count <= AUTO_BATCHES_PER_PROCESS:
         return 1  # one item per task whatever the fleet: don't ask it
-    processes = max(dispatcher.concurrency(), 1)
+    processes = max(dispatch.concurrency(), 1)
     return auto_size(count, processes)
 
 
@@ -230,10 +230,10 @@ def start_child(
         check_replay(ctx, index, recorded, name, step_input)
         return ChildHandle(index, child_id, workflow_name)
     check_child_depth(ctx, workflow_name, index)
-    dispatcher = ctx.dispatcher
-    assert dispatcher is not None
+    dispatch = ctx.dispatch
+    assert dispatch is not None
     run = new_run(child_id)
-    fan = FanOut(name, None, [encoded_args], dispatcher.dispatch_grace, run, detached)
+    fan = FanOut(name, None, [encoded_args], dispatch.dispatch_grace, run, detached)
     step = StepRecord(index, name, "started", step_input, None, None)
     written = write_fanout(ctx, step, fan)
     if written:

@@ -37,10 +37,10 @@ def insert_and_publish(
 ) -> None:
     """Record the fan-out with its items in one transaction, then publish them in rounds
     of about ITEMS_PER_ROUND items, ``batch_size`` items to a task."""
-    dispatcher = ctx.dispatcher
-    assert dispatcher is not None, "a workflow body always runs with a dispatcher"
+    dispatch = ctx.dispatch
+    assert dispatch is not None, "a workflow body always runs with a dispatch"
     queue = queue or ctx.queue
-    fan = FanOut(name, queue, inputs, dispatcher.dispatch_grace, batch_size=batch_size)
+    fan = FanOut(name, queue, inputs, dispatch.dispatch_grace, batch_size=batch_size)
     if not write_fanout(ctx, step, fan):
         return
     # A whole number of task batches per round: no batch is split across two rounds.
@@ -49,7 +49,7 @@ def insert_and_publish(
         items = range(start, min(start + per_round, len(inputs)))
         # A crash between rounds leaves the rest pending: the sweeper publishes them
         # after durable_dispatch_grace; replay never dispatches a recorded fan-out again.
-        dispatcher.publish_items(name, queue, ctx.run_id, step.idx, items, batch_size)
+        dispatch.publish_items(name, queue, ctx.run_id, step.idx, items, batch_size)
         faults.reach(faults.AFTER_DISPATCH, **ctx.log_fields(step.idx), batch=number)
 
 

@@ -37,7 +37,7 @@ from celery_durable.store import Outcome, StepRecord, StepWrite
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*([smh])\s*$")
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
-DEFAULT_GRACE = 60.0  # a body without a dispatcher: the sweeper's default dispatch grace
+DEFAULT_GRACE = 60.0  # a body without a dispatch: the sweeper's default dispatch grace
 BURST = 0.25  # seconds' worth of tokens a limiter's bucket holds
 
 # Per workflow name and step index: whether the step after it last ran behind the same
@@ -265,13 +265,13 @@ def release_slot(ctx: WorkflowContext, limit: Limit, key: str, index: int) -> No
     """Give the step's slot to the next waiter, and publish the run woken by it: the step
     failed (its slot is not kept through a retry's backoff), or others waited. A recorded
     step's slot is free without this: its record ends the hold."""
-    dispatcher = ctx.dispatcher
-    grace = DEFAULT_GRACE if dispatcher is None else dispatcher.dispatch_grace
+    dispatch = ctx.dispatch
+    grace = DEFAULT_GRACE if dispatch is None else dispatch.dispatch_grace
     with store_guard(ctx):
         woken = LIMITERS.of(ctx.store).release_slot(limit, key, ctx.run_id, index, grace)
     for run in woken:
-        if dispatcher is not None:  # else the sweeper publishes it after the grace
-            dispatcher.publish_run(run)
+        if dispatch is not None:  # else the sweeper publishes it after the grace
+            dispatch.publish_run(run)
 
 
 def _record_keeping_slot(ctx: WorkflowContext, step: StepRecord) -> StepWrite | None:
@@ -327,12 +327,12 @@ class LimiterGuard(StepGuard):
         waited = hold_slot(ctx, limiter, index, key)
         # Its record frees the slot; a deferred record comes later, so that one (and a
         # failure, and a slot others wait for) is given back here.
-        dispatcher = ctx.dispatcher
+        dispatch = ctx.dispatch
         recorded_frees = (
             step.options.commit == "each"
             and not waited
-            and dispatcher is not None
-            and not dispatcher.in_process  # eager: a release runs the next waiter at once
+            and dispatch is not None
+            and not dispatch.in_process  # eager: a release runs the next waiter at once
         )
         limit, state = limiter.limit, slots(ctx)
         if recorded_frees and limit.rate is None and next_shares_slot(ctx.workflow_name, index):
