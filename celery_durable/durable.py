@@ -392,9 +392,8 @@ class Durable(ScheduleOperations, LimiterOperations):
 
 
 def _refuse_coroutine(fn: Callable[..., Any], what: str) -> None:
-    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+    if inspect.isasyncgenfunction(fn):
         raise TypeError(
-            f"{what}: async def functions are not supported; celery_durable runs workflows "
-            "and steps in Celery's worker processes, so write a plain def (call "
-            "asyncio.run(...) inside a step if it must await)"
+            f"{what}: an async generator can't be a workflow or a step (its value is "
+            "recorded once); return a list, or write an async def"
         )

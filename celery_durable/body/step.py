@@ -12,14 +12,17 @@ Outside a workflow a step is a plain function call, which is how its unit tests 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import inspect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextlib import ExitStack
 from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeVar
 
 from celery_durable.body.context import FailedStep, LimiterView, WorkflowContext, enter_body
+from celery_durable.body.event_loop import IN_ASYNC_STEP, STEP_CALLS, on_loop_thread
 from celery_durable.body.replay import (
     check_replay,
     confirm_lease,
@@ -147,6 +150,9 @@ class Step(Generic[P, R]):
         self.fn = fn
         self.name = name
         self.options = options
+        # ``async def``: a call in a workflow takes the step's index at once and returns
+        # a coroutine that replays or runs it (``asyncio.gather`` runs several at once).
+        self.is_async = inspect.iscoroutinefunction(fn)
         if options.compensate is not None:
             COMPENSATED[name] = self
         self.__doc__ = fn.__doc__
@@ -179,8 +185,10 @@ class Step(Generic[P, R]):
                     "test, say)"
                 )
             return self.start(*args, **kwargs).result()
-        if ctx is None or ctx.in_step:
+        if ctx is None or ctx.in_step or IN_ASYNC_STEP.get():
             return self.fn(*args, **kwargs)
+        if self.is_async:
+            return self._awaited_in(ctx, args, kwargs)  # type: ignore[arg-type,return-value]
         return self._run_in(ctx, args, kwargs)  # type: ignore[arg-type]
 
     def start(self, *args: P.args, **kwargs: P.kwargs) -> Started[R]:
@@ -202,6 +210,12 @@ class Step(Generic[P, R]):
         return backoff(self.options.backoff, attempt - 1, self.options.max_backoff)
 
     def _run_in(self, ctx: WorkflowContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        if on_loop_thread():
+            raise TypeError(
+                f"step {self.name} is a plain def called from an async workflow body: it "
+                "would block the run's event loop. Make it async def, or run it off the "
+                f"loop: await asyncio.to_thread({self.__name__}, ...)"
+            )
         ctx.check_stopping()
         write_caught_failure(ctx)
         if ctx.deferred_due():
@@ -297,6 +311,109 @@ class Step(Generic[P, R]):
                 # Return what replay will return (JSON round trip), so both paths agree.
                 return serialization.loads(stored.output or "null")  # type: ignore[no-any-return]
 
+    def _awaited_in(
+        self, ctx: WorkflowContext, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Coroutine[Any, Any, R]:
+        """An async step's call in a body: its index is taken now, in call order, so
+        replay gives each call the same record whatever order they finish in; the
+        coroutine returned replays the record or runs the step."""
+        ctx.check_stopping()
+        write_caught_failure(ctx)
+        if ctx.deferred_due():
+            flush_deferred(ctx)
+        index = ctx.take_index()
+        step_input = serialization.encode_arguments(
+            f"step {self.name}", self.fn, args, kwargs, ctx.max_payload_bytes, ctx.max_payload_depth
+        )
+        recorded = ctx.history.get(index)
+        call: Coroutine[Any, Any, R]
+        if recorded is None:
+            confirm_lease(ctx)
+            call = self._aexecute(ctx, index, step_input, args, kwargs)
+        else:
+            check_replay(ctx, index, recorded, self.name, step_input)
+            if recorded.status == "ok":
+                self._ok(ctx)
+                call = _replayed(serialization.loads(recorded.output))  # type: ignore[arg-type]
+            elif recorded.status == "error":
+                call = _raising(serialization.rebuild_exception(self.name, recorded.error or "{}"))
+            else:
+                call = self._aexecute(ctx, index, step_input, args, kwargs)
+        calls = STEP_CALLS.get()
+        if calls is not None:
+            calls.append((f"step {self.name} (index {index})", call))
+        return call
+
+    async def _aexecute(
+        self,
+        ctx: WorkflowContext,
+        index: int,
+        step_input: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> R:
+        """``_execute`` for an async step: awaited, retried after ``asyncio.sleep``."""
+        with ExitStack() as guarded:  # a limiter's slot, say (see StepGuard)
+            for guard in ctx.step_guards:
+                guarded.enter_context(guard.around(ctx, self, index, args, kwargs))
+            if ctx.on_step is not None and self.options.commit == "each":
+                ctx.on_step(index, self.name)
+            with tracing.step(self.name, index, ctx.run_id):
+                attempt = 0
+                started = time.monotonic()
+                while True:
+                    attempt += 1
+                    inside = IN_ASYNC_STEP.set(True)
+                    try:
+                        value = await self.fn(*args, **kwargs)  # type: ignore[misc]
+                    except Exception as exc:
+                        if attempt < self.options.max_attempts and self.retryable(exc):
+                            delay = self.delay_after(attempt)
+                            logger.warning(
+                                "step %s failed (attempt %d of %d), retrying in %.2fs: %r",
+                                self.name,
+                                attempt,
+                                self.options.max_attempts,
+                                delay,
+                                exc,
+                                extra=ctx.log_fields(index),
+                            )
+                            tracing.event("retry", attempt=attempt, error=repr(exc), delay=delay)
+                            await asyncio.sleep(delay)
+                            continue
+                        raise self._failed(ctx, index, step_input, exc, started) from None
+                    finally:
+                        IN_ASYNC_STEP.reset(inside)
+                    return self._recorded(ctx, index, step_input, value, started)  # type: ignore[no-any-return]
+
+    def _recorded(
+        self, ctx: WorkflowContext, index: int, step_input: str, value: Any, started: float
+    ) -> Any:
+        """Record an async step's value (its own commit, or deferred) and return what
+        replay will return."""
+        took = time.monotonic() - started
+        try:
+            output = serialization.encode_value(
+                f"step {self.name}", value, ctx.max_payload_bytes, ctx.max_payload_depth
+            )
+        except NotSerialisable as exc:
+            raise self._failed(ctx, index, step_input, exc, started) from None
+        done = StepRecord(index, self.name, "ok", step_input, output, None, took, began=started)
+        if self.options.commit == "deferred":
+            ctx.defer(done)
+            if ctx.deferred_due():
+                flush_deferred(ctx)
+            self._ok(ctx)
+            faults.reach(faults.AFTER_DEFER_STEP, **ctx.log_fields(index))
+            return serialization.loads(output)
+        try:
+            stored = record(ctx, done)
+        except WorkflowCancelled:
+            self._ok(ctx)
+            raise
+        self._ok(ctx)
+        return serialization.loads(stored.output or "null")
+
     def _ok(self, ctx: WorkflowContext) -> None:
         """The step's result is recorded or replayed: its guards hear of it (a step with a
         compensation marks the run, so that cancelling it while it waits rolls it back)."""
@@ -318,3 +435,11 @@ class Step(Generic[P, R]):
         record = StepRecord(index, self.name, "error", step_input, None, error, took, began=started)
         ctx.failed_step = FailedStep(record, exc)
         return exc
+
+
+async def _replayed(value: Any) -> Any:
+    return value
+
+
+async def _raising(error: BaseException) -> Any:
+    raise error

@@ -34,3 +34,8 @@ class WorkflowDefinition:
     limiter: LimiterView | None = None
     # Seconds from its start to its deadline (@durable.workflow(timeout=)); None: none.
     timeout: float | None = None
+    # An ``async def`` body: the delivery runs its coroutine on the thread's loop.
+    is_async: bool = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.fn))

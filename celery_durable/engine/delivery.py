@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.body.context import LeaseClock, WorkflowContext, activate, deactivate
+from celery_durable.body.event_loop import run_body
 from celery_durable.core import faults, serialization, tracing, validate
 from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.engine import shutdown, taskevents
@@ -83,6 +84,8 @@ def execute(
     try:
         try:
             value = definition.fn(*delivery.args, **delivery.kwargs)
+            if definition.is_async:
+                value = run_body(value)
         finally:
             deactivate(token)
         if ctx.stopping is not None:

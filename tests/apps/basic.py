@@ -6,6 +6,7 @@ many times each step really ran, across processes and SIGKILLs.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -445,3 +446,41 @@ def retried_later(key: str) -> None:
     """Fails its first attempt; the retry waits a minute (a test cancels it first)."""
     numbered(key, 1)
     raise RuntimeError(f"retry me {key}")
+
+
+@durable.step
+async def awaited(key: str, n: int) -> int:
+    effect(key, f"a{n}")
+    await asyncio.sleep(0.01 * n)
+    return n * 10
+
+
+@durable.workflow
+async def gathers(key: str, count: int) -> list:
+    """An async body: one awaited step, then ``count`` gathered at once."""
+    first = await awaited(key, 0)
+    rest = await asyncio.gather(*(awaited(key, n) for n in range(1, count + 1)))
+    return [first, *rest]
+
+
+@durable.step
+async def kills_once_siblings_recorded(key: str, siblings: int) -> str:
+    """On its first run, waits until its gathered siblings are recorded, then SIGKILLs
+    its pool process: the replay must not run them again."""
+    if effect(key, "killer") == 1:
+        ctx = cd.WorkflowContext.current()
+        assert ctx is not None
+        deadline = time.monotonic() + 60
+        while len(durable.runtime.store.load_steps(ctx.run_id)) < siblings:
+            assert time.monotonic() < deadline, "the siblings were never recorded"
+            await asyncio.sleep(0.02)
+        os.kill(os.getpid(), 9)
+    return "survived"
+
+
+@durable.workflow(max_attempts=2)
+async def gathers_then_dies(key: str) -> list:
+    gathered = asyncio.gather(
+        awaited(key, 1), awaited(key, 2), kills_once_siblings_recorded(key, 2)
+    )
+    return list(await gathered)

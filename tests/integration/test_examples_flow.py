@@ -1,4 +1,4 @@
-"""The flow-control, schedules and canvas examples work as written: SQLite store, file
+"""The flow-control, schedules, canvas and async examples work as written: SQLite store, file
 broker, real worker processes (the docs' guides include them)."""
 
 from __future__ import annotations
@@ -46,3 +46,13 @@ def test_canvas_example_chains_groups_chords_reports_and_starts_by_name(tmp_path
     assert "backend result: order 8 approved" in printed
     assert "by name: 90" in printed
     assert "in the store: SUCCEEDED" in printed
+
+
+def test_async_example_gathers_its_steps_and_runs_a_plain_step_off_the_loop(tmp_path):
+    printed = run_example("async_steps.py", tmp_path)
+    assert "quote: 3.0" in printed  # (0.5 + 0.75 + 1.25) * 1.2
+    assert (
+        "steps: [(0, 'fetch_price'), (1, 'fetch_price'), (2, 'fetch_price'), (3, 'tax_rate')]"
+        in printed
+    )
+    assert "the three fetches overlapped: True" in printed

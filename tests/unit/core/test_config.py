@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+from collections.abc import AsyncIterator
 
 import pytest
 from celery import Celery
@@ -226,17 +227,22 @@ def test_database_urls_that_cannot_work_name_the_fix(monkeypatch):
         _ = Durable(app, database_url="postgresql+psycopg://postgres@127.0.0.1/test").runtime.store
 
 
-def test_async_workflows_and_steps_are_refused_at_registration():
+def test_async_generators_are_refused_at_registration_and_async_defs_are_not():
     durable = Durable(Celery("asyncs", broker="memory://"))
+
+    async def stream() -> AsyncIterator[int]:
+        yield 1
 
     async def fetch() -> int:
         return 1
 
-    with pytest.raises(TypeError, match="async def functions are not supported"):
-        durable.step(fetch)
-    with pytest.raises(TypeError, match=r"workflow .*fetch: async def"):
-        durable.workflow(fetch)
+    with pytest.raises(TypeError, match="an async generator can't be a workflow or a step"):
+        durable.step(stream)
+    with pytest.raises(TypeError, match=r"workflow .*stream: an async generator"):
+        durable.workflow(stream)
     assert not durable.steps and not durable.workflows
+    assert durable.step(fetch).is_async
+    assert durable.workflow(fetch).definition.is_async
 
 
 def test_a_framework_s_database_setting_gives_the_url_only_when_no_source_does(monkeypatch):
