@@ -21,6 +21,7 @@ import contextvars
 import inspect
 import threading
 from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 _thread = threading.local()
@@ -52,18 +53,30 @@ def thread_loop() -> asyncio.AbstractEventLoop:
 
 def run_body(body: Coroutine[Any, Any, Any]) -> Any:
     """Run an async body's coroutine to its end on this thread's loop; its value, or what
-    it raised. Refused inside a running loop: the body would block it."""
+    it raised. Where a loop already runs in this thread (an eager start from async code,
+    or a library's, such as Playwright's sync API), the body runs on the loop of a helper
+    thread, which this thread waits for as it would for a plain body."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        pass
-    else:
-        body.close()
-        raise RuntimeError(
-            "an async workflow body can't run inside a running event loop (this thread's "
-            "loop would block on it): start the run with .delay() and await its handle "
-            "with aget(), or run it eagerly from a thread (asyncio.to_thread)"
-        )
+        return _run_on_thread_loop(body)
+    context = contextvars.copy_context()  # the run's context goes with the body
+    return _helper().submit(context.run, _run_on_thread_loop, body).result()
+
+
+def _helper() -> ThreadPoolExecutor:
+    global _helper_pool
+    with _helper_lock:
+        if _helper_pool is None:
+            _helper_pool = ThreadPoolExecutor(1, thread_name_prefix="celery-durable-async")
+        return _helper_pool
+
+
+_helper_pool: ThreadPoolExecutor | None = None
+_helper_lock = threading.Lock()
+
+
+def _run_on_thread_loop(body: Coroutine[Any, Any, Any]) -> Any:
     loop = thread_loop()
     calls: list[tuple[str, Coroutine[Any, Any, Any]]] = []
     tokens = ASYNC_BODY.set(True), STEP_CALLS.set(calls)

@@ -5,6 +5,9 @@ finished in; a plain def step on the loop and a step never awaited are clear err
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
@@ -101,4 +104,30 @@ def test_an_async_step_outside_a_workflow_is_its_coroutine(durable):
     async def double(n: int) -> int:
         return 2 * n
 
-    assert asyncio.run(double(3)) == 6  # a unit test awaits it as the function it wraps
+    assert run_apart(double(3)) == 6  # a unit test awaits it as the function it wraps
+
+
+def test_an_async_body_started_where_a_loop_runs_runs_on_a_helper_thread(durable):
+    """An eager start from async code (or under a library that keeps a loop running in
+    the thread, as Playwright's sync API does) waits for the body as for a plain one."""
+
+    @durable.step
+    async def fetch(n: int) -> int:
+        await asyncio.sleep(0)
+        return n + 1
+
+    @durable.workflow(max_attempts=1)
+    async def flow(n: int) -> int:
+        return await fetch(n)
+
+    async def from_async_code() -> int:
+        return flow.delay(1).get(timeout=5)  # blocks this loop: eager mode, as for a plain run
+
+    assert run_apart(from_async_code()) == 2
+
+
+def run_apart(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """``asyncio.run`` on a thread of its own: this process's main thread may hold a
+    running loop already (Playwright's sync API leaves one)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
