@@ -216,19 +216,8 @@ class Step(Generic[P, R]):
                 "would block the run's event loop. Make it async def, or run it off the "
                 f"loop: await asyncio.to_thread({self.__name__}, ...)"
             )
-        ctx.check_stopping()
-        write_caught_failure(ctx)
-        if ctx.deferred_due():
-            flush_deferred(ctx)
-        index = ctx.take_index()
-        step_input = serialization.encode_arguments(
-            f"step {self.name}", self.fn, args, kwargs, ctx.max_payload_bytes, ctx.max_payload_depth
-        )
-        recorded = ctx.history.get(index)
-        if recorded is None:
-            confirm_lease(ctx)
+        index, step_input, recorded = self._begin(ctx, args, kwargs)
         if recorded is not None:
-            check_replay(ctx, index, recorded, self.name, step_input)
             if recorded.status == "ok":
                 self._ok(ctx)
                 return serialization.loads(recorded.output)  # type: ignore[no-any-return,arg-type]
@@ -243,6 +232,26 @@ class Step(Generic[P, R]):
             for guard in guards:
                 guarded.enter_context(guard.around(ctx, self, index, args, kwargs))
             return self._execute(ctx, index, step_input, args, kwargs)
+
+    def _begin(
+        self, ctx: WorkflowContext, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[int, str, StepRecord | None]:
+        """A step call's turn in the run, sync or async: the index it takes, its input as
+        JSON, and its record if history has one (checked against this call)."""
+        ctx.check_stopping()
+        write_caught_failure(ctx)
+        if ctx.deferred_due():
+            flush_deferred(ctx)
+        index = ctx.take_index()
+        step_input = serialization.encode_arguments(
+            f"step {self.name}", self.fn, args, kwargs, ctx.max_payload_bytes, ctx.max_payload_depth
+        )
+        recorded = ctx.history.get(index)
+        if recorded is None:
+            confirm_lease(ctx)
+        else:
+            check_replay(ctx, index, recorded, self.name, step_input)
+        return index, step_input, recorded
 
     def _execute(
         self,
@@ -266,50 +275,14 @@ class Step(Generic[P, R]):
                 try:
                     value = self.fn(*args, **kwargs)
                 except Exception as exc:
-                    if attempt < self.options.max_attempts and self.retryable(exc):
-                        delay = self.delay_after(attempt)
-                        logger.warning(
-                            "step %s failed (attempt %d of %d), retrying in %.2fs: %r",
-                            self.name,
-                            attempt,
-                            self.options.max_attempts,
-                            delay,
-                            exc,
-                            extra=ctx.log_fields(index),
-                        )
-                        tracing.event("retry", attempt=attempt, error=repr(exc), delay=delay)
+                    delay = self._retry_delay(ctx, index, attempt, exc)
+                    if delay is not None:
                         time.sleep(delay)
                         continue
                     raise self._failed(ctx, index, step_input, exc, started) from None
                 finally:
                     ctx.in_step = False
-                took = time.monotonic() - started
-                try:
-                    output = serialization.encode_value(
-                        f"step {self.name}", value, ctx.max_payload_bytes, ctx.max_payload_depth
-                    )
-                except NotSerialisable as exc:
-                    raise self._failed(ctx, index, step_input, exc, started) from None
-                done = StepRecord(
-                    index, self.name, "ok", step_input, output, None, took, began=started
-                )
-                if self.options.commit == "deferred":
-                    ctx.defer(done)
-                    if ctx.deferred_due():
-                        flush_deferred(ctx)
-                    self._ok(ctx)
-                    faults.reach(faults.AFTER_DEFER_STEP, **ctx.log_fields(index))
-                    return serialization.loads(output)  # type: ignore[no-any-return]
-                try:
-                    stored = record(ctx, done)
-                except WorkflowCancelled:
-                    # Recorded all the same (record): a worker lost before its rollback
-                    # ends leaves the run to one that rolls it back, this step included.
-                    self._ok(ctx)
-                    raise
-                self._ok(ctx)
-                # Return what replay will return (JSON round trip), so both paths agree.
-                return serialization.loads(stored.output or "null")  # type: ignore[no-any-return]
+                return self._recorded(ctx, index, step_input, value, started)  # type: ignore[no-any-return]
 
     def _awaited_in(
         self, ctx: WorkflowContext, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -317,28 +290,15 @@ class Step(Generic[P, R]):
         """An async step's call in a body: its index is taken now, in call order, so
         replay gives each call the same record whatever order they finish in; the
         coroutine returned replays the record or runs the step."""
-        ctx.check_stopping()
-        write_caught_failure(ctx)
-        if ctx.deferred_due():
-            flush_deferred(ctx)
-        index = ctx.take_index()
-        step_input = serialization.encode_arguments(
-            f"step {self.name}", self.fn, args, kwargs, ctx.max_payload_bytes, ctx.max_payload_depth
-        )
-        recorded = ctx.history.get(index)
+        index, step_input, recorded = self._begin(ctx, args, kwargs)
         call: Coroutine[Any, Any, R]
-        if recorded is None:
-            confirm_lease(ctx)
+        if recorded is not None and recorded.status == "ok":
+            self._ok(ctx)
+            call = _replayed(serialization.loads(recorded.output))  # type: ignore[arg-type]
+        elif recorded is not None and recorded.status == "error":
+            call = _raising(serialization.rebuild_exception(self.name, recorded.error or "{}"))
+        else:  # not recorded, or "retry": it runs (again)
             call = self._aexecute(ctx, index, step_input, args, kwargs)
-        else:
-            check_replay(ctx, index, recorded, self.name, step_input)
-            if recorded.status == "ok":
-                self._ok(ctx)
-                call = _replayed(serialization.loads(recorded.output))  # type: ignore[arg-type]
-            elif recorded.status == "error":
-                call = _raising(serialization.rebuild_exception(self.name, recorded.error or "{}"))
-            else:
-                call = self._aexecute(ctx, index, step_input, args, kwargs)
         calls = STEP_CALLS.get()
         if calls is not None:
             calls.append((f"step {self.name} (index {index})", call))
@@ -367,18 +327,8 @@ class Step(Generic[P, R]):
                     try:
                         value = await self.fn(*args, **kwargs)  # type: ignore[misc]
                     except Exception as exc:
-                        if attempt < self.options.max_attempts and self.retryable(exc):
-                            delay = self.delay_after(attempt)
-                            logger.warning(
-                                "step %s failed (attempt %d of %d), retrying in %.2fs: %r",
-                                self.name,
-                                attempt,
-                                self.options.max_attempts,
-                                delay,
-                                exc,
-                                extra=ctx.log_fields(index),
-                            )
-                            tracing.event("retry", attempt=attempt, error=repr(exc), delay=delay)
+                        delay = self._retry_delay(ctx, index, attempt, exc)
+                        if delay is not None:
                             await asyncio.sleep(delay)
                             continue
                         raise self._failed(ctx, index, step_input, exc, started) from None
@@ -386,11 +336,31 @@ class Step(Generic[P, R]):
                         IN_ASYNC_STEP.reset(inside)
                     return self._recorded(ctx, index, step_input, value, started)  # type: ignore[no-any-return]
 
+    def _retry_delay(
+        self, ctx: WorkflowContext, index: int, attempt: int, exc: Exception
+    ) -> float | None:
+        """Seconds to wait before the step's next in-process try (said in the log and the
+        span), or None: ``exc`` ends its tries."""
+        if attempt >= self.options.max_attempts or not self.retryable(exc):
+            return None
+        delay = self.delay_after(attempt)
+        logger.warning(
+            "step %s failed (attempt %d of %d), retrying in %.2fs: %r",
+            self.name,
+            attempt,
+            self.options.max_attempts,
+            delay,
+            exc,
+            extra=ctx.log_fields(index),
+        )
+        tracing.event("retry", attempt=attempt, error=repr(exc), delay=delay)
+        return delay
+
     def _recorded(
         self, ctx: WorkflowContext, index: int, step_input: str, value: Any, started: float
     ) -> Any:
-        """Record an async step's value (its own commit, or deferred) and return what
-        replay will return."""
+        """Record a step's value (its own commit, or deferred) and return what replay
+        will return (the JSON round trip, so both paths agree)."""
         took = time.monotonic() - started
         try:
             output = serialization.encode_value(
@@ -409,6 +379,8 @@ class Step(Generic[P, R]):
         try:
             stored = record(ctx, done)
         except WorkflowCancelled:
+            # Recorded all the same (record): a worker lost before its rollback ends
+            # leaves the run to one that rolls it back, this step included.
             self._ok(ctx)
             raise
         self._ok(ctx)
