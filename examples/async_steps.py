@@ -6,8 +6,8 @@ Run it (no server needed)::
 
 The body awaits its steps; ``asyncio.gather`` runs three of them at once in the worker
 process, each recorded under the index its call took, so a replay returns each its own
-result whatever order they finished in. A plain ``def`` step runs off the loop, through
-``asyncio.to_thread``.
+result whatever order they finished in. A plain ``def`` step, awaited, runs off the loop
+on a thread. The body API is awaited too: ``await cd.sleep(...)`` is a durable timer.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 from celery import Celery
 from scratch import data_dir, file_broker
 
+import celery_durable as cd
 from celery_durable import Durable
 
 DATA = data_dir("ASYNC_DIR", driver=__name__ == "__main__")
@@ -44,7 +45,8 @@ def tax_rate(country: str) -> float:  # a plain def step: blocking code
 @durable.workflow
 async def quote(skus: list[str], country: str) -> float:
     prices = await asyncio.gather(*(fetch_price(sku) for sku in skus))  # at once
-    rate = await asyncio.to_thread(tax_rate, country)  # off the event loop
+    rate = await tax_rate(country)  # a plain def step runs off the event loop
+    await cd.sleep(0.5)  # a durable timer: the run waits holding no worker
     return round(sum(prices) * (1 + rate), 2)
 
 

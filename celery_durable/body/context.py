@@ -23,6 +23,7 @@ import time
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+from celery_durable.body.event_loop import IN_ASYNC_STEP
 from celery_durable.errors import RunLimitExceeded
 
 if TYPE_CHECKING:
@@ -147,9 +148,17 @@ class LeaseClock:
 
     lease: float
     renewed_at: float = dataclasses.field(default_factory=time.monotonic)
+    # Set while an async body runs: cancels its task at its current await.
+    interrupt: Callable[[], None] | None = None
 
     def renewed(self) -> None:
         self.renewed_at = time.monotonic()
+
+    def cancel_requested(self) -> None:
+        """The heartbeat found the run's cancellation requested (called on its thread)."""
+        interrupt = self.interrupt
+        if interrupt is not None:
+            interrupt()
 
     def doubtful(self) -> bool:
         return time.monotonic() - self.renewed_at > self.lease / 2
@@ -325,7 +334,7 @@ def enter_body(what: str, instead: str | None = None) -> WorkflowContext:
     if ctx is None:
         hint = f"; {instead}" if instead else ""
         raise RuntimeError(f"{what} can only be called inside a workflow{hint}")
-    if ctx.in_step:
+    if ctx.in_step or IN_ASYNC_STEP.get():
         raise RuntimeError(f"{what} can't be called inside a step; call it from the workflow body")
     ctx.check_stopping()
     return ctx

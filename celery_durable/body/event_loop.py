@@ -19,10 +19,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
 
 _thread = threading.local()
 
@@ -41,6 +45,11 @@ IN_ASYNC_STEP: contextvars.ContextVar[bool] = contextvars.ContextVar(
 STEP_CALLS: contextvars.ContextVar[list[tuple[str, Coroutine[Any, Any, Any]]] | None] = (
     contextvars.ContextVar("celery_durable_step_calls", default=None)
 )
+# The async steps of the running body that are running now: a wait that may suspend the
+# run lets them finish (and record) first, instead of cancelling work already under way.
+RUNNING_STEPS: contextvars.ContextVar[set[asyncio.Future[None]] | None] = contextvars.ContextVar(
+    "celery_durable_running_steps", default=None
+)
 
 
 def thread_loop() -> asyncio.AbstractEventLoop:
@@ -51,17 +60,30 @@ def thread_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
-def run_body(body: Coroutine[Any, Any, Any]) -> Any:
+class Interruptible(Protocol):
+    """What the heartbeat interrupts a body through (the run's ``LeaseClock``)."""
+
+    interrupt: Callable[[], None] | None
+
+
+def run_body(body: Coroutine[Any, Any, Any], interruptible: Interruptible | None = None) -> Any:
     """Run an async body's coroutine to its end on this thread's loop; its value, or what
     it raised. Where a loop already runs in this thread (an eager start from async code,
     or a library's, such as Playwright's sync API), the body runs on the loop of a helper
-    thread, which this thread waits for as it would for a plain body."""
+    thread, which this thread waits for as it would for a plain body.
+
+    ``interruptible.interrupt()``, from any thread, cancels the body at its current
+    await; the body then raises ``Interrupted``."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return _run_on_thread_loop(body)
+        return _run_on_thread_loop(body, interruptible)
     context = contextvars.copy_context()  # the run's context goes with the body
-    return _helper().submit(context.run, _run_on_thread_loop, body).result()
+    return _helper().submit(context.run, _run_on_thread_loop, body, interruptible).result()
+
+
+class Interrupted(BaseException):  # noqa: N818 - like CancelledError, which it replaces
+    """The body was cancelled at an await by ``interrupt()`` (its run's cancellation)."""
 
 
 def _helper() -> ThreadPoolExecutor:
@@ -75,22 +97,74 @@ def _helper() -> ThreadPoolExecutor:
 _helper_pool: ThreadPoolExecutor | None = None
 _helper_lock = threading.Lock()
 
+# Threads that write an async body's records: concurrent steps commit at once (each on
+# a pooled connection of its own) instead of one after another on the loop's thread.
+# Few, because each holds a connection while it writes.
+WRITER_THREADS = 4
+_writer_pool: ThreadPoolExecutor | None = None
 
-def _run_on_thread_loop(body: Coroutine[Any, Any, Any]) -> Any:
+
+def _forget_pools_after_fork() -> None:
+    # A forked child has none of the parent's threads: it makes its own pools.
+    global _helper_pool, _writer_pool
+    _helper_pool = _writer_pool = None
+
+
+os.register_at_fork(after_in_child=_forget_pools_after_fork)
+
+
+def off_loop(fn: Callable[..., T], *args: Any) -> Coroutine[Any, Any, T]:
+    """``fn(*args)`` on a writer thread, in this context: a store write of an async body
+    that doesn't hold up the loop, nor the other branches' writes."""
+    global _writer_pool
+    with _helper_lock:
+        if _writer_pool is None:
+            _writer_pool = ThreadPoolExecutor(
+                WRITER_THREADS, thread_name_prefix="celery-durable-writer"
+            )
+        pool = _writer_pool
+    context = contextvars.copy_context()
+    return _in_pool(pool, context, fn, *args)
+
+
+async def _in_pool(
+    pool: ThreadPoolExecutor, context: contextvars.Context, fn: Callable[..., T], *args: Any
+) -> T:
+    return await asyncio.get_running_loop().run_in_executor(pool, context.run, fn, *args)
+
+
+def _run_on_thread_loop(body: Coroutine[Any, Any, Any], interruptible: Interruptible | None) -> Any:
     loop = thread_loop()
     calls: list[tuple[str, Coroutine[Any, Any, Any]]] = []
-    tokens = ASYNC_BODY.set(True), STEP_CALLS.set(calls)
+    tokens = ASYNC_BODY.set(True), STEP_CALLS.set(calls), RUNNING_STEPS.set(set())
+    task = loop.create_task(body)  # in this context: the marks above go with it
+    interrupted = threading.Event()
+
+    def interrupt() -> None:
+        interrupted.set()
+        loop.call_soon_threadsafe(task.cancel)
+
+    if interruptible is not None:
+        interruptible.interrupt = interrupt
     try:
-        value = loop.run_until_complete(body)
+        value = loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        if interrupted.is_set():
+            raise Interrupted() from None
+        raise
     finally:
+        if interruptible is not None:
+            interruptible.interrupt = None
         ASYNC_BODY.reset(tokens[0])
         STEP_CALLS.reset(tokens[1])
+        RUNNING_STEPS.reset(tokens[2])
         _cancel_left_behind(loop)
         skipped = [name for name, call in calls if _never_started(call)]
     if skipped:
         raise TypeError(
             f"{', '.join(skipped)} was called but never awaited, so it never ran: in an "
-            "async workflow, await each step call (or pass it to asyncio.gather)"
+            "async workflow, await each step call and each wait (or pass them to "
+            "asyncio.gather)"
         )
     return value
 
@@ -120,3 +194,83 @@ def on_loop_thread() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def in_async_body() -> bool:
+    """On an async body's loop and not inside one of its steps: the body API (waits,
+    fan-in) returns awaitables here."""
+    return on_loop_thread() and not IN_ASYNC_STEP.get()
+
+
+def called(label: str, call: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
+    """``call``, made by the body API for ``label``: a call never awaited fails the run
+    naming it (a step, or a wait, silently skipped otherwise)."""
+    calls = STEP_CALLS.get()
+    if calls is not None:
+        calls.append((label, call))
+    return call
+
+
+def returned(label: str, value: T) -> Coroutine[Any, Any, T]:
+    """An awaitable of ``value`` (a replayed call's), failing the run if never awaited."""
+    return called(label, _value(value))
+
+
+async def _value(value: T) -> T:
+    return value
+
+
+def awaited_wait(label: str, wait: Callable[[], T]) -> Coroutine[Any, Any, T]:
+    """A wait of an async body (a timer, a signal, fan-in), run when awaited: ``wait`` may
+    suspend the run, so the body's steps already running finish and record first."""
+
+    async def waiting() -> T:
+        await steps_finished()
+        return wait()
+
+    return called(label, waiting())
+
+
+async def steps_finished() -> None:
+    """Return once the async steps running in this body have ended (recorded, or failed)."""
+    await asyncio.sleep(0)  # tasks created just before (gather's, create_task's) start first
+    running = RUNNING_STEPS.get()
+    while running:
+        await asyncio.wait(list(running))
+
+
+async def uninterrupted(call: Coroutine[Any, Any, T]) -> tuple[T, bool]:
+    """Await ``call`` to its end even if this task is cancelled meanwhile (a thread can't
+    be stopped, and a write in flight may commit): its value, and whether a cancel came,
+    for the caller to raise once it has recorded what finished."""
+    future = asyncio.ensure_future(call)
+    cancelled = False
+    while True:
+        try:
+            return await asyncio.shield(future), cancelled
+        except asyncio.CancelledError:
+            if future.done() and future.cancelled():
+                raise
+            cancelled = True
+
+
+def others_running() -> bool:
+    """More than the calling step of this body is running now."""
+    running = RUNNING_STEPS.get()
+    return running is not None and len(running) > 1
+
+
+@contextmanager
+def running_step() -> Iterator[None]:
+    """Around an async step's run, so that ``steps_finished`` waits for it."""
+    running = RUNNING_STEPS.get()
+    if running is None:
+        yield
+        return
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    running.add(done)
+    try:
+        yield
+    finally:
+        running.discard(done)
+        done.set_result(None)

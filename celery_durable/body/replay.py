@@ -5,12 +5,14 @@ user code can't swallow (``stop_writing``, ``store_guard``)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
 from celery_durable.body.context import WorkflowContext
+from celery_durable.body.event_loop import off_loop, others_running, uninterrupted
 from celery_durable.core import faults
 from celery_durable.errors import (
     LeaseLost,
@@ -18,7 +20,7 @@ from celery_durable.errors import (
     StoreUnavailable,
     WorkflowCancelled,
 )
-from celery_durable.store import Outcome, StepRecord
+from celery_durable.store import Outcome, StepRecord, StepWrite
 from celery_durable.store.areas import FENCED_WRITES
 
 logger = logging.getLogger("celery_durable.step")
@@ -129,11 +131,40 @@ def record(ctx: WorkflowContext, step: StepRecord) -> StepRecord:
     run holds; stop the body if the lease is gone or the run's cancellation was requested
     (then after recording them all the same: they ran, so a rollback compensates them)."""
     carried = ctx.take_deferred()
+    return _written(ctx, step, carried, _write(ctx, step, carried))
+
+
+async def arecord(ctx: WorkflowContext, step: StepRecord) -> StepRecord:
+    """``record`` for an async body's step. While other steps of the body run, the write
+    runs on a writer thread, so steps that finish together commit together (where the
+    database allows it: Postgres takes a shared lock on the run row; SQLite writes one
+    transaction at a time). A step running alone writes on the loop, as a plain body
+    does: nothing else of the run waits, and no thread hand-off is paid."""
+    carried = ctx.take_deferred()
+    if carried or ctx.record_with is not None or not others_running():
+        return _written(ctx, step, carried, _write(ctx, step, carried))
+    # A cancel of the body while the write is in flight waits for it: the step finished,
+    # so it is recorded (or found cancelled: recorded all the same, see _written).
+    written, cancelled = await uninterrupted(off_loop(_write, ctx, step, carried))
+    stored = _written(ctx, step, carried, written)
+    if cancelled:
+        raise asyncio.CancelledError()
+    return stored
+
+
+def _write(ctx: WorkflowContext, step: StepRecord, carried: list[StepRecord]) -> StepWrite:
     record_with = ctx.record_with  # a step guard's record, one statement too
     with store_guard(ctx):
         written = None if record_with is None or carried else record_with(step)
         if written is None:
             written = ctx.store.record_step(ctx.run_id, ctx.fence, step, carried=carried)
+    return written
+
+
+def _written(
+    ctx: WorkflowContext, step: StepRecord, carried: list[StepRecord], written: StepWrite
+) -> StepRecord:
+    """What a step's write did: the record replay will agree with, or the body stops."""
     if written.outcome is Outcome.RECORDED:
         ctx.history[step.idx] = step
         for each in (*carried, step):

@@ -22,8 +22,17 @@ from contextlib import ExitStack
 from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeVar
 
 from celery_durable.body.context import FailedStep, LimiterView, WorkflowContext, enter_body
-from celery_durable.body.event_loop import IN_ASYNC_STEP, STEP_CALLS, on_loop_thread
+from celery_durable.body.event_loop import (
+    ASYNC_BODY,
+    IN_ASYNC_STEP,
+    called,
+    in_async_body,
+    returned,
+    running_step,
+    uninterrupted,
+)
 from celery_durable.body.replay import (
+    arecord,
     check_replay,
     confirm_lease,
     flush_deferred,
@@ -187,7 +196,7 @@ class Step(Generic[P, R]):
             return self.start(*args, **kwargs).result()
         if ctx is None or ctx.in_step or IN_ASYNC_STEP.get():
             return self.fn(*args, **kwargs)
-        if self.is_async:
+        if self.is_async or in_async_body():
             return self._awaited_in(ctx, args, kwargs)  # type: ignore[arg-type,return-value]
         return self._run_in(ctx, args, kwargs)  # type: ignore[arg-type]
 
@@ -210,11 +219,13 @@ class Step(Generic[P, R]):
         return backoff(self.options.backoff, attempt - 1, self.options.max_backoff)
 
     def _run_in(self, ctx: WorkflowContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-        if on_loop_thread():
+        if ASYNC_BODY.get():
+            # A thread the async body started (asyncio.to_thread): steps called from
+            # threads at once would take their indexes in whatever order they ran.
             raise TypeError(
-                f"step {self.name} is a plain def called from an async workflow body: it "
-                "would block the run's event loop. Make it async def, or run it off the "
-                f"loop: await asyncio.to_thread({self.__name__}, ...)"
+                f"step {self.name} was called from a thread of an async workflow body "
+                f"(asyncio.to_thread?): await {self.__name__}(...) in the body instead; a "
+                "plain def step runs off the event loop by itself there"
             )
         index, step_input, recorded = self._begin(ctx, args, kwargs)
         if recorded is not None:
@@ -291,18 +302,15 @@ class Step(Generic[P, R]):
         replay gives each call the same record whatever order they finish in; the
         coroutine returned replays the record or runs the step."""
         index, step_input, recorded = self._begin(ctx, args, kwargs)
-        call: Coroutine[Any, Any, R]
+        label = f"step {self.name} (index {index})"
         if recorded is not None and recorded.status == "ok":
             self._ok(ctx)
-            call = _replayed(serialization.loads(recorded.output))  # type: ignore[arg-type]
-        elif recorded is not None and recorded.status == "error":
-            call = _raising(serialization.rebuild_exception(self.name, recorded.error or "{}"))
-        else:  # not recorded, or "retry": it runs (again)
-            call = self._aexecute(ctx, index, step_input, args, kwargs)
-        calls = STEP_CALLS.get()
-        if calls is not None:
-            calls.append((f"step {self.name} (index {index})", call))
-        return call
+            return returned(label, serialization.loads(recorded.output))  # type: ignore[arg-type]
+        if recorded is not None and recorded.status == "error":
+            error = serialization.rebuild_exception(self.name, recorded.error or "{}")
+            return called(label, _raising(error))
+        # Not recorded, or "retry": it runs (again).
+        return called(label, self._aexecute(ctx, index, step_input, args, kwargs))
 
     async def _aexecute(
         self,
@@ -312,8 +320,9 @@ class Step(Generic[P, R]):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> R:
-        """``_execute`` for an async step: awaited, retried after ``asyncio.sleep``."""
-        with ExitStack() as guarded:  # a limiter's slot, say (see StepGuard)
+        """``_execute`` in an async body: awaited (a plain def step on a thread of the
+        loop's), retried after ``asyncio.sleep``, recorded off the loop."""
+        with running_step(), ExitStack() as guarded:  # and a limiter's slot, say (StepGuard)
             for guard in ctx.step_guards:
                 guarded.enter_context(guard.around(ctx, self, index, args, kwargs))
             if ctx.on_step is not None and self.options.commit == "each":
@@ -323,9 +332,16 @@ class Step(Generic[P, R]):
                 started = time.monotonic()
                 while True:
                     attempt += 1
-                    inside = IN_ASYNC_STEP.set(True)
+                    inside = IN_ASYNC_STEP.set(True)  # copied into to_thread's context
+                    cancelled = False
                     try:
-                        value = await self.fn(*args, **kwargs)  # type: ignore[misc]
+                        if self.is_async:
+                            value = await self.fn(*args, **kwargs)  # type: ignore[misc]
+                        else:
+                            # A thread can't be stopped: a cancel lets it finish, and its
+                            # result is recorded before the body stops.
+                            call = asyncio.to_thread(self.fn, *args, **kwargs)
+                            value, cancelled = await uninterrupted(call)
                     except Exception as exc:
                         delay = self._retry_delay(ctx, index, attempt, exc)
                         if delay is not None:
@@ -334,7 +350,20 @@ class Step(Generic[P, R]):
                         raise self._failed(ctx, index, step_input, exc, started) from None
                     finally:
                         IN_ASYNC_STEP.reset(inside)
-                    return self._recorded(ctx, index, step_input, value, started)  # type: ignore[no-any-return]
+                    done = self._outcome(ctx, index, step_input, value, started)
+                    if self.options.commit == "deferred":
+                        output = self._deferred(ctx, done)
+                    else:
+                        try:
+                            stored = await arecord(ctx, done)
+                        except WorkflowCancelled:
+                            self._ok(ctx)  # recorded all the same, as in _recorded
+                            raise
+                        self._ok(ctx)
+                        output = serialization.loads(stored.output or "null")
+                    if cancelled:
+                        raise asyncio.CancelledError()
+                    return output  # type: ignore[no-any-return]
 
     def _retry_delay(
         self, ctx: WorkflowContext, index: int, attempt: int, exc: Exception
@@ -361,21 +390,9 @@ class Step(Generic[P, R]):
     ) -> Any:
         """Record a step's value (its own commit, or deferred) and return what replay
         will return (the JSON round trip, so both paths agree)."""
-        took = time.monotonic() - started
-        try:
-            output = serialization.encode_value(
-                f"step {self.name}", value, ctx.max_payload_bytes, ctx.max_payload_depth
-            )
-        except NotSerialisable as exc:
-            raise self._failed(ctx, index, step_input, exc, started) from None
-        done = StepRecord(index, self.name, "ok", step_input, output, None, took, began=started)
+        done = self._outcome(ctx, index, step_input, value, started)
         if self.options.commit == "deferred":
-            ctx.defer(done)
-            if ctx.deferred_due():
-                flush_deferred(ctx)
-            self._ok(ctx)
-            faults.reach(faults.AFTER_DEFER_STEP, **ctx.log_fields(index))
-            return serialization.loads(output)
+            return self._deferred(ctx, done)
         try:
             stored = record(ctx, done)
         except WorkflowCancelled:
@@ -385,6 +402,29 @@ class Step(Generic[P, R]):
             raise
         self._ok(ctx)
         return serialization.loads(stored.output or "null")
+
+    def _outcome(
+        self, ctx: WorkflowContext, index: int, step_input: str, value: Any, started: float
+    ) -> StepRecord:
+        """The record of a step that returned ``value``; a value that can't be stored is
+        the step's failure."""
+        took = time.monotonic() - started
+        try:
+            output = serialization.encode_value(
+                f"step {self.name}", value, ctx.max_payload_bytes, ctx.max_payload_depth
+            )
+        except NotSerialisable as exc:
+            raise self._failed(ctx, index, step_input, exc, started) from None
+        return StepRecord(index, self.name, "ok", step_input, output, None, took, began=started)
+
+    def _deferred(self, ctx: WorkflowContext, done: StepRecord) -> Any:
+        """Buffer a deferred step's record for the run's next write."""
+        ctx.defer(done)
+        if ctx.deferred_due():
+            flush_deferred(ctx)
+        self._ok(ctx)
+        faults.reach(faults.AFTER_DEFER_STEP, **ctx.log_fields(done.idx))
+        return serialization.loads(done.output or "null")
 
     def _ok(self, ctx: WorkflowContext) -> None:
         """The step's result is recorded or replayed: its guards hear of it (a step with a
@@ -402,15 +442,16 @@ class Step(Generic[P, R]):
     ) -> BaseException:
         """Remember the failure; its record is written with whatever write comes next
         (``started``: the step's first try, on the monotonic clock)."""
+        pending = ctx.failed_step
+        if ASYNC_BODY.get() and pending is not None and not pending.written:
+            # Gathered steps that failed together: the first failure is the one kept
+            # (and raised by gather); this step isn't recorded, so it runs again.
+            return exc
         error = serialization.encode_error(exc)
         took = time.monotonic() - started
         record = StepRecord(index, self.name, "error", step_input, None, error, took, began=started)
         ctx.failed_step = FailedStep(record, exc)
         return exc
-
-
-async def _replayed(value: Any) -> Any:
-    return value
 
 
 async def _raising(error: BaseException) -> Any:

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.body.context import LeaseClock, WorkflowContext, activate, deactivate
-from celery_durable.body.event_loop import run_body
+from celery_durable.body.event_loop import Interrupted, run_body
+from celery_durable.body.replay import stop_writing
 from celery_durable.core import faults, serialization, tracing, validate
 from celery_durable.core.logs import log_malformed, run_fields
 from celery_durable.engine import shutdown, taskevents
@@ -85,7 +86,7 @@ def execute(
         try:
             value = definition.fn(*delivery.args, **delivery.kwargs)
             if definition.is_async:
-                value = run_body(value)
+                value = _run_async_body(ctx, value)
         finally:
             deactivate(token)
         if ctx.stopping is not None:
@@ -119,6 +120,15 @@ def _check_run_id(runtime: Runtime, definition: WorkflowDefinition, run_id: str)
         text = f"its task id (the run id) is invalid: {problem}"
         log_malformed(logger, f"{definition.name} workflow", run_id, text, extra=fields)
         raise taskevents.ended(runtime.app, run_id, None, f"malformed message: {text}")
+
+
+def _run_async_body(ctx: WorkflowContext, body: Any) -> Any:
+    """An async body on this thread's loop. Cancelling the run interrupts it at its await
+    (the heartbeat finds the request): the run stops as at a write that finds it."""
+    try:
+        return run_body(body, ctx.lease)
+    except Interrupted:
+        stop_writing(ctx)
 
 
 def _claim(runtime: Runtime, delivery: Delivery) -> Claim:

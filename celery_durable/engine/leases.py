@@ -254,7 +254,8 @@ class LeaseKeeper:
                 runs, items = self.running(), self.items()
                 if not runs and not items:
                     continue
-                renewed = store.renew_leases(self._owner, runs, config.lock_timeout)
+                renewed_runs = store.renew_leases(self._owner, runs, config.lock_timeout)
+                renewed = len(renewed_runs)
                 renewed += ITEM_LEASES.of(store).renew_item_leases(items, config.lock_timeout)
             except Exception as exc:
                 # Retry sooner than a beat (the leases are running out), backing off up to
@@ -263,6 +264,7 @@ class LeaseKeeper:
                 self._failures.failed(exc, delay)
                 continue
             self._failures.succeeded()
+            self._interrupt_cancelled([run for run, asked in renewed_runs.items() if asked])
             if renewed < len(runs) + len(items):
                 # Which ones were lost is for each run's next step to find out (it checks).
                 logger.warning(
@@ -273,6 +275,16 @@ class LeaseKeeper:
                 clocks = [clock for run in runs for clock in self._clocks.get(run, ())]
             for clock in clocks:
                 clock.renewed()
+
+    def _interrupt_cancelled(self, run_ids: list[str]) -> None:
+        """Runs asked to cancel while their bodies run: an async body is interrupted at
+        its await (a plain body finds out at its next write)."""
+        if not run_ids:
+            return
+        with self._lock:
+            clocks = [clock for run in run_ids for clock in self._clocks.get(run, ())]
+        for clock in clocks:
+            clock.cancel_requested()
 
     def release_all(self) -> list[str]:
         """Give back this process's leases (process exit): others resume at once."""

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from celery_durable.body.context import WorkflowContext, enter_body
+from celery_durable.body.event_loop import awaited_wait, in_async_body
 from celery_durable.body.replay import (
     check_replay,
     record,
@@ -87,7 +88,7 @@ def map(  # noqa: A001 - cd.map is the public name, like the builtin it mirrors
     *iterables: Iterable[Any],
     return_exceptions: bool = False,
     batch_size: int | str = 1,
-) -> list[Any]:
+) -> Any:
     """Like the builtin ``map(step, *iterables)``, with one Celery task per item (or per
     ``batch_size`` consecutive items, run in order in one worker; ``"auto"`` sizes the
     batches from the item count and the fleet's pool processes): the results in input
@@ -96,6 +97,10 @@ def map(  # noqa: A001 - cd.map is the public name, like the builtin it mirrors
     It waits for every item to settle, then raises the failure of the lowest-numbered
     failed item as StepFailed (original type, message and traceback); with
     ``return_exceptions=True`` the exceptions are returned in place instead.
+
+    In an async workflow, await it: ``images = await cd.map(render, pages)``. The items
+    are read, and the map's index taken, when it is called; they are stored and started
+    when it is awaited.
     """
     check_batch_size(batch_size)
     if not isinstance(step, Step):
@@ -126,6 +131,31 @@ def map(  # noqa: A001 - cd.map is the public name, like the builtin it mirrors
     for text in inputs:
         digest.update(text.encode("utf-8") + b"\n")
     step_input = f'{{"fanout":"map","items":{len(inputs)},"digest":"{digest.hexdigest()}"}}'
+    # Handed over in a box that _map_at empties: only it holds the items, and drops them
+    # once they are stored (bounded memory while the results come in).
+    box = [inputs]
+    del inputs
+    if in_async_body():
+        label = f"cd.map({step.name}) (index {index})"
+        return awaited_wait(
+            label, lambda: _map_at(ctx, index, step, step_input, box, return_exceptions, batch_size)
+        )
+    return _map_at(ctx, index, step, step_input, box, return_exceptions, batch_size)
+
+
+def _map_at(
+    ctx: WorkflowContext,
+    index: int,
+    step: Step[Any, Any],
+    step_input: str,
+    box: list[list[str]],
+    return_exceptions: bool,
+    batch_size: int | str,
+) -> list[Any]:
+    """The map at step ``index``: its items (``box``'s one list) stored and started
+    (unless recorded), then waited for."""
+    ctx.check_stopping()
+    inputs = box.pop()
     recorded = ctx.history.get(index)
     if recorded is not None:
         check_map_replay(ctx, index, recorded, step.name, step_input)

@@ -14,12 +14,13 @@ Example::
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any, Generic, TypeVar
 
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from celery_durable.body.context import WorkflowContext, enter_body
+from celery_durable.body.event_loop import awaited_wait, in_async_body
 from celery_durable.body.replay import (
     check_replay,
     record,
@@ -55,9 +56,19 @@ class StepFuture(Generic[R]):
 
     def result(self) -> R:
         """The step's return value; StepFailed (original type, message, traceback) if it
-        failed after its own retries."""
+        failed after its own retries. In an async workflow: ``await future`` (or
+        ``await future.result()``)."""
+        if in_async_body():
+            return self._awaited()  # type: ignore[return-value]
         value: R = gather(self)[0]
         return value
+
+    def __await__(self) -> Generator[Any, None, R]:
+        return self._awaited().__await__()
+
+    def _awaited(self) -> Any:
+        ctx = enter_body(f"awaiting {self!r}")
+        return awaited_wait(repr(self), lambda: gather_now(ctx, [self], False)[0])
 
     def _failure(self, ctx: WorkflowContext, item: int, failure: ItemFailure) -> BaseException:
         return item_failure(ctx, self.step_name, item, failure)
@@ -81,11 +92,21 @@ class ChildHandle(Generic[R]):
     def result(self, timeout: float | None = None) -> R:
         """The child's return value. Raises WorkflowFailed or WorkflowCancelled if it
         ended so, and ``celery.exceptions.TimeoutError`` once ``timeout`` seconds (a
-        durable timer) have passed first; the child goes on running then."""
+        durable timer) have passed first; the child goes on running then. In an async
+        workflow: ``await child`` (or ``await child.result(timeout=...)``)."""
         if timeout is None:
+            if in_async_body():
+                return self._awaited()  # type: ignore[return-value]
             value: R = gather(self)[0]
             return value
         return self._result_within(timeout)
+
+    def __await__(self) -> Generator[Any, None, R]:
+        return self._awaited().__await__()
+
+    def _awaited(self) -> Any:
+        ctx = enter_body(f"awaiting {self!r}")
+        return awaited_wait(repr(self), lambda: gather_now(ctx, [self], False)[0])
 
     def _result_within(self, timeout: float) -> R:
         if timeout != timeout or timeout < 0:
@@ -94,6 +115,13 @@ class ChildHandle(Generic[R]):
         write_caught_failure(ctx)
         # The timed wait is a step of its own: replay must know whether it timed out.
         index = ctx.take_index()
+        if in_async_body():
+            label = f"{self!r}.result(timeout={timeout}) (index {index})"
+            return awaited_wait(label, lambda: self._within_at(ctx, index, timeout))  # type: ignore[return-value]
+        return self._within_at(ctx, index, timeout)
+
+    def _within_at(self, ctx: WorkflowContext, index: int, timeout: float) -> R:
+        ctx.check_stopping()
         step_input = serialization.dumps({"child": self.idx})
         recorded = ctx.history.get(index)
         deadline: float | None = None
@@ -102,7 +130,7 @@ class ChildHandle(Generic[R]):
             if recorded.status == "ok":
                 if serialization.loads(recorded.output or "{}").get("timed_out"):
                     raise self._timed_out(timeout)
-                value: R = gather(self)[0]
+                value: R = gather_now(ctx, [self], False)[0]
                 return value
             deadline = serialization.loads(recorded.output or "{}").get("deadline")
         store = ctx.store
@@ -118,7 +146,7 @@ class ChildHandle(Generic[R]):
                 record(ctx, StepRecord(index, TIMED_WAIT_STEP, "ok", step_input, outcome, None))
                 if not done:
                     raise self._timed_out(timeout)
-                value = gather(self)[0]
+                value = gather_now(ctx, [self], False)[0]
                 return value
             waiting = StepRecord(
                 index,
@@ -177,12 +205,13 @@ def item_failure(
 # -- waiting --------------------------------------------------------------------------------
 
 
-def gather(*awaitables: Awaitable | Started[Any], return_exceptions: bool = False) -> list[Any]:
+def gather(*awaitables: Awaitable | Started[Any], return_exceptions: bool = False) -> Any:
     """Wait for step futures and child handles; their results, in argument order.
 
     The run suspends (no worker held) until all have settled, then the failure of the
     first failed one is raised (StepFailed for a step, WorkflowFailed or
     WorkflowCancelled for a child); ``return_exceptions=True`` returns them in place.
+    In an async workflow, await it: ``a, b = await cd.gather(f1, f2)``.
     """
     checked: list[Awaitable] = []  # step.start() is typed as the kernel's Started
     for awaitable in awaitables:
@@ -193,9 +222,20 @@ def gather(*awaitables: Awaitable | Started[Any], return_exceptions: bool = Fals
             )
         checked.append(awaitable)
     ctx = enter_body("cd.gather()", "use handle.get() on workflow handles")
+    if in_async_body():
+        label = f"cd.gather() of steps {[a.idx for a in checked]}"
+        return awaited_wait(label, lambda: gather_now(ctx, checked, return_exceptions))
+    return gather_now(ctx, checked, return_exceptions)
+
+
+def gather_now(
+    ctx: WorkflowContext, awaitables: list[Awaitable], return_exceptions: bool
+) -> list[Any]:
+    """``gather``'s wait: returns once all have settled, or suspends the run."""
+    ctx.check_stopping()
     write_caught_failure(ctx)
-    resolved = wait_for(ctx, [a.idx for a in checked])
-    return collect(ctx, [(a, resolved[a.idx], 1) for a in checked], return_exceptions)
+    resolved = wait_for(ctx, [a.idx for a in awaitables])
+    return collect(ctx, [(a, resolved[a.idx], 1) for a in awaitables], return_exceptions)
 
 
 def collect(

@@ -41,12 +41,13 @@ class LeaseOps:
         values = params(run_id=run_id, fence=fence, lease=lease)
         return self.db.one(self.sql.runs.renew_lease, values, retry=True) is not None
 
-    def renew_leases(self, owner: str, run_ids: Sequence[str], lease: float) -> int:
-        """One statement renews all of a process's leases."""
+    def renew_leases(self, owner: str, run_ids: Sequence[str], lease: float) -> dict[str, bool]:
+        """One statement renews all of a process's leases: the runs renewed, each with
+        whether its cancellation was requested."""
         if not run_ids:
-            return 0
+            return {}
         with self.db.write(borrow=True) as conn:  # the heartbeat opens no connection
-            result = conn.execute(
+            rows = conn.execute(
                 self.sql.runs.renew_leases, params(owner=owner, ids=list(run_ids), lease=lease)
             )
-            return int(result.rowcount)
+            return {row.id: bool(row.cancel_requested) for row in rows}

@@ -22,6 +22,7 @@ import logging
 from typing import Any
 
 from celery_durable.body.context import WorkflowContext, enter_body
+from celery_durable.body.event_loop import awaited_wait, in_async_body, returned
 from celery_durable.body.replay import (
     check_replay,
     record,
@@ -53,12 +54,45 @@ def wait_step(
 ) -> Any:
     """The one suspension routine behind sleep, sleep_until and wait_for_signal.
 
-    Returns the signal's payload, or ``default`` once the deadline has passed.
+    Returns the signal's payload, or ``default`` once the deadline has passed. In an async
+    body it returns an awaitable of that: the index is taken now, in call order, and the
+    wait (which may suspend the run) happens when it is awaited.
     """
     ctx.check_stopping()
     write_caught_failure(ctx)
-    store = ctx.store
     index = ctx.take_index()
+    if not in_async_body():
+        return _wait_at(ctx, index, step_name, step_input, timeout, wake_at, signal, default)
+    label = f"{describe_call(step_name)} (index {index})"
+    recorded = ctx.history.get(index)
+    if recorded is not None and recorded.status == "ok":
+        check_replay(ctx, index, recorded, step_name, step_input)
+        return returned(label, wait_outcome(recorded.output, default))
+    return awaited_wait(
+        label,
+        lambda: _wait_at(ctx, index, step_name, step_input, timeout, wake_at, signal, default),
+    )
+
+
+def describe_call(step_name: str) -> str:
+    """How the body called the wait recorded as ``step_name``."""
+    if step_name.startswith(SIGNAL_STEP_PREFIX):
+        return f"cd.wait_for_signal({step_name[len(SIGNAL_STEP_PREFIX) :]!r})"
+    return "cd.sleep()"
+
+
+def _wait_at(
+    ctx: WorkflowContext,
+    index: int,
+    step_name: str,
+    step_input: str,
+    timeout: float | None,
+    wake_at: float | None,
+    signal: str | None,
+    default: Any,
+) -> Any:
+    ctx.check_stopping()
+    store = ctx.store
     recorded = ctx.history.get(index)
     deadline = wake_at
     if recorded is not None:
@@ -126,25 +160,27 @@ def wait_outcome(output: str | None, default: Any) -> Any:
     return default if output is None else serialization.loads(output)
 
 
-def sleep(seconds: float) -> None:
+def sleep(seconds: float) -> Any:
     """Durably sleep: the run waits ``seconds`` without holding a worker.
 
-    The timer lives in the database and fires within one ``durable_poll_interval``.
+    The timer lives in the database and fires within one ``durable_poll_interval``. In an
+    async workflow, await it: ``await cd.sleep(60)``.
     """
     ctx = enter_body("celery_durable.sleep()")
     if seconds != seconds or seconds < 0:  # NaN or negative
         raise ValueError(f"sleep(seconds) needs a non-negative number, got {seconds!r}")
-    wait_step(ctx, SLEEP_STEP, "[]", timeout=float(seconds))
+    return wait_step(ctx, SLEEP_STEP, "[]", timeout=float(seconds))
 
 
-def sleep_until(when: dt.datetime) -> None:
-    """Durably sleep until ``when`` (a naive datetime is taken as UTC)."""
+def sleep_until(when: dt.datetime) -> Any:
+    """Durably sleep until ``when`` (a naive datetime is taken as UTC); awaited in an
+    async workflow."""
     ctx = enter_body("celery_durable.sleep_until()")
     if not isinstance(when, dt.datetime):
         raise TypeError(f"sleep_until(when) needs a datetime, got {type(when).__name__}")
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.timezone.utc)
-    wait_step(ctx, SLEEP_STEP, "[]", wake_at=when.timestamp())
+    return wait_step(ctx, SLEEP_STEP, "[]", wake_at=when.timestamp())
 
 
 def wait_for_signal(name: str, timeout: float | None = None, *, default: Any = None) -> Any:
@@ -157,7 +193,8 @@ def wait_for_signal(name: str, timeout: float | None = None, *, default: Any = N
     same: the step records whether it timed out.
 
     The run is suspended while it waits (status WAITING, no worker held). Signals of one
-    name are consumed in the order sent, each by exactly one call.
+    name are consumed in the order sent, each by exactly one call. In an async workflow,
+    await it: ``await cd.wait_for_signal("approve")``.
     """
     ctx = enter_body("celery_durable.wait_for_signal()")
     check_signal_name(name)

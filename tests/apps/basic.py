@@ -484,3 +484,40 @@ async def gathers_then_dies(key: str) -> list:
         awaited(key, 1), awaited(key, 2), kills_once_siblings_recorded(key, 2)
     )
     return list(await gathered)
+
+
+@durable.step
+async def awaits_while_flagged(key: str, step: str) -> str:
+    """Announce the step started, then await (not block) while the test holds the flag."""
+    effect(key, step)
+    _redis.set(f"started:{key}:{step}", "1")
+    deadline = time.monotonic() + 120
+    while _redis.exists(f"block:{key}:{step}") and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    effect(key, f"{step}-done")
+    return step
+
+
+@durable.workflow(max_attempts=1)
+async def cancelled_at_an_await(key: str) -> list:
+    """Cancelled while it awaits its second step: that await is where it stops."""
+    return [await awaited(key, 1), await awaits_while_flagged(key, "long")]
+
+
+@durable.workflow
+async def waits_in_an_async_body(key: str) -> dict:
+    """The body API awaited: a plain def step (run off the loop), a timer, a signal and a
+    child."""
+    plain = await numbered(key, 7)
+    await cd.sleep(0.3)
+    approval = await cd.wait_for_signal("approve", timeout=120)
+    child = await gathers.start_child(f"{key}:child", 2)
+    return {"plain": plain, "approval": approval, "child": child}
+
+
+@durable.workflow(max_attempts=1)
+async def forgets_to_await(key: str) -> str:
+    effect(key, "before")
+    cd.sleep(3600)  # never awaited: the run fails instead of skipping the wait
+    effect(key, "after")
+    return "went on"

@@ -52,7 +52,7 @@ def test_async_example_gathers_its_steps_and_runs_a_plain_step_off_the_loop(tmp_
     printed = run_example("async_steps.py", tmp_path)
     assert "quote: 3.0" in printed  # (0.5 + 0.75 + 1.25) * 1.2
     assert (
-        "steps: [(0, 'fetch_price'), (1, 'fetch_price'), (2, 'fetch_price'), (3, 'tax_rate')]"
-        in printed
+        "steps: [(0, 'fetch_price'), (1, 'fetch_price'), (2, 'fetch_price'), (3, 'tax_rate'), "
+        "(4, 'sleep')]" in printed
     )
     assert "the three fetches overlapped: True" in printed

@@ -91,7 +91,7 @@ def test_the_store_works_behind_pgbouncer(bounced_store: Store, pgbouncer: PgBou
             for idx in range(3):
                 step = StepRecord(idx, "s", "ok", "[[],{}]", "1", None)
                 assert store.record_step(run_id, claim.fence, step).outcome.name == "RECORDED"
-            assert store.renew_leases("me", [run_id], 30) == 1
+            assert store.renew_leases("me", [run_id], 30) == {run_id: False}
             assert store.get_run(run_id).status == "RUNNING"
             assert store.settle_run(run_id, claim.fence, "SUCCEEDED", result="1")
 

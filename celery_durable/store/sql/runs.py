@@ -282,7 +282,13 @@ class RunStatements(Builder):
             runs.c.id.in_(bindparam("p_ids", expanding=True)),
         )
         self.release_owner = update(runs).where(owned).values(given_back).returning(runs.c.id)
-        self.renew_leases = update(runs).where(owned).values(due_at=now + bindparam("p_lease"))
+        # Says which of them were asked to cancel: an async body is interrupted at its await.
+        self.renew_leases = (
+            update(runs)
+            .where(owned)
+            .values(due_at=now + bindparam("p_lease"))
+            .returning(runs.c.id, runs.c.cancel_requested)
+        )
         self.renew_lease = (
             update(runs)
             .where(self.live)

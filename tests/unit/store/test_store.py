@@ -152,8 +152,10 @@ def test_heartbeat_renews_only_the_listed_runs_of_the_owner(store):
     for run_id in ("h1", "h2"):
         store.insert_run(new_run(run_id))
         store.claim_run(run_id, "me", lease=1)
-    assert store.renew_leases("me", ["h1", "h2"], 60) == 2
-    assert store.renew_leases("someone-else", ["h1"], 60) == 0
+    assert store.renew_leases("me", ["h1", "h2"], 60) == {"h1": False, "h2": False}
+    assert store.renew_leases("someone-else", ["h1"], 60) == {}
+    store.cancel_run("h2", "enough", 5.0)  # running: asked, for the heartbeat to tell it
+    assert store.renew_leases("me", ["h1", "h2"], 60) == {"h1": False, "h2": True}
     assert store.release_owner("someone-else", ["h1", "h2"]) == []
     assert sorted(store.release_owner("me", ["h1", "h2"])) == ["h1", "h2"]
     released = store.get_run("h1")

@@ -91,7 +91,7 @@ def test_the_heartbeat_waits_for_the_busy_connection_instead_of_opening_one(stor
     assert claim is not None
     pool = store.db.pool
     record = pool.take()  # the workflow thread is in the middle of a statement
-    renewed: list[int] = []
+    renewed: list[dict[str, bool]] = []
     heartbeat = threading.Thread(
         target=lambda: renewed.append(store.renew_leases("me", ["h1"], 30))
     )
@@ -100,7 +100,7 @@ def test_the_heartbeat_waits_for_the_busy_connection_instead_of_opening_one(stor
     assert not renewed  # waiting, not connecting
     pool.give_back(record)
     heartbeat.join(10)
-    assert renewed == [1]
+    assert renewed == [{"h1": False}]
     assert pool.size == 1 and sessions(app_name) == 1
 
 
@@ -111,7 +111,7 @@ def test_a_borrower_that_waited_too_long_uses_a_temporary_connection(store, app_
     record = pool.take()  # held far longer than the borrow timeout
     try:
         started = time.monotonic()
-        assert store.renew_leases("me", ["t1"], 30) == 1
+        assert store.renew_leases("me", ["t1"], 30) == {"t1": False}
         assert time.monotonic() - started >= ProcessPool.borrow_timeout
     finally:
         pool.give_back(record)
