@@ -290,9 +290,7 @@ def quick_heartbeat(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
         monkeypatch.delenv(f"CELERY_DURABLE_{name}", raising=False)
     app = Celery("embedded", broker="memory://")
     app.conf.task_always_eager = True
-    instance = cd.Durable(
-        app, database_url=f"sqlite:///{tmp_path}/store.sqlite3", lock_timeout=1.5
-    )
+    instance = cd.Durable(app, database_url=f"sqlite:///{tmp_path}/store.sqlite3", lock_timeout=1.5)
     instance.migrate()
     yield instance
     instance.runtime.store.dispose()
