@@ -26,6 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
+from billiard.exceptions import SoftTimeLimitExceeded
+
 T = TypeVar("T")
 
 _thread = threading.local()
@@ -57,6 +59,21 @@ def thread_loop() -> asyncio.AbstractEventLoop:
     loop: asyncio.AbstractEventLoop | None = getattr(_thread, "loop", None)
     if loop is None or loop.is_closed():
         loop = _thread.loop = asyncio.new_event_loop()
+
+        def keep_soft_time_limit(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+            # billiard raises SoftTimeLimitExceeded from a signal handler, wherever this
+            # thread is: in a plain callback (a protocol's data_received, a future's done
+            # callback), asyncio's handle runner would log it and go on, and the body
+            # would run on to the hard limit. Stop the loop instead: the body ends with it.
+            if context.get("handle") is not None and isinstance(
+                context.get("exception"), SoftTimeLimitExceeded
+            ):
+                _thread.soft_time_limit = context["exception"]
+                loop.stop()
+            else:
+                loop.default_exception_handler(context)
+
+        loop.set_exception_handler(keep_soft_time_limit)
     return loop
 
 
@@ -146,12 +163,17 @@ def _run_on_thread_loop(body: Coroutine[Any, Any, Any], interruptible: Interrupt
 
     if interruptible is not None:
         interruptible.interrupt = interrupt
+    _thread.soft_time_limit = None
     try:
         value = loop.run_until_complete(task)
     except asyncio.CancelledError:
         if interrupted.is_set():
             raise Interrupted() from None
         raise
+    except RuntimeError:  # "Event loop stopped before Future completed."
+        if _thread.soft_time_limit is None:
+            raise
+        raise _thread.soft_time_limit from None
     finally:
         if interruptible is not None:
             interruptible.interrupt = None

@@ -1,6 +1,7 @@
 """The worker bootstep that runs the sweepers (``Durable`` adds it to every ``celery worker``,
-``celery.contrib.testing`` workers too), and the warning it gives at start when another
-broker's runs share this worker's namespace.
+``celery.contrib.testing`` workers too), the warning it gives at start when another
+broker's runs share this worker's namespace, and its refusal of a green pool (gevent,
+eventlet) for an app with async workflows.
 
 Example::
 
@@ -13,10 +14,12 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
+from celery.concurrency import ALIASES
 from celery.signals import task_unknown
 
 from celery_durable.engine.announce import on_unknown_task, take_unclaimed_runs
 from celery_durable.engine.runtime import bound_runtimes
+from celery_durable.errors import ConfigurationError
 from celery_durable.store.db.outage import describe, is_unreachable, summary
 from celery_durable.store.db.unusable import app_argument, unusable
 
@@ -63,6 +66,31 @@ def warn_other_brokers(runtime: Runtime) -> list[str]:
     return others
 
 
+def refuse_green_pool(pool_cls: Any, runtimes: list[Runtime]) -> None:
+    """Raise ConfigurationError, naming the pool and the workflows, when a green pool
+    (gevent, eventlet) would run async workflows: their bodies run on an asyncio loop of
+    the thread that takes the delivery, and a pool's greenlets share one thread, so two
+    bodies at once would find each other's loop running. Plain workflows run there as
+    before."""
+    if not getattr(pool_cls, "is_green", False):
+        return
+    names = sorted(
+        name for runtime in runtimes for name, d in runtime.workflows.items() if d.is_async
+    )
+    if not names:
+        return
+    path = f"{pool_cls.__module__}:{pool_cls.__qualname__}"
+    pool = next((alias for alias, target in ALIASES.items() if target == path), path)
+    raise ConfigurationError(
+        f"celery_durable: the {pool} pool (-P {pool}) can't run async workflows, and this "
+        f"app has {len(names)}: {', '.join(names)}. An async workflow's body runs on an "
+        "asyncio event loop of the thread that takes its delivery, and green threads share "
+        "one thread. Run this app's workers with -P prefork, -P threads or -P solo; to keep "
+        f"{pool} for other tasks, give it a worker of an app without async workflows, on "
+        "queues of its own"
+    )
+
+
 class DurableSweeper(bootsteps.StartStopStep):  # type: ignore[misc]
     """A worker bootstep: runs the sweeper of every Durable bound to the worker's app.
 
@@ -75,6 +103,9 @@ class DurableSweeper(bootsteps.StartStopStep):  # type: ignore[misc]
     requires = ("celery.worker.components:Pool",)
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
+        # Here, as the worker applies its steps: before its pool starts or a message is
+        # taken (the pool class is resolved by then).
+        refuse_green_pool(worker.pool_cls, bound_runtimes(worker.app))
         self.sweepers: list[Sweeper] = []
 
     def start(self, worker: Any) -> None:

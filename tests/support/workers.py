@@ -1,4 +1,5 @@
-"""Real ``celery worker -P prefork`` subprocesses, each in its own process group."""
+"""Real ``celery worker`` subprocesses (``-P prefork`` unless told), each in its own process
+group."""
 
 from __future__ import annotations
 
@@ -120,8 +121,11 @@ class Worker(CeleryProcess):
         name: str,
         concurrency: int = 2,
         extra: tuple[str, ...] = (),
+        pool: str = "prefork",
     ) -> None:
-        command = worker_arguments(name, queues=queues, concurrency=concurrency, extra=extra)
+        command = worker_arguments(
+            name, queues=queues, pool=pool, concurrency=concurrency, extra=extra
+        )
         super().__init__(app, command, env, f"worker-{name}")
 
     def wait_ready(self, timeout: float = 60.0) -> Worker:
