@@ -91,12 +91,18 @@ def run_body(body: Coroutine[Any, Any, Any], interruptible: Interruptible | None
 
     ``interruptible.interrupt()``, from any thread, cancels the body at its current
     await; the body then raises ``Interrupted``."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
+    if not _loop_running_here():  # called outside the check: no "during handling" noise
         return _run_on_thread_loop(body, interruptible)
     context = contextvars.copy_context()  # the run's context goes with the body
     return _helper().submit(context.run, _run_on_thread_loop, body, interruptible).result()
+
+
+def _loop_running_here() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class Interrupted(BaseException):  # noqa: N818 - like CancelledError, which it replaces
@@ -209,13 +215,7 @@ def _cancel_left_behind(loop: asyncio.AbstractEventLoop) -> None:
 
 def on_loop_thread() -> bool:
     """Called from an async body's loop (not a thread it handed work to)."""
-    if not ASYNC_BODY.get():
-        return False
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+    return ASYNC_BODY.get() and _loop_running_here()
 
 
 def in_async_body() -> bool:

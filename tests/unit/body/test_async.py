@@ -247,6 +247,17 @@ def test_gathered_steps_that_fail_together_keep_the_first_failure(durable):
     assert failed == [(0, "error")]
 
 
+def test_a_failed_async_body_stores_its_own_traceback_only(durable):
+    @durable.workflow(max_attempts=1)
+    async def broken() -> None:
+        raise KeyError("missing")
+
+    with pytest.raises(WorkflowFailed) as failed:
+        broken.delay().get(timeout=5)
+    assert 'KeyError: \'missing\'' in failed.value.error_traceback
+    assert "no running event loop" not in failed.value.error_traceback  # no checks' noise
+
+
 def test_an_async_step_outside_a_workflow_is_its_coroutine(durable):
     @durable.step
     async def double(n: int) -> int:
