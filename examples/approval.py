@@ -11,14 +11,10 @@ waits.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 from celery import Celery
-from scratch import data_dir, file_broker
+from scratch import data_dir, file_broker, worker
 
 import celery_durable as cd
 from celery_durable import Durable, WorkflowCancelled
@@ -90,27 +86,8 @@ def demo() -> None:
 
 def main() -> None:
     durable.migrate()
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "--quiet",
-            "-A",
-            "approval",
-            "worker",
-            "-c",
-            "2",
-            "--loglevel=WARNING",
-        ],
-        cwd=Path(__file__).parent,
-        env={**os.environ, "APPROVAL_DIR": str(DATA)},
-    )
-    try:
+    with worker("approval", "APPROVAL_DIR", DATA, "-c", "2", "--loglevel=WARNING"):
         demo()
-    finally:
-        worker.terminate()
-        worker.wait(30)
 
 
 if __name__ == "__main__":

@@ -13,13 +13,9 @@ on a thread. The body API is awaited too: ``await cd.sleep(...)`` is a durable t
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 from celery import Celery
-from scratch import data_dir, file_broker
+from scratch import data_dir, file_broker, worker
 
 import celery_durable as cd
 from celery_durable import Durable
@@ -55,13 +51,7 @@ async def quote(skus: list[str], country: str) -> float:
 
 def main() -> None:
     durable.migrate()
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "--quiet", "-A", "async_steps", "worker"]
-        + ["-c", "1", "--loglevel=WARNING"],
-        cwd=Path(__file__).parent,
-        env={**os.environ, "ASYNC_DIR": str(DATA)},
-    )
-    try:
+    with worker("async_steps", "ASYNC_DIR", DATA, "-c", "1", "--loglevel=WARNING"):
         handle = quote.delay(["apple", "pear", "fig"], "fr")
         print("quote:", handle.get(timeout=60))
         steps = handle.steps()
@@ -72,9 +62,6 @@ def main() -> None:
         )
         overlap = fetched[-1].started_at - fetched[0].started_at < 0.3  # type: ignore[operator]
         print("the three fetches overlapped:", overlap)
-    finally:
-        worker.terminate()
-        worker.wait(30)
 
 
 if __name__ == "__main__":

@@ -12,16 +12,12 @@ producer with none of the workflow code starts a run by name.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from celery import Celery, chain, chord, group
 from celery.result import AsyncResult
-from scratch import data_dir, file_broker
+from scratch import data_dir, file_broker, worker
 
 import celery_durable as cd
 from celery_durable import Durable
@@ -123,18 +119,9 @@ def through_the_backend() -> None:
 
 def main() -> None:
     durable.migrate()
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "--quiet", "-A", "canvas", "worker"]
-        + ["-c", "2", "--loglevel=WARNING"],
-        cwd=Path(__file__).parent,
-        env={**os.environ, "CANVAS_DIR": str(DATA)},
-    )
-    try:
+    with worker("canvas", "CANVAS_DIR", DATA, "-c", "2", "--loglevel=WARNING"):
         in_the_canvas()
         through_the_backend()
-    finally:
-        worker.terminate()
-        worker.wait(30)
 
 
 if __name__ == "__main__":

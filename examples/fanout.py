@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 from celery import Celery
-from scratch import data_dir, file_broker
+from scratch import data_dir, file_broker, spawn_worker, stop_workers
 
 import celery_durable as cd
 from celery_durable import Durable
@@ -72,26 +70,8 @@ def report(doc_id: str) -> dict:
 
 
 def start_worker(name: str, queue: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "--quiet",
-            "-A",
-            "fanout",
-            "worker",
-            "-Q",
-            queue,
-            "-c",
-            "2",
-            "-n",
-            f"{name}@%h",
-            "--loglevel=WARNING",
-        ],
-        cwd=Path(__file__).parent,
-        env={**os.environ, "FANOUT_DIR": str(DATA), "FANOUT_WORKER": name},
-    )
+    options = ["-Q", queue, "-c", "2", "-n", f"{name}@%h", "--loglevel=WARNING"]
+    return spawn_worker("fanout", "FANOUT_DIR", DATA, *options, env={"FANOUT_WORKER": name})
 
 
 # --8<-- [start:driver]
@@ -115,10 +95,7 @@ def main() -> None:
     try:
         demo()
     finally:
-        for worker in workers:
-            worker.terminate()
-        for worker in workers:
-            worker.wait(30)
+        stop_workers(*workers)
 
 
 if __name__ == "__main__":

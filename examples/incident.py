@@ -19,20 +19,17 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 from celery import Celery
-from scratch import data_dir, file_broker
+from scratch import data_dir, file_broker, spawn_worker, stop_workers
 
 import celery_durable as cd
 from celery_durable import Durable, WorkflowStatus
 from celery_durable.cli import durable as durable_group
 
 DATA = data_dir("INCIDENT_DIR", driver=__name__ == "__main__")
-HERE = Path(__file__).parent
 
 # --8<-- [start:app]
 app = Celery("incident", broker="filesystem://localhost/")
@@ -75,27 +72,20 @@ def refund(order_id: int) -> str:
 # --8<-- [end:app]
 
 
-def environment(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "INCIDENT_BUG"}
-    return {**env, "INCIDENT_DIR": str(DATA), "TMPDIR": str(DATA), **extra}
-
-
 def start_worker(name: str, **extra: str) -> subprocess.Popen[bytes]:
-    command = ["worker", "-P", "prefork", "-c", "1", "-n", f"{name}@%h", "--loglevel=WARNING"]
-    return subprocess.Popen(
-        [sys.executable, "-m", "celery", "--quiet", "-A", "incident", *command],
-        cwd=HERE,
+    options = ["-P", "prefork", "-c", "1", "-n", f"{name}@%h", "--loglevel=WARNING"]
+    return spawn_worker(
+        "incident",
+        "INCIDENT_DIR",
+        DATA,
+        *options,
+        # Only the worker started with the bug has it, whatever the driver's environment.
+        env={"INCIDENT_BUG": None, "TMPDIR": str(DATA), **extra},
         start_new_session=True,
-        env=environment(**extra),
         # Its log (the bad deploy's tracebacks) goes to a file, not between the commands.
         stdout=(DATA / f"{name}.log").open("wb"),
         stderr=subprocess.STDOUT,
     )
-
-
-def stop(worker: subprocess.Popen[bytes]) -> None:
-    worker.terminate()  # a warm shutdown
-    worker.wait(60)
 
 
 def durable_command(*args: str) -> None:
@@ -128,7 +118,7 @@ def main() -> None:
         wait_for(lambda: finished(orders), 120, "the orders to finish")
         wait_for(lambda: waiting.status() is WorkflowStatus.WAITING, 60, "the refund to wait")
     finally:
-        stop(buggy)
+        stop_workers(buggy, timeout=60)
     print("# What is failing?")
     durable_command("stats")
     print("# Which runs, and why?")
@@ -148,7 +138,7 @@ def main() -> None:
         durable_command("signal", waiting.id, "approval", '"alice"')
         print(f"refund: {waiting.get(timeout=60)}")
     finally:
-        stop(fixed)
+        stop_workers(fixed, timeout=60)
 
 
 if __name__ == "__main__":

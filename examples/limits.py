@@ -12,14 +12,10 @@ with the last call's arguments. A run waiting past its deadline is cancelled.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 from celery import Celery
-from scratch import data_dir, file_broker
+from scratch import data_dir, file_broker, worker
 
 import celery_durable as cd
 from celery_durable import Durable, WorkflowCancelled
@@ -135,17 +131,8 @@ def drive() -> None:
 
 def main() -> None:
     durable.migrate()
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "--quiet", "-A", "limits", "worker"]
-        + ["-c", "2", "--loglevel=WARNING"],
-        cwd=Path(__file__).parent,
-        env={**os.environ, "LIMITS_DIR": str(DATA)},
-    )
-    try:
+    with worker("limits", "LIMITS_DIR", DATA, "-c", "2", "--loglevel=WARNING"):
         drive()
-    finally:
-        worker.terminate()
-        worker.wait(30)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 
 # --8<-- [end:tracing-imports]
-from scratch import data_dir, file_broker
+from scratch import data_dir, file_broker, worker
 
 import celery_durable as cd
 from celery_durable import Durable, WorkflowFailed
@@ -107,17 +107,6 @@ site.wsgi_app = werkzeug.middleware.dispatcher.DispatcherMiddleware(
     site.wsgi_app, {"/durable": board}
 )
 # --8<-- [end:mount]
-
-
-def start_worker() -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "celery", "--quiet", "-A", "observe", "worker"]
-        + ["-c", "1", "--loglevel=INFO"],
-        cwd=HERE,
-        env={**os.environ, "OBSERVE_DIR": str(DATA), "CELERY_DURABLE_LOG_JSON": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=WORKER_LOG.open("w"),  # its JSON lines, and Celery's own text lines
-    )
 
 
 def show_dashboard() -> None:
@@ -200,8 +189,16 @@ def show_logs(run_id: str) -> None:
 def main() -> None:
     durable.migrate()
     set_up_tracing("shop-web")
-    worker = start_worker()
-    try:
+    options = ["-c", "1", "--loglevel=INFO"]
+    with worker(
+        "observe",
+        "OBSERVE_DIR",
+        DATA,
+        *options,
+        env={"CELERY_DURABLE_LOG_JSON": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=WORKER_LOG.open("w"),  # its JSON lines, and Celery's own text lines
+    ):
         with trace.get_tracer("shop").start_as_current_span("POST /checkout") as request:
             first = checkout.apply_async((1,), run_id="order-1")
             second = checkout.apply_async((3,), run_id="order-2")
@@ -210,9 +207,6 @@ def main() -> None:
             second.get(timeout=60)
         except WorkflowFailed as exc:
             print(f"order-2 failed: {exc.error_type}: {exc.error_message}")
-    finally:
-        worker.terminate()
-        worker.wait(30)
     show_dashboard()
     scrape_metrics()
     show_trace(f"0x{request.get_span_context().trace_id:032x}")

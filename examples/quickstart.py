@@ -14,12 +14,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 from celery import Celery
-from scratch import data_dir, file_broker
+from scratch import data_dir, file_broker, spawn_worker
 
 from celery_durable import Durable
 
@@ -71,27 +69,15 @@ def checkout(order_id: int) -> dict:
 
 
 def start_worker(name: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "--quiet",
-            "-A",
-            "quickstart",
-            "worker",
-            "-P",
-            "prefork",
-            "-c",
-            "1",
-            "-n",
-            f"{name}@%h",
-            "--loglevel=WARNING",
-        ],
-        cwd=Path(__file__).parent,
-        start_new_session=True,
+    options = ["-P", "prefork", "-c", "1", "-n", f"{name}@%h", "--loglevel=WARNING"]
+    return spawn_worker(
+        "quickstart",
+        "QUICKSTART_DIR",
+        DATA,
+        *options,
         # The worker's temp files (billiard's) go in DATA too: the SIGKILL leaves them behind.
-        env={**os.environ, "QUICKSTART_DIR": str(DATA), "TMPDIR": str(DATA)},
+        env={"TMPDIR": str(DATA)},
+        start_new_session=True,
     )
 
 

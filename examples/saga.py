@@ -11,14 +11,10 @@ traveller's confirmation is rolled back by the cancel; a confirmed trip keeps bo
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 from celery import Celery
-from scratch import data_dir, file_broker
+from scratch import data_dir, file_broker, worker
 
 import celery_durable as cd
 from celery_durable import Durable, WorkflowCancelled
@@ -75,15 +71,6 @@ def trip(trip_id: str) -> dict:
 # --8<-- [end:saga]
 
 
-def start_worker() -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "celery", "--quiet", "-A", "saga", "worker"]
-    return subprocess.Popen(
-        [*command, "-c", "2", "--loglevel=WARNING"],
-        cwd=Path(__file__).parent,
-        env={**os.environ, "SAGA_DIR": str(DATA)},
-    )
-
-
 def wait_status(handle: cd.WorkflowHandle, status: cd.WorkflowStatus) -> None:
     deadline = time.monotonic() + 60
     while handle.status() is not status:
@@ -116,12 +103,8 @@ def demo() -> None:
 
 def main() -> None:
     durable.migrate()
-    worker = start_worker()
-    try:
+    with worker("saga", "SAGA_DIR", DATA, "-c", "2", "--loglevel=WARNING"):
         demo()
-    finally:
-        worker.terminate()
-        worker.wait(30)
 
 
 if __name__ == "__main__":

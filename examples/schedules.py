@@ -13,14 +13,13 @@ one.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from celery import Celery
-from scratch import data_dir, file_broker
+from scratch import data_dir, file_broker, worker
 
 from celery_durable import Durable
 
@@ -76,13 +75,7 @@ def cli(*arguments: str) -> str:
 
 def main() -> None:
     durable.migrate()
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "--quiet", "-A", "schedules", "worker"]
-        + ["-c", "2", "--loglevel=WARNING"],
-        cwd=Path(__file__).parent,
-        env={**os.environ, "SCHEDULES_DIR": str(DATA)},
-    )
-    try:
+    with worker("schedules", "SCHEDULES_DIR", DATA, "-c", "2", "--loglevel=WARNING"):
         runs = finished(heartbeat.name, 3)
         results = [durable.get_handle(run).get() for run in runs]
         slots = [dt.datetime.fromisoformat(result["slot"]) for result in results]
@@ -95,9 +88,6 @@ def main() -> None:
         print(f"{eu.rsplit(':', 3)[0]}: {durable.get_handle(eu).get()}")
         print(cli("schedules", "pause", "heartbeat").strip())
         print(cli("schedules"), end="")
-    finally:
-        worker.terminate()
-        worker.wait(30)
 
 
 if __name__ == "__main__":

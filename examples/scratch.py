@@ -1,5 +1,5 @@
 """Where an example keeps its files: one temp directory per run, removed when it ends, with
-Celery's file broker in it.
+Celery's file broker in it; and the workers an example's driver starts.
 
 ``python examples/<name>.py`` (the driver) makes the directory, hands it to the workers it
 starts through an environment variable, and removes it at exit. Every other process that
@@ -12,8 +12,12 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from time import monotonic
 from typing import Any
@@ -38,6 +42,56 @@ def data_dir(variable: str, driver: bool) -> Path:
     os.environ[variable] = path
     atexit.register(shutil.rmtree, path, ignore_errors=True)
     return Path(path)
+
+
+def spawn_worker(
+    app: str,
+    variable: str,
+    data: Path,
+    *options: str,
+    env: Mapping[str, str | None] | None = None,
+    **popen: Any,
+) -> subprocess.Popen[bytes]:
+    """Starts ``celery -A app worker OPTIONS`` in the examples' folder, ``data`` handed to it
+    in ``variable``, and returns its process (stop it with :func:`stop_workers`).
+
+    ``env`` adds variables to the driver's environment for this worker; a variable given as
+    ``None`` is not passed on. ``popen`` goes to :class:`subprocess.Popen` (its own session,
+    where its log goes)."""
+    environment = {**os.environ, variable: str(data), **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "--quiet", "-A", app, "worker", *options],
+        cwd=Path(__file__).parent,
+        env={name: value for name, value in environment.items() if value is not None},
+        **popen,
+    )
+
+
+def stop_workers(*workers: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """Warm shutdowns: each worker is asked to stop, then each is waited for, so they stop
+    together."""
+    for process in workers:
+        process.terminate()
+    for process in workers:
+        process.wait(timeout)
+
+
+@contextmanager
+def worker(
+    app: str,
+    variable: str,
+    data: Path,
+    *options: str,
+    env: Mapping[str, str | None] | None = None,
+    **popen: Any,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A worker of the example's app (see :func:`spawn_worker`) for the ``with`` block,
+    stopped at its end."""
+    process = spawn_worker(app, variable, data, *options, env=env, **popen)
+    try:
+        yield process
+    finally:
+        stop_workers(process)
 
 
 def file_broker(data: Path) -> dict[str, Any]:

@@ -13,13 +13,8 @@ A second order's card check raises PermanentError: the run fails at once, not re
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 from celery import Celery
-from scratch import data_dir, file_broker
+from scratch import data_dir, file_broker, worker
 
 import celery_durable as cd
 from celery_durable import Durable, PermanentError, WorkflowFailed
@@ -84,15 +79,6 @@ def order(order_id: str, card: str) -> dict:
 # --8<-- [end:steps]
 
 
-def start_worker() -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "celery", "--quiet", "-A", "steps", "worker"]
-    return subprocess.Popen(
-        [*command, "-c", "2", "--loglevel=WARNING"],
-        cwd=Path(__file__).parent,
-        env={**os.environ, "STEPS_DIR": str(DATA)},
-    )
-
-
 # --8<-- [start:driver]
 def demo() -> None:
     first = order.apply_async(("o-1", "visa"), run_id="order-o-1")
@@ -116,12 +102,8 @@ def demo() -> None:
 
 def main() -> None:
     durable.migrate()
-    worker = start_worker()
-    try:
+    with worker("steps", "STEPS_DIR", DATA, "-c", "2", "--loglevel=WARNING"):
         demo()
-    finally:
-        worker.terminate()
-        worker.wait(30)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 from celery import Celery
-from scratch import data_dir, file_broker
+from scratch import data_dir, file_broker, spawn_worker, stop_workers
 
 import celery_durable as cd
 from celery_durable import Durable, PermanentError, WorkflowFailed
@@ -81,12 +79,9 @@ def subscription(customer: str, period: int = 1, paid: int = 0) -> dict:
 
 
 def start_worker(code: str) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "celery", "--quiet", "-A", "subscription", "worker"]
-    return subprocess.Popen(
-        [*command, "-c", "2", "--loglevel=WARNING"],
-        cwd=Path(__file__).parent,
-        env={**os.environ, "SUBSCRIPTION_DIR": str(DATA), "SUBSCRIPTION_CODE": code},
-    )
+    options = ["-c", "2", "--loglevel=WARNING"]
+    env = {"SUBSCRIPTION_CODE": code}
+    return spawn_worker("subscription", "SUBSCRIPTION_DIR", DATA, *options, env=env)
 
 
 def wait_for(what: str, condition: object) -> None:
@@ -128,8 +123,7 @@ def main() -> None:
     try:
         demo(workers)
     finally:
-        workers[-1].terminate()
-        workers[-1].wait(30)
+        stop_workers(workers[-1])
 
 
 if __name__ == "__main__":

@@ -11,14 +11,9 @@ works on Postgres (a ``postgresql+psycopg://`` engine on the store's database).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import sqlalchemy as sa
 from celery import Celery
-from scratch import data_dir, file_broker
+from scratch import data_dir, file_broker, worker
 from sqlalchemy.orm import Session
 
 from celery_durable import Durable, WorkflowNotFound
@@ -95,28 +90,11 @@ def place_refused_order(item: str) -> None:
 def main() -> None:
     durable.migrate()
     metadata.create_all(engine)
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "--quiet",
-            "-A",
-            "transactional",
-            "worker",
-            "-c",
-            "2",
-            "--loglevel=WARNING",
-        ],
-        cwd=Path(__file__).parent,
-        env={**os.environ, "TRANSACTIONAL_DIR": str(DATA)},
-    )
     try:
-        place_order("book")
-        place_refused_order("lamp")
+        with worker("transactional", "TRANSACTIONAL_DIR", DATA, "-c", "2", "--loglevel=WARNING"):
+            place_order("book")
+            place_refused_order("lamp")
     finally:
-        worker.terminate()
-        worker.wait(30)
         engine.dispose()
 
 
