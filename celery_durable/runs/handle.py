@@ -403,48 +403,17 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
     def _wait_finished(self, timeout: float | None, interval: float) -> RunRecord:
         """Read the run until it finished; an unreachable database (a restart) is retried
         until ``timeout``, like a run that is still going."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        run: RunRecord | None = None
-        unreachable: BaseException | None = None
+        wait = _FinishWait(self, timeout)
         with self.runtime.store.listener() as listener:
             while True:
-                try:
-                    run, unreachable = self.record(), None
-                except WorkflowNotFound:
-                    if not self._awaited:
-                        raise
-                except Exception as exc:
-                    if not is_unreachable(exc):
-                        raise
-                    unreachable = exc
-                if unreachable is None and run is not None and run.status in FINISHED_STATUSES:
-                    return run
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise CeleryTimeoutError(self._timed_out(timeout, run, unreachable))
+                with wait.reading():
+                    wait.run = self.record()
+                if wait.finished is not None:
+                    return wait.finished
+                remaining = wait.remaining()
                 listener.wait_for(
                     self.id, interval if remaining is None else min(interval, remaining)
                 )
-
-    def _timed_out(
-        self, timeout: float | None, run: RunRecord | None, unreachable: BaseException | None
-    ) -> str:
-        if unreachable is None and run is not None:
-            return (
-                f"workflow run {self.id!r} did not finish within {timeout}s "
-                f"(status {run.status}); it goes on running"
-            )
-        if unreachable is None:
-            return (
-                f"workflow run {self.id!r} did not start within {timeout}s: the tasks "
-                "before it in its canvas have not finished"
-            )
-        seen = "never read" if run is None else f"last seen {run.status}"
-        cause = "" if unreachable is None else f" ({summary(unreachable)})"
-        return (
-            f"workflow run {self.id!r}: no answer within {timeout}s: the database "
-            f"{describe(self.runtime.store.url)} was unreachable{cause}; the run was {seen}"
-        )
 
     # -- from asyncio ---------------------------------------------------------------------
     # Each is awaitable and never blocks the event loop. Reads (aget, astatus, aquery's
@@ -527,29 +496,83 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
     async def _await_finished(self, timeout: float | None, interval: float | None) -> RunRecord:
         """``_wait_finished`` on the event loop: read the run each time it may have changed
         until it finished; an unreachable database is retried until ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        run: RunRecord | None = None
-        unreachable: BaseException | None = None
+        wait = _FinishWait(self, timeout)
         async with self.runtime.store.watching(self.id) as changes:
             while True:
-                try:
-                    run, unreachable = await self._arecord(), None
-                except WorkflowNotFound:
-                    if not self._awaited:
-                        raise
-                except Exception as exc:
-                    if not is_unreachable(exc):
-                        raise
-                    unreachable = exc
-                if unreachable is None and run is not None and run.status in FINISHED_STATUSES:
-                    return run
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise CeleryTimeoutError(self._timed_out(timeout, run, unreachable))
+                with wait.reading():
+                    wait.run = await self._arecord()
+                if wait.finished is not None:
+                    return wait.finished
+                remaining = wait.remaining()
                 # A canvas member's run not inserted yet, or an outage: no notification
                 # says when that changes, so poll (an insert notifies no one).
-                polled = run is None or unreachable is not None
+                polled = wait.run is None or wait.unreachable is not None
                 pause = interval
                 if pause is None:
                     pause = 0.5 if polled or not changes.notified else AWAIT_SAFETY_READ
                 await changes.wait(pause if remaining is None else min(pause, remaining))
+
+
+class _FinishWait:
+    """One wait for a run to finish (``get`` and ``aget``): what it has seen of the run,
+    its row or an outage, and how long it may still wait."""
+
+    def __init__(self, handle: WorkflowHandle, timeout: float | None) -> None:
+        self.handle = handle
+        self.timeout = timeout
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.run: RunRecord | None = None
+        self.unreachable: BaseException | None = None
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Around one read of the row, which sets ``run``: a canvas member's missing row is
+        waited for, an unreachable database retried; any other error is raised."""
+        try:
+            yield
+        except WorkflowNotFound:
+            if not self.handle._awaited:
+                raise
+        except Exception as exc:
+            if not is_unreachable(exc):
+                raise
+            self.unreachable = exc
+        else:
+            self.unreachable = None
+
+    @property
+    def finished(self) -> RunRecord | None:
+        """The run's row, once read and finished."""
+        run = self.run
+        if self.unreachable is None and run is not None and run.status in FINISHED_STATUSES:
+            return run
+        return None
+
+    def remaining(self) -> float | None:
+        """Seconds left to wait (None: no timeout); Celery's TimeoutError once none are."""
+        if self.deadline is None:
+            return None
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise CeleryTimeoutError(self.timed_out())
+        return left
+
+    def timed_out(self) -> str:
+        """Why the wait ended without the run's outcome."""
+        run_id, run, unreachable, timeout = self.handle.id, self.run, self.unreachable, self.timeout
+        if unreachable is None and run is not None:
+            return (
+                f"workflow run {run_id!r} did not finish within {timeout}s "
+                f"(status {run.status}); it goes on running"
+            )
+        if unreachable is None:
+            return (
+                f"workflow run {run_id!r} did not start within {timeout}s: the tasks "
+                "before it in its canvas have not finished"
+            )
+        seen = "never read" if run is None else f"last seen {run.status}"
+        cause = f" ({summary(unreachable)})"
+        return (
+            f"workflow run {run_id!r}: no answer within {timeout}s: the database "
+            f"{describe(self.handle.runtime.store.url)} was unreachable{cause}; the run was {seen}"
+        )

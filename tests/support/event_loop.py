@@ -19,21 +19,26 @@ T = TypeVar("T")
 
 class LagProbe:
     """A 1 ms ticker on the running loop; ``worst``: the longest it was late (seconds),
-    which is how long something held the loop without awaiting."""
+    which is how long something held the loop without awaiting, and ``worst_during``: the
+    ``phase`` the caller had named then (say which call is under way, for a failure)."""
 
     tick = 0.001
 
     def __init__(self) -> None:
         self.worst = 0.0
         self.ticks = 0
+        self.phase = "start"
+        self.worst_during = ""
         self._task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            before = loop.time()
+            before, phase = loop.time(), self.phase
             await asyncio.sleep(self.tick)
-            self.worst = max(self.worst, loop.time() - before - self.tick)
+            late = loop.time() - before - self.tick
+            if late > self.worst:
+                self.worst, self.worst_during = late, f"{phase} .. {self.phase}"
             self.ticks += 1
 
     async def __aenter__(self) -> LagProbe:
