@@ -28,6 +28,7 @@ from celery_durable.body.context import LimiterView
 from celery_durable.body.step import DEFAULT_MAX_BACKOFF, Step, StepOptions
 from celery_durable.core import validate
 from celery_durable.core.config import DurableConfig
+from celery_durable.core.off_loop import off_loop
 from celery_durable.engine import apps
 from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.runtime import Runtime
@@ -353,6 +354,21 @@ class Durable(ScheduleOperations, LimiterOperations):
             store_first = self.database_configured
         return send_signal_via_broker(
             self.runtime, run_id, name, payload, idempotency_key, store_first=store_first
+        )
+
+    async def asend_signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        idempotency_key: str | None = None,
+        *,
+        store_first: bool | None = None,
+    ) -> str:
+        """``send_signal``, awaited without blocking the event loop: it runs on a client
+        thread (the store's write, then the broker's publish); the same result and errors."""
+        return await off_loop(
+            self.send_signal, run_id, name, payload, idempotency_key, store_first=store_first
         )
 
     @property

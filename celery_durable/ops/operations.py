@@ -64,6 +64,15 @@ class Operations:
             raise WorkflowNotFound(run_id)
         return WorkflowHandle(self.runtime, run_id, run.name)
 
+    async def aget_handle(self, run_id: str) -> WorkflowHandle:
+        """``get_handle``, awaited without blocking the event loop (psycopg's
+        AsyncConnection on Postgres); WorkflowNotFound if there is no such run."""
+        validate.check_run_id(run_id)
+        run = await self.runtime.store.aget_run(run_id)
+        if run is None:
+            raise WorkflowNotFound(run_id)
+        return WorkflowHandle(self.runtime, run_id, run.name)
+
     def list_runs(
         self,
         status: str | Iterable[str] | None = None,

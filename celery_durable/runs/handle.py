@@ -24,6 +24,7 @@ from celery.result import AsyncResult
 
 from celery_durable.core import serialization, validate
 from celery_durable.core.logs import run_fields
+from celery_durable.core.off_loop import off_loop
 from celery_durable.engine.cancel import cancel
 from celery_durable.engine.publish import publish_woken
 from celery_durable.engine.runtime import runtime_of
@@ -43,6 +44,10 @@ if TYPE_CHECKING:
     from celery_durable.engine.runtime import HasRuntime, Runtime
 
 logger = logging.getLogger("celery_durable.handle")
+
+# With LISTEN, ``aget`` reads the run when a notification says it changed, and at least
+# this often (seconds): a last resort, should a change ever go unnotified.
+AWAIT_SAFETY_READ = 10.0
 
 
 def canvas_member(task: Any, task_id: str, options: dict[str, Any]) -> AsyncResult:
@@ -266,7 +271,10 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
         of ``AsyncResult.get`` (``no_ack``, ``on_message``, ...) are accepted and have no
         effect: the run is read from the database, not from the result backend.
         """
-        run = self._wait_finished(timeout, interval)
+        return self._outcome(self._wait_finished(timeout, interval), propagate)
+
+    def _outcome(self, run: RunRecord, propagate: bool) -> Any:
+        """What ``get`` gives for a finished run: its value, or its error raised."""
         if run.status == WorkflowStatus.SUCCEEDED:
             return serialization.loads(run.result) if run.result is not None else None
         error = self._outcome_error(run)
@@ -395,45 +403,176 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
     def _wait_finished(self, timeout: float | None, interval: float) -> RunRecord:
         """Read the run until it finished; an unreachable database (a restart) is retried
         until ``timeout``, like a run that is still going."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        run: RunRecord | None = None
-        unreachable: BaseException | None = None
+        wait = _FinishWait(self, timeout)
         with self.runtime.store.listener() as listener:
             while True:
-                try:
-                    run, unreachable = self.record(), None
-                except WorkflowNotFound:
-                    if not self._awaited:
-                        raise
-                except Exception as exc:
-                    if not is_unreachable(exc):
-                        raise
-                    unreachable = exc
-                if unreachable is None and run is not None and run.status in FINISHED_STATUSES:
-                    return run
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise CeleryTimeoutError(self._timed_out(timeout, run, unreachable))
+                with wait.reading():
+                    wait.run = self.record()
+                if wait.finished is not None:
+                    return wait.finished
+                remaining = wait.remaining()
                 listener.wait_for(
                     self.id, interval if remaining is None else min(interval, remaining)
                 )
 
-    def _timed_out(
-        self, timeout: float | None, run: RunRecord | None, unreachable: BaseException | None
-    ) -> str:
+    # -- from asyncio ---------------------------------------------------------------------
+    # Each is awaitable and never blocks the event loop. Reads (aget, astatus, aquery's
+    # waits) go through psycopg's AsyncConnection on Postgres and a notification wakes
+    # them; writes (asignal, acancel) run the sync method on a client thread
+    # (``core.off_loop``), so that the two can't drift apart.
+
+    async def aget(
+        self,
+        timeout: float | None = None,
+        propagate: bool = True,
+        interval: float | None = None,
+        **celery_options: Any,
+    ) -> Any:
+        """``get``, awaited: the run's return value once it finished; WorkflowFailed,
+        WorkflowCancelled or ``celery.exceptions.TimeoutError`` as ``get`` raises them.
+
+        On Postgres it waits on a notification (the event loop's one LISTEN connection),
+        not a poll: the run is read again when its row changes. ``interval``: the
+        longest wait between two reads (default: ``AWAIT_SAFETY_READ`` seconds with LISTEN,
+        a last resort; elsewhere, SQLite or PgBouncer without ``durable_listen_url``, a
+        poll growing to a quarter of a second).
+        """
+        return self._outcome(await self._await_finished(timeout, interval), propagate)
+
+    async def astatus(self) -> WorkflowStatus:
+        """``status``, awaited (psycopg's AsyncConnection on Postgres)."""
+        with self._outage_named("reading the status of workflow run"):
+            status = await self.runtime.store.aget_status(self.id)
+        if status is None:
+            raise WorkflowNotFound(self.id)
+        return WorkflowStatus(status)
+
+    async def asignal(
+        self, name: str, payload: Any = None, idempotency_key: str | None = None
+    ) -> bool:
+        """``signal``, awaited (it runs on a client thread): stored before it returns,
+        False for an ``idempotency_key`` already used; the same errors."""
+        return await off_loop(self.signal, name, payload, idempotency_key)
+
+    async def acancel(self, reason: str | None = None) -> WorkflowStatus:
+        """``cancel``, awaited (it runs on a client thread); the same errors."""
+        return await off_loop(self.cancel, reason)
+
+    async def aquery(self, key: str = "state", wait: float | None = None) -> Any:
+        """``query``, awaited: the same value and errors. Each read runs on a client
+        thread; with ``wait``, between reads it waits on a notification for the run
+        (``set_state`` notifies) on the event loop, not on the thread."""
+        if wait is None:
+            return await off_loop(self.query, key)
+        seconds = validate.parse_duration(wait, "query(wait)")
+        deadline = time.monotonic() + seconds
+        wait_for = needed(HANDLE_HOOKS.wait_for_state, "wait_for_state")
+        async with self.runtime.store.watching(self.id) as changes:
+            while True:
+                try:
+                    # One look (no wait of its own): the value, or the error that ends
+                    # the wait (WorkflowFailed, ...), or a timeout if neither yet.
+                    with self._outage_named(f"querying {key!r} of workflow run"):
+                        return await off_loop(wait_for, self.runtime.store, self.id, key, 0.0)
+                except CeleryTimeoutError:
+                    pass
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    status = await self.astatus()
+                    raise CeleryTimeoutError(
+                        f"workflow run {self.id!r} did not set {key!r} within {seconds}s "
+                        f"(status {status}); it goes on running"
+                    )
+                await changes.wait(min(remaining, AWAIT_SAFETY_READ))
+
+    async def _arecord(self) -> RunRecord:
+        """``record``, awaited."""
+        with self._outage_named("reading workflow run"):
+            run = await self.runtime.store.aget_run(self.id)
+        if run is None:
+            raise WorkflowNotFound(self.id)
+        return run
+
+    async def _await_finished(self, timeout: float | None, interval: float | None) -> RunRecord:
+        """``_wait_finished`` on the event loop: read the run each time it may have changed
+        until it finished; an unreachable database is retried until ``timeout``."""
+        wait = _FinishWait(self, timeout)
+        async with self.runtime.store.watching(self.id) as changes:
+            while True:
+                with wait.reading():
+                    wait.run = await self._arecord()
+                if wait.finished is not None:
+                    return wait.finished
+                remaining = wait.remaining()
+                # A canvas member's run not inserted yet, or an outage: no notification
+                # says when that changes, so poll (an insert notifies no one).
+                polled = wait.run is None or wait.unreachable is not None
+                pause = interval
+                if pause is None:
+                    pause = 0.5 if polled or not changes.notified else AWAIT_SAFETY_READ
+                await changes.wait(pause if remaining is None else min(pause, remaining))
+
+
+class _FinishWait:
+    """One wait for a run to finish (``get`` and ``aget``): what it has seen of the run,
+    its row or an outage, and how long it may still wait."""
+
+    def __init__(self, handle: WorkflowHandle, timeout: float | None) -> None:
+        self.handle = handle
+        self.timeout = timeout
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.run: RunRecord | None = None
+        self.unreachable: BaseException | None = None
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Around one read of the row, which sets ``run``: a canvas member's missing row is
+        waited for, an unreachable database retried; any other error is raised."""
+        try:
+            yield
+        except WorkflowNotFound:
+            if not self.handle._awaited:
+                raise
+        except Exception as exc:
+            if not is_unreachable(exc):
+                raise
+            self.unreachable = exc
+        else:
+            self.unreachable = None
+
+    @property
+    def finished(self) -> RunRecord | None:
+        """The run's row, once read and finished."""
+        run = self.run
+        if self.unreachable is None and run is not None and run.status in FINISHED_STATUSES:
+            return run
+        return None
+
+    def remaining(self) -> float | None:
+        """Seconds left to wait (None: no timeout); Celery's TimeoutError once none are."""
+        if self.deadline is None:
+            return None
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise CeleryTimeoutError(self.timed_out())
+        return left
+
+    def timed_out(self) -> str:
+        """Why the wait ended without the run's outcome."""
+        run_id, run, unreachable, timeout = self.handle.id, self.run, self.unreachable, self.timeout
         if unreachable is None and run is not None:
             return (
-                f"workflow run {self.id!r} did not finish within {timeout}s "
+                f"workflow run {run_id!r} did not finish within {timeout}s "
                 f"(status {run.status}); it goes on running"
             )
         if unreachable is None:
             return (
-                f"workflow run {self.id!r} did not start within {timeout}s: the tasks "
+                f"workflow run {run_id!r} did not start within {timeout}s: the tasks "
                 "before it in its canvas have not finished"
             )
         seen = "never read" if run is None else f"last seen {run.status}"
-        cause = "" if unreachable is None else f" ({summary(unreachable)})"
+        cause = f" ({summary(unreachable)})"
         return (
-            f"workflow run {self.id!r}: no answer within {timeout}s: the database "
-            f"{describe(self.runtime.store.url)} was unreachable{cause}; the run was {seen}"
+            f"workflow run {run_id!r}: no answer within {timeout}s: the database "
+            f"{describe(self.handle.runtime.store.url)} was unreachable{cause}; the run was {seen}"
         )

@@ -27,6 +27,7 @@ from celery_durable.body.context import WorkflowContext
 from celery_durable.core import serialization, tracing, validate
 from celery_durable.core.ids import time_ordered_id
 from celery_durable.core.logs import log_started, run_fields
+from celery_durable.core.off_loop import off_loop
 from celery_durable.engine.deadlines import deadline_of
 from celery_durable.engine.definition import WorkflowDefinition
 from celery_durable.engine.delivery import (
@@ -75,6 +76,20 @@ class WorkflowTask(Task):  # type: ignore[misc]
 
     def delay(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
         return self.apply_async(args, kwargs)
+
+    async def adelay(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
+        """``delay``, awaited without blocking the event loop: ``aapply_async(args, kwargs)``."""
+        return await self.aapply_async(args, kwargs)
+
+    async def aapply_async(
+        self, args: Any = None, kwargs: Any = None, task_id: str | None = None, **options: Any
+    ) -> WorkflowHandle:
+        """``apply_async``, awaited without blocking the event loop: the same options,
+        handle, dedup and errors, for it runs ``apply_async`` itself on a client thread
+        (``core.off_loop``; the insert and the broker's publish block there). That thread
+        is not the caller's: a framework's transaction open in the calling thread is not
+        joined (pass ``connection=``). Cancelling the await does not cancel the start."""
+        return await off_loop(self.apply_async, args, kwargs, task_id, **options)
 
     def AsyncResult(self, task_id: str, **options: Any) -> AsyncResult:  # noqa: N802 - Celery's
         """A canvas member's result: without a result backend, the run's handle."""

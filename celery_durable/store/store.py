@@ -18,14 +18,17 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
+from celery_durable.core.off_loop import off_loop
 from celery_durable.errors import ConfigurationError
 from celery_durable.store.areas import CANCEL_PARTICIPANT, STORE_AREAS, StoreArea
 from celery_durable.store.claims import ClaimOps
+from celery_durable.store.db.async_connections import AsyncConnections, Changes
 from celery_durable.store.db.connections import Connections, parse_listen_url, parse_url
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.db.foreign import ForeignTransaction
@@ -90,6 +93,8 @@ class Store(
         self.db = Connections(
             self.url, pgbouncer=pgbouncer, listen_url=parse_listen_url(listen_url)
         )
+        # The asyncio client's reads and LISTEN (``aget_run``, ``watching``).
+        self.async_db = AsyncConnections(self.db, self.notify_channel, self.namespace)
         self.dispatcher = dispatcher
         self.dialect: Dialect = self.db.dialect
         self.sql = Statements(self.tables, self.dialect, namespace, dispatcher)
@@ -112,6 +117,7 @@ class Store(
     def dispose(self) -> None:
         self.db.dispose()
         Listener.close_cached(self.db)
+        self.async_db.close()
 
     def listener(self) -> Listener:
         """Wait for runs to change (LISTEN/NOTIFY on Postgres, polling on SQLite)."""
@@ -378,6 +384,29 @@ class Store(
     def get_status(self, run_id: str) -> str | None:
         status: str | None = self._scalar(self.sql.runs.get_status, run_id=run_id)
         return status
+
+    # -- reads from asyncio ------------------------------------------------------------------
+    # On Postgres through psycopg's AsyncConnection; SQLite's driver has no async API, so
+    # there the sync read runs on a client thread (``core.off_loop``).
+
+    async def aget_run(self, run_id: str) -> RunRecord | None:
+        """``get_run``, awaited without blocking the event loop."""
+        if not self.is_postgres:
+            return await off_loop(self.get_run, run_id)
+        row = await self.async_db.one(self.sql.runs.get_run, params(run_id=run_id))
+        return None if row is None else RunRecord(*row)
+
+    async def aget_status(self, run_id: str) -> str | None:
+        """``get_status``, awaited without blocking the event loop."""
+        if not self.is_postgres:
+            return await off_loop(self.get_status, run_id)
+        row = await self.async_db.one(self.sql.runs.get_status, params(run_id=run_id))
+        return None if row is None else str(row[0])
+
+    def watching(self, run_id: str) -> AbstractAsyncContextManager[Changes]:
+        """Wait for ``run_id`` to change from asyncio (``listener``'s counterpart): a
+        NOTIFY on the event loop's LISTEN connection on Postgres, polling on SQLite."""
+        return self.async_db.watching(run_id)
 
     def now(self) -> float:
         return float(self._scalar(self.sql.runs.now_value))

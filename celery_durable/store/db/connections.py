@@ -300,7 +300,7 @@ class Connections:
             with self.write() as conn:
                 row = conn.execute(stmt, params).first()
                 return None if row is None else tuple(row)
-        compiled = self._compile(stmt, relaxed)
+        compiled = self.compiled(stmt, relaxed)
         sql, values = compiled.sql, compiled.args(params)
         pool = self.pool
         for last_try in (not retry, True):
@@ -320,7 +320,7 @@ class Connections:
                 pool.give_back(record)
         raise AssertionError("unreachable")
 
-    def _compile(self, stmt: Any, relaxed: bool = False) -> RawStatement:
+    def compiled(self, stmt: Any, relaxed: bool = False) -> RawStatement:
         """The statement compiled once, encoded, with ``$n`` placeholders (``db/raw.py``:
         psycopg would re-parse a long one's text on every execute)."""
         compiled = self._compiled.get((id(stmt), relaxed))
@@ -343,7 +343,7 @@ class Connections:
                     if isinstance(stmt, str):
                         cursor.execute(stmt)
                     else:
-                        compiled = self._compile(stmt)
+                        compiled = self.compiled(stmt)
                         cursor.execute(compiled.sql, compiled.args(values))
                     cursors.append(cursor)
             return [c.fetchone() if c.description is not None else None for c in cursors]
@@ -383,21 +383,36 @@ class Connections:
 
     def listen_connection(self) -> Any:
         """A new autocommit psycopg connection for LISTEN, outside the pool."""
+        conninfo, extra = self.target(listen=True)
+        return psycopg.connect(conninfo, autocommit=True, **extra)
+
+    def target(self, *, listen: bool) -> tuple[str, dict[str, Any]]:
+        """Where a connection outside the pool goes, and its psycopg keywords: for LISTEN
+        (``listen``), ``listen_connection``'s; else a reader's, with the pool's keywords
+        (the asyncio client's connections, ``async_connections``)."""
+        if not listen:
+            url = self.url.set(drivername="postgresql")
+            return url.render_as_string(hide_password=False), self.connect_args()
         extra: dict[str, Any] = {}
         if self.pgbouncer and self.listen_url is None:
             extra["prepare_threshold"] = None
-        return self._own_connection(extra)
+        return self._own_target(extra)
 
     def _own_connection(self, extra: dict[str, Any]) -> Any:
-        """A new autocommit psycopg connection outside the pool, to ``listen_url`` if set:
-        client keepalives and the store's application name unless the URL sets them."""
+        """A new autocommit psycopg connection outside the pool (``_own_target``)."""
+        conninfo, extra = self._own_target(extra)
+        return psycopg.connect(conninfo, autocommit=True, **extra)
+
+    def _own_target(self, extra: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """A connection of one's own, to ``listen_url`` if set: client keepalives and the
+        store's application name unless the URL sets them."""
         url = (self.listen_url or self.url).set(drivername="postgresql")
         extra = {**_keepalives(url), **extra}
         if "application_name" not in url.query:
             extra["application_name"] = APP_NAME
         if "options" in url.query:
             extra.pop("options", None)  # the URL's own server options win
-        return psycopg.connect(url.render_as_string(hide_password=False), autocommit=True, **extra)
+        return url.render_as_string(hide_password=False), extra
 
     @property
     def holds_sessions(self) -> bool:
@@ -417,7 +432,7 @@ class Connections:
 
     def execute_on(self, driver: Any, stmt: Any, params: dict[str, Any]) -> Any:
         """Run ``stmt`` on a psycopg connection of one's own; its first row (or None)."""
-        compiled = self._compile(stmt)
+        compiled = self.compiled(stmt)
         with psycopg.RawCursor(driver) as cursor:
             cursor.execute(compiled.sql, compiled.args(params))
             return cursor.fetchone()
