@@ -47,7 +47,7 @@ from celery_durable.schedules.report import SCHEDULE_LAG
 from celery_durable.schedules.store import SCHEDULES
 from celery_durable.store.areas import STORE_AREAS
 from celery_durable.waits.signals import SignalQueue, register_tasks, send_signal
-from celery_durable.waits.state import query, wait_for_state
+from celery_durable.waits.state import look_for_state, query, wait_for_state
 from celery_durable.waits.store_area import WAITS
 
 # The wings' store areas, the wings behind a run handle's verbs, and their parts of the
@@ -62,6 +62,7 @@ STORE_AREAS.add(FANOUT)  # ``store.fanout``
 HANDLE_HOOKS.signal = send_signal
 HANDLE_HOOKS.query = query
 HANDLE_HOOKS.wait_for_state = wait_for_state
+HANDLE_HOOKS.look_for_state = look_for_state
 WING_PARTS.add_page(SCHEDULES_PAGE)
 WING_PARTS.add_actions(SCHEDULE_ACTIONS)
 WING_PARTS.add_section(LIMITERS_SECTION)

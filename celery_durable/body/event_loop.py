@@ -120,40 +120,14 @@ def _helper() -> ThreadPoolExecutor:
 _helper_pool: ThreadPoolExecutor | None = None
 _helper_lock = threading.Lock()
 
-# Threads that write an async body's records: concurrent steps commit at once (each on
-# a pooled connection of its own) instead of one after another on the loop's thread.
-# Few, because each holds a connection while it writes.
-WRITER_THREADS = 4
-_writer_pool: ThreadPoolExecutor | None = None
-
 
 def _forget_pools_after_fork() -> None:
-    # A forked child has none of the parent's threads: it makes its own pools.
-    global _helper_pool, _writer_pool
-    _helper_pool = _writer_pool = None
+    # A forked child has none of the parent's threads: it makes its own pool.
+    global _helper_pool
+    _helper_pool = None
 
 
 os.register_at_fork(after_in_child=_forget_pools_after_fork)
-
-
-def off_loop(fn: Callable[..., T], *args: Any) -> Coroutine[Any, Any, T]:
-    """``fn(*args)`` on a writer thread, in this context: a store write of an async body
-    that doesn't hold up the loop, nor the other branches' writes."""
-    global _writer_pool
-    with _helper_lock:
-        if _writer_pool is None:
-            _writer_pool = ThreadPoolExecutor(
-                WRITER_THREADS, thread_name_prefix="celery-durable-writer"
-            )
-        pool = _writer_pool
-    context = contextvars.copy_context()
-    return _in_pool(pool, context, fn, *args)
-
-
-async def _in_pool(
-    pool: ThreadPoolExecutor, context: contextvars.Context, fn: Callable[..., T], *args: Any
-) -> T:
-    return await asyncio.get_running_loop().run_in_executor(pool, context.run, fn, *args)
 
 
 def _run_on_thread_loop(body: Coroutine[Any, Any, Any], interruptible: Interruptible | None) -> Any:

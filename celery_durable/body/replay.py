@@ -12,8 +12,9 @@ from contextlib import contextmanager
 from typing import NoReturn
 
 from celery_durable.body.context import WorkflowContext
-from celery_durable.body.event_loop import off_loop, others_running, uninterrupted
+from celery_durable.body.event_loop import others_running, uninterrupted
 from celery_durable.core import faults
+from celery_durable.core.off_loop import off_loop
 from celery_durable.errors import (
     LeaseLost,
     NonDeterminismError,

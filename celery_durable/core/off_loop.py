@@ -2,7 +2,8 @@
 threads per process.
 
 The async client (``await wf.adelay()``, ``await handle.asignal()``...) runs the sync code
-of a start, a signal or a cancel on these threads, so the two can't drift apart. The pool is
+of a start, a signal or a cancel on these threads, so the two can't drift apart; an async
+body writes the records of steps that finish together on them, so they commit together. The pool is
 made on first use, holds at most ``MAX_THREADS`` threads whatever the number of calls (a
 call waits for a free thread rather than starting one), and is made anew in a forked
 child, whose copy of the parent's has no threads.

@@ -466,19 +466,17 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
             return await off_loop(self.query, key)
         seconds = validate.parse_duration(wait, "query(wait)")
         deadline = time.monotonic() + seconds
-        wait_for = needed(HANDLE_HOOKS.wait_for_state, "wait_for_state")
+        validate.check_text(key, "query(key)", max_chars=255, allow_empty=False)
+        look = needed(HANDLE_HOOKS.look_for_state, "look_for_state")
         async with self.runtime.store.watching(self.id) as changes:
             while True:
-                try:
-                    # One look (no wait of its own): the value, or the error that ends
-                    # the wait (WorkflowFailed, ...), or a timeout if neither yet.
-                    with self._outage_named(f"querying {key!r} of workflow run"):
-                        return await off_loop(wait_for, self.runtime.store, self.id, key, 0.0)
-                except CeleryTimeoutError:
-                    pass
+                # One look: the value, or the error that ends the wait (WorkflowFailed...).
+                with self._outage_named(f"querying {key!r} of workflow run"):
+                    found, value, status = await off_loop(look, self.runtime.store, self.id, key)
+                if found:
+                    return value
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    status = await self.astatus()
                     raise CeleryTimeoutError(
                         f"workflow run {self.id!r} did not set {key!r} within {seconds}s "
                         f"(status {status}); it goes on running"

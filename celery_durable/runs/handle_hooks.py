@@ -31,6 +31,8 @@ class HandleHooks:
     query: Callable[[Store, str, str], Any] | None = None
     # (store, run id, key, seconds) -> the value, once set
     wait_for_state: Callable[[Store, str, str, float], Any] | None = None
+    # (store, run id, key) -> (set yet, the value, the run's status), without waiting
+    look_for_state: Callable[[Store, str, str], tuple[bool, Any, str]] | None = None
 
 
 def needed(hook: Hook | None, name: str) -> Hook:

@@ -70,28 +70,38 @@ def wait_for_state(store: Store, run_id: str, key: str, wait: float) -> Any:
     deadline = time.monotonic() + wait
     with store.listener() as listener:
         while True:
-            run = store.get_run(run_id)  # before the value: a set, then an end
-            value = WAITS.of(store).get_state(run_id, key)
-            if value is not None:
-                return serialization.loads(value)
-            if run is None:
-                raise WorkflowNotFound(run_id)
-            if run.status == "CANCELLED":
-                raise WorkflowCancelled(run_id, run.cancel_reason)
-            if run.status in ("FAILED", "SUCCEEDED"):
-                if run.status == "SUCCEEDED":
-                    raise UnknownQuery(f"workflow run {run_id!r} succeeded without setting {key!r}")
-                error = serialization.decode_error(run.error) if run.error else {}
-                raise WorkflowFailed(
-                    run_id,
-                    error.get("type", "unknown"),
-                    error.get("message", ""),
-                    error.get("traceback", ""),
-                )
+            found, value, status = look_for_state(store, run_id, key)
+            if found:
+                return value
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise CeleryTimeoutError(
                     f"workflow run {run_id!r} did not set {key!r} within {wait}s "
-                    f"(status {run.status}); it goes on running"
+                    f"(status {status}); it goes on running"
                 )
             listener.wait_for(run_id, min(0.5, remaining))
+
+
+def look_for_state(store: Store, run_id: str, key: str) -> tuple[bool, Any, str]:
+    """One look for ``query(key)``, without waiting: (True, the value, status) once set,
+    (False, None, status) while the run may still set it; WorkflowNotFound,
+    WorkflowFailed, WorkflowCancelled or UnknownQuery once it can't."""
+    run = store.get_run(run_id)  # before the value: a set, then an end
+    value = WAITS.of(store).get_state(run_id, key)
+    if value is not None:
+        return True, serialization.loads(value), run.status if run else "unknown"
+    if run is None:
+        raise WorkflowNotFound(run_id)
+    if run.status == "CANCELLED":
+        raise WorkflowCancelled(run_id, run.cancel_reason)
+    if run.status == "SUCCEEDED":
+        raise UnknownQuery(f"workflow run {run_id!r} succeeded without setting {key!r}")
+    if run.status == "FAILED":
+        error = serialization.decode_error(run.error) if run.error else {}
+        raise WorkflowFailed(
+            run_id,
+            error.get("type", "unknown"),
+            error.get("message", ""),
+            error.get("traceback", ""),
+        )
+    return False, None, run.status

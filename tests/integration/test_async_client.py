@@ -27,7 +27,7 @@ from celery_durable.store.db.async_connections import READERS
 from celery_durable.store.db.listener import Listener
 from tests.support.event_loop import LagProbe, await_until
 from tests.support.pgconns import backends_held_by, named_url
-from tests.support.services import BROKER_URL, unique
+from tests.support.services import BROKER_URL, PG_URL, unique
 from tests.support.waiting import wait_until
 
 # No call may hold the loop this long (the benchmark measures the real figure).
@@ -169,6 +169,38 @@ def test_no_connection_or_thread_outlives_its_loop(basic_app, shared_worker, key
             assert 1 <= held <= READERS + 1  # readers and one LISTEN connection
             assert backends_held_by(os.getpid(), name) == []  # closed with the loop
         assert threading.active_count() == threads_before
+    finally:
+        pending.cancel()
+        counted.runtime.store.dispose()
+
+
+def test_aquery_waits_on_the_loop_without_opening_a_listen_connection_per_look(
+    basic_app, shared_worker, key, monkeypatch
+):
+    """aquery(wait=) looks on client threads and waits on the loop's one LISTEN connection:
+    a look opens no LISTEN connection of its own (one per look, opened and closed)."""
+    app = Celery(unique("aquery-counted"), broker=BROKER_URL)
+    counted = Durable(app, database_url=PG_URL)
+    pending = basic_app.long_sleeper.delay(f"{key}-waits")
+    db = counted.runtime.store.db
+    opened: list[int] = []
+    listen_connection = db.listen_connection
+
+    def counting() -> object:
+        opened.append(1)
+        return listen_connection()
+
+    monkeypatch.setattr(db, "listen_connection", counting)
+
+    async def client() -> list[object]:
+        waits = WorkflowHandle(counted, pending.id)
+        looks = (waits.aquery("never-set", wait=0.3) for _ in range(12))
+        return await asyncio.gather(*looks, return_exceptions=True)
+
+    try:
+        outcomes = asyncio.run(client())
+        assert all(isinstance(o, CeleryTimeoutError) for o in outcomes), outcomes
+        assert opened == []
     finally:
         pending.cancel()
         counted.runtime.store.dispose()

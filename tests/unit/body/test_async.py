@@ -390,5 +390,5 @@ def test_a_record_is_written_off_the_loop_while_other_steps_run(durable, monkeyp
 
     assert flow.delay().get(timeout=5) == [0.01, 0.3]
     first, second = writers
-    assert first[0] == 0 and first[1].startswith("celery-durable-writer")  # the other ran on
+    assert first[0] == 0 and first[1].startswith("celery_durable-client")  # the other ran on
     assert second == (1, loop_threads[0])  # alone by then: written on the loop
