@@ -326,10 +326,8 @@ def run_only(
 ) -> int:
     """``--limits-only``: migrate, one durable worker, the idle rate, the limiter figures;
     prints them and writes the JSON; clean up."""
-    import os
-
     from benchmarks import app as bench
-    from benchmarks.render import write_json
+    from benchmarks.render import report_phase
 
     r: dict[str, Any] = {}
     try:
@@ -339,26 +337,6 @@ def run_only(
         r["limits"] = run(b, method, scale, idle.others / idle.seconds, progress)
     finally:
         teardown()
-    figures = limits_figures(r)
-    doc = {
-        "schema": 1,
-        "run_id": b.run_id,
-        "started_at": wall_start,
-        "limits_only": True,
-        "quick": args.quick,
-        "throughput_method": asdict(method),
-        "machine": {**machine, "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
-        "settings": {"database_url": args.database_url, "broker": args.redis_url},
-        "figures": {f.name: f.as_dict() for f in figures},
-        "targets": limits_targets(r),
-        "raw": r,
-        "runtime_s": time.time() - wall_start,
-        "json_path": str(args.json),
-    }
-    write_json(doc, args.json)
-    for f in figures:
-        print(f"{f.label}: {f.value:.2f} {f.unit}  ({f.note})")
-    for t in doc["targets"]:
-        verdict = "PASS" if t["pass"] else "FAIL"
-        print(f"[{verdict}] {t['target']}: {t['value']:.2f} {t['op']} {t['threshold']:g}")
+    figures, targets = limits_figures(r), limits_targets(r)
+    report_phase("limits", args, b.run_id, method, machine, figures, targets, r, wall_start)
     return 0

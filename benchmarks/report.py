@@ -147,6 +147,9 @@ def build_figures(r: dict[str, Any]) -> list[Figure]:
     from benchmarks.limits import limits_figures
 
     figures.extend(limits_figures(r))
+    from benchmarks.aio import async_figures
+
+    figures.extend(async_figures(r))
     return figures
 
 
