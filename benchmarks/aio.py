@@ -372,45 +372,36 @@ def async_figures(r: dict[str, Any]) -> list[Any]:
     return figures
 
 
-def _target(name: str, value: float, op: str, threshold: float, note: str = "") -> Any:
-    ok = value >= threshold if op == ">=" else value <= threshold
-    return {
-        "target": name,
-        "value": value,
-        "op": op,
-        "threshold": threshold,
-        "pass": ok,
-        "note": note,
-    }
-
-
 def async_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
+    from benchmarks.render import target
+
     if "async" not in r:
         return []
     x = r["async"]
     g, p = x["gather"], x["producer"]
     return [
-        _target(
+        target(
             "async 3-step throughput / sync 3-step, same rounds",
             x["throughput_ratio"]["ratio"],
             ">=",
             RATIO_TARGET,
         ),
-        _target(
+        target(
             f"a gather of {g['steps']} async steps of {g['io_s']:g} s, first delivery to "
             "finish, p50 (s)",
             g["gathered"]["p50_s"],
             "<=",
             GATHER_TARGET_S,
-            f"max {g['gathered']['max_s']:.2f} s; in sequence p50 {g['sequence']['p50_s']:.2f} s",
+            note=f"max {g['gathered']['max_s']:.2f} s; "
+            f"in sequence p50 {g['sequence']['p50_s']:.2f} s",
         ),
-        _target(
+        target(
             f"asyncio producer of {p['runs']:,} runs: event-loop lag p99 (ms)",
             p["lag"]["p99_ms"],
             "<=",
             LAG_P99_TARGET_MS,
         ),
-        _target(
+        target(
             "asyncio producer starts/s / the thread pool's",
             p["starts_ratio"]["ratio"],
             ">=",

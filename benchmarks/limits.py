@@ -277,25 +277,14 @@ def limits_figures(r: dict[str, Any]) -> list[Any]:
     return figures
 
 
-def _target(name: str, value: float, op: str, threshold: float, ok: bool, note: str = "") -> Any:
-    return {
-        "target": name,
-        "value": value,
-        "op": op,
-        "threshold": threshold,
-        "pass": ok,
-        "note": note,
-    }
-
-
 def limits_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
+    from benchmarks.render import target
+
     if "limits" not in r:
         return []
     x, rate = r["limits"], r["limits"]["rate"]
     targets = [
-        _target(
-            f"durable {label} / unlimited, same rounds", q, ">=", RATIO_TARGET, q >= RATIO_TARGET
-        )
+        target(f"durable {label} / unlimited, same rounds", q, ">=", RATIO_TARGET)
         for label, q in (
             ("3-step run behind an ample run limiter", x["ratios"][LIMITED_RUN]["ratio"]),
             ("3 steps each behind an ample step limiter", x["ratios"][LIMITED_STEPS]["ratio"]),
@@ -304,10 +293,9 @@ def limits_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
     ok = abs(rate["error"]) <= RATE_TOLERANCE and rate["saturated"]
     name = f"rate limiter: step starts/s over {rate['window_s']:g} s, saturated"
     op = f"within {RATE_TOLERANCE:.0%} of"
+    error = f"{rate['error']:+.1%}"
     targets.append(
-        _target(
-            name, rate["achieved_per_s"], op, rate["declared_per_s"], ok, f"{rate['error']:+.1%}"
-        )
+        target(name, rate["achieved_per_s"], op, rate["declared_per_s"], ok=ok, note=error)
     )
     return targets
 

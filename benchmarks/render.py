@@ -214,6 +214,34 @@ def write_json(doc: dict[str, Any], path: Path) -> None:
     path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
 
 
+def target(
+    name: str,
+    value: float,
+    op: str,
+    threshold: float,
+    slack: float = 0.0,
+    note: str = "",
+    *,
+    ok: bool | None = None,
+) -> dict[str, Any]:
+    """A target's verdict as the JSON keeps it: ``value`` ``op`` ``threshold`` within
+    ``slack`` (a measurement tolerance), or ``ok``, given, for any other ``op``."""
+    if ok is None:
+        ok = {
+            ">=": value >= threshold - slack,
+            "<=": value <= threshold + slack,
+            "<": value < threshold,
+        }[op]
+    return {
+        "target": name,
+        "value": value,
+        "op": op,
+        "threshold": threshold,
+        "pass": ok,
+        "note": note,
+    }
+
+
 def report_phase(
     phase: str,
     args: Any,
