@@ -244,22 +244,15 @@ def producer(b: Bench, n: int, rounds: int) -> dict[str, Any]:
             batches[name].append(_batch(b, name, n))
     lags = [lag for x in batches["asyncio"] for lag in x.pop("lags")]
     idle = [lag for x in batches["asyncio"] for lag in x.pop("idle_lags")]
-    ratios = [
-        a["starts_per_s"] / t["starts_per_s"]
-        for a, t in zip(batches["asyncio"], batches["thread_pool"], strict=True)
-    ]
+    # Each round's pair of batches seconds apart, as throughput.compare's kinds.
+    rates = {name: {"rates": [x["starts_per_s"] for x in runs]} for name, runs in batches.items()}
     return {
         "runs": n,
         "rounds": rounds,
         "threads": PRODUCER_THREADS,
         "lag": {**summary_ms(lags), "ticks": len(lags)},
         "idle_lag": summary_ms(idle),
-        "starts_ratio": {
-            "ratio": statistics.median(ratios),
-            "ratio_min": min(ratios),
-            "ratio_max": max(ratios),
-            "ratios": ratios,
-        },
+        "starts_ratio": throughput.ratio_between({"kinds": rates}, "asyncio", "thread_pool"),
         **{
             name: {
                 "starts_per_s": statistics.median(x["starts_per_s"] for x in runs),
@@ -437,5 +430,5 @@ def run_only(
     finally:
         teardown()
     figures, targets = async_figures(r), async_targets(r)
-    report_phase("async", args, b.run_id, method, machine, figures, targets, r, wall_start)
+    report_phase("async", args, b.run_id, method, machine, figures, targets, r, wall_start, METHODS)
     return 0

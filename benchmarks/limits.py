@@ -326,5 +326,7 @@ def run_only(
     finally:
         teardown()
     figures, targets = limits_figures(r), limits_targets(r)
-    report_phase("limits", args, b.run_id, method, machine, figures, targets, r, wall_start)
+    report_phase(
+        "limits", args, b.run_id, method, machine, figures, targets, r, wall_start, METHODS
+    )
     return 0

@@ -252,6 +252,7 @@ def report_phase(
     targets: list[dict[str, Any]],
     raw: dict[str, Any],
     wall_start: float,
+    methods: dict[str, str],
 ) -> dict[str, Any]:
     """A ``--<phase>-only`` run's JSON document (written to ``args.json``), its figures
     and targets printed; returns the document."""
@@ -269,6 +270,7 @@ def report_phase(
         "settings": {"database_url": args.database_url, "broker": args.redis_url},
         "figures": {f.name: f.as_dict() for f in figures},
         "targets": targets,
+        "methods": methods,
         "raw": raw,
         "runtime_s": time.time() - wall_start,
         "json_path": str(args.json),
