@@ -13,6 +13,7 @@ machine's clock.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -289,6 +290,64 @@ def rate_stamp(key: str) -> float:
 def rate_flow(key: str) -> float:
     """One step behind ``rated``: the rate-accuracy figure."""
     return rate_stamp(key)
+
+
+# -- async bodies (issue 44): the figures of ``benchmarks/aio.py`` -------------------------
+
+
+@durable.step(name="benchmarks.async_noop_step")
+async def async_noop_step(i: int) -> int:
+    return i
+
+
+@durable.workflow(name="benchmarks.async_three_steps")
+async def async_three_steps() -> int:
+    """``three_steps`` in an ``async def`` body: three no-op ``async def`` steps, awaited
+    one after another."""
+    total = 0
+    for i in range(3):
+        total += await async_noop_step(i)
+    return total
+
+
+@durable.step(name="benchmarks.async_io_step")
+async def async_io_step(i: int, seconds: float) -> int:
+    """``seconds`` of I/O (a call to another service, say) that leaves the loop free."""
+    await asyncio.sleep(seconds)
+    return i
+
+
+@durable.workflow(name="benchmarks.async_gather")
+async def async_gather(k: int, seconds: float) -> list[int]:
+    """``k`` steps of ``seconds`` of I/O each, gathered: they wait at the same time."""
+    return list(await asyncio.gather(*(async_io_step(i, seconds) for i in range(k))))
+
+
+@durable.workflow(name="benchmarks.async_sequence")
+async def async_sequence(k: int, seconds: float) -> list[int]:
+    """The same ``k`` steps awaited one after another: ``async_gather``'s comparison."""
+    return [await async_io_step(i, seconds) for i in range(k)]
+
+
+@durable.step(name="benchmarks.async_numbered")
+async def async_numbered(key: str, n: int) -> int:
+    """Step ``n`` of ``async_five_steps``, kept in Redis as the tests' ``numbered`` step
+    (the keys ``benchmarks/liveness.py`` reads): counted under ``effects:<key>:s<n>``,
+    announced under ``started:<key>:s<n>``, then awaiting (bounded) while the driver holds
+    ``block:<key>:s<n>``."""
+    step = f"s{n}"
+    _redis.incr(f"effects:{key}:{step}")
+    _redis.set(f"started:{key}:{step}", "1")
+    deadline = time.monotonic() + 120
+    while _redis.exists(f"block:{key}:{step}") and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return n * 10
+
+
+@durable.workflow(name="benchmarks.async_five_steps")
+async def async_five_steps(key: str) -> list[int]:
+    """The tests' ``five_steps`` in an ``async def`` body: the async liveness figure."""
+    return [await async_numbered(key, n) for n in range(1, 6)]
 
 
 @task_prerun.connect

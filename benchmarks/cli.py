@@ -168,6 +168,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "interrupted step's start elsewhere, both brokers, and plain acks_late anchors)",
     )
     parser.add_argument(
+        "--async-only",
+        action="store_true",
+        help="only the async figures (async against sync 3-step throughput, a gather of 10 "
+        "I/O steps against the same in sequence, SIGKILL of an async run to its step's "
+        "start elsewhere, an asyncio producer's loop lag and starts/s against a thread "
+        "pool); prints them and writes the JSON",
+    )
+    parser.add_argument(
         "--bigmap-only",
         action="store_true",
         help="only the map of 100,000 items with batch_size='auto' (quick: 2,000): time, "
@@ -220,8 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     os.environ.update(env)
     # Imported after the environment is set: the app reads it at import.
-    from benchmarks import app as bench
     from benchmarks import (
+        aio,
         bigmap,
         fanout,
         limits,
@@ -232,9 +240,17 @@ def main(argv: list[str] | None = None) -> int:
         throughput,
         windows,
     )
+    from benchmarks import app as bench
     from benchmarks.db import Monitor
     from benchmarks.report import machine_info
 
+    phases = [name for name, chosen in vars(args).items() if name.endswith("_only") and chosen]
+    if args.async_only or not phases:  # before minutes of other figures, not after
+        try:
+            aio.require_client()
+        except aio.AsyncClientMissing as exc:
+            print(f"python -m benchmarks: {exc}", file=sys.stderr)
+            return 2
     log_dir = args.log_dir / run_id
     log_dir.mkdir(parents=True, exist_ok=True)
     rds = redis.Redis.from_url(args.redis_url, decode_responses=True)
@@ -293,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             progress,
             wall_start,
         )
+    if args.async_only:
+        return aio.run_only(args, b, method, start_worker, teardown, machine, progress, wall_start)
     if args.fanout_only:
         try:
             bench.durable.migrate()

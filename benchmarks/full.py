@@ -48,8 +48,8 @@ class Session:
 def run(session: Session) -> int:
     """Every phase, the report printed, the JSON written."""
     # Imported here: the app reads the run's environment at import.
-    from benchmarks import app as bench
     from benchmarks import (
+        aio,
         batches,
         bigmap,
         fanout,
@@ -61,6 +61,7 @@ def run(session: Session) -> int:
         scale_report,
         throughput,
     )
+    from benchmarks import app as bench
     from benchmarks import scale as scaling
     from benchmarks.report import METHODS, build_figures, build_targets, render, write_json
 
@@ -162,6 +163,8 @@ def run(session: Session) -> int:
             r["commits"]["idle_commits_per_s"],
             progress,
         )
+        # -- async bodies against sync ones, a gather, an asyncio producer (same worker) ----
+        r["async"] = aio.run(b, method, aio.scale_for(args.quick), progress)
         r["fill"] = fill(monitor, scale, queue)
         progress(f"filled {scale.fill_runs:,} finished runs in {r['fill']['seconds']:.1f}s")
         r["throughput_filled"] = step(
@@ -209,6 +212,7 @@ def run(session: Session) -> int:
         # -- recovery: a SIGKILL to the resumed step, both brokers (workers of their own) --
         if not args.quick:  # minutes of kills; tests/integration/test_benchmarks.py runs one
             r["liveness"] = liveness.run_all(progress)
+        r["async"]["recovery"] = aio.recovery(aio.scale_for(args.quick), progress)  # quick: 1
         # -- long-lived: the sweeper among waiting runs, continue_as_new generations --------
         r["waiters"] = step(
             "waiting runs",
@@ -262,8 +266,9 @@ def run(session: Session) -> int:
         + limits.limits_targets(r)
         + batches.batches_targets(r["fanout"].get("batched"))
         + bigmap.bigmap_targets(r)
-        + liveness.liveness_targets(r),
-        "methods": {**METHODS, **longlived.METHODS, **limits.METHODS},
+        + liveness.liveness_targets(r)
+        + aio.async_targets(r),
+        "methods": {**METHODS, **longlived.METHODS, **limits.METHODS, **aio.METHODS},
         "raw": r,
         "worker_logs": str(log_dir),
         "runtime_s": time.time() - wall_start,

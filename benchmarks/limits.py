@@ -277,25 +277,14 @@ def limits_figures(r: dict[str, Any]) -> list[Any]:
     return figures
 
 
-def _target(name: str, value: float, op: str, threshold: float, ok: bool, note: str = "") -> Any:
-    return {
-        "target": name,
-        "value": value,
-        "op": op,
-        "threshold": threshold,
-        "pass": ok,
-        "note": note,
-    }
-
-
 def limits_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
+    from benchmarks.render import target
+
     if "limits" not in r:
         return []
     x, rate = r["limits"], r["limits"]["rate"]
     targets = [
-        _target(
-            f"durable {label} / unlimited, same rounds", q, ">=", RATIO_TARGET, q >= RATIO_TARGET
-        )
+        target(f"durable {label} / unlimited, same rounds", q, ">=", RATIO_TARGET)
         for label, q in (
             ("3-step run behind an ample run limiter", x["ratios"][LIMITED_RUN]["ratio"]),
             ("3 steps each behind an ample step limiter", x["ratios"][LIMITED_STEPS]["ratio"]),
@@ -304,10 +293,9 @@ def limits_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
     ok = abs(rate["error"]) <= RATE_TOLERANCE and rate["saturated"]
     name = f"rate limiter: step starts/s over {rate['window_s']:g} s, saturated"
     op = f"within {RATE_TOLERANCE:.0%} of"
+    error = f"{rate['error']:+.1%}"
     targets.append(
-        _target(
-            name, rate["achieved_per_s"], op, rate["declared_per_s"], ok, f"{rate['error']:+.1%}"
-        )
+        target(name, rate["achieved_per_s"], op, rate["declared_per_s"], ok=ok, note=error)
     )
     return targets
 
@@ -326,10 +314,8 @@ def run_only(
 ) -> int:
     """``--limits-only``: migrate, one durable worker, the idle rate, the limiter figures;
     prints them and writes the JSON; clean up."""
-    import os
-
     from benchmarks import app as bench
-    from benchmarks.render import write_json
+    from benchmarks.render import report_phase
 
     r: dict[str, Any] = {}
     try:
@@ -339,26 +325,8 @@ def run_only(
         r["limits"] = run(b, method, scale, idle.others / idle.seconds, progress)
     finally:
         teardown()
-    figures = limits_figures(r)
-    doc = {
-        "schema": 1,
-        "run_id": b.run_id,
-        "started_at": wall_start,
-        "limits_only": True,
-        "quick": args.quick,
-        "throughput_method": asdict(method),
-        "machine": {**machine, "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
-        "settings": {"database_url": args.database_url, "broker": args.redis_url},
-        "figures": {f.name: f.as_dict() for f in figures},
-        "targets": limits_targets(r),
-        "raw": r,
-        "runtime_s": time.time() - wall_start,
-        "json_path": str(args.json),
-    }
-    write_json(doc, args.json)
-    for f in figures:
-        print(f"{f.label}: {f.value:.2f} {f.unit}  ({f.note})")
-    for t in doc["targets"]:
-        verdict = "PASS" if t["pass"] else "FAIL"
-        print(f"[{verdict}] {t['target']}: {t['value']:.2f} {t['op']} {t['threshold']:g}")
+    figures, targets = limits_figures(r), limits_targets(r)
+    report_phase(
+        "limits", args, b.run_id, method, machine, figures, targets, r, wall_start, METHODS
+    )
     return 0

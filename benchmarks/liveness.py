@@ -6,13 +6,16 @@ is a plain Celery task with ``acks_late``, killed the same way.
     python -m benchmarks --liveness-only              # every case below, one run
     python -m benchmarks.liveness --broker rabbitmq --kills 20 --pool-process
     python -m benchmarks.liveness --broker redis --plain --kills 1
+    python -m benchmarks.liveness --workflow async_five_steps --kills 5   # an async body
 
 Each kill: a ``five_steps`` run of the tests' app (tests/apps/basic.py) blocks in step 3 on
 one of two workers (``-P prefork -c 2``); that worker's process group (or, with
 ``--pool-process``, only the pool process running it) is SIGKILLed; the figure is the time
 until step 3 starts again (its Redis counter, polled every 5 ms). A killed worker is
 replaced before the next kill. ``--plain``: the same with ``tests.plain_blocking``; a task
-not started again within ``--give-up`` s counts as not recovered.
+not started again within ``--give-up`` s counts as not recovered. ``--workflow
+async_five_steps``: the same five steps in an ``async def`` body (``benchmarks/app.py``,
+its workers running that app), blocked in step 3 the same way.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +51,12 @@ CASES: list[tuple[str, bool, bool, int]] = [
     ("redis", True, True, 1),
     ("rabbitmq", True, True, 1),
 ]
+# Issue 44: the durable cases again with the run's body an ``async def``.
+ASYNC_CASES: list[tuple[str, bool, bool, int]] = [c for c in CASES if not c[2]]
+
+# The workflow a kill interrupts, by name, and the app (module) whose workers run it; each
+# blocks in step 3 under the same Redis keys (``started:``, ``block:``, ``effects:<key>:s3``).
+WORKFLOWS = {"five_steps": "tests.apps.basic", "async_five_steps": "benchmarks.app"}
 
 
 def parent_of(pid: int) -> int:
@@ -79,13 +89,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "TEST_BROKER_URL": AMQP_URL if args.broker == "rabbitmq" else REDIS_URL,
             "TEST_REDIS_URL": REDIS_URL,
             "TEST_QUEUE": queue,
+            "BENCH_BROKER_URL": AMQP_URL if args.broker == "rabbitmq" else REDIS_URL,
+            "BENCH_REDIS_URL": REDIS_URL,
+            "BENCH_QUEUE": queue,
         }
     )
-    from tests.apps import basic  # reads the settings above
-
-    basic.durable.migrate()
-    rds = basic._redis
-    spawn = lambda: Worker("tests.apps.basic", {}, queues=queue, name=unique("lv-"))  # noqa: E731
+    module = WORKFLOWS[args.workflow]
+    app = import_module(module)  # reads the settings above
+    workflow = getattr(app, args.workflow)
+    app.durable.migrate()
+    rds = app._redis
+    spawn = lambda: Worker(module, {}, queues=queue, name=unique("lv-"))  # noqa: E731
     workers = [spawn() for _ in "ab"]
     figures: list[float | None] = []
     step = "plain" if args.plain else "s3"
@@ -96,11 +110,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             key = unique("k")
             rds.set(f"block:{key}:{step}", "1")
             if args.plain:
-                basic.plain_blocking.delay(key)
+                app.plain_blocking.delay(key)
                 pid = int(wait_until(lambda k=key: rds.get(f"pid:{k}"), 60, message="the pid"))
                 finish: Callable[[], Any] = lambda: None  # noqa: E731
             else:
-                handle = basic.five_steps.delay(key)
+                handle = workflow.delay(key)
                 wait_until(lambda k=key: rds.get(f"started:{k}:s3"), 60, message="step 3")
                 owner = wait_until(lambda h=handle: h.record().owner, 30, message="the owner")
                 pid = int(owner.split(":")[1])
@@ -132,25 +146,33 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         for worker in workers:
             worker.kill()
-        basic.durable.runtime.store.dispose()
+        app.durable.runtime.store.dispose()
         drop_tables(PG_URL, prefix)
     return {
         "broker": args.broker,
         "killed": "pool process" if args.pool_process else "worker",
         "task": "plain acks_late" if args.plain else "durable",
+        "workflow": None if args.plain else args.workflow,
         **summarize(figures),
         "figures_s": figures,
     }
 
 
-def run_all(progress: Callable[[str], None], kills: int | None = None) -> list[dict[str, Any]]:
-    """Every case, each in a process of its own (the test app reads its broker at import)."""
+def run_all(
+    progress: Callable[[str], None],
+    kills: int | None = None,
+    cases: Sequence[tuple[str, bool, bool, int]] = CASES,
+    workflow: str = "five_steps",
+) -> list[dict[str, Any]]:
+    """Every case (``cases``: ``CASES``, ``ASYNC_CASES``), the durable ones with
+    ``workflow`` (a name in ``WORKFLOWS``), each in a process of its own (the app reads its
+    broker at import)."""
     results = []
-    for broker, pool_process, plain, default_kills in CASES:
+    for broker, pool_process, plain, default_kills in cases:
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
             n = default_kills if kills is None or plain else kills
             command = [sys.executable, "-m", "benchmarks.liveness", "--broker", broker]
-            command += ["--kills", str(n), "--json", out.name]
+            command += ["--kills", str(n), "--json", out.name, "--workflow", workflow]
             command += ["--pool-process"] * pool_process + ["--plain"] * plain
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
             result = json.loads(Path(out.name).read_text())
@@ -160,7 +182,8 @@ def run_all(progress: Callable[[str], None], kills: int | None = None) -> list[d
 
 
 def describe(x: dict[str, Any]) -> str:
-    head = f"liveness {x['task']}, {x['broker']}, {x['killed']} killed:"
+    task = x["task"] if x.get("workflow") in (None, "five_steps") else x["workflow"]
+    head = f"liveness {task}, {x['broker']}, {x['killed']} killed:"
     if not x["recovered"]:
         return f"{head} not started again within the give-up time in {x['kills']} kill(s)"
     return (
@@ -174,17 +197,24 @@ P50_TARGET, P99_TARGET = 1.0, 2.0
 
 
 def liveness_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
-    """p50 and p99 of each durable case (the plain anchors are reported, not bounded)."""
+    """p50 and p99 of each durable case of the liveness phase."""
+    return kill_targets(r.get("liveness") or [])
+
+
+def kill_targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """p50 and p99 of each durable case of ``results`` (``run_all``'s; the plain anchors
+    are reported, not bounded)."""
     targets = []
-    for x in r.get("liveness") or []:
+    for x in results:
         if x["task"] != "durable":
             continue
+        body = "" if x.get("workflow") in (None, "five_steps") else f" of {x['workflow']}"
         for q, bound in (("p50", P50_TARGET), ("p99", P99_TARGET)):
             value = x.get(f"{q}_s")
             targets.append(
                 {
                     "target": f"SIGKILL of a {x['killed']} ({x['broker']}) to the step's "
-                    f"start elsewhere, {q} (s)",
+                    f"start elsewhere{body}, {q} (s)",
                     "value": value if value is not None else float("inf"),
                     "op": "<=",
                     "threshold": bound,
@@ -202,8 +232,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool-process", action="store_true", help="kill one pool process")
     parser.add_argument("--plain", action="store_true", help="a plain acks_late Celery task")
     parser.add_argument("--give-up", type=float, default=40.0, help="seconds per kill")
+    parser.add_argument(
+        "--workflow",
+        choices=sorted(WORKFLOWS),
+        default="five_steps",
+        help="the durable workflow killed in step 3 (async_five_steps: an async def body)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    if args.plain and args.workflow != "five_steps":
+        parser.error(f"--plain times a plain task: --workflow {args.workflow} does not apply")
     result = measure(args)
     print(describe(result), flush=True)
     if args.json:

@@ -212,3 +212,73 @@ def machine_info(postgres: dict[str, str], redis_version: str) -> dict[str, Any]
 def write_json(doc: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+
+
+def target(
+    name: str,
+    value: float,
+    op: str,
+    threshold: float,
+    slack: float = 0.0,
+    note: str = "",
+    *,
+    ok: bool | None = None,
+) -> dict[str, Any]:
+    """A target's verdict as the JSON keeps it: ``value`` ``op`` ``threshold`` within
+    ``slack`` (a measurement tolerance), or ``ok``, given, for any other ``op``."""
+    if ok is None:
+        ok = {
+            ">=": value >= threshold - slack,
+            "<=": value <= threshold + slack,
+            "<": value < threshold,
+        }[op]
+    return {
+        "target": name,
+        "value": value,
+        "op": op,
+        "threshold": threshold,
+        "pass": ok,
+        "note": note,
+    }
+
+
+def report_phase(
+    phase: str,
+    args: Any,
+    run_id: str,
+    method: Any,
+    machine: dict[str, Any],
+    figures: list[Figure],
+    targets: list[dict[str, Any]],
+    raw: dict[str, Any],
+    wall_start: float,
+    methods: dict[str, str],
+) -> dict[str, Any]:
+    """A ``--<phase>-only`` run's JSON document (written to ``args.json``), its figures
+    and targets printed; returns the document."""
+    import time
+    from dataclasses import asdict
+
+    doc = {
+        "schema": 1,
+        "run_id": run_id,
+        "started_at": wall_start,
+        f"{phase}_only": True,
+        "quick": args.quick,
+        "throughput_method": asdict(method),
+        "machine": {**machine, "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
+        "settings": {"database_url": args.database_url, "broker": args.redis_url},
+        "figures": {f.name: f.as_dict() for f in figures},
+        "targets": targets,
+        "methods": methods,
+        "raw": raw,
+        "runtime_s": time.time() - wall_start,
+        "json_path": str(args.json),
+    }
+    write_json(doc, args.json)
+    for f in figures:
+        print(f"{f.label}: {f.value:.2f} {f.unit}  ({f.note})")
+    for t in targets:
+        verdict = "PASS" if t["pass"] else "FAIL"
+        print(f"[{verdict}] {t['target']}: {t['value']:.2f} {t['op']} {t['threshold']:g}")
+    return doc

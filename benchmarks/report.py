@@ -8,7 +8,14 @@ from typing import Any
 # methods' texts in ``methods`` (importable from here too): the phases import those, so
 # this module's imports of their figures make no circle.
 from benchmarks.methods import METHODS
-from benchmarks.render import COMMIT_TOLERANCE, Figure, machine_info, render, write_json
+from benchmarks.render import (
+    COMMIT_TOLERANCE,
+    Figure,
+    machine_info,
+    render,
+    target,
+    write_json,
+)
 
 __all__ = ["COMMIT_TOLERANCE", "METHODS", "Figure", "machine_info", "render", "write_json"]
 
@@ -147,6 +154,9 @@ def build_figures(r: dict[str, Any]) -> list[Figure]:
     from benchmarks.limits import limits_figures
 
     figures.extend(limits_figures(r))
+    from benchmarks.aio import async_figures
+
+    figures.extend(async_figures(r))
     return figures
 
 
@@ -203,23 +213,6 @@ def fanout_figures(f: dict[str, Any], task_lat: dict[str, Any]) -> list[Figure]:
 
 
 def build_targets(figures: dict[str, Figure], commits_clean: bool) -> list[dict[str, Any]]:
-    def target(
-        name: str, value: float, op: str, threshold: float, slack: float = 0.0, note: str = ""
-    ) -> dict[str, Any]:
-        ok = {
-            ">=": value >= threshold - slack,
-            "<=": value <= threshold + slack,
-            "<": value < threshold,
-        }[op]
-        return {
-            "target": name,
-            "value": value,
-            "op": op,
-            "threshold": threshold,
-            "pass": ok,
-            "note": note,
-        }
-
     durable = figures["durable_throughput"]
     unclean = "" if commits_clean else "other sessions were active: not clean"
     return [

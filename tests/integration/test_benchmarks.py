@@ -11,6 +11,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,6 +94,12 @@ FIGURES = {
     "limiter_backlog_run",
     "limiter_backlog_step",
     "limiter_rate",
+    "async_throughput_ratio",
+    "async_gathered_seconds",
+    "async_sequence_seconds",
+    "async_producer_lag_p99",
+    "async_producer_starts_ratio",
+    "async_recovery_worker_redis_p50",
 }
 
 
@@ -138,9 +145,10 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
         for ratio in ("vs_plain_task", "vs_plain_chain"):
             assert figure[ratio] is None or _positive(figure[ratio]), f"{name}.{ratio}"
 
-    # 3 of them the limiter's (benchmarks/limits.py), 3 the batched map's, 1 the big map's;
+    # 3 of them the limiter's (benchmarks/limits.py), 3 the batched map's, 1 the big map's,
+    # 6 the async phase's (benchmarks/aio.py: its one quick kill's p50 and p99 among them);
     # a quick run has no liveness phase (its 8 targets).
-    assert len(doc["targets"]) == 27
+    assert len(doc["targets"]) == 33
     for target in doc["targets"]:
         assert isinstance(target["pass"], bool)
         assert _positive(target["value"]), target
@@ -153,6 +161,7 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
         assert ratio["ratio_min"] <= ratio["ratio"] <= ratio["ratio_max"]
         assert len(ratio["ratios"]) == doc["throughput_method"]["rounds"]
     assert limits["rate"]["starts_in_window"] > 0
+    _check_async(doc)
     kill = doc["raw"]["kill"]
     for system in ("chord", "map"):
         assert isinstance(kill[system]["completed"], bool)
@@ -180,6 +189,32 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
     command = " ".join(doc["settings"]["worker_command"])
     assert "-P prefork -c 2" in command and "--loglevel=WARNING" in command
     assert "figure" in proc.stdout and "targets:" in proc.stdout
+
+
+def _check_async(doc: dict[str, Any]) -> None:
+    """The async phase's raw figures: each measured as many times as it says, and the
+    bounds its workflows' sleeps set (ten steps of 0.2 s awaited in turn take 2 s at least)."""
+    x, rounds = doc["raw"]["async"], doc["throughput_method"]["rounds"]
+    ratio = x["throughput_ratio"]  # one comparison: the same rounds for sync and async
+    assert ratio["ratio_min"] <= ratio["ratio"] <= ratio["ratio_max"]
+    assert len(ratio["ratios"]) == rounds
+    gather = x["gather"]
+    for label, least in (("gathered", gather["io_s"]), ("sequence", 10 * gather["io_s"])):
+        assert len(gather[label]["samples_s"]) == gather["reps"] > 0, label
+        assert least <= gather[label]["p50_s"] <= gather[label]["max_s"], (label, gather)
+    producer = x["producer"]
+    assert producer["lag"]["ticks"] > 0 and producer["lag"]["p99_ms"] > 0
+    assert len(producer["starts_ratio"]["ratios"]) == rounds
+    for name in ("asyncio", "thread_pool"):
+        assert [r["n"] for r in producer[name]["rounds"]] == [producer["runs"]] * rounds
+        assert _positive(producer[name]["starts_per_s"]), name
+    (kill,) = x["recovery"]
+    assert (kill["workflow"], kill["broker"], kill["killed"]) == (
+        "async_five_steps",
+        "redis",
+        "worker",
+    )
+    assert kill["recovered"] == kill["kills"] == 1
 
 
 def _scale_raw() -> dict[str, object]:
@@ -312,14 +347,16 @@ def test_an_idle_window_that_another_database_wrote_in_is_measured_again() -> No
 
 @pytest.mark.broker
 @pytest.mark.timeout(300)
-def test_the_liveness_benchmark_times_a_kill_on_this_broker(tmp_path: Path) -> None:
-    """``python -m benchmarks.liveness``: one SIGKILL of a worker during a step, on the
-    session's broker, reported as the time until the step started again elsewhere."""
+@pytest.mark.parametrize("workflow", ["five_steps", "async_five_steps"])
+def test_the_liveness_benchmark_times_a_kill_on_this_broker(tmp_path: Path, workflow: str) -> None:
+    """``python -m benchmarks.liveness``: one SIGKILL of a worker during a step of a sync
+    or an async body, on the session's broker, reported as the time until the step
+    started again elsewhere."""
     out = tmp_path / "liveness.json"
     broker = BROKER
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.liveness", "--broker", broker, "--kills", "1"]
-        + ["--json", str(out)],
+        + ["--json", str(out), "--workflow", workflow],
         cwd=ROOT,
         env=clean_env(),
         capture_output=True,
@@ -329,4 +366,16 @@ def test_the_liveness_benchmark_times_a_kill_on_this_broker(tmp_path: Path) -> N
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     result = json.loads(out.read_text())
     assert (result["broker"], result["killed"], result["task"]) == (broker, "worker", "durable")
+    assert result["workflow"] == workflow
     assert result["recovered"] == 1 and 0 < result["p50_s"] < 40
+
+
+def test_the_liveness_benchmark_refuses_a_workflow_for_a_plain_task(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks.liveness import main
+
+    with pytest.raises(SystemExit):
+        main(["--plain", "--workflow", "async_five_steps"])
+    error = capsys.readouterr().err
+    assert "--plain times a plain task: --workflow async_five_steps does not apply" in error
