@@ -254,7 +254,7 @@ def test_a_failed_async_body_stores_its_own_traceback_only(durable):
 
     with pytest.raises(WorkflowFailed) as failed:
         broken.delay().get(timeout=5)
-    assert 'KeyError: \'missing\'' in failed.value.error_traceback
+    assert "KeyError: 'missing'" in failed.value.error_traceback
     assert "no running event loop" not in failed.value.error_traceback  # no checks' noise
 
 
