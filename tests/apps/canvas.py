@@ -8,6 +8,7 @@ test can tell how many times each ran, with what, and under which parent and roo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -139,3 +140,16 @@ def parent(tag: str) -> int:
 def summed(values: list[int], tag: str) -> int:
     """A chord's body: the header's results, in order."""
     return sum(doubled(value) for value in values) // 2
+
+
+@durable.step
+async def async_doubled(n: int) -> int:
+    await asyncio.sleep(0)
+    return n * 2
+
+
+@durable.workflow(name="tests.apps.canvas.async_square")
+async def async_square(n: int, tag: str) -> int:
+    """square as an async body: in a chain, its result goes to the next task."""
+    note(tag, task="async_square", n=n)
+    return await async_doubled(n) * n // 2

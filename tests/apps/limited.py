@@ -4,6 +4,7 @@ a test can tell how many ran at once, in which order, across workers and SIGKILL
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -182,3 +183,22 @@ def charge_twice(key: str, fail: bool) -> int:
     if fail:
         raise RuntimeError("failed between two limited steps")
     return first + charge(key, 1)
+
+
+@durable.step(limiter=three)
+async def three_at_once_async(key: str, n: int) -> int:
+    await asyncio.to_thread(running, key, str(n), 0.5)  # the note's blocking Redis calls
+    return n
+
+
+@durable.workflow(name="tests.apps.limited.in_threes_async")
+async def in_threes_async(key: str, n: int) -> int:
+    """in_threes as an async body with an async step: the same limiter holds."""
+    return await three_at_once_async(key, n)
+
+
+@durable.workflow(name="tests.apps.limited.solo_async", concurrency=1)
+async def solo_async(key: str, label: str) -> str:
+    """solo as an async body: one run at a time (a run limiter of its own)."""
+    await asyncio.to_thread(running, key, label, 0.0)
+    return label

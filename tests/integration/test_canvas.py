@@ -1,5 +1,6 @@
 """Workflows in Celery's canvas, with a Redis result backend and a real worker: chains
-across a wait, link and link_error, groups, and ``app.AsyncResult`` of every state.
+across a wait, link and link_error, groups, ``app.AsyncResult`` of every state, and an
+async def workflow chained and started by name.
 
 The plain tasks of tests/apps/canvas.py note each call in Redis (``seen:<tag>``), so each
 test checks how many times a callback ran, with what, and under which parent and root ids.
@@ -8,11 +9,12 @@ test checks how many times a callback ran, with what, and under which parent and
 from __future__ import annotations
 
 import pytest
-from celery import chain, chord, group
+from celery import Celery, chain, chord, group
 from celery.exceptions import TaskRevokedError
 
 from celery_durable import WorkflowStatus
 from tests.support.canvas import seen
+from tests.support.services import BROKER_URL, REDIS_URL
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("canvas_worker")
@@ -109,3 +111,24 @@ def test_a_workflow_is_a_chord_s_body_after_plain_tasks_and_after_workflows(canv
     assert after_workflows.get(timeout=60) == sum(n * n for n in range(4))
     body = canvas.durable.get_handle(after_workflows.id)  # the body is a run of its own
     assert body.status() is WorkflowStatus.SUCCEEDED and body.get() == 14
+
+
+def test_an_async_workflow_in_a_chain_and_started_by_name(canvas_app, rds, key):
+    """An async def workflow is a task of the canvas like any other: chained, and started
+    by name by an app without its code."""
+    canvas = canvas_app
+    steps = canvas.add.s(1, 2), canvas.async_square.s(key), canvas.record.s(key)
+    result = chain(*steps).apply_async()
+    assert result.get(timeout=60) == 9
+    run_id = result.parent.id
+    assert canvas.durable.get_handle(run_id).get(timeout=5) == 9
+    [entry] = wait_until(lambda: [e for e in seen(rds, key) if "value" in e], 10)
+    assert entry["value"] == 9 and entry["parent_id"] == run_id
+
+    bare = Celery("bare", broker=BROKER_URL, backend=REDIS_URL)
+    try:
+        sent = bare.send_task(canvas.async_square.name, args=[5, key], queue=canvas.QUEUE)
+        assert sent.get(timeout=60) == 25
+        assert canvas.durable.get_handle(sent.id).record().name == canvas.async_square.name
+    finally:
+        bare.close()

@@ -257,3 +257,16 @@ def test_a_step_that_terminates_on_timeout_is_stopped_at_the_deadline(
         assert run.finished_at is not None and run.finished_at - run.deadline_at < 20
     finally:
         rds.delete(f"hold:{key}:long")
+
+
+def test_limiters_hold_for_async_bodies_and_steps(limited_app, workers, rds, key):
+    """A step limiter of 3 on an async step, and a run limiter of 1 on an async body."""
+    handles = [limited_app.in_threes_async.delay(key, n) for n in range(12)]
+    assert [h.get(timeout=120) for h in handles] == list(range(12))
+    at_once = [int(n) for n in noted(rds, key, "at_once")]
+    assert len(at_once) == 12 and max(at_once) <= 3
+
+    solo_key = f"{key}-solo"
+    runs = [limited_app.solo_async.delay(solo_key, str(n)) for n in range(4)]
+    assert [r.get(timeout=120) for r in runs] == ["0", "1", "2", "3"]
+    assert max(int(n) for n in noted(rds, solo_key, "at_once")) == 1
