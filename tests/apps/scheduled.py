@@ -2,7 +2,8 @@
 Each run's step notes its slot in Redis (``scheduled:<schedule>``), once per run that
 really ran, so a test can tell which slots fired and whether any fired twice.
 
-Every schedule here fires each second: ``tick`` (the defaults), ``gap-latest``,
+Every schedule here fires each second: ``tick`` (the defaults; ``tick-async``, the same
+as an async body), ``gap-latest``,
 ``gap-all`` and ``gap-none`` (each catch-up policy, overlap "allow"), and ``slow`` (a run
 of 2.5 s, overlap "skip")."""
 
@@ -41,6 +42,13 @@ def note(schedule: str, slot: str, seconds: float) -> str:
 def tick(scheduled_for: dt.datetime) -> str:
     assert scheduled_for.tzinfo is not None
     return note("tick", scheduled_for.isoformat(), 0.0)
+
+
+@durable.schedule(every=1, name="tick-async")
+@durable.workflow(name="tests.scheduled.tick_async")
+async def tick_async(scheduled_for: dt.datetime) -> str:
+    """tick as an async body, its plain step run off the loop."""
+    return await note("tick-async", scheduled_for.isoformat(), 0.0)
 
 
 @durable.workflow(name="tests.scheduled.gap")

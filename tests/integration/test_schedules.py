@@ -64,6 +64,9 @@ def test_two_workers_and_a_third_process_fire_each_slot_once(scheduled_app, rds)
         wait_until(lambda: len(noted(rds, app, "tick")) >= len(slots), 60, message="ran")
         seen = noted(rds, app, "tick")
         assert len(seen) == len(set(seen)), "a slot ran twice"
+        # The async body's schedule fires as the plain one's.
+        fired = wait_until(lambda: (n := noted(rds, app, "tick-async")) and len(n) >= 5 and n, 60)
+        assert len(fired) == len(set(fired)), "an async slot ran twice"
         # The slow schedule's run takes 2.5 s: the slots meanwhile are skipped, and shown.
         wait_until(
             lambda: slot_outcomes(app.durable.runtime.store, "slow").get("skipped", 0) >= 2, 60
