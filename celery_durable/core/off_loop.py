@@ -27,11 +27,11 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 # Each thread that talks to the store holds one pooled connection while it does: the bound
-# on threads is also the client's bound on extra connections. Few, because a start is
-# mostly Python, so threads add no speed past the GIL, only wait for it where the event
-# loop does: 1,000 starts from one loop ran at about the same rate on 2, 4 and 8 threads,
-# with a loop lag p99 of 4.9, 7.3 and 11.3 ms (benchmarks/RESULTS.md, 2026-12-07).
-MAX_THREADS = 4
+# on threads is also the client's bound on extra connections. Fewer threads did not lower
+# the event loop's lag in the benchmark, and started fewer runs (benchmarks/RESULTS.md,
+# 2026-12-07: 4 threads, lag p99 5.60 ms and 0.72 x a pool of 6 threads' starts; 8
+# threads, 5.47 ms and 1.07 x).
+MAX_THREADS = 8
 
 _pool: ThreadPoolExecutor | None = None
 _pid = -1
