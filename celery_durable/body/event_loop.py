@@ -19,10 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-import os
 import threading
 from collections.abc import Callable, Coroutine, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
@@ -93,8 +91,31 @@ def run_body(body: Coroutine[Any, Any, Any], interruptible: Interruptible | None
     await; the body then raises ``Interrupted``."""
     if not _loop_running_here():  # called outside the check: no "during handling" noise
         return _run_on_thread_loop(body, interruptible)
+    return _run_on_own_thread(body, interruptible)
+
+
+def _run_on_own_thread(body: Coroutine[Any, Any, Any], interruptible: Interruptible | None) -> Any:
+    """The body on a thread of its own, with a loop of its own closed after it. One thread
+    per call, not a pool: an eager child started by such a body nests another (a pool's
+    threads, busy with their parents, would never take it)."""
     context = contextvars.copy_context()  # the run's context goes with the body
-    return _helper().submit(context.run, _run_on_thread_loop, body, interruptible).result()
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, context.run(_run_on_thread_loop, body, interruptible)))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append((False, exc))
+        finally:
+            thread_loop().close()
+
+    thread = threading.Thread(target=run, name="celery-durable-async")
+    thread.start()
+    thread.join()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
 
 
 def _loop_running_here() -> bool:
@@ -107,27 +128,6 @@ def _loop_running_here() -> bool:
 
 class Interrupted(BaseException):  # noqa: N818 - like CancelledError, which it replaces
     """The body was cancelled at an await by ``interrupt()`` (its run's cancellation)."""
-
-
-def _helper() -> ThreadPoolExecutor:
-    global _helper_pool
-    with _helper_lock:
-        if _helper_pool is None:
-            _helper_pool = ThreadPoolExecutor(1, thread_name_prefix="celery-durable-async")
-        return _helper_pool
-
-
-_helper_pool: ThreadPoolExecutor | None = None
-_helper_lock = threading.Lock()
-
-
-def _forget_pools_after_fork() -> None:
-    # A forked child has none of the parent's threads: it makes its own pool.
-    global _helper_pool
-    _helper_pool = None
-
-
-os.register_at_fork(after_in_child=_forget_pools_after_fork)
 
 
 def _run_on_thread_loop(body: Coroutine[Any, Any, Any], interruptible: Interruptible | None) -> Any:

@@ -25,7 +25,7 @@ from celery_durable import (
 )
 from celery_durable.store.db.async_connections import READERS
 from celery_durable.store.db.listener import Listener
-from tests.support.event_loop import LagProbe, await_until
+from tests.support.event_loop import LagProbe, await_until, run_apart
 from tests.support.pgconns import backends_held_by, named_url
 from tests.support.services import BROKER_URL, PG_URL, unique
 from tests.support.waiting import wait_until
@@ -82,7 +82,7 @@ def test_every_async_call_answers_without_stalling_the_loop(basic_app, shared_wo
                 await cancelled.aget(timeout=30)
         return lag
 
-    lag = asyncio.run(client())
+    lag = run_apart(client())
     assert lag.ticks > 100  # it ticked all along
     stalled = f"the loop stalled {lag.worst * 1000:.0f} ms, during {lag.worst_during}"
     assert lag.worst < STALL, stalled
@@ -114,7 +114,7 @@ def test_the_async_client_raises_what_the_sync_one_raises(basic_app, shared_work
         with pytest.raises(TypeError, match="booking"):
             await booking.adelay(key)  # a missing argument, before anything is stored
 
-    asyncio.run(client())
+    run_apart(client())
 
 
 def test_aget_is_woken_by_notify_not_by_polling(basic_app, shared_worker, key, rds, monkeypatch):
@@ -135,7 +135,7 @@ def test_aget_is_woken_by_notify_not_by_polling(basic_app, shared_worker, key, r
         await asyncio.get_running_loop().run_in_executor(None, rds.delete, f"block:{key}:s1")
         return await waiter
 
-    assert asyncio.run(client()) == [10, 20, 30, 40, 50]
+    assert run_apart(client()) == [10, 20, 30, 40, 50]
 
 
 def test_no_connection_or_thread_outlives_its_loop(basic_app, shared_worker, key):
@@ -165,7 +165,7 @@ def test_no_connection_or_thread_outlives_its_loop(basic_app, shared_worker, key
 
     try:
         for _ in range(2):
-            held = asyncio.run(client())
+            held = run_apart(client())
             assert 1 <= held <= READERS + 1  # readers and one LISTEN connection
             assert backends_held_by(os.getpid(), name) == []  # closed with the loop
         assert threading.active_count() == threads_before
@@ -198,7 +198,7 @@ def test_aquery_waits_on_the_loop_without_opening_a_listen_connection_per_look(
         return await asyncio.gather(*looks, return_exceptions=True)
 
     try:
-        outcomes = asyncio.run(client())
+        outcomes = run_apart(client())
         assert all(isinstance(o, CeleryTimeoutError) for o in outcomes), outcomes
         assert opened == []
     finally:

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from tests.support.event_loop import await_until
+from tests.support.event_loop import await_until, run_apart
 from tests.support.flower import free_port
 from tests.support.pgconns import backends_held_by, named_url
 from tests.support.services import BROKER_URL, PG_URL, delete_queues, drop_tables, unique
@@ -140,7 +140,7 @@ def test_the_fastapi_example_starts_awaits_and_signals_a_run(tmp_path: Path):
     try:
         worker.wait_ready()
         wait_until(up, 60, 0.2, lambda: f"uvicorn to answer; log:\n{server_log()}")
-        asyncio.run(calls())
+        run_apart(calls())
     finally:
         server.terminate()
         try:

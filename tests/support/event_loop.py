@@ -1,4 +1,5 @@
-"""What asyncio tests need: a lag probe on the running loop, and waits with deadlines.
+"""What asyncio tests need: a lag probe on the running loop, waits with deadlines, and
+``run_apart``, which runs a test's coroutine apart from any loop the process runs.
 
 Example::
 
@@ -10,9 +11,10 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -73,3 +75,10 @@ async def await_until(
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         await asyncio.sleep(0.05)
+
+
+def run_apart(coroutine: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` on a thread of its own: the test process's main thread may hold a
+    running loop already (Playwright's sync API leaves one), where ``asyncio.run`` fails."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()

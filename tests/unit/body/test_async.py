@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pytest
 
 import celery_durable as cd
 from celery_durable import WorkflowFailed, WorkflowStatus
+from tests.support.event_loop import run_apart
 from tests.support.waiting import wait_until
 
 
@@ -266,6 +264,24 @@ def test_an_async_step_outside_a_workflow_is_its_coroutine(durable):
     assert run_apart(double(3)) == 6  # a unit test awaits it as the function it wraps
 
 
+def test_an_eager_child_of_a_body_started_where_a_loop_runs_runs_too(durable):
+    """Each such body gets a thread of its own: a child started eagerly inside one nests
+    another body, which a shared helper thread, busy with the parent, never took."""
+
+    @durable.workflow
+    async def child(n: int) -> int:
+        return n * 2
+
+    @durable.workflow(max_attempts=1)
+    async def parent(n: int) -> int:
+        return await child.start_child(n) + 1
+
+    async def from_async_code() -> int:
+        return parent.delay(20).get(timeout=5)
+
+    assert run_apart(from_async_code()) == 41
+
+
 def test_an_async_body_started_where_a_loop_runs_runs_on_a_helper_thread(durable):
     """An eager start from async code (or under a library that keeps a loop running in
     the thread, as Playwright's sync API does) waits for the body as for a plain one."""
@@ -283,13 +299,6 @@ def test_an_async_body_started_where_a_loop_runs_runs_on_a_helper_thread(durable
         return flow.delay(1).get(timeout=5)  # blocks this loop: eager mode, as for a plain run
 
     assert run_apart(from_async_code()) == 2
-
-
-def run_apart(coroutine: Coroutine[Any, Any, Any]) -> Any:
-    """``asyncio.run`` on a thread of its own: this process's main thread may hold a
-    running loop already (Playwright's sync API leaves one)."""
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
 
 
 @pytest.fixture

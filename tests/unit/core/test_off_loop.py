@@ -9,6 +9,7 @@ import os
 import threading
 
 from celery_durable.core.off_loop import MAX_THREADS, off_loop, threads
+from tests.support.event_loop import run_apart
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
 
@@ -24,7 +25,7 @@ def test_calls_run_on_a_bounded_pool_with_the_callers_context():
         request_id.set("req-7")
         return await asyncio.gather(*(off_loop(where, n) for n in range(MAX_THREADS * 3)))
 
-    results = asyncio.run(calls())
+    results = run_apart(calls())
     assert [n for _, _, n in results] == list(range(MAX_THREADS * 3))
     assert {context for _, context, _ in results} == {"req-7"}
     names = {name for name, _, _ in results}
@@ -34,10 +35,10 @@ def test_calls_run_on_a_bounded_pool_with_the_callers_context():
 
 def test_a_forked_child_makes_a_pool_of_its_own():
     parent = threads()
-    asyncio.run(off_loop(int))  # the parent's pool has threads
+    run_apart(off_loop(int))  # the parent's pool has threads
     pid = os.fork()
     if pid == 0:  # the child: its copy of the pool has no threads
-        ok = threads() is not parent and asyncio.run(off_loop(lambda: 41 + 1)) == 42
+        ok = threads() is not parent and run_apart(off_loop(lambda: 41 + 1)) == 42
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0

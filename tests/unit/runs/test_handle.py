@@ -4,14 +4,13 @@ async client (adelay, aget, ...) gives and raises what the sync calls do."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult
 
 import celery_durable as cd
 from celery_durable import WorkflowCancelled, WorkflowFailed
+from tests.support.event_loop import run_apart
 
 
 def test_a_handle_is_an_async_result_of_the_run(durable):
@@ -86,7 +85,7 @@ def test_the_async_client_gives_what_the_sync_one_gives(durable):
         with pytest.raises(cd.WorkflowAlreadyCompleted):
             await cancelled.acancel()
 
-    asyncio.run(client())
+    run_apart(client())
 
 
 def test_the_async_client_raises_what_the_sync_one_raises(durable):
@@ -136,4 +135,4 @@ def test_the_async_client_raises_what_the_sync_one_raises(durable):
             await waits.aapply_async(run_id=waiting.id)
         assert await waits.aapply_async(run_id=waiting.id, if_exists="return") == waiting
 
-    asyncio.run(client())
+    run_apart(client())

@@ -16,6 +16,7 @@ from celery_durable.store import Store
 from celery_durable.store.db.async_connections import READERS
 from celery_durable.store.migrations import upgrade
 from tests.support.builders import new_run
+from tests.support.event_loop import run_apart
 from tests.support.pgconns import backends_held_by, named_url
 from tests.support.services import PG_URL, drop_tables, unique
 
@@ -50,7 +51,7 @@ def test_async_reads_give_what_the_sync_reads_give(store):
         assert await store.aget_run("missing") is None
         assert await store.aget_status("missing") is None
 
-    asyncio.run(reads())
+    run_apart(reads())
 
 
 def test_a_waiter_wakes_on_its_runs_notify_and_a_lost_listen_is_replaced(store):
@@ -71,7 +72,7 @@ def test_a_waiter_wakes_on_its_runs_notify_and_a_lost_listen_is_replaced(store):
             loop.call_later(0.1, store.notify_finished, "r1")
             await changes.wait(60)
 
-    asyncio.run(asyncio.wait_for(waiter(), 30))
+    run_apart(asyncio.wait_for(waiter(), 30))
 
 
 def test_a_dead_reader_is_replaced_and_the_loop_keeps_a_few(store, app_name):
@@ -90,7 +91,7 @@ def test_a_dead_reader_is_replaced_and_the_loop_keeps_a_few(store, app_name):
         return len(here.idle)
 
     synchronous = backends_held_by(os.getpid(), app_name)  # the sync pool's
-    readers = asyncio.run(reads())
+    readers = run_apart(reads())
     assert 1 <= readers <= READERS
     assert backends_held_by(os.getpid(), app_name) == synchronous  # closed with the loop
 
@@ -112,7 +113,7 @@ def test_without_listen_a_waiter_polls(tmp_path: Path):
                 assert await store.aget_status("r1") == "PENDING"
                 assert await store.aget_run("r1") == store.get_run("r1")
 
-            asyncio.run(poll())
+            run_apart(poll())
     finally:
         bounced.dispose()
         on_sqlite.dispose()
