@@ -19,6 +19,7 @@ from celery_durable.errors import (
     RunLimitExceeded,
     RunNotPublished,
     StepFailed,
+    StreamClosed,
     UnknownQuery,
     WorkerLost,
     WorkflowAlreadyCompleted,
@@ -34,6 +35,7 @@ from celery_durable.runs.task import WorkflowTask
 from celery_durable.sagas.compensation import compensate
 from celery_durable.sagas.continue_as_new import continue_as_new
 from celery_durable.store.engine_names import Compensation
+from celery_durable.streams.writing import close_stream, write_stream
 from celery_durable.waits.state import set_state
 from celery_durable.waits.suspend import sleep, sleep_until, wait_for_signal
 
@@ -57,6 +59,7 @@ __all__ = [
     "RunNotPublished",
     "StepFailed",
     "StepFuture",
+    "StreamClosed",
     "UnknownQuery",
     "WorkerLost",
     "WorkflowAlreadyCompleted",
@@ -70,6 +73,7 @@ __all__ = [
     "WorkflowStatus",
     "WorkflowTask",
     "compensate",
+    "close_stream",
     "continue_as_new",
     "deprecate_patch",
     "gather",
@@ -79,4 +83,5 @@ __all__ = [
     "sleep",
     "sleep_until",
     "wait_for_signal",
+    "write_stream",
 ]

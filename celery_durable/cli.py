@@ -7,6 +7,7 @@ Example::
     celery -A shop durable sweep            # one sweep now (workers sweep on their own)
     celery -A shop durable show order-42    # a run's status, attempts and steps
     celery -A shop durable signal order-42 approval '{"by": "alice"}'
+    celery -A shop durable tail chat-42 tokens   # a run's stream, as it is written
     celery -A shop durable cancel order-42 --reason "customer left"
     celery -A shop durable list --status failed --workflow shop.checkout --since 2h
     celery -A shop durable stats
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import click
 
@@ -42,10 +44,12 @@ from celery_durable.limiters.report import limiters_command
 from celery_durable.ops import console, run_details
 from celery_durable.ops.cli_errors import DurableGroup, database_error
 from celery_durable.ops.dashboard.command import dashboard_command
+from celery_durable.ops.wing_parts import WING_PARTS
 from celery_durable.runs.stored_runs import RunDetails, cursor_of
 from celery_durable.schedules.report import schedules_command
 from celery_durable.store import ItemRow
 from celery_durable.store.db.outage import retry_while_unreachable
+from celery_durable.streams.report import tail_command
 
 
 def _durables(ctx: click.Context) -> list[Durable]:
@@ -151,12 +155,15 @@ def show(
     _check_id(run_id)
     store = instance.runtime.store
 
-    def read() -> tuple[RunDetails | None, list[ItemRow]]:
+    def read() -> tuple[RunDetails | None, list[ItemRow], dict[str, Any]]:
         details = instance.describe_run(run_id, steps_from, steps_limit)
-        return details, [] if details is None else instance.list_items(run_id)
+        if details is None:
+            return None, [], {}
+        parts = WING_PARTS.parts_of_run(instance, details.run)  # streams, say
+        return details, instance.list_items(run_id), parts
 
     try:
-        details, rows = retry_while_unreachable(
+        details, rows, parts = retry_while_unreachable(
             read, timeout, store.url, f"cannot show workflow run {run_id!r}"
         )
     except DatabaseUnavailable as exc:
@@ -175,6 +182,7 @@ def show(
             step["input"], step["output"] = mask(step["input"]), mask(step["output"])
         shown["items"] = [run_details.item_json(row) for row in rows]
         shown.update(unconsumed_queues=sorted(idle), unannounced=unannounced)
+        shown.update(parts)
         click.echo(json.dumps(shown))
         return
     run = details.run
@@ -215,6 +223,9 @@ def show(
     _echo_if(run_details.page_line(details))
     _echo_if(run_details.signals_line(details))
     _echo_if(run_details.state_line(details))
+    for part in WING_PARTS.run_parts:
+        for line in part.lines(parts[part.name]):
+            click.echo(line)
     _echo_if("\n".join(run_details.action_lines(details)) or None)
     if run.error:
         click.echo(f"error: {console.error_summary(run.error, width=500)}")
@@ -448,3 +459,4 @@ def metrics(ctx: click.Context, port: int, address: str, interval: float) -> Non
 durable.add_command(dashboard_command(_only_durable))
 durable.add_command(limiters_command(_only_durable))
 durable.add_command(schedules_command(_only_durable))
+durable.add_command(tail_command(_only_durable))

@@ -104,6 +104,19 @@ class WorkflowAlreadyCompleted(RunIdentified, DurableError):
         self.status = status
 
 
+class StreamClosed(RunIdentified, DurableError):
+    """A value written to a stream that is closed: ``close_stream`` ended it, or its run
+    finished."""
+
+    def __init__(self, run_id: str, key: str) -> None:
+        super().__init__(
+            f"stream {key!r} of workflow run {run_id!r} is closed: nothing more can be "
+            "written to it"
+        )
+        self.run_id = run_id
+        self.key = key
+
+
 class WorkflowNotResumable(RunIdentified, DurableError):
     """Only a FAILED or CANCELLED run can be resumed; ``status`` is the run's."""
 

@@ -46,6 +46,11 @@ from celery_durable.schedules.firing import SchedulePass
 from celery_durable.schedules.report import SCHEDULE_LAG
 from celery_durable.schedules.store import SCHEDULES
 from celery_durable.store.areas import STORE_AREAS
+from celery_durable.streams.dashboard import STREAM_EVENTS
+from celery_durable.streams.reading import aread_stream, read_stream
+from celery_durable.streams.report import STREAMS_PART
+from celery_durable.streams.store_area import STREAMS
+from celery_durable.streams.writing import CloseStreams
 from celery_durable.waits.signals import SignalQueue, register_tasks, send_signal
 from celery_durable.waits.state import look_for_state, query, wait_for_state
 from celery_durable.waits.store_area import WAITS
@@ -59,14 +64,19 @@ STORE_AREAS.add(SAGAS)  # ``store.sagas``
 STORE_AREAS.add(SCHEDULES)  # ``store.schedules``
 STORE_AREAS.add(LIMITERS)  # ``store.limiters``
 STORE_AREAS.add(FANOUT)  # ``store.fanout``
+STORE_AREAS.add(STREAMS)  # ``store.streams``
 HANDLE_HOOKS.signal = send_signal
 HANDLE_HOOKS.query = query
 HANDLE_HOOKS.wait_for_state = wait_for_state
 HANDLE_HOOKS.look_for_state = look_for_state
+HANDLE_HOOKS.read_stream = read_stream
+HANDLE_HOOKS.aread_stream = aread_stream
 WING_PARTS.add_page(SCHEDULES_PAGE)
 WING_PARTS.add_actions(SCHEDULE_ACTIONS)
 WING_PARTS.add_section(LIMITERS_SECTION)
 WING_PARTS.add_gauge(SCHEDULE_LAG)
+WING_PARTS.add_run_part(STREAMS_PART)
+WING_PARTS.add_events(STREAM_EVENTS)
 
 
 def wire(runtime: Runtime, app: Celery) -> None:
@@ -97,6 +107,7 @@ def wire(runtime: Runtime, app: Celery) -> None:
     hooks.before_body += [limits.note_priority, rollback.roll_back_instead, limits.run_slot]
     hooks.body_stopped.append(limits.give_back_on_stop)
     hooks.settle_listeners += [Report(), continue_as_new.Continued(), rollback.Saga()]
+    hooks.settle_listeners.append(CloseStreams())
     hooks.step_guards += [LimiterGuard(), deadlines.TerminateAtDeadline(), MarkCompensable()]
     starts = runtime.start_hooks  # each feature's part in a run's start
     starts.insert_variants.append(limits.insert_variant)

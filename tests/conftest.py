@@ -248,6 +248,14 @@ def limited_app(basic_app: object) -> object:
 
 
 @pytest.fixture(scope="session")
+def streams_app(basic_app: object) -> object:
+    """The streams' app module (tests.apps.basic and its streaming workflows)."""
+    from tests.apps import streams
+
+    return streams
+
+
+@pytest.fixture(scope="session")
 def batched_app(basic_app: object) -> Iterator[object]:
     """The batched maps' app module, on the test app's tables; its queue deleted after."""
     from tests.apps import batched

@@ -318,6 +318,23 @@ def _is_patch_marker(record: StepRecord | None) -> bool:
 
 
 @dataclasses.dataclass
+class StepCall:
+    """One try of the step running now, as a wing inside it sees it (a stream write
+    knows where it was made): the step's index, and each wing's state for this try, made
+    anew for each in-process retry."""
+
+    index: int
+    wings: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+# The step running now in this context (a sync step's try, an async step's task and the
+# threads it starts): set by ``body.step`` around each try; None in a body.
+RUNNING_STEP: contextvars.ContextVar[StepCall | None] = contextvars.ContextVar(
+    "celery_durable_running_step", default=None
+)
+
+
+@dataclasses.dataclass
 class FailedStep:
     """A step failure the body raised, and whether its record is written yet."""
 

@@ -21,7 +21,14 @@ from collections.abc import Callable, Coroutine
 from contextlib import ExitStack
 from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeVar
 
-from celery_durable.body.context import FailedStep, LimiterView, WorkflowContext, enter_body
+from celery_durable.body.context import (
+    RUNNING_STEP,
+    FailedStep,
+    LimiterView,
+    StepCall,
+    WorkflowContext,
+    enter_body,
+)
 from celery_durable.body.event_loop import (
     ASYNC_BODY,
     IN_ASYNC_STEP,
@@ -283,6 +290,7 @@ class Step(Generic[P, R]):
             while True:
                 attempt += 1
                 ctx.in_step = True
+                running = RUNNING_STEP.set(StepCall(index))
                 try:
                     value = self.fn(*args, **kwargs)
                 except Exception as exc:
@@ -293,6 +301,7 @@ class Step(Generic[P, R]):
                     raise self._failed(ctx, index, step_input, exc, started) from None
                 finally:
                     ctx.in_step = False
+                    RUNNING_STEP.reset(running)
                 return self._recorded(ctx, index, step_input, value, started)  # type: ignore[no-any-return]
 
     def _awaited_in(
@@ -333,6 +342,7 @@ class Step(Generic[P, R]):
                 while True:
                     attempt += 1
                     inside = IN_ASYNC_STEP.set(True)  # copied into to_thread's context
+                    running = RUNNING_STEP.set(StepCall(index))
                     cancelled = False
                     try:
                         if self.is_async:
@@ -350,6 +360,7 @@ class Step(Generic[P, R]):
                         raise self._failed(ctx, index, step_input, exc, started) from None
                     finally:
                         IN_ASYNC_STEP.reset(inside)
+                        RUNNING_STEP.reset(running)
                     done = self._outcome(ctx, index, step_input, value, started)
                     if self.options.commit == "deferred":
                         output = self._deferred(ctx, done)

@@ -1,5 +1,6 @@
 """What a wing adds to the operator tools: pages, page sections and actions of the
-dashboard, and gauges of the metrics endpoint. A wing declares its parts in its own
+dashboard, what ``durable show`` and the dashboard's run page show of one run, and
+gauges of the metrics endpoint. A wing declares its parts in its own
 modules; ``wiring.py`` registers them here, and the dashboard and the metrics endpoint
 read them, so neither imports a wing.
 
@@ -12,12 +13,13 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from celery_durable.engine.runtime import Runtime
     from celery_durable.ops.operations import Operations
+    from celery_durable.store import RunRecord
 
 Part = TypeVar("Part")
 
@@ -59,6 +61,30 @@ class DashboardSection:
 
 
 @dataclasses.dataclass(frozen=True)
+class DashboardEvents:
+    """A Server-Sent Events endpoint: GET ``rule`` answers ``text/event-stream`` with
+    what ``open(operations, last_event_id, query)`` yields, each an event as the wire
+    carries it; what it raises before its first event (InvalidArgument: 400, a
+    LookupError such as WorkflowNotFound: 404) answers instead."""
+
+    endpoint: str
+    rule: str
+    open: Callable[[Operations, str | None, Mapping[str, str]], Iterator[str]]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPart:
+    """What a wing shows of one run: ``read(operations, run)`` is its JSON, which
+    ``durable show --json`` holds under ``name``; ``lines`` of it are what ``durable
+    show`` prints; the dashboard's run page includes ``template`` with ``part`` (it)."""
+
+    name: str
+    read: Callable[[Operations, RunRecord], Any]
+    lines: Callable[[Any], list[str]]
+    template: str
+
+
+@dataclasses.dataclass(frozen=True)
 class MetricsGauge:
     """A gauge of the metrics endpoint, ``celery_durable_<name>``, labelled by namespace
     and ``labels``; ``read(runtime)`` gives (label values, value) pairs, read with the
@@ -78,6 +104,8 @@ class WingParts:
     actions: list[DashboardActions] = dataclasses.field(default_factory=list)
     sections: list[DashboardSection] = dataclasses.field(default_factory=list)
     gauges: list[MetricsGauge] = dataclasses.field(default_factory=list)
+    run_parts: list[RunPart] = dataclasses.field(default_factory=list)
+    events: list[DashboardEvents] = dataclasses.field(default_factory=list)
 
     def add_page(self, page: DashboardPage) -> None:
         _add(self.pages, page, lambda p: p.endpoint)
@@ -90,6 +118,16 @@ class WingParts:
 
     def add_gauge(self, gauge: MetricsGauge) -> None:
         _add(self.gauges, gauge, lambda g: g.name)
+
+    def add_events(self, events: DashboardEvents) -> None:
+        _add(self.events, events, lambda e: e.endpoint)
+
+    def add_run_part(self, part: RunPart) -> None:
+        _add(self.run_parts, part, lambda p: p.name)
+
+    def parts_of_run(self, operations: Operations, run: RunRecord) -> dict[str, Any]:
+        """What the wings show of ``run``, by part name (its JSON)."""
+        return {part.name: part.read(operations, run) for part in self.run_parts}
 
     def sections_of(self, page: str, operations: Operations) -> dict[str, Any]:
         """What the wings show on the kernel's page ``page``, by template name."""

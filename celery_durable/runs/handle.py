@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -318,6 +318,36 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
             seconds = validate.parse_duration(wait, "query(wait)")
             wait_for = needed(HANDLE_HOOKS.wait_for_state, "wait_for_state")
             return wait_for(self.runtime.store, self.id, key, seconds)
+
+    def read_stream(
+        self,
+        key: str,
+        start: int = 0,
+        timeout: float | None = None,
+        with_offsets: bool = False,
+    ) -> Iterator[Any]:
+        """The values the run writes to its stream ``key`` (``write_stream``), from offset
+        ``start``, yielded as they are written, from any process; the iterator ends when
+        the stream is closed or the run finished. ``with_offsets``: ``(offset, value)``
+        pairs; a reader that starts again at the offset after the last it saw loses
+        nothing and sees nothing twice. ``timeout``: seconds to wait for each next value,
+        then ``celery.exceptions.TimeoutError`` (the run goes on). Woken by LISTEN/NOTIFY
+        on Postgres, polling on SQLite. WorkflowNotFound if there is no such run."""
+        read = needed(HANDLE_HOOKS.read_stream, "read_stream")
+        return read(self.runtime.store, self.id, key, start, timeout, with_offsets)
+
+    def aread_stream(
+        self,
+        key: str,
+        start: int = 0,
+        timeout: float | None = None,
+        with_offsets: bool = False,
+    ) -> AsyncIterator[Any]:
+        """``read_stream`` for asyncio (``async for value in handle.aread_stream(key)``):
+        the same values and errors; each read runs on a client thread, and between reads
+        it waits on the event loop's notification for the run."""
+        read = needed(HANDLE_HOOKS.aread_stream, "aread_stream")
+        return read(self.runtime.store, self.id, key, start, timeout, with_offsets)
 
     def compensations(self) -> list[Compensation]:
         """The compensations that ran (rolled back steps, latest first), each with its

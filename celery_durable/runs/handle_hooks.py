@@ -1,6 +1,6 @@
 """What a run handle asks of the wings: ``WorkflowHandle.signal`` and ``.query`` act
-through the waits wing (signals, state), which ``wiring.py`` registers here, so the
-handle imports no wing.
+through the waits wing (signals, state), ``.read_stream`` through the streams wing, which
+``wiring.py`` registers here, so the handle imports no wing.
 
 Example::
 
@@ -11,7 +11,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -33,6 +33,12 @@ class HandleHooks:
     wait_for_state: Callable[[Store, str, str, float], Any] | None = None
     # (store, run id, key) -> (set yet, the value, the run's status), without waiting
     look_for_state: Callable[[Store, str, str], tuple[bool, Any, str]] | None = None
+    # (store, run id, key, start, timeout, with offsets) -> the stream's values, as written
+    read_stream: Callable[[Store, str, str, int, float | None, bool], Iterator[Any]] | None = None
+    # the same, for asyncio
+    aread_stream: (
+        Callable[[Store, str, str, int, float | None, bool], AsyncIterator[Any]] | None
+    ) = None
 
 
 def needed(hook: Hook | None, name: str) -> Hook:

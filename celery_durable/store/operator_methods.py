@@ -220,7 +220,7 @@ class AdminOps:
         sql = self.sql.admin
         if self.dialect.writes_in_ctes:
             with self.db.transaction() as conn:
-                runs, steps, signals, state, _items, _actions = conn.execute(
+                runs, steps, signals, state, *_others = conn.execute(
                     sql.gc_runs[status], values
                 ).one()
             return Collected({status: runs} if runs else {}, steps, signals, state)
@@ -240,7 +240,7 @@ class AdminOps:
         """What ``gc_runs`` would delete of ``status`` for ``cutoff``, all batches."""
         with self._operations_read() as conn:
             row = conn.execute(self.sql.admin.count_collectable[status], params(cutoff=cutoff))
-            runs, steps, signals, state, _items, _actions = row.one()
+            runs, steps, signals, state, *_others = row.one()
         return Collected({status: runs} if runs else {}, steps, signals, state)
 
     def explain(

@@ -59,6 +59,8 @@ class Tables:
     schedules: Table
     schedule_slots: Table
     actions: Table
+    streams: Table
+    stream_values: Table
 
 
 def settled_indexes(prefix: str) -> dict[str, tuple[str, ...]]:
@@ -256,6 +258,7 @@ def build_tables(prefix: str) -> Tables:
         Column("created_at", Float, nullable=False),
     )
     Index(f"ix_{prefix}actions_run", actions.c.namespace, actions.c.run_id, actions.c.id)
+    streams, stream_values = build_streams(metadata, prefix)
     return Tables(
         metadata,
         runs,
@@ -269,7 +272,52 @@ def build_tables(prefix: str) -> Tables:
         schedules,
         schedule_slots,
         actions,
+        streams,
+        stream_values,
     )
+
+
+def build_streams(metadata: MetaData, prefix: str) -> tuple[Table, Table]:
+    """A run's streams (migration 0014): each key's ``length`` (the next value's offset)
+    and when it was closed; and their values, by dense offset. A value's write is known by
+    where the run made it (``generation``; ``position``: the step's index, or the body's
+    place between steps, ``by_step`` telling which; ``seq``: its order there), so a
+    retried or replayed write is stored once. gc deletes both with their run."""
+    streams = Table(
+        f"{prefix}streams",
+        metadata,
+        Column("namespace", String(200), primary_key=True),
+        Column("run_id", String(255), primary_key=True),
+        Column("key", String(255), primary_key=True),
+        Column("length", BigInteger, nullable=False, server_default=text("0")),
+        Column("created_at", Float, nullable=False),
+        Column("closed_at", Float),
+    )
+    values = Table(
+        f"{prefix}stream_values",
+        metadata,
+        Column("namespace", String(200), primary_key=True),
+        Column("run_id", String(255), primary_key=True),
+        Column("key", String(255), primary_key=True),
+        Column("offset", BigInteger, primary_key=True),
+        Column("generation", Integer, nullable=False),
+        Column("position", Integer, nullable=False),
+        Column("by_step", Boolean, nullable=False),
+        Column("seq", Integer, nullable=False),
+        Column("value", Text, nullable=False),
+        Column("created_at", Float, nullable=False),
+        UniqueConstraint(
+            "namespace",
+            "run_id",
+            "key",
+            "generation",
+            "position",
+            "by_step",
+            "seq",
+            name=f"uq_{prefix}stream_values_write",
+        ),
+    )
+    return streams, values
 
 
 def build_schedules(metadata: MetaData, prefix: str) -> tuple[Table, Table]:

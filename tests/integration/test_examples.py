@@ -133,3 +133,14 @@ def test_the_readmes_first_example_saved_as_shop_py_migrates_and_a_worker_runs_i
             worker.stop()
     finally:
         delete_queues(BROKER_URL, [queue])
+
+
+def test_streams_example_reads_live_and_resumes_from_an_offset(tmp_path):
+    printed = run_example("streams.py", tmp_path)
+    assert "token 0: durable\n" in printed and "token 4: token\n" in printed
+    assert "token 5:" not in printed  # the first reader went away after offset 4
+    assert "resumed at offset 5: a step writes in order with its offset" in printed
+    assert "progress: [{'stage': 'generating'}, {'stage': 'done', 'words': 13}]" in printed
+    assert (
+        "result: durable streams keep every token a step writes in order with its offset"
+    ) in printed

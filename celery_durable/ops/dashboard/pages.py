@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from celery_durable.core.redact import Redactor
 from celery_durable.ops import console, run_details
 from celery_durable.ops.dashboard.values import VALUE_LIMIT, error_of, percentile, run_row, shown
+from celery_durable.ops.wing_parts import WING_PARTS
 from celery_durable.runs.stored_runs import RunDetails
 from celery_durable.store import ALL_STATUSES, FINISHED_STATUSES, ItemRow, RunStats, StepRecord
 from celery_durable.store.areas import STATE_READS
@@ -228,6 +229,12 @@ def run_page(
         # The steps before the page are taken as finished, as they are but for a frontier.
         "forkable": details.steps_from + sum(1 for s in details.steps if s.status == "ok"),
         "step_pages": step_pages(details, steps_from),
+        # What the wings show of the run (its streams), each in its own template.
+        "parts": [
+            {"name": part.name, "template": part.template, "value": value}
+            for part in WING_PARTS.run_parts
+            for value in (part.read(durable, run),)
+        ],
     }
 
 

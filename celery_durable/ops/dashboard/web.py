@@ -39,7 +39,12 @@ from celery_durable.errors import DurableError, WorkflowAlreadyExists
 from celery_durable.ops import console
 from celery_durable.ops.dashboard import pages, security
 from celery_durable.ops.dashboard.values import STATUS_ICONS
-from celery_durable.ops.wing_parts import WING_PARTS, DashboardActions, DashboardPage
+from celery_durable.ops.wing_parts import (
+    WING_PARTS,
+    DashboardActions,
+    DashboardEvents,
+    DashboardPage,
+)
 from celery_durable.store import ALL_STATUSES, is_unreachable
 
 logger = logging.getLogger("celery_durable.dashboard")
@@ -259,8 +264,25 @@ def create_app(
 
         pages_bp.add_url_rule(actions.rule, actions.endpoint, act, methods=["POST"])
 
+    def wing_events(events: DashboardEvents) -> None:
+        def view() -> Any:
+            last = request.headers.get("Last-Event-ID")
+            try:
+                chunks = events.open(durable, last, request.args.to_dict())
+            except LookupError as exc:
+                abort(404, str(exc))
+            except ValueError as exc:  # InvalidArgument
+                abort(400, str(exc))
+            # No buffering on the way (nginx): each event goes out as it is written.
+            headers = {"X-Accel-Buffering": "no"}
+            return Response(chunks, mimetype="text/event-stream", headers=headers)
+
+        pages_bp.add_url_rule(events.rule, events.endpoint, view, methods=["GET"])
+
     for page in WING_PARTS.pages:
         wing_page(page)
+    for events in WING_PARTS.events:
+        wing_events(events)
     for actions in WING_PARTS.actions:
         wing_actions(actions)
 

@@ -368,6 +368,8 @@ class AdminStatements(Builder):
             "state": self.tables.state,
             "items": self.tables.items,  # a fan-out's items go with their run
             "actions": self.tables.actions,  # what operators did to it
+            "streams": self.tables.streams,  # the streams it wrote, and their values
+            "stream_values": self.tables.stream_values,
         }
 
     def _collectable(self, status: str) -> Any:

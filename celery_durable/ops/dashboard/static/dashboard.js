@@ -1,5 +1,6 @@
-// celery_durable dashboard: live refresh of the element marked data-refresh, a confirm
-// before every action, and JSON payloads checked before they are sent. No framework.
+// celery_durable dashboard: live refresh of the element marked data-refresh, a run's
+// streams followed by Server-Sent Events, a confirm before every action, and JSON
+// payloads checked before they are sent. No framework.
 (function () {
   "use strict";
 
@@ -42,6 +43,32 @@
     window.setInterval(tick, interval);
   }
 
+  // A stream of the run page: each value its Server-Sent Event (id: its offset), the
+  // last SHOWN kept; EventSource reconnects with Last-Event-ID on its own.
+  var SHOWN = 500;
+
+  function followStream(list) {
+    var state = list.parentNode.querySelector("[data-stream-state]");
+    var source = new EventSource(list.getAttribute("data-stream"));
+    var count = 0;
+    source.onmessage = function (event) {
+      var value = JSON.parse(event.data);
+      var item = document.createElement("li");
+      item.value = parseInt(event.lastEventId, 10);
+      item.textContent = typeof value === "string" ? value : JSON.stringify(value);
+      list.appendChild(item);
+      while (list.children.length > SHOWN) { list.removeChild(list.firstChild); }
+      count = item.value + 1;
+      if (state) { state.textContent = count + " value(s), open"; }
+    };
+    source.addEventListener("close", function (event) {
+      source.close();
+      var length = JSON.parse(event.data).length;
+      if (state) { state.textContent = Math.max(length, count) + " value(s), closed"; }
+      list.setAttribute("data-closed", "1");
+    });
+  }
+
   function checkJson(field) {
     try {
       JSON.parse(field.value || "null");
@@ -58,6 +85,7 @@
   document.addEventListener("DOMContentLoaded", function () {
     var live = document.getElementById("live");
     if (live) { startRefresh(live); }
+    document.querySelectorAll("ol[data-stream]").forEach(followStream);
     document.querySelectorAll("textarea[data-json]").forEach(function (field) {
       field.addEventListener("input", function () { checkJson(field); });
     });

@@ -1,0 +1,94 @@
+"""The statements of streams: append a value once, close a stream, read by offset.
+
+Example::
+
+    sql = StreamStatements(build_tables("durable_"), dialect_of("postgresql"), "default")
+    sql.write_value_lock_stream   # INSERT INTO streams ... ON CONFLICT DO UPDATE ... RETURNING
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import and_, bindparam, func, select, update
+
+from celery_durable.store.db.dialect import Dialect
+from celery_durable.store.schema import Tables
+from celery_durable.store.sql.build import Builder
+
+
+class StreamStatements(Builder):
+    """Append, close and read the streams of a run."""
+
+    def __init__(self, tables: Tables, dialect: Dialect, namespace: str) -> None:
+        super().__init__(tables, dialect, namespace)
+        runs, streams, values = tables.runs, tables.streams, tables.stream_values
+        of_run = and_(streams.c.namespace == namespace, streams.c.run_id == bindparam("p_run_id"))
+        this = and_(of_run, streams.c.key == bindparam("p_key"))
+        mine = and_(
+            values.c.namespace == namespace,
+            values.c.run_id == bindparam("p_run_id"),
+            values.c.key == bindparam("p_key"),
+        )
+        self.write_value_run = select(runs.c.status, runs.c.generation).where(self.run_is)
+        # The stream's row, made at its first write and locked (ON CONFLICT DO UPDATE)
+        # until the write commits: writers of one stream take their offsets in turn.
+        opened = self.insert(streams).values(
+            namespace=namespace,
+            run_id=bindparam("p_run_id"),
+            key=bindparam("p_key"),
+            length=0,
+            created_at=self.now,
+        )
+        key_columns = [streams.c.namespace, streams.c.run_id, streams.c.key]
+        self.write_value_lock_stream = opened.on_conflict_do_update(
+            index_elements=key_columns, set_={"length": streams.c.length}
+        ).returning(streams.c.length, streams.c.closed_at)
+        self.write_value_find = select(values.c.offset).where(
+            mine,
+            values.c.generation == bindparam("p_generation"),
+            values.c.position == bindparam("p_position"),
+            values.c.by_step == bindparam("p_by_step"),
+            values.c.seq == bindparam("p_seq"),
+        )
+        self.write_value_insert = self.insert(values).values(
+            namespace=namespace,
+            run_id=bindparam("p_run_id"),
+            key=bindparam("p_key"),
+            offset=bindparam("p_offset"),
+            generation=bindparam("p_generation"),
+            position=bindparam("p_position"),
+            by_step=bindparam("p_by_step"),
+            seq=bindparam("p_seq"),
+            value=bindparam("p_value"),
+            created_at=self.now,
+        )
+        self.write_value_grow = update(streams).where(this).values(length=streams.c.length + 1)
+        closing = opened.values(closed_at=self.now)
+        self.close_stream = closing.on_conflict_do_update(
+            index_elements=key_columns,
+            set_={"closed_at": func.coalesce(streams.c.closed_at, closing.excluded.closed_at)},
+        )
+        # A run that finishes (or is cancelled) closes the streams it left open.
+        self.close_run_streams = (
+            update(streams).where(of_run, streams.c.closed_at.is_(None)).values(closed_at=self.now)
+        )
+        # On Postgres a write wakes the run's waiters (readers: LISTEN), at its commit.
+        channel = f"{tables.runs.name.removesuffix('runs')}events"
+        # ``p_payload``: "<namespace>:<run id>", what the run's waiters listen for.
+        self.notify_readers = select(func.pg_notify(channel, bindparam("p_payload")))
+        self.read_run_status = select(runs.c.status).where(self.run_is)
+        self.read_head = select(streams.c.length, streams.c.closed_at).where(this)
+        self.read_values = (
+            select(values.c.offset, values.c.value)
+            .where(
+                mine,
+                values.c.offset >= bindparam("p_start"),
+                values.c.offset < bindparam("p_end"),
+            )
+            .order_by(values.c.offset)
+            .limit(bindparam("p_limit"))
+        )
+        self.list_streams = (
+            select(streams.c.key, streams.c.length, streams.c.closed_at)
+            .where(of_run)
+            .order_by(streams.c.key)
+        )

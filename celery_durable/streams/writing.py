@@ -1,0 +1,136 @@
+"""Writing streams: ``write_stream`` and ``close_stream``, in a workflow body or in a
+step (sync or async), and the settle listener that closes a finished run's streams.
+
+A value is stored and visible to readers at once, before the step that wrote it records
+its result: a token, a progress figure, is read as it is made. A retried or replayed
+write is stored once: each write is known by where the run made it (the step's index, or
+the body's place between steps, and its order there, per stream), so a step's retry, or
+a delivery that replays the body after a worker died, finds its writes stored already and
+adds nothing. A retry that writes other values keeps the first try's at the places both
+wrote; the values it writes past them are appended.
+
+Example::
+
+    @durable.step
+    def generate(prompt: str) -> str:
+        text = ""
+        for token in llm(prompt):
+            cd.write_stream("tokens", token)     # visible to readers now
+            text += token
+        return text
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from celery_durable.body.context import RUNNING_STEP, WorkflowContext
+from celery_durable.body.event_loop import IN_ASYNC_STEP
+from celery_durable.body.replay import store_guard
+from celery_durable.core import serialization, validate
+from celery_durable.engine.runtime_view import RuntimeView, SettleListener
+from celery_durable.errors import StreamClosed
+from celery_durable.streams.store_area import STREAMS, Where
+
+T = TypeVar("T")
+
+WING = "streams"
+# Set in the run's context once this delivery wrote to (or closed) a stream.
+USED = "streams.used"
+
+logger = logging.getLogger("celery_durable.workflow")
+
+
+def write_stream(key: str, value: Any) -> int:
+    """Append ``value`` (JSON) to this run's stream ``key`` and return its offset.
+
+    Works in a workflow body and in a step it runs. The value is visible to readers
+    (``handle.read_stream(key)``) at once; a write that a retry or a replay makes again
+    at the same place is stored once (and returns the same offset). Raises
+    ``StreamClosed`` once the stream is closed, ``PayloadTooLarge`` (naming the key) for
+    a value over ``durable_max_payload_bytes``. A plain call in an async body or step:
+    it writes at once, nothing to await."""
+    ctx, where = _place(f"celery_durable.write_stream({key!r})", key)
+    encoded = serialization.encode_json(
+        f"write_stream({key!r}) in workflow run {ctx.run_id!r}: the value",
+        value,
+        ctx.max_payload_bytes,
+        ctx.max_payload_depth,
+    )
+    area = STREAMS.of(ctx.store)
+    return _written(ctx, where, lambda: area.write_value(ctx.run_id, key, encoded, where))
+
+
+def close_stream(key: str) -> None:
+    """End this run's stream ``key``: its readers stop after its last value. Closing it
+    again does nothing; a run that finishes closes the streams it left open."""
+    ctx, where = _place(f"celery_durable.close_stream({key!r})", key, count=False)
+    area = STREAMS.of(ctx.store)
+    _written(ctx, where, lambda: area.close_stream(ctx.run_id, key))
+
+
+def _written(ctx: WorkflowContext, where: Where, write: Callable[[], T]) -> T:
+    """``write()``'s result. In a step, a database error is the step's (its retry writes
+    again, at the same places); in the body, it stops the body (``store_guard``), the run
+    left to its lease. StreamClosed is the caller's either way."""
+    if where.by_step:
+        return write()
+    refused: StreamClosed | None = None
+    with store_guard(ctx):
+        try:
+            return write()
+        except StreamClosed as exc:
+            refused = exc
+    assert refused is not None  # store_guard raises what it doesn't return
+    raise refused
+
+
+def _place(what: str, key: str, *, count: bool = True) -> tuple[WorkflowContext, Where]:
+    """The running workflow's context and where in it this write is made (taking the
+    next place there with ``count``)."""
+    ctx = WorkflowContext.current()
+    if ctx is None:
+        raise RuntimeError(f"{what} can only be called inside a workflow or a step it runs")
+    argument = what.removeprefix("celery_durable.").partition("(")[0] + "(key)"
+    validate.check_text(key, argument, max_chars=255, allow_empty=False)
+    step = RUNNING_STEP.get()
+    if step is not None:
+        counters: dict[str, int] = step.wings.setdefault(WING, {})
+        position, by_step = step.index, True
+    elif ctx.in_step or IN_ASYNC_STEP.get():
+        raise RuntimeError(f"{what} can't be called here: call it from a step or the body")
+    else:
+        ctx.check_stopping()
+        # The body's counters, per place between steps: a replay counts them again.
+        places: dict[int, dict[str, int]] = ctx.wing_state(WING, dict)
+        counters = places.setdefault(ctx.next_index, {})
+        position, by_step = ctx.next_index, False
+    ctx.wings[USED] = True
+    seq = counters.get(key, 0)
+    if count:
+        counters[key] = seq + 1
+    return ctx, Where(position, by_step, seq)
+
+
+class CloseStreams(SettleListener):
+    """A run that finished closes the streams it left open (a cancel closes them in its
+    own transaction). Only after a delivery that wrote to one: a run without streams
+    pays nothing, and readers and ``durable show`` take a finished run's streams as
+    closed anyway."""
+
+    def settled(
+        self,
+        runtime: RuntimeView,
+        ctx: WorkflowContext,
+        status: str,
+        result: str | None,
+        error: str | None,
+    ) -> None:
+        if not ctx.wings.get(USED):
+            return
+        try:
+            STREAMS.of(runtime.store).close_run_streams(ctx.run_id)
+        except Exception:  # noqa: BLE001 - the run is settled: its readers end all the same
+            logger.warning("could not close the streams of run %s", ctx.run_id, exc_info=True)

@@ -1,0 +1,129 @@
+"""The body API in-process (SQLite, eager): ``write_stream`` in a body and in a step,
+sync and async, a step's retry stored once, payload limits naming the key, a write
+after the close refused, and a finished run's streams closed."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from celery import Celery
+
+import celery_durable as cd
+from celery_durable import Durable, PayloadTooLarge, WorkflowFailed
+from celery_durable.testing import eager_workflows
+
+
+def values(durable: Durable, run_id: str, key: str) -> list[Any]:
+    return list(durable.get_handle(run_id).read_stream(key, timeout=5))
+
+
+def test_body_and_step_writes_each_once_across_a_step_s_retry(durable: Durable) -> None:
+    tries: list[int] = []
+
+    @durable.step(max_attempts=3, backoff=0)
+    def generate(count: int) -> int:
+        tries.append(1)
+        for n in range(count):
+            cd.write_stream("tokens", n)
+            if n == 2 and len(tries) == 1:
+                raise ConnectionError("the model's connection dropped")
+        return count
+
+    @durable.workflow
+    def chat(count: int) -> int:
+        cd.write_stream("events", "begin")
+        done = generate(count)
+        cd.write_stream("events", "end")
+        return done
+
+    with eager_workflows(durable):
+        handle = chat.apply_async((5,), run_id="chat-1")
+        assert handle.get(timeout=10) == 5
+    assert len(tries) == 2
+    assert values(durable, "chat-1", "tokens") == [0, 1, 2, 3, 4]
+    assert values(durable, "chat-1", "events") == ["begin", "end"]
+    pairs = list(durable.get_handle("chat-1").read_stream("tokens", start=3, with_offsets=True))
+    assert pairs == [(3, 3), (4, 4)]
+    streams = durable.runtime.store.streams.list_streams("chat-1")
+    assert [(s.key, s.length, s.closed) for s in streams] == [
+        ("events", 2, True),
+        ("tokens", 5, True),
+    ]
+
+
+def test_async_bodies_and_steps_write_with_a_plain_call(durable: Durable) -> None:
+    @durable.step
+    async def agenerate(count: int) -> int:
+        for n in range(count):
+            cd.write_stream("tokens", f"a{n}")
+            await asyncio.sleep(0)
+        return count
+
+    @durable.step
+    def plain(count: int) -> int:  # a def step of an async body runs on a thread
+        for n in range(count):
+            cd.write_stream("tokens", f"p{n}")
+        return count
+
+    @durable.workflow
+    async def achat(count: int) -> int:
+        cd.write_stream("events", "begin")
+        first, second = await asyncio.gather(agenerate(2), agenerate(2))
+        third = await plain(2)
+        cd.close_stream("events")
+        return first + second + third
+
+    with eager_workflows(durable):
+        handle = achat.apply_async((2,), run_id="achat-1")
+        assert handle.get(timeout=10) == 6
+    written = values(durable, "achat-1", "tokens")
+    assert sorted(written[:4]) == ["a0", "a0", "a1", "a1"] and written[4:] == ["p0", "p1"]
+    assert values(durable, "achat-1", "events") == ["begin"]
+
+
+def test_a_value_over_the_payload_limit_names_the_key(tmp_path) -> None:
+    app = Celery("limited", broker="memory://")
+    app.conf.update(task_always_eager=True, durable_max_payload_bytes=1000)
+    durable = Durable(app, database_url=f"sqlite:///{tmp_path}/limited.sqlite3")
+    durable.migrate()
+
+    @durable.workflow
+    def big() -> None:
+        cd.write_stream("blob", "x" * 2000)
+
+    try:
+        with eager_workflows(durable):
+            handle = big.apply_async((), run_id="big-1")
+            with pytest.raises(WorkflowFailed) as failed:
+                handle.get(timeout=10)
+    finally:
+        durable.runtime.store.dispose()
+    assert PayloadTooLarge.__name__ in failed.value.error_type
+    assert "write_stream('blob')" in failed.value.error_message
+
+
+def test_a_write_after_the_close_is_refused(durable: Durable) -> None:
+    @durable.workflow
+    def closes() -> str:
+        cd.write_stream("done", 1)
+        cd.close_stream("done")
+        try:
+            cd.write_stream("done", 2)
+        except cd.StreamClosed as exc:
+            return str(exc)
+        return "written"
+
+    with eager_workflows(durable):
+        said = closes.apply_async((), run_id="closes-1").get(timeout=10)
+    assert (
+        said
+        == "stream 'done' of workflow run 'closes-1' is closed: nothing more can be written to it"
+    )
+    assert values(durable, "closes-1", "done") == [1]
+
+
+def test_outside_a_workflow_it_says_where_it_works() -> None:
+    with pytest.raises(RuntimeError, match="inside a workflow or a step it runs"):
+        cd.write_stream("t", 1)
