@@ -8,7 +8,9 @@ Example::
 
 from __future__ import annotations
 
-from sqlalchemy import and_, bindparam, func, select, update
+from typing import Any
+
+from sqlalchemy import and_, bindparam, func, select, true, update
 
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
@@ -29,6 +31,12 @@ class StreamStatements(Builder):
             values.c.key == bindparam("p_key"),
         )
         self.write_value_run = select(runs.c.status, runs.c.generation).where(self.run_is)
+        if dialect.notifies:
+            # The write's transaction commits without waiting for the WAL flush: a value
+            # a database crash loses is one whose step or body record is lost too, so it
+            # is written again, at its place (the next record's flush makes it durable).
+            relaxed = func.set_config("synchronous_commit", "off", true()).label("relaxed")
+            self.write_value_run = self.write_value_run.add_columns(relaxed)
         # The stream's row, made at its first write and locked (ON CONFLICT DO UPDATE)
         # until the write commits: writers of one stream take their offsets in turn.
         opened = self.insert(streams).values(
@@ -62,6 +70,16 @@ class StreamStatements(Builder):
             created_at=self.now,
         )
         self.write_value_grow = update(streams).where(this).values(length=streams.c.length + 1)
+        # On Postgres the value, the length and the readers' wake-up go in one statement.
+        self.write_value_append: Any = None
+        if dialect.writes_in_ctes and dialect.notifies:
+            added = self.write_value_insert.returning(values.c.offset).cte("added")
+            grown = self.write_value_grow.returning(streams.c.length).cte("grown")
+            self.write_value_append = select(
+                select(added.c.offset).scalar_subquery().label("offset"),
+                select(grown.c.length).scalar_subquery().label("length"),
+                func.pg_notify(self._channel(), bindparam("p_payload")),
+            )
         closing = opened.values(closed_at=self.now)
         self.close_stream = closing.on_conflict_do_update(
             index_elements=key_columns,
@@ -72,9 +90,8 @@ class StreamStatements(Builder):
             update(streams).where(of_run, streams.c.closed_at.is_(None)).values(closed_at=self.now)
         )
         # On Postgres a write wakes the run's waiters (readers: LISTEN), at its commit.
-        channel = f"{tables.runs.name.removesuffix('runs')}events"
         # ``p_payload``: "<namespace>:<run id>", what the run's waiters listen for.
-        self.notify_readers = select(func.pg_notify(channel, bindparam("p_payload")))
+        self.notify_readers = select(func.pg_notify(self._channel(), bindparam("p_payload")))
         self.read_run_status = select(runs.c.status).where(self.run_is)
         self.read_head = select(streams.c.length, streams.c.closed_at).where(this)
         self.read_values = (
@@ -92,3 +109,6 @@ class StreamStatements(Builder):
             .where(of_run)
             .order_by(streams.c.key)
         )
+
+    def _channel(self) -> str:
+        return f"{self.tables.runs.name.removesuffix('runs')}events"

@@ -105,9 +105,14 @@ class StreamsArea:
             if head.closed_at is not None or run.status in FINISHED_STATUSES:
                 raise StreamClosed(run_id, key)
             offset = int(head.length)
-            conn.execute(sql.write_value_insert, {**values, "p_offset": offset})
-            conn.execute(sql.write_value_grow, values)
-            self._notify(conn, run_id)
+            values["p_offset"] = offset
+            if sql.write_value_append is not None:  # Postgres: one statement
+                values["p_payload"] = self._payload(run_id)
+                conn.execute(sql.write_value_append, values)
+            else:
+                conn.execute(sql.write_value_insert, values)
+                conn.execute(sql.write_value_grow, values)
+                self._notify(conn, run_id)
         return offset
 
     def close_stream(self, run_id: str, key: str) -> None:
@@ -130,8 +135,10 @@ class StreamsArea:
     def _notify(self, conn: Any, run_id: str) -> None:
         """Wake the run's waiting readers when the transaction commits (Postgres)."""
         if self.store.dialect.notifies:
-            payload = f"{self.store.namespace}:{run_id}"
-            conn.execute(self.sql.notify_readers, params(payload=payload))
+            conn.execute(self.sql.notify_readers, params(payload=self._payload(run_id)))
+
+    def _payload(self, run_id: str) -> str:
+        return f"{self.store.namespace}:{run_id}"
 
     def read(self, run_id: str, key: str, start: int, limit: int = PAGE) -> StreamPage:
         """The stream's values from offset ``start`` (see ``StreamPage``)."""

@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.dashboard import Dashboard
 from tests.support.services import BROKER
+from tests.support.waiting import wait_until
 
 pytest.importorskip("flask")
 APP = "tests.apps.streams"
@@ -118,3 +119,31 @@ def test_the_run_page_shows_the_stream_live(streams_app, start_worker, board, br
     finally:
         context.close()
     assert handle.get(timeout=60) == 1
+
+
+@pytest.mark.skipif(BROKER != "redis", reason="browser tests run in the Redis pass")
+def test_a_stream_that_begins_after_the_page_opened_shows_up(
+    streams_app, start_worker, board, browser, key, rds
+):
+    from playwright.sync_api import expect
+
+    rds.set(f"block:{key}:p", "1")  # the run holds before its first value
+    start_worker("sse-later", app=APP)
+    handle = streams_app.progress.delay(key, 3)
+    wait_until(lambda: rds.get(f"started:{key}:p"), 30, message="the run to start")
+    context = browser.new_context(
+        base_url=board.url,
+        http_credentials={"username": board.user, "password": board.password},
+    )
+    context.set_default_timeout(30 * SECONDS)
+    page = context.new_page()
+    try:
+        page.goto(f"/run/{handle.id}")
+        expect(page.locator(".streams")).to_have_count(0)
+        rds.delete(f"block:{key}:p")
+        values = page.locator(".stream[data-key='progress'] ol.stream-values li")
+        expect(values).to_have_count(3)
+        expect(values.nth(2)).to_have_text('{"done":3,"of":3}')
+    finally:
+        context.close()
+    assert handle.get(timeout=60) == 3

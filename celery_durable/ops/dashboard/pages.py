@@ -178,6 +178,10 @@ def run_page(
         }
         for key in details.state_keys
     ]
+    parts = [
+        {"name": part.name, "template": part.template, "value": part.read(durable, run)}
+        for part in WING_PARTS.run_parts
+    ]
     return {
         "id": run.id,
         "workflow": run.name,
@@ -230,11 +234,10 @@ def run_page(
         "forkable": details.steps_from + sum(1 for s in details.steps if s.status == "ok"),
         "step_pages": step_pages(details, steps_from),
         # What the wings show of the run (its streams), each in its own template.
-        "parts": [
-            {"name": part.name, "template": part.template, "value": value}
-            for part in WING_PARTS.run_parts
-            for value in (part.read(durable, run),)
-        ],
+        "parts": parts,
+        # How many things the parts show (streams...): the live refresh reloads the page
+        # when a new one begins, since the parts are outside what it refreshes.
+        "parts_shown": sum(len(p["value"]) for p in parts if isinstance(p["value"], list)),
     }
 
 

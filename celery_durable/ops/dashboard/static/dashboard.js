@@ -31,6 +31,13 @@
             window.location.reload();  // the actions that apply have changed
             return;
           }
+          var shown = live.querySelector(".run-head");
+          var parts = head ? head.getAttribute("data-parts") : null;
+          var changed = shown && parts !== null && parts !== shown.getAttribute("data-parts");
+          if (changed && !document.querySelector("form.action :focus")) {
+            window.location.reload();  // a stream began: the page follows it too
+            return;
+          }
           live.innerHTML = html;
           opened.forEach(function (id) {
             var d = document.getElementById(id);
