@@ -21,6 +21,8 @@ from celery_durable.errors import (
     StepFailed,
     StreamClosed,
     UnknownQuery,
+    UpdateNotHandled,
+    UpdateRejected,
     WorkerLost,
     WorkflowAlreadyCompleted,
     WorkflowAlreadyExists,
@@ -36,6 +38,7 @@ from celery_durable.sagas.compensation import compensate
 from celery_durable.sagas.continue_as_new import continue_as_new
 from celery_durable.store.engine_names import Compensation
 from celery_durable.streams.writing import close_stream, write_stream
+from celery_durable.updates.receive import UpdateRequest, wait_for_update
 from celery_durable.waits.state import set_state
 from celery_durable.waits.suspend import sleep, sleep_until, wait_for_signal
 
@@ -61,6 +64,9 @@ __all__ = [
     "StepFuture",
     "StreamClosed",
     "UnknownQuery",
+    "UpdateNotHandled",
+    "UpdateRejected",
+    "UpdateRequest",
     "WorkerLost",
     "WorkflowAlreadyCompleted",
     "WorkflowAlreadyExists",
@@ -83,5 +89,6 @@ __all__ = [
     "sleep",
     "sleep_until",
     "wait_for_signal",
+    "wait_for_update",
     "write_stream",
 ]

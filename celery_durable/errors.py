@@ -229,6 +229,36 @@ class PendingSignalsFull(DurableError):
     """The run already holds ``durable_max_pending_signals`` unconsumed signals."""
 
 
+class UpdateRejected(RunIdentified, DurableError):
+    """``handle.update``: the workflow refused the request, with ``reason``: its body's
+    ``req.reject(reason)``, or its validator (then no step of the run records it)."""
+
+    def __init__(self, run_id: str, name: str, reason: str) -> None:
+        super().__init__(f"update {name!r} of workflow run {run_id!r} was rejected: {reason}")
+        self.run_id = run_id
+        self.name = name
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
+        return type(self), (self.run_id, self.name, self.reason)
+
+
+class UpdateNotHandled(RunIdentified, DurableError):
+    """``handle.update``: the run finished (``status``) without answering the request."""
+
+    def __init__(self, run_id: str, name: str, status: str) -> None:
+        super().__init__(
+            f"update {name!r} of workflow run {run_id!r} was never answered: the run "
+            f"finished ({status}) first"
+        )
+        self.run_id = run_id
+        self.name = name
+        self.status = status
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
+        return type(self), (self.run_id, self.name, self.status)
+
+
 class UnknownQuery(DurableError, KeyError):
     """``handle.query(key)`` for a key the workflow never set."""
 

@@ -51,6 +51,10 @@ from celery_durable.streams.reading import aread_stream, read_stream
 from celery_durable.streams.report import STREAMS_PART
 from celery_durable.streams.store_area import STREAMS
 from celery_durable.streams.writing import CloseStreams
+from celery_durable.updates.receive import note_validators
+from celery_durable.updates.report import UPDATES_PART
+from celery_durable.updates.send import look_for_answer, send_update, wake_updated_runs
+from celery_durable.updates.store_area import UPDATES
 from celery_durable.waits.signals import SignalQueue, register_tasks, send_signal
 from celery_durable.waits.state import look_for_state, query, wait_for_state
 from celery_durable.waits.store_area import WAITS
@@ -65,18 +69,22 @@ STORE_AREAS.add(SCHEDULES)  # ``store.schedules``
 STORE_AREAS.add(LIMITERS)  # ``store.limiters``
 STORE_AREAS.add(FANOUT)  # ``store.fanout``
 STORE_AREAS.add(STREAMS)  # ``store.streams``
+STORE_AREAS.add(UPDATES)  # ``store.updates``
 HANDLE_HOOKS.signal = send_signal
 HANDLE_HOOKS.query = query
 HANDLE_HOOKS.wait_for_state = wait_for_state
 HANDLE_HOOKS.look_for_state = look_for_state
 HANDLE_HOOKS.read_stream = read_stream
 HANDLE_HOOKS.aread_stream = aread_stream
+HANDLE_HOOKS.send_update = send_update
+HANDLE_HOOKS.look_for_answer = look_for_answer
 WING_PARTS.add_page(SCHEDULES_PAGE)
 WING_PARTS.add_actions(SCHEDULE_ACTIONS)
 WING_PARTS.add_section(LIMITERS_SECTION)
 WING_PARTS.add_gauge(SCHEDULE_LAG)
 WING_PARTS.add_run_part(STREAMS_PART)
 WING_PARTS.add_events(STREAM_EVENTS)
+WING_PARTS.add_run_part(UPDATES_PART)
 
 
 def wire(runtime: Runtime, app: Celery) -> None:
@@ -88,6 +96,9 @@ def wire(runtime: Runtime, app: Celery) -> None:
     runtime.sweep_passes[:] = [  # the sweep's order, each wing's passes among the kernel's
         kernel["due runs"],
         kernel["signalled runs"],
+        SweepPass(
+            "updated runs", lambda: wake_updated_runs(runtime, runtime.sweeper.publish_again)
+        ),
         SweepPass("items", ItemSweep(runtime, runtime.sweeper)),
         SweepPass("limiter slots", lambda: limits.hand_off_slots(runtime)),
         kernel["deadlines"],
@@ -105,6 +116,7 @@ def wire(runtime: Runtime, app: Celery) -> None:
     # and the priority before the run's slot is taken (its key, its place among waiters).
     hooks.before_body += [canvas.report_claimed, schedules.slot_argument, deadlines.note_deadline]
     hooks.before_body += [limits.note_priority, rollback.roll_back_instead, limits.run_slot]
+    hooks.before_body.append(note_validators)  # returns nothing to give back
     hooks.body_stopped.append(limits.give_back_on_stop)
     hooks.settle_listeners += [Report(), continue_as_new.Continued(), rollback.Saga()]
     hooks.settle_listeners.append(CloseStreams())

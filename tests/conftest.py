@@ -42,6 +42,8 @@ GPU_QUEUE = unique("gpu-")
 CANVAS_QUEUE = unique("cq-")
 # The queue of the limiters' app (tests/apps/limited.py).
 LIMITED_QUEUE = unique("lq-")
+# The queue of the updates' app (tests/apps/updates.py).
+UPDATES_QUEUE = unique("uq-")
 # The queue of the schedules' app (tests/apps/scheduled.py) and its Redis notes' prefix.
 SCHEDULED_QUEUE = unique("sq-")
 
@@ -63,6 +65,7 @@ os.environ.update(
         "TEST_GPU_QUEUE": GPU_QUEUE,
         "TEST_CANVAS_QUEUE": CANVAS_QUEUE,
         "TEST_LIMITED_QUEUE": LIMITED_QUEUE,
+        "TEST_UPDATES_QUEUE": UPDATES_QUEUE,
         "TEST_SCHEDULED_QUEUE": SCHEDULED_QUEUE,
         "TEST_SCHEDULED_KEY": unique("scheduled-"),
     }
@@ -108,6 +111,7 @@ def basic_app() -> Iterator[object]:
     basic.durable.runtime.store.dispose()
     drop_tables(PG_URL, PREFIX)
     queues = [QUEUE, OTHER_QUEUE, GPU_QUEUE, CANVAS_QUEUE, LIMITED_QUEUE, SCHEDULED_QUEUE]
+    queues.append(UPDATES_QUEUE)
     queues.append(basic.durable.config.signal_queue)
     delete_queues(BROKER_URL, queues)
 
@@ -253,6 +257,14 @@ def streams_app(basic_app: object) -> object:
     from tests.apps import streams
 
     return streams
+
+
+@pytest.fixture(scope="session")
+def updates_app(basic_app: object) -> object:
+    """The updates' app module, on the test app's tables."""
+    from tests.apps import updates
+
+    return updates
 
 
 @pytest.fixture(scope="session")

@@ -128,9 +128,10 @@ def install_json() -> None:
     logger.propagate = False  # each line once, as JSON
 
 
-def describe_wait(signal: str | None, deadline: float | None) -> str:
-    """``waiting for signal 'approval' until 2026-...``: what a suspended run waits for."""
-    what = f"signal {signal!r}" if signal is not None else "its timer"
+def describe_wait(signal: str | None, deadline: float | None, kind: str = "signal") -> str:
+    """``waiting for signal 'approval' until 2026-...``: what a suspended run waits for
+    (``kind``: "update" for a run in ``wait_for_update``)."""
+    what = f"{kind} {signal!r}" if signal is not None else "its timer"
     until = "" if deadline is None else f" until {iso_time(deadline)}"
     return f"waiting for {what}{until}"
 

@@ -34,6 +34,12 @@ class WorkflowDefinition:
     limiter: LimiterView | None = None
     # Seconds from its start to its deadline (@durable.workflow(timeout=)); None: none.
     timeout: float | None = None
+    # The validators of its updates, by update name (``@checkout.validator("add_item")``):
+    # each is called with a request's payload and refuses it by raising. Filled after
+    # registration, so left out of comparisons.
+    validators: dict[str, Callable[[Any], Any]] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False
+    )
     # An ``async def`` body: the delivery runs its coroutine on the thread's loop.
     is_async: bool = dataclasses.field(init=False)
 

@@ -52,6 +52,7 @@ from kombu.utils.objects import cached_property
 from celery_durable.core import tracing
 from celery_durable.core.logs import describe_wait, iso_time
 from celery_durable.core.redact import redactor_of
+from celery_durable.store.engine_names import UPDATE_STEP_PREFIX
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -221,8 +222,11 @@ def unclaimed(app: Celery, run_id: str, run: RunRecord | None) -> DeliveryEnded:
     line = run_line(run.id, max(run.attempts, 1 if run.started_at is not None else 0))
     note = f"this delivery found the run {run.status} and did not run it {line}"
     if run.status == "WAITING":
-        signal = run.wait_signal
-        return ended(app, run_id, WAITING, f"{describe_wait(signal, run.due_at)}; {note}")
+        signal, kind = run.wait_signal, "signal"
+        if signal is not None and signal.startswith(UPDATE_STEP_PREFIX):
+            signal, kind = signal.removeprefix(UPDATE_STEP_PREFIX), "update"
+        waits = describe_wait(signal, run.due_at, kind)
+        return ended(app, run_id, WAITING, f"{waits}; {note}")
     if run.status == "PENDING":
         due = "" if run.due_at is None else f" (due {iso_time(run.due_at)})"
         return ended(app, run_id, SCHEDULED, f"pending{due}; {note}")

@@ -29,7 +29,7 @@ from celery_durable.store import (
     StepRecord,
     attempt_of,
 )
-from celery_durable.store.engine_names import SIGNAL_STEP_PREFIX
+from celery_durable.store.engine_names import SIGNAL_STEP_PREFIX, waited_for
 
 ERROR_WIDTH = 70
 STATUS_COLUMNS = ("PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED")
@@ -134,7 +134,7 @@ def detail(run: RunSummary) -> str:
     if run.status == "CANCELLED":
         return f"cancelled: {run.cancel_reason}" if run.cancel_reason else "cancelled"
     if run.status == "WAITING":
-        return f"waiting for signal {run.wait_signal!r}" if run.wait_signal else "sleeping"
+        return f"waiting for {waited_for(run.wait_signal)}" if run.wait_signal else "sleeping"
     if run.recoveries:
         return f"worker lost {run.recoveries} time(s)"
     return ""
@@ -203,7 +203,7 @@ def stats_lines(stats: RunStats) -> list[str]:
         if oldest is None:
             lines.append(f"oldest {label}: none")
             continue
-        what = f", waiting for signal {oldest.wait_signal!r}" if oldest.wait_signal else ""
+        what = f", waiting for {waited_for(oldest.wait_signal)}" if oldest.wait_signal else ""
         lines.append(
             f"oldest {label}: {oldest.id} ({oldest.name}), created {iso(oldest.created_at, False)}"
             f", {span(stats.now - oldest.created_at)} ago{what}"

@@ -16,6 +16,7 @@ from celery_durable.engine.runtime_view import RuntimeView
 from celery_durable.ops.console import decoded, error_brief, error_parts, iso, span, took
 from celery_durable.runs.stored_runs import RunDetails
 from celery_durable.store import FINISHED_STATUSES, ItemRow, RunRecord, StepRecord
+from celery_durable.store.engine_names import UPDATE_STEP_PREFIX, waited_for
 
 NOT_REACHED = "not reached"
 
@@ -49,6 +50,11 @@ def waiting_of(run: RunRecord) -> dict[str, Any] | None:
         return {"limiter": run.wait_limiter}
     if run.status != "WAITING":
         return None
+    if run.wait_signal is not None and run.wait_signal.startswith(UPDATE_STEP_PREFIX):
+        return {
+            "update": run.wait_signal.removeprefix(UPDATE_STEP_PREFIX),
+            "until": iso(run.due_at),
+        }
     return {"signal": run.wait_signal, "until": iso(run.due_at)}
 
 
@@ -158,7 +164,7 @@ def wait_line(run: RunRecord) -> str | None:
         return f"waiting for a slot of limiter {run.wait_limiter!r}"
     until = f" until {iso(run.due_at, False)}" if run.due_at is not None else ""
     if run.wait_signal:
-        return f"waiting for signal {run.wait_signal!r}{until}"
+        return f"waiting for {waited_for(run.wait_signal)}{until}"
     return f"sleeping{until}"
 
 

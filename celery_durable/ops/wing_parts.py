@@ -76,12 +76,16 @@ class DashboardEvents:
 class RunPart:
     """What a wing shows of one run: ``read(operations, run)`` is its JSON, which
     ``durable show --json`` holds under ``name``; ``lines`` of it are what ``durable
-    show`` prints; the dashboard's run page includes ``template`` with ``part`` (it)."""
+    show`` prints; the dashboard's run page includes ``template`` with ``part`` (it).
+    A ``live`` part is drawn again with each refresh of the page's head; one that keeps
+    its own connection (a stream's events) is drawn once, and the page reloads when the
+    number of things it shows changes."""
 
     name: str
     read: Callable[[Operations, RunRecord], Any]
     lines: Callable[[Any], list[str]]
     template: str
+    live: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

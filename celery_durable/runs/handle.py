@@ -48,6 +48,9 @@ logger = logging.getLogger("celery_durable.handle")
 # With LISTEN, ``aget`` reads the run when a notification says it changed, and at least
 # this often (seconds): a last resort, should a change ever go unnotified.
 AWAIT_SAFETY_READ = 10.0
+# ``update`` and ``aupdate`` read the request at least this often (seconds), notified or
+# not: a run the sweeper ends (a lost worker's) sends no notification.
+UPDATE_SAFETY_READ = 1.0
 
 
 def canvas_member(task: Any, task_id: str, options: dict[str, Any]) -> AsyncResult:
@@ -349,6 +352,63 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
         read = needed(HANDLE_HOOKS.aread_stream, "aread_stream")
         return read(self.runtime.store, self.id, key, start, timeout, with_offsets)
 
+    def update(
+        self,
+        name: str,
+        payload: Any = None,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        """Send the run the update request ``name`` and return its answer: the value the
+        body's ``req.reply(value)`` gave (``cd.wait_for_update(name)`` takes it).
+
+        Raises UpdateRejected (with the body's or the validator's ``reason``),
+        UpdateNotHandled if the run finishes without answering, WorkflowNotFound, or
+        WorkflowAlreadyCompleted for a run that had finished before it was sent; and
+        ``celery.exceptions.TimeoutError`` after ``timeout`` seconds (None: no limit). A
+        timeout only stops waiting: the request stays, and the run may still take and
+        answer it. Send it again with the same ``idempotency_key`` to wait for that very
+        request (and its answer) instead of sending a second one. On Postgres a
+        notification wakes the caller when the answer is stored.
+        """
+        wait = _UpdateWait(self, name, timeout)
+        send, look = wait.hooks()
+        with (
+            self._outage_named(f"sending update {name!r} to workflow run"),
+            self.runtime.store.listener() as listener,
+        ):
+            # Listening before the request is stored: no answer can come unnoticed.
+            update_id = send(self.runtime, self.id, name, payload, idempotency_key)
+            while True:
+                answered, value, status = look(self.runtime.store, self.id, update_id)
+                if answered:
+                    return value
+                listener.wait_for(self.id, wait.next_read(status))
+
+    async def aupdate(
+        self,
+        name: str,
+        payload: Any = None,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        """``update``, awaited: the same answer and errors. The request is stored and each
+        read runs on a client thread; between reads it waits on a notification for the
+        run on the event loop (Postgres), not on the thread."""
+        wait = _UpdateWait(self, name, timeout)
+        send, look = wait.hooks()
+        store = self.runtime.store
+        with self._outage_named(f"sending update {name!r} to workflow run"):
+            async with store.watching(self.id) as changes:
+                # Watching before the request is stored: no answer can come unnoticed.
+                runtime, key = self.runtime, idempotency_key
+                update_id = await off_loop(send, runtime, self.id, name, payload, key)
+                while True:
+                    answered, value, status = await off_loop(look, store, self.id, update_id)
+                    if answered:
+                        return value
+                    await changes.wait(wait.next_read(status))
+
     def compensations(self) -> list[Compensation]:
         """The compensations that ran (rolled back steps, latest first), each with its
         step's name and index and "ok" or "error"; ``record().compensation`` says how
@@ -539,6 +599,39 @@ class WorkflowHandle(AsyncResult):  # type: ignore[misc]
                 if pause is None:
                     pause = 0.5 if polled or not changes.notified else AWAIT_SAFETY_READ
                 await changes.wait(pause if remaining is None else min(pause, remaining))
+
+
+class _UpdateWait:
+    """One wait for an update's answer (``update`` and ``aupdate``): how long it may
+    still wait, and the wing's hooks it sends and looks with."""
+
+    def __init__(self, handle: WorkflowHandle, name: str, timeout: float | None) -> None:
+        self.handle = handle
+        self.name = name
+        self.seconds = (
+            None if timeout is None else validate.parse_duration(timeout, "update(timeout)")
+        )
+        self.deadline = None if self.seconds is None else time.monotonic() + self.seconds
+
+    @staticmethod
+    def hooks() -> tuple[Any, Any]:
+        """The wing's send and look (``HANDLE_HOOKS.send_update``, ``.look_for_answer``)."""
+        send = needed(HANDLE_HOOKS.send_update, "send_update")
+        return send, needed(HANDLE_HOOKS.look_for_answer, "look_for_answer")
+
+    def next_read(self, status: str) -> float:
+        """Seconds until the next read of the answer; Celery's TimeoutError once the
+        caller's timeout has run out (``status``: the run's, for the message)."""
+        if self.deadline is None:
+            return UPDATE_SAFETY_READ
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise CeleryTimeoutError(
+                f"update {self.name!r} of workflow run {self.handle.id!r}: no answer within "
+                f"{self.seconds}s (the run is {status}); the request stays and may still be "
+                "answered: send it again with the same idempotency_key to wait for its answer"
+            )
+        return min(UPDATE_SAFETY_READ, remaining)
 
 
 class _FinishWait:

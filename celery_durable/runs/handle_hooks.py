@@ -1,6 +1,7 @@
 """What a run handle asks of the wings: ``WorkflowHandle.signal`` and ``.query`` act
-through the waits wing (signals, state), ``.read_stream`` through the streams wing, which
-``wiring.py`` registers here, so the handle imports no wing.
+through the waits wing (signals, state), ``.read_stream`` through the streams wing and
+``.update`` through the updates wing, which ``wiring.py`` registers here, so the handle
+imports no wing.
 
 Example::
 
@@ -39,6 +40,10 @@ class HandleHooks:
     aread_stream: (
         Callable[[Store, str, str, int, float | None, bool], AsyncIterator[Any]] | None
     ) = None
+    # (runtime, run id, update name, payload, idempotency key) -> the request's id
+    send_update: Callable[[RuntimeView, str, str, Any, str | None], int] | None = None
+    # (store, run id, request id) -> (answered yet, the answer, the run's status)
+    look_for_answer: Callable[[Store, str, int], tuple[bool, Any, str]] | None = None
 
 
 def needed(hook: Hook | None, name: str) -> Hook:

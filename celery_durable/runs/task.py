@@ -72,6 +72,31 @@ class WorkflowTask(Task):  # type: ignore[misc]
     # Reports each delivery to Flower truthfully (WAITING, not SUCCESS; see taskevents).
     Request = "celery_durable.engine.taskevents:WorkflowRequest"
 
+    # -- updates -----------------------------------------------------------------------
+
+    def validator(self, name: str) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
+        """Register the validator of update ``name``: called with each request's payload
+        in the worker, when the body's ``wait_for_update(name)`` takes it and before
+        anything is recorded; raising refuses it (the caller gets UpdateRejected with the
+        error's message) and leaves no step in the run's history.
+
+        Example::
+
+            @checkout.validator("add_item")
+            def check_item(item: dict) -> None:
+                if item["qty"] <= 0:
+                    raise ValueError("qty must be positive")
+        """
+        validate.check_signal_name(name, "validator(name)")
+
+        def register(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+            if not callable(fn):
+                raise TypeError(f"validator({name!r}) decorates a function, got {fn!r}")
+            self.definition.validators[name] = fn
+            return fn
+
+        return register
+
     # -- start -------------------------------------------------------------------------
 
     def delay(self, *args: Any, **kwargs: Any) -> WorkflowHandle:

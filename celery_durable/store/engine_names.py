@@ -31,6 +31,20 @@ CELERY_STATES = {
 # + NAME; the one that compensated step NAME, COMPENSATE_STEP_PREFIX + NAME.
 SIGNAL_STEP_PREFIX = "celery_durable.signal:"
 COMPENSATE_STEP_PREFIX = "celery_durable.compensate:"
+# The step that received (or timed out waiting for) update NAME is UPDATE_STEP_PREFIX +
+# NAME, which is also what a run suspended for it waits for (``wait_signal``); the steps
+# that answered it, UPDATE_REPLY_PREFIX or UPDATE_REJECT_PREFIX + NAME.
+UPDATE_STEP_PREFIX = "celery_durable.update:"
+UPDATE_REPLY_PREFIX = "celery_durable.update_reply:"
+UPDATE_REJECT_PREFIX = "celery_durable.update_reject:"
+
+
+def waited_for(wait_signal: str) -> str:
+    """What a run WAITING for ``wait_signal`` waits for: ``signal 'approval'``, or
+    ``update 'add_item'`` for a run suspended in ``wait_for_update``."""
+    if wait_signal.startswith(UPDATE_STEP_PREFIX):
+        return f"update {wait_signal.removeprefix(UPDATE_STEP_PREFIX)!r}"
+    return f"signal {wait_signal!r}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -61,6 +61,7 @@ class Tables:
     actions: Table
     streams: Table
     stream_values: Table
+    updates: Table
 
 
 def settled_indexes(prefix: str) -> dict[str, tuple[str, ...]]:
@@ -259,6 +260,7 @@ def build_tables(prefix: str) -> Tables:
     )
     Index(f"ix_{prefix}actions_run", actions.c.namespace, actions.c.run_id, actions.c.id)
     streams, stream_values = build_streams(metadata, prefix)
+    updates = build_updates(metadata, prefix)
     return Tables(
         metadata,
         runs,
@@ -274,6 +276,7 @@ def build_tables(prefix: str) -> Tables:
         actions,
         streams,
         stream_values,
+        updates,
     )
 
 
@@ -318,6 +321,41 @@ def build_streams(metadata: MetaData, prefix: str) -> tuple[Table, Table]:
         ),
     )
     return streams, values
+
+
+def build_updates(metadata: MetaData, prefix: str) -> Table:
+    """Requests sent to a run with ``handle.update`` (migration 0015), and their answers.
+
+    ``status`` is "pending" (stored, not taken yet), "received" (the body took it at step
+    ``idx``), "answered" or "rejected" (the body's ``reply`` or ``reject``; ``answer`` holds
+    the value as JSON, or the reason) or "refused" (the workflow's validator refused it:
+    no step records it; ``answer`` holds the reason). A request of a run that finished
+    unanswered is "not handled" where it is read. gc deletes them with the run."""
+    updates = Table(
+        f"{prefix}updates",
+        metadata,
+        Column("id", _SERIAL, primary_key=True, autoincrement=True),
+        Column("namespace", String(200), nullable=False),
+        Column("run_id", String(255), nullable=False),
+        Column("name", String(255), nullable=False),
+        Column("payload", Text, nullable=False),
+        Column("idempotency_key", String(255)),
+        Column("status", String(16), nullable=False),
+        Column("idx", Integer),
+        Column("answer", Text),
+        Column("created_at", Float, nullable=False),
+        Column("answered_at", Float),
+        UniqueConstraint("namespace", "run_id", "idempotency_key", name=f"uq_{prefix}updates_key"),
+    )
+    Index(f"ix_{prefix}updates_run", updates.c.namespace, updates.c.run_id, updates.c.id)
+    Index(
+        f"ix_{prefix}updates_pending",
+        updates.c.namespace,
+        updates.c.created_at,
+        postgresql_where=updates.c.status == "pending",
+        sqlite_where=updates.c.status == "pending",
+    )
+    return updates
 
 
 def build_schedules(metadata: MetaData, prefix: str) -> tuple[Table, Table]:

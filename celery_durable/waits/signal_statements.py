@@ -75,19 +75,7 @@ class SignalStatements(Builder):
         self.suspend_run_has_signal = (
             select(signals.c.id).where(pending, signals.c.name == bindparam("p_name")).limit(1)
         )
-        self.suspend_run = (
-            update(runs)
-            .where(self.run_is, runs.c.fence == bindparam("p_fence"))
-            .values(
-                status="WAITING",
-                owner=None,
-                wait_signal=bindparam("p_signal"),
-                due_at=bindparam("p_wake_at", type_=Float),
-                attempts=runs.c.attempts - 1,
-                dispatches=0,
-                updated_at=now,
-            )
-        )
+        self.suspend_run = self.suspend_waiting()
         self.cancel_run_drop_signals = (
             update(signals)
             .where(pending)

@@ -144,3 +144,19 @@ def test_streams_example_reads_live_and_resumes_from_an_offset(tmp_path):
     assert (
         "result: durable streams keep every token a step writes in order with its offset"
     ) in printed
+
+
+def test_updates_example_answers_rejects_refuses_and_checks_out(tmp_path):
+    printed = run_example("updates.py", tmp_path)
+    assert "apple: {'items': ['apple'], 'total': 3}" in printed
+    assert "pear: {'items': ['apple', 'pear'], 'total': 7}" in printed
+    assert "pear again: {'items': ['apple', 'pear'], 'total': 7}" in printed
+    assert "pear: rejected: pear is in the cart already" in printed
+    assert "kiwi: rejected: we don't sell 'kiwi'" in printed
+    assert "checkout: {'items': ['apple', 'pear'], 'total': 7}" in printed
+    assert "result: {'items': ['apple', 'pear'], 'total': 7}" in printed
+    # The refused kiwi left no step; the rejected pear did.
+    assert (
+        "steps: ['update', 'price_of', 'update_reply', 'update', 'price_of', 'update_reply', "
+        "'update', 'update_reject', 'update', 'update_reply']"
+    ) in printed

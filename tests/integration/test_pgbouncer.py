@@ -74,7 +74,7 @@ def bounced_store(pgbouncer: PgBouncer) -> Iterator[Store]:
 def test_the_store_works_behind_pgbouncer(bounced_store: Store, pgbouncer: PgBouncer) -> None:
 
     store, mark = bounced_store, len(pgbouncer.log())
-    assert current(store) == "0014"
+    assert current(store) == "0015"
     assert store.db.connect_args()["prepare_threshold"] is None
     record = store.db.pool.take()
     try:

@@ -58,7 +58,7 @@ def test_no_module_imports_itself_back():
 
 
 KERNEL = ("core", "store", "body", "engine", "runs", "ops")
-WINGS = ("canvas", "fanout", "limiters", "sagas", "schedules", "streams", "waits")
+WINGS = ("canvas", "fanout", "limiters", "sagas", "schedules", "streams", "updates", "waits")
 
 
 def test_the_kernel_imports_no_wing():

@@ -179,7 +179,12 @@ def run_page(
         for key in details.state_keys
     ]
     parts = [
-        {"name": part.name, "template": part.template, "value": part.read(durable, run)}
+        {
+            "name": part.name,
+            "template": part.template,
+            "live": part.live,
+            "value": part.read(durable, run),
+        }
         for part in WING_PARTS.run_parts
     ]
     return {
@@ -233,11 +238,13 @@ def run_page(
         # The steps before the page are taken as finished, as they are but for a frontier.
         "forkable": details.steps_from + sum(1 for s in details.steps if s.status == "ok"),
         "step_pages": step_pages(details, steps_from),
-        # What the wings show of the run (its streams), each in its own template.
+        # What the wings show of the run (its streams, its updates), each in its template.
         "parts": parts,
-        # How many things the parts show (streams...): the live refresh reloads the page
-        # when a new one begins, since the parts are outside what it refreshes.
-        "parts_shown": sum(len(p["value"]) for p in parts if isinstance(p["value"], list)),
+        # How many things the parts drawn once show (streams): the live refresh reloads
+        # the page when a new one begins, since they are outside what it refreshes.
+        "parts_shown": sum(
+            len(p["value"]) for p in parts if not p["live"] and isinstance(p["value"], list)
+        ),
     }
 
 

@@ -253,6 +253,25 @@ class Builder:
             ),
         }
 
+    def suspend_waiting(self) -> Any:
+        """Release the run the caller holds (``p_fence``) as WAITING for ``p_signal`` (a
+        signal's name, or what a wing's wait names) until ``p_wake_at`` (None: no timer);
+        its attempt given back, its dispatches counted afresh."""
+        runs = self.tables.runs
+        return (
+            update(runs)
+            .where(self.run_is, runs.c.fence == bindparam("p_fence"))
+            .values(
+                status="WAITING",
+                owner=None,
+                wait_signal=bindparam("p_signal"),
+                due_at=bindparam("p_wake_at", type_=Float),
+                attempts=runs.c.attempts - 1,
+                dispatches=0,
+                updated_at=self.now,
+            )
+        )
+
     def wake_waiting(self, *where: Any, **also: Any) -> Any:
         """Wake the WAITING runs that also match ``where`` (setting ``also`` too), returning
         what the caller publishes. Due after ``p_grace``, so that the sweeper sends a publish

@@ -370,6 +370,7 @@ class AdminStatements(Builder):
             "actions": self.tables.actions,  # what operators did to it
             "streams": self.tables.streams,  # the streams it wrote, and their values
             "stream_values": self.tables.stream_values,
+            "updates": self.tables.updates,  # the requests sent to it, and their answers
         }
 
     def _collectable(self, status: str) -> Any:

@@ -123,6 +123,7 @@ def test_durable_wires_each_feature_in(tmp_path, monkeypatch):
         "note_priority",
         "roll_back_instead",
         "run_slot",
+        "note_validators",
     ]
     fallbacks = [hook.__name__ for hook in hooks.claim_fallbacks]
     assert fallbacks == ["claim_when_visible", "claim_started_by_name"]

@@ -15,6 +15,7 @@ from celery_durable.engine.runtime_view import SweepPass
 EVERY_PASS = [
     "due runs",
     "signalled runs",
+    "updated runs",
     "items",
     "limiter slots",
     "deadlines",

@@ -185,7 +185,7 @@ def test_steps_recorded_before_0006_say_nothing_of_start_or_attempt(database, tm
                 )
             )
         upgrade(store)
-        assert current(store) == "0014"
+        assert current(store) == "0015"
         old = store.load_steps("old")[0]
         assert (old.output, old.duration, old.started_at, old.attempt) == ("1", 0.5, None, None)
         assert run_details.step_times(old) == "0.50s"  # what `durable show` prints of it

@@ -18,7 +18,7 @@ def step(idx: int, output: str = "1") -> StepRecord:
 
 
 def test_migrations_are_recorded_in_their_own_version_table(store):
-    assert current(store) == "0014"
+    assert current(store) == "0015"
     upgrade(store)  # idempotent
     names = sa.inspect(store.engine).get_table_names()
     prefix = store.table_prefix

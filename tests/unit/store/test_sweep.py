@@ -108,7 +108,7 @@ def test_runs_written_before_0007_are_any_sweepers(database, tmp_path):
     store = Store(url, prefix, "ns", dispatcher=REDIS)
     try:
         upgrade(store)
-        assert current(store) == "0014"
+        assert current(store) == "0015"
         assert swept(store) == {"old"}
     finally:
         store.dispose()

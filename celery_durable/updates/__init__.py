@@ -1,0 +1,1 @@
+"""Updates: a request to a running workflow that gets an answer (``handle.update``)."""
