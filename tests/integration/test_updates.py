@@ -4,6 +4,7 @@ first, and a caller that retries with its idempotency key (one request recorded)
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -123,3 +124,17 @@ def test_a_caller_that_retries_with_its_key_gets_the_one_answer(
     assert requests(updates_app, handle.id) == [("add_item", "answered")]
     assert [s.name for s in handle.steps()].count(REPLY) == 1
     assert int(rds.get(f"updates:{key}:priced")) == 1
+
+
+def test_an_asyncio_caller_awaits_the_answer(updates_app, updates_worker, key):
+    handle = updates_app.cart.delay(key, 2)
+    wait_until(lambda: waiting(handle), 30, message="the run to wait for an update")
+
+    async def two_requests() -> list[Any]:
+        first = await handle.aupdate("add_item", "kiwi", timeout=30)
+        with pytest.raises(UpdateRejected):
+            await handle.aupdate("add_item", "kiwi", timeout=30)
+        return [first, await handle.aupdate("add_item", "lime", timeout=30)]
+
+    assert asyncio.run(two_requests()) == [{"count": 1, "total": 4}, {"count": 2, "total": 8}]
+    assert handle.get(timeout=30) == {"items": ["kiwi", "lime"]}
