@@ -325,6 +325,15 @@ class StepCall:
 
     index: int
     wings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # What a wing must finish before this try's outcome is recorded (a stream's buffered
+    # values stored), each called with whether the try failed: see ``finish``.
+    before_record: list[Callable[[bool], None]] = dataclasses.field(default_factory=list)
+
+    def finish(self, failed: bool) -> None:
+        """Finish what the wings left in flight during this try. After a try that
+        returned, their error is the step's; after one that failed, they log theirs."""
+        for finish in self.before_record:
+            finish(failed)
 
 
 # The step running now in this context (a sync step's try, an async step's task and the

@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import inspect
 import logging
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from contextlib import ExitStack
@@ -290,9 +291,14 @@ class Step(Generic[P, R]):
             while True:
                 attempt += 1
                 ctx.in_step = True
-                running = RUNNING_STEP.set(StepCall(index))
+                call = StepCall(index)
+                running = RUNNING_STEP.set(call)
                 try:
-                    value = self.fn(*args, **kwargs)
+                    try:
+                        value = self.fn(*args, **kwargs)
+                    finally:
+                        if call.before_record:  # a stream's values, stored before the record
+                            call.finish(sys.exc_info()[0] is not None)
                 except Exception as exc:
                     delay = self._retry_delay(ctx, index, attempt, exc)
                     if delay is not None:
@@ -342,16 +348,22 @@ class Step(Generic[P, R]):
                 while True:
                     attempt += 1
                     inside = IN_ASYNC_STEP.set(True)  # copied into to_thread's context
-                    running = RUNNING_STEP.set(StepCall(index))
+                    this_try = StepCall(index)
+                    running = RUNNING_STEP.set(this_try)
                     cancelled = False
                     try:
-                        if self.is_async:
-                            value = await self.fn(*args, **kwargs)  # type: ignore[misc]
-                        else:
-                            # A thread can't be stopped: a cancel lets it finish, and its
-                            # result is recorded before the body stops.
-                            call = asyncio.to_thread(self.fn, *args, **kwargs)
-                            value, cancelled = await uninterrupted(call)
+                        try:
+                            if self.is_async:
+                                value = await self.fn(*args, **kwargs)  # type: ignore[misc]
+                            else:
+                                # A thread can't be stopped: a cancel lets it finish, and
+                                # its result is recorded before the body stops.
+                                call = asyncio.to_thread(self.fn, *args, **kwargs)
+                                value, cancelled = await uninterrupted(call)
+                        finally:
+                            if this_try.before_record:  # waits for the database: off the loop
+                                failed = sys.exc_info()[0] is not None
+                                await asyncio.to_thread(this_try.finish, failed)
                     except Exception as exc:
                         delay = self._retry_delay(ctx, index, attempt, exc)
                         if delay is not None:

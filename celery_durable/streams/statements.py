@@ -70,6 +70,19 @@ class StreamStatements(Builder):
             created_at=self.now,
         )
         self.write_value_grow = update(streams).where(this).values(length=streams.c.length + 1)
+        # A batch of one place's writes (a step's try): which of its seqs are stored, and
+        # the stream grown by the ones that were not (inserted with write_value_insert).
+        self.write_values_find = select(values.c.seq).where(
+            mine,
+            values.c.generation == bindparam("p_generation"),
+            values.c.position == bindparam("p_position"),
+            values.c.by_step == bindparam("p_by_step"),
+            values.c.seq >= bindparam("p_first_seq"),
+            values.c.seq <= bindparam("p_last_seq"),
+        )
+        self.write_values_grow = (
+            update(streams).where(this).values(length=streams.c.length + bindparam("p_count"))
+        )
         # On Postgres the value, the length and the readers' wake-up go in one statement.
         self.write_value_append: Any = None
         if dialect.writes_in_ctes and dialect.notifies:

@@ -115,6 +115,45 @@ class StreamsArea:
                 self._notify(conn, run_id)
         return offset
 
+    def write_values(
+        self, run_id: str, key: str, position: int, by_step: bool, batch: list[tuple[int, str]]
+    ) -> int:
+        """Append a batch of writes made at one place (``(seq, JSON)`` each, in order) in
+        one transaction; those stored already (a retry's, a replay's) are skipped. How
+        many were appended. StreamClosed when the stream is closed or the run finished
+        and one is new; LookupError when the run does not exist."""
+        sql = self.sql
+        first, last = batch[0][0], batch[-1][0]
+        values = params(
+            run_id=run_id,
+            key=key,
+            position=position,
+            by_step=by_step,
+            first_seq=first,
+            last_seq=last,
+        )
+        with self.db.transaction() as conn:
+            run = conn.execute(sql.write_value_run, values).first()
+            if run is None:
+                raise LookupError(run_id)
+            values["p_generation"] = int(run.generation)
+            head = conn.execute(sql.write_value_lock_stream, values).one()
+            stored = set(conn.execute(sql.write_values_find, values).scalars())
+            new = [(seq, value) for seq, value in batch if seq not in stored]
+            if not new:
+                return 0
+            if head.closed_at is not None or run.status in FINISHED_STATUSES:
+                raise StreamClosed(run_id, key)
+            offset = int(head.length)
+            rows = [
+                {**values, "p_offset": offset + i, "p_seq": seq, "p_value": value}
+                for i, (seq, value) in enumerate(new)
+            ]
+            conn.execute(sql.write_value_insert, rows)
+            conn.execute(sql.write_values_grow, {**values, "p_count": len(new)})
+            self._notify(conn, run_id)
+        return len(new)
+
     def close_stream(self, run_id: str, key: str) -> None:
         """Close the run's stream ``key`` (made, empty, if it was never written); readers
         end once they read its last value. Closing it again changes nothing."""

@@ -127,3 +127,69 @@ def test_a_write_after_the_close_is_refused(durable: Durable) -> None:
 def test_outside_a_workflow_it_says_where_it_works() -> None:
     with pytest.raises(RuntimeError, match="inside a workflow or a step it runs"):
         cd.write_stream("t", 1)
+
+
+def test_a_step_s_values_are_stored_in_batches_all_before_its_record(
+    durable: Durable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from celery_durable.streams.store_area import StreamsArea
+
+    stored_per_transaction: list[int] = []
+    write_values = StreamsArea.write_values
+
+    def counted(self: StreamsArea, *args: Any) -> int:
+        stored = write_values(self, *args)
+        stored_per_transaction.append(stored)
+        return stored
+
+    monkeypatch.setattr(StreamsArea, "write_values", counted)
+    seen_by_the_next_step: list[int] = []
+
+    @durable.step
+    def generate(count: int) -> int:
+        for n in range(count):
+            cd.write_stream("tokens", n)
+        return count
+
+    @durable.step
+    def look() -> int:
+        return durable.runtime.store.streams.list_streams("batched-1")[0].length
+
+    @durable.workflow
+    def chat(count: int) -> int:
+        generate(count)
+        seen_by_the_next_step.append(look())
+        return count
+
+    with eager_workflows(durable):
+        assert chat.apply_async((3000,), run_id="batched-1").get(timeout=30) == 3000
+    assert values(durable, "batched-1", "tokens") == list(range(3000))
+    assert seen_by_the_next_step == [3000]  # all stored before generate's record
+    assert sum(stored_per_transaction) == 3000
+    # The writer stores what piled up while it wrote: fewer transactions than values.
+    assert len(stored_per_transaction) < 3000
+
+
+def test_a_step_writing_to_a_stream_closed_elsewhere_fails_with_stream_closed(
+    durable: Durable,
+) -> None:
+    @durable.step(max_attempts=1)
+    def late() -> str:
+        cd.write_stream("done", "too late")
+        return "returned"
+
+    @durable.workflow
+    def closes_first() -> str:
+        cd.close_stream("done")
+        try:
+            return late()
+        except cd.StreamClosed as exc:  # the step's failure, raised in the body
+            return f"step failed: {exc}"
+
+    with eager_workflows(durable):
+        said = closes_first.apply_async((), run_id="closed-1").get(timeout=10)
+    assert said == (
+        "step failed: stream 'done' of workflow run 'closed-1' is closed: "
+        "nothing more can be written to it"
+    )
+    assert values(durable, "closed-1", "done") == []
