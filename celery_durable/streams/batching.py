@@ -25,6 +25,9 @@ logger = logging.getLogger("celery_durable.workflow")
 
 # The most values one transaction stores (a far larger backlog takes several).
 BATCH = 1000
+# The most values a step's try may have handed over and not stored: a step that writes
+# faster than the database takes them waits at its next write, and holds no more.
+UNSTORED_MAX = 20 * BATCH
 
 
 class StreamBuffer:
@@ -42,9 +45,12 @@ class StreamBuffer:
         self.changed = threading.Condition()
 
     def add(self, seq: int, value: str) -> None:
-        """Hand ``value`` over to be stored; the writer's error for an earlier value of
-        this stream (StreamClosed, a database error) is raised here."""
+        """Hand ``value`` over to be stored (waiting first while ``UNSTORED_MAX`` are);
+        the writer's error for an earlier value of this stream (StreamClosed, a database
+        error) is raised here."""
         with self.changed:
+            while self.unstored >= UNSTORED_MAX and self.error is None:
+                self.changed.wait()
             if self.error is not None:
                 raise self.error
             self.pending.append((seq, value))
@@ -67,8 +73,10 @@ class StreamBuffer:
         """The writer's part: store what is pending, a batch at a time."""
         with self.changed:
             batch, self.pending = self.pending[:BATCH], self.pending[BATCH:]
-            self.queued = bool(self.pending)
-            if self.error is not None:
+            # Left queued only for the rest of a backlog: a value added from now on
+            # queues the buffer again itself.
+            more = self.queued = bool(self.pending)
+            if self.error is not None or not batch:
                 return
         area = STREAMS.of(self.store)
         try:
@@ -81,7 +89,7 @@ class StreamBuffer:
         with self.changed:
             self.unstored -= len(batch)
             self.changed.notify_all()
-        if self.queued:
+        if more:
             writer().put(self)
 
 

@@ -58,13 +58,13 @@ def test_a_sigkill_mid_stream_loses_and_repeats_nothing_for_a_resuming_reader(
     wait_until(lambda: rds.get(f"started:{key}:g"), 30, message="the step to hold at 10")
     first.kill()  # mid-stream: 10 values written, 10 to go
     rds.delete(f"block:{key}:g")
-    start_worker("stream-b", app=APP)
+    second = start_worker("stream-b", app=APP)
     # The retried step writes its first 10 values again: stored once, at their offsets.
     resumed = list(
         handle.read_stream("tokens", start=seen[-1][0] + 1, timeout=120, with_offsets=True)
     )
     assert seen + resumed == [(n, token(n)) for n in range(20)]
-    assert handle.get(timeout=60) == 2  # the step ran twice
+    assert handle.get(timeout=60) == 2, second.log()  # the step ran twice
     assert list(handle.read_stream("tokens")) == [token(n) for n in range(20)]
     assert list(handle.read_stream("events")) == ["begin", "end"]  # the replayed body's too
 

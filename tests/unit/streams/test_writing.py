@@ -144,9 +144,11 @@ def test_a_step_s_values_are_stored_in_batches_all_before_its_record(
 
     monkeypatch.setattr(StreamsArea, "write_values", counted)
     seen_by_the_next_step: list[int] = []
+    tries: list[int] = []
 
     @durable.step
     def generate(count: int) -> int:
+        tries.append(1)
         for n in range(count):
             cd.write_stream("tokens", n)
         return count
@@ -165,6 +167,7 @@ def test_a_step_s_values_are_stored_in_batches_all_before_its_record(
         assert chat.apply_async((3000,), run_id="batched-1").get(timeout=30) == 3000
     assert values(durable, "batched-1", "tokens") == list(range(3000))
     assert seen_by_the_next_step == [3000]  # all stored before generate's record
+    assert len(tries) == 1  # no store failed: the step's one try stored them all
     assert sum(stored_per_transaction) == 3000
     # The writer stores what piled up while it wrote: fewer transactions than values.
     assert len(stored_per_transaction) < 3000
@@ -193,3 +196,25 @@ def test_a_step_writing_to_a_stream_closed_elsewhere_fails_with_stream_closed(
         "nothing more can be written to it"
     )
     assert values(durable, "closed-1", "done") == []
+
+
+def test_a_step_writing_faster_than_the_store_waits_and_loses_nothing(
+    durable: Durable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from celery_durable.streams import batching
+
+    monkeypatch.setattr(batching, "UNSTORED_MAX", 3)
+
+    @durable.step
+    def flood(count: int) -> int:
+        for n in range(count):
+            cd.write_stream("tokens", n)
+        return count
+
+    @durable.workflow
+    def chat(count: int) -> int:
+        return flood(count)
+
+    with eager_workflows(durable):
+        assert chat.apply_async((200,), run_id="flood-1").get(timeout=30) == 200
+    assert values(durable, "flood-1", "tokens") == list(range(200))

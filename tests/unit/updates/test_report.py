@@ -90,6 +90,9 @@ def test_the_dashboards_run_page_lists_the_requests_and_the_wait(durable):
     assert "update <code>again</code>" in page
     assert "<code>ask</code> #1 sent" in page and 'data-status="answered"' in page
     assert "(step 0)" in page and "(key k-1)" in page
+    # Drawn again with each refresh of the page's head, as a request's status changes.
+    refreshed = client.get(f"/run/{handle.id}?partial=1").get_data(as_text=True)
+    assert "<code>ask</code> #1 sent" in refreshed and 'data-status="answered"' in refreshed
 
 
 def test_show_leaves_the_updates_out_of_a_run_that_got_none(durable):
