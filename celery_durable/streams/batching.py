@@ -24,10 +24,10 @@ from celery_durable.streams.store_area import STREAMS
 logger = logging.getLogger("celery_durable.workflow")
 
 # The most values one transaction stores (a far larger backlog takes several).
-BATCH = 1000
+BATCH = 5000
 # The most values a step's try may have handed over and not stored: a step that writes
 # faster than the database takes them waits at its next write, and holds no more.
-UNSTORED_MAX = 20 * BATCH
+UNSTORED_MAX = 4 * BATCH
 
 
 class StreamBuffer:

@@ -10,7 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, select, true, update
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    Text,
+    and_,
+    bindparam,
+    func,
+    literal,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
@@ -83,6 +95,44 @@ class StreamStatements(Builder):
         self.write_values_grow = (
             update(streams).where(this).values(length=streams.c.length + bindparam("p_count"))
         )
+        # On Postgres a batch's values go in one statement, as three arrays (offsets,
+        # seqs, values) unnested into rows: no statement per value.
+        self.write_values_insert: Any = None
+        if dialect.name == "postgresql":
+            rows = (
+                func.unnest(
+                    bindparam("p_offsets", type_=ARRAY(BigInteger)),
+                    bindparam("p_seqs", type_=ARRAY(Integer)),
+                    bindparam("p_values", type_=ARRAY(Text)),
+                )
+                .table_valued("offset", "seq", "value")
+                .render_derived()
+            )
+            written = select(
+                literal(namespace),
+                bindparam("p_run_id"),
+                bindparam("p_key"),
+                rows.c.offset,
+                bindparam("p_generation"),
+                bindparam("p_position"),
+                bindparam("p_by_step"),
+                rows.c.seq,
+                rows.c.value,
+                self.now,
+            )
+            columns = [
+                "namespace",
+                "run_id",
+                "key",
+                "offset",
+                "generation",
+                "position",
+                "by_step",
+                "seq",
+                "value",
+                "created_at",
+            ]
+            self.write_values_insert = self.insert(values).from_select(columns, written)
         # On Postgres the value, the length and the readers' wake-up go in one statement.
         self.write_value_append: Any = None
         if dialect.writes_in_ctes and dialect.notifies:

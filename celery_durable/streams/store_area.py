@@ -145,11 +145,19 @@ class StreamsArea:
             if head.closed_at is not None or run.status in FINISHED_STATUSES:
                 raise StreamClosed(run_id, key)
             offset = int(head.length)
-            rows = [
-                {**values, "p_offset": offset + i, "p_seq": seq, "p_value": value}
-                for i, (seq, value) in enumerate(new)
-            ]
-            conn.execute(sql.write_value_insert, rows)
+            if sql.write_values_insert is not None:  # Postgres: one statement
+                arrays = params(
+                    offsets=list(range(offset, offset + len(new))),
+                    seqs=[seq for seq, _ in new],
+                    values=[value for _, value in new],
+                )
+                conn.execute(sql.write_values_insert, {**values, **arrays})
+            else:
+                rows = [
+                    {**values, "p_offset": offset + i, "p_seq": seq, "p_value": value}
+                    for i, (seq, value) in enumerate(new)
+                ]
+                conn.execute(sql.write_value_insert, rows)
             conn.execute(sql.write_values_grow, {**values, "p_count": len(new)})
             self._notify(conn, run_id)
         return len(new)

@@ -145,8 +145,6 @@ def _place(
     ctx = WorkflowContext.current()
     if ctx is None:
         raise RuntimeError(f"{what} can only be called inside a workflow or a step it runs")
-    argument = what.removeprefix("celery_durable.").partition("(")[0] + "(key)"
-    validate.check_text(key, argument, max_chars=255, allow_empty=False)
     step = RUNNING_STEP.get()
     if step is not None:
         counters: dict[str, int] = step.wings.setdefault(WING, {})
@@ -159,6 +157,9 @@ def _place(
         places: dict[int, dict[str, int]] = ctx.wing_state(WING, dict)
         counters = places.setdefault(ctx.next_index, {})
         position, by_step = ctx.next_index, False
+    if key not in counters:  # a key written here before was checked then
+        argument = what.removeprefix("celery_durable.").partition("(")[0] + "(key)"
+        validate.check_text(key, argument, max_chars=255, allow_empty=False)
     ctx.wings[USED] = True
     seq = counters.get(key, 0)
     if count:
