@@ -350,6 +350,86 @@ async def async_five_steps(key: str) -> list[int]:
     return [await async_numbered(key, n) for n in range(1, 6)]
 
 
+# -- streams and updates (issue 45): the figures of ``benchmarks/talk.py`` -----------------
+
+TICKS = "ticks"  # the stream of ``stream_ticks``
+VALUES = "values"  # the stream of ``stream_writes``
+UPDATE = "ping"  # the update ``ping_pong`` answers
+
+
+def hundred_chars(i: int) -> str:
+    """Value ``i`` of the 10,000-writes figure: 100 characters, built anew each time."""
+    return f"{i:0100d}"
+
+
+@durable.step(name="benchmarks.tick_step")
+def tick_step(n: int, pace: float) -> int:
+    """Write ``n`` values to ``ticks``, one every ``pace`` s (a model's tokens), each with
+    the wall-clock time it was written (``t``) and its number (``n``)."""
+    for i in range(n):
+        if i:
+            time.sleep(pace)
+        cd.write_stream(TICKS, {"t": time.time(), "n": i})
+    return n
+
+
+@durable.workflow(name="benchmarks.stream_ticks")
+def stream_ticks(n: int, pace: float) -> int:
+    """One step writing ``n`` paced values: the stream-latency figure."""
+    return tick_step(n, pace)
+
+
+@durable.step(name="benchmarks.write_values_step")
+def write_values_step(n: int) -> int:
+    """Build ``n`` values of 100 characters and write each to ``values``."""
+    for i in range(n):
+        cd.write_stream(VALUES, hundred_chars(i))
+    return n
+
+
+@durable.step(name="benchmarks.build_values_step")
+def build_values_step(n: int) -> int:
+    """Build the same ``n`` values and write none: ``write_values_step``'s reference."""
+    return sum(1 for i in range(n) if hundred_chars(i))
+
+
+@durable.step(name="benchmarks.return_values_step")
+def return_values_step(n: int) -> list[str]:
+    """Build the same ``n`` values and return them: they are stored as the step's result."""
+    return [hundred_chars(i) for i in range(n)]
+
+
+@durable.workflow(name="benchmarks.stream_writes")
+def stream_writes(n: int) -> int:
+    """One step that writes ``n`` values of 100 characters to a stream."""
+    return write_values_step(n)
+
+
+@durable.workflow(name="benchmarks.stream_builds")
+def stream_builds(n: int) -> int:
+    """The same step without the writes (it returns their count)."""
+    return build_values_step(n)
+
+
+@durable.workflow(name="benchmarks.stream_returns")
+def stream_returns(n: int) -> int:
+    """The same values returned by the step (its record keeps them); the run returns the
+    count, so the run's own result stays small."""
+    return len(return_values_step(n))
+
+
+@durable.workflow(name="benchmarks.ping_pong")
+def ping_pong(k: int) -> int:
+    """Answer ``k`` updates ``ping`` with their payload; how many it answered (fewer if a
+    wait of 60 s gets none)."""
+    for answered in range(k):
+        req = cd.wait_for_update(UPDATE, timeout=60)
+        if req is None:
+            return answered
+        req.reply(req.payload)
+    return k
+
+
 @task_prerun.connect
 def _mark_replay_attempt(sender: Any = None, args: Any = None, **_: Any) -> None:
     if sender is not None and sender.name == replay.name and args:

@@ -176,6 +176,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "pool); prints them and writes the JSON",
     )
     parser.add_argument(
+        "--talk-only",
+        action="store_true",
+        help="only the streams and updates figures (a stream value's write to a reader's "
+        "receipt, a step's 10,000 stream writes against the same step without them, an "
+        "update's round trip on Redis and on RabbitMQ); prints them and writes the JSON",
+    )
+    parser.add_argument(
         "--bigmap-only",
         action="store_true",
         help="only the map of 100,000 items with batch_size='auto' (quick: 2,000): time, "
@@ -237,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         measure,
         operations,
         scale_report,
+        talk,
         throughput,
         windows,
     )
@@ -311,6 +319,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.async_only:
         return aio.run_only(args, b, method, start_worker, teardown, machine, progress, wall_start)
+    if args.talk_only:
+        return talk.run_only(
+            args, b, method, start_worker, teardown, machine, progress, wall_start, log_dir
+        )
     if args.fanout_only:
         try:
             bench.durable.migrate()
