@@ -11,18 +11,19 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     Integer,
     Text,
     and_,
     bindparam,
+    cast,
     func,
     literal,
     select,
     true,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 
 from celery_durable.store.db.dialect import Dialect
 from celery_durable.store.schema import Tables
@@ -95,29 +96,28 @@ class StreamStatements(Builder):
         self.write_values_grow = (
             update(streams).where(this).values(length=streams.c.length + bindparam("p_count"))
         )
-        # On Postgres a batch's values go in one statement, as three arrays (offsets,
-        # seqs, values) unnested into rows: no statement per value.
+        # On Postgres a batch's values go in one statement: their JSON texts joined into
+        # one JSON array, taken apart by the server (a json element keeps its text as
+        # written); no statement, and no quoting in the client, per value. Their seqs and
+        # offsets run on from the first's (what a place has stored is always a first
+        # run of its seqs, so what a batch adds to it is a run too).
         self.write_values_insert: Any = None
         if dialect.name == "postgresql":
             rows = (
-                func.unnest(
-                    bindparam("p_offsets", type_=ARRAY(BigInteger)),
-                    bindparam("p_seqs", type_=ARRAY(Integer)),
-                    bindparam("p_values", type_=ARRAY(Text)),
-                )
-                .table_valued("offset", "seq", "value")
+                func.json_array_elements(cast(bindparam("p_values", type_=Text), JSON))
+                .table_valued("value", with_ordinality="n")
                 .render_derived()
             )
             written = select(
                 literal(namespace),
                 bindparam("p_run_id"),
                 bindparam("p_key"),
-                rows.c.offset,
+                bindparam("p_first_offset", type_=BigInteger) + rows.c.n - 1,
                 bindparam("p_generation"),
                 bindparam("p_position"),
                 bindparam("p_by_step"),
-                rows.c.seq,
-                rows.c.value,
+                bindparam("p_first_seq_new", type_=Integer) + rows.c.n - 1,
+                cast(rows.c.value, Text),
                 self.now,
             )
             columns = [

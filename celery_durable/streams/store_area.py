@@ -145,13 +145,14 @@ class StreamsArea:
             if head.closed_at is not None or run.status in FINISHED_STATUSES:
                 raise StreamClosed(run_id, key)
             offset = int(head.length)
-            if sql.write_values_insert is not None:  # Postgres: one statement
-                arrays = params(
-                    offsets=list(range(offset, offset + len(new))),
-                    seqs=[seq for seq, _ in new],
-                    values=[value for _, value in new],
+            seqs_run_on = new[-1][0] - new[0][0] == len(new) - 1
+            if sql.write_values_insert is not None and seqs_run_on:  # Postgres: one statement
+                batched = params(
+                    first_offset=offset,
+                    first_seq_new=new[0][0],
+                    values="[" + ",".join(value for _, value in new) + "]",
                 )
-                conn.execute(sql.write_values_insert, {**values, **arrays})
+                conn.execute(sql.write_values_insert, {**values, **batched})
             else:
                 rows = [
                     {**values, "p_offset": offset + i, "p_seq": seq, "p_value": value}

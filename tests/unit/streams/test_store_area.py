@@ -35,6 +35,30 @@ def test_offsets_are_dense_and_a_write_at_the_same_place_is_stored_once(store):
     assert [(s.key, s.length, s.closed) for s in area.list_streams("r1")] == [("t", 5, False)]
 
 
+def test_a_batch_appends_only_what_its_place_has_not_stored(store):
+    store.insert_run(new_run("rb"))
+    area = STREAMS.of(store)
+    first_try = [(seq, f'{{"n": {seq}, "text": "\\u00e9 \\"{seq}\\""}}') for seq in range(4)]
+    assert area.write_values("rb", "t", 2, True, first_try) == 4
+    # The retry's batch covers the stored places and goes on: two are new.
+    retry = [(seq, f'"retry {seq}"') for seq in range(2, 6)]
+    assert area.write_values("rb", "t", 2, True, retry) == 2
+    assert area.write_values("rb", "t", 2, True, retry) == 0  # all stored now
+    # Another place (the body's place 2) has seqs of its own.
+    assert area.write_values("rb", "t", 2, False, [(0, "[1, 2]"), (1, "null")]) == 2
+    page = area.read("rb", "t", 0)
+    assert page.values == [
+        *first_try,
+        (4, '"retry 4"'),
+        (5, '"retry 5"'),
+        (6, "[1, 2]"),
+        (7, "null"),
+    ]
+    assert page.length == 8
+    # A value's JSON text is stored as written, escapes and spaces kept.
+    assert page.values[1][1] == '{"n": 1, "text": "\\u00e9 \\"1\\""}'
+
+
 def test_a_closed_stream_refuses_new_values_but_not_a_replayed_write(store):
     store.insert_run(new_run("r2"))
     area = STREAMS.of(store)
