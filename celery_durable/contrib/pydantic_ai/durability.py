@@ -41,6 +41,8 @@ from pydantic_ai.tools import AgentDepsT
 from celery_durable.body.context import WorkflowContext
 from celery_durable.body.event_loop import IN_ASYNC_STEP, Interrupted, in_async_body
 from celery_durable.body.step import Step, StepOptions
+from celery_durable.contrib.pydantic_ai.events import stream_writer
+from celery_durable.core import validate
 from celery_durable.errors import (
     ContinuedAsNew,
     LeaseLost,
@@ -129,7 +131,10 @@ class CeleryDurability(BaseDurabilityCapability[AgentDepsT]):
     steps, as ``@durable.step(...)`` takes them (``max_attempts``, ``backoff``,
     ``limiter=durable.limiter(...)``...); a tool's own metadata
     ``{"celery_durable": {...}}`` overrides them for it, ``{"celery_durable": False}`` runs
-    it outside any step. ``models``: further models a run may switch to, by id."""
+    it outside any step. ``models``: further models a run may switch to, by id.
+    ``stream``: the key of the run's stream the agent's events are written to (model
+    deltas, tool calls and results, as Pydantic AI's JSON); ``event_stream_handler`` is
+    given them too."""
 
     engine_spec = ENGINE
 
@@ -139,12 +144,19 @@ class CeleryDurability(BaseDurabilityCapability[AgentDepsT]):
         name: str | None = None,
         models: Mapping[str, Model] | None = None,
         event_stream_handler: EventStreamHandler[AgentDepsT] | None = None,
+        stream: str | None = None,
         model_step: StepConfig | None = None,
         tool_step: StepConfig | None = None,
         mcp_step: StepConfig | None = None,
         event_step: StepConfig | None = None,
     ) -> None:
+        if stream is not None:
+            validate.check_text(
+                stream, "CeleryDurability(stream)", max_chars=255, allow_empty=False
+            )
+            event_stream_handler = stream_writer(stream, event_stream_handler)
         super().__init__(models=models, event_stream_handler=event_stream_handler, name=name)
+        self.stream = stream
         self.model_step = {**MODEL_STEP, **(model_step or {})}
         self.tool_step = {**TOOL_STEP, **(tool_step or {})}
         self.mcp_step = {**TOOL_STEP, **(mcp_step or {})}

@@ -50,16 +50,24 @@ class Counted:
         response = self._next(messages)
         for part in response.parts:
             if isinstance(part, ToolCallPart):
-                yield {0: DeltaToolCall(part.tool_name, part.args_as_json_str(), part.tool_call_id)}
+                yield {
+                    0: DeltaToolCall(
+                        name=part.tool_name,
+                        json_args=part.args_as_json_str(),
+                        tool_call_id=part.tool_call_id,
+                    )
+                }
             else:
                 yield part.content  # type: ignore[union-attr]
 
 
-def agent_of(model: Counted, calls: list[str], name: str = "support") -> Agent[None, str]:
+def agent_of(
+    model: Counted, calls: list[str], name: str = "support", **options: Any
+) -> Agent[None, str]:
     agent = Agent(
         FunctionModel(model.respond, stream_function=model.stream),
         name=name,
-        capabilities=[CeleryDurability()],
+        capabilities=[CeleryDurability(**options)],
     )
 
     @agent.tool_plain
@@ -113,6 +121,48 @@ def test_an_agent_run_is_steps_and_a_replay_pays_for_nothing_again(durable: Dura
         '[[{"tool_call_id":"c1"}],{}]',  # (args, kwargs) as every step's input
         '[[{"tool_call_id":"c2"}],{}]',
     ]
+
+
+def test_the_agent_s_events_are_written_to_the_run_s_stream_once(durable: Durable) -> None:
+    model, calls = Counted(), []
+    handled: list[str] = []
+
+    async def also(ctx: Any, events: Any) -> None:
+        async for event in events:
+            handled.append(event.event_kind)
+
+    agent = agent_of(model, calls, stream="agent", event_stream_handler=also)
+    attempts: list[int] = []
+
+    @durable.workflow(max_attempts=2, retry_backoff=0)
+    async def support(question: str) -> str:
+        result = await agent.run(question)
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ConnectionError("dropped after the agent ran")
+        return result.output
+
+    with eager_workflows(durable) as kit:
+        handle = support.apply_async(("where is a-1?",), run_id="agent-events")
+        kit.sweep()
+        assert handle.get(timeout=30) == "found widget a-1, sum 5"
+    events = list(handle.read_stream("agent", timeout=5))
+    kinds = [e["event_kind"] for e in events]
+    # Streamed requests: each model turn's deltas, then the tool call and its result.
+    assert kinds.count("function_tool_call") == 2 and kinds.count("function_tool_result") == 2
+    calls_made = [e["part"]["tool_name"] for e in events if e["event_kind"] == "function_tool_call"]
+    assert calls_made == ["lookup", "add"]
+    text = "".join(
+        e["delta"].get("content_delta", "") for e in events if e["event_kind"] == "part_delta"
+    ) + "".join(
+        e["part"].get("content", "")
+        for e in events
+        if e["event_kind"] == "part_start" and e["part"]["part_kind"] == "text"
+    )
+    assert "found widget a-1, sum 5" in text
+    # The replayed body wrote nothing twice, nor handed the user's handler any event again.
+    assert handled == kinds
+    assert model.requests == 3
 
 
 def test_outside_a_workflow_the_agent_runs_as_without_it() -> None:
