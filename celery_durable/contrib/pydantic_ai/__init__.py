@@ -9,6 +9,7 @@ Example::
     agent = Agent("openai:gpt-5", name="support", capabilities=[CeleryDurability()])
 """
 
+from celery_durable.contrib.pydantic_ai.approvals import fail_token, resolve_token
 from celery_durable.contrib.pydantic_ai.durability import CeleryDurability, CeleryOperationBackend
 
-__all__ = ["CeleryDurability", "CeleryOperationBackend"]
+__all__ = ["CeleryDurability", "CeleryOperationBackend", "fail_token", "resolve_token"]

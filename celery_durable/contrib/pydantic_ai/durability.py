@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 from pydantic_ai.agent import EventStreamHandler
+from pydantic_ai.capabilities.abstract import WrapRunHandler
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
     BaseDurabilityCapability,
@@ -35,12 +36,14 @@ from pydantic_ai.durable_exec import (
     ToolsetCallToolId,
     conversation_id_from_run_id,
 )
+from pydantic_ai.external_events import external_event_scope
 from pydantic_ai.models import Model
-from pydantic_ai.tools import AgentDepsT
+from pydantic_ai.tools import AgentDepsT, RunContext
 
 from celery_durable.body.context import WorkflowContext
 from celery_durable.body.event_loop import IN_ASYNC_STEP, Interrupted, in_async_body
 from celery_durable.body.step import Step, StepOptions
+from celery_durable.contrib.pydantic_ai.approvals import SignalWaiter
 from celery_durable.contrib.pydantic_ai.events import stream_writer
 from celery_durable.core import validate
 from celery_durable.errors import (
@@ -195,6 +198,14 @@ class CeleryDurability(BaseDurabilityCapability[AgentDepsT]):
 
     def get_default_conversation_id(self, run_id: str) -> str | None:
         return conversation_id_from_run_id(run_id) if self.in_durable_context else None
+
+    async def wrap_run(self, ctx: RunContext[AgentDepsT], *, handler: WrapRunHandler) -> Any:
+        """In a workflow, a wait for an answer from outside (``HandleDeferredToolCalls``
+        with a handler that takes a token) suspends the run on a signal (``approvals``)."""
+        if not self.in_durable_context:
+            return await super().wrap_run(ctx, handler=handler)
+        with external_event_scope(SignalWaiter(self.name)):
+            return await super().wrap_run(ctx, handler=handler)
 
     async def durable_sleep(self, seconds: float) -> None:
         """The agent's waits (between polls of a background response) suspend the run
