@@ -260,6 +260,14 @@ def streams_app(basic_app: object) -> object:
 
 
 @pytest.fixture(scope="session")
+def agents_app(basic_app: object) -> object:
+    """The Pydantic AI agents' app module (tests.apps.basic and the agents' workflows)."""
+    from tests.apps import agents
+
+    return agents
+
+
+@pytest.fixture(scope="session")
 def updates_app(basic_app: object) -> object:
     """The updates' app module, on the test app's tables."""
     from tests.apps import updates
