@@ -6,10 +6,12 @@ another signals it, in one server process whose event loop no call blocks."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -46,8 +48,18 @@ def listening(pid: int, application_name: str) -> bool:
         engine.dispose()
 
 
-@pytest.mark.broker
-def test_the_fastapi_example_starts_awaits_and_signals_a_run(tmp_path: Path):
+class Served:
+    """The example saved and migrated, its worker and its uvicorn server (a module's)."""
+
+    def __init__(self, base: str, server: subprocess.Popen[bytes], server_name: str) -> None:
+        self.base = base
+        self.server = server
+        self.server_name = server_name
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    tmp_path = tmp_path_factory.mktemp("fastapi")
     source = (ROOT / "examples" / "fastapi_app.py").read_text()
     assert GIVEN in source
     queue = unique("fastapi-")
@@ -102,8 +114,30 @@ def test_the_fastapi_example_starts_awaits_and_signals_a_run(tmp_path: Path):
         except httpx.TransportError:
             return False
 
+    try:
+        worker.wait_ready()
+        wait_until(up, 60, 0.2, lambda: f"uvicorn to answer; log:\n{server_log()}")
+        yield Served(base, server, server_name)
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(10)
+        log.close()
+        os.unlink(log.name)
+        worker.stop()
+        drop_tables(PG_URL, prefix)
+        delete_queues(BROKER_URL, [queue])
+
+
+@pytest.mark.broker
+def test_the_fastapi_example_starts_awaits_and_signals_a_run(served: Served):
+    server, server_name = served.server, served.server_name
+
     async def calls() -> None:
-        async with httpx.AsyncClient(base_url=base, timeout=90) as client:
+        async with httpx.AsyncClient(base_url=served.base, timeout=90) as client:
             started = await client.post("/orders/42")
             assert started.status_code == 200, started.text
             run_id = started.json()["run_id"]
@@ -137,19 +171,42 @@ def test_the_fastapi_example_starts_awaits_and_signals_a_run(tmp_path: Path):
             missing = await client.get("/runs/no-such-run/result")
             assert missing.status_code == 404 and "no-such-run" in missing.json()["detail"]
 
-    try:
-        worker.wait_ready()
-        wait_until(up, 60, 0.2, lambda: f"uvicorn to answer; log:\n{server_log()}")
-        run_apart(calls())
-    finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
-        log.close()
-        os.unlink(log.name)
-        worker.stop()
-        drop_tables(PG_URL, prefix)
-        delete_queues(BROKER_URL, [queue])
+    run_apart(calls())
+
+
+@pytest.mark.broker
+def test_the_support_agent_streams_its_events_and_waits_for_approval(served: Served):
+    async def calls() -> None:
+        async with httpx.AsyncClient(base_url=served.base, timeout=90) as client:
+            question = {"question": "Where is order 42? Refund it."}
+            started = await client.post("/support", json=question)
+            assert started.status_code == 200, started.text
+            run_id = started.json()["run_id"]
+            events: list[dict] = []
+            async with client.stream("GET", f"/runs/{run_id}/events") as sse:
+                assert sse.headers["content-type"].startswith("text/event-stream")
+                async for line in sse.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    events.append(json.loads(line.removeprefix("data: ")))
+                    asked = events[-1].get("approval_needed")
+                    if asked is not None:  # the run waits, holding no worker: approve
+                        calls_ = [call["id"] for call in asked["calls"]]
+                        assert [call["tool"] for call in asked["calls"]] == ["refund"]
+                        decision = {"token": asked["token"], "calls": calls_, "approve": True}
+                        decided = await client.post("/approvals", json=decision)
+                        assert decided.status_code == 200, decided.text
+            # The stream ended with the run.
+            answer = await client.get(f"/runs/{run_id}/result", params={"timeout": 60})
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["status"] == "SUCCEEDED"
+            assert "refunded" in answer.json()["result"]
+            called = [
+                e["part"]["tool_name"]
+                for e in events
+                if e.get("event_kind") == "function_tool_call"
+            ]
+            assert sorted(called) == ["order_status", "refund"]
+            assert any(e.get("approval_needed") for e in events)
+
+    run_apart(calls())

@@ -9,7 +9,19 @@ Example::
     agent = Agent("openai:gpt-5", name="support", capabilities=[CeleryDurability()])
 """
 
-from celery_durable.contrib.pydantic_ai.approvals import fail_token, resolve_token
+from celery_durable.contrib.pydantic_ai.approvals import (
+    afail_token,
+    aresolve_token,
+    fail_token,
+    resolve_token,
+)
 from celery_durable.contrib.pydantic_ai.durability import CeleryDurability, CeleryOperationBackend
 
-__all__ = ["CeleryDurability", "CeleryOperationBackend", "fail_token", "resolve_token"]
+__all__ = [
+    "CeleryDurability",
+    "CeleryOperationBackend",
+    "afail_token",
+    "aresolve_token",
+    "fail_token",
+    "resolve_token",
+]

@@ -111,3 +111,18 @@ def fail_token(durable: Any, token: str, reason: str) -> None:
     approval denied, each external call failed, with ``reason`` told to the model)."""
     run_id, signal = run_and_signal(token)
     durable.get_handle(run_id).signal(signal, {FAILURE: reason})
+
+
+async def aresolve_token(durable: Any, token: str, payload: JsonValue) -> None:
+    """``resolve_token``, awaited (from an async endpoint): the signal is stored off the
+    event loop."""
+    run_id, signal = run_and_signal(token)
+    handle = await durable.aget_handle(run_id)
+    await handle.asignal(signal, payload)
+
+
+async def afail_token(durable: Any, token: str, reason: str) -> None:
+    """``fail_token``, awaited."""
+    run_id, signal = run_and_signal(token)
+    handle = await durable.aget_handle(run_id)
+    await handle.asignal(signal, {FAILURE: reason})
