@@ -4,7 +4,6 @@ first, and a caller that retries with its idempotency key (one request recorded)
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,6 +13,7 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 import celery_durable as cd
 from celery_durable import UpdateNotHandled, UpdateRejected, WorkflowAlreadyCompleted
+from tests.support.event_loop import run_apart
 from tests.support.services import unique
 from tests.support.waiting import wait_until
 from tests.support.workers import Worker
@@ -136,5 +136,5 @@ def test_an_asyncio_caller_awaits_the_answer(updates_app, updates_worker, key):
             await handle.aupdate("add_item", "kiwi", timeout=30)
         return [first, await handle.aupdate("add_item", "lime", timeout=30)]
 
-    assert asyncio.run(two_requests()) == [{"count": 1, "total": 4}, {"count": 2, "total": 8}]
+    assert run_apart(two_requests()) == [{"count": 1, "total": 4}, {"count": 2, "total": 8}]
     assert handle.get(timeout=30) == {"items": ["kiwi", "lime"]}

@@ -109,3 +109,20 @@ def test_a_failed_token_denies_the_call_and_a_bad_token_is_named(durable: Durabl
     assert refunds.refunded == []
     with pytest.raises(InvalidArgument, match="is not a celery_durable token"):
         resolve_token(durable, "some-token", {})
+
+
+def test_a_deadline_cancels_an_agent_run_waiting_for_approval(durable: Durable) -> None:
+    refunds = Refunds()
+    agent = refunds.agent()
+
+    @durable.workflow(timeout=600)
+    async def support(question: str) -> str:
+        return (await agent.run(question)).output
+
+    with eager_workflows(durable) as kit:
+        handle = support.apply_async(("refund order 9",), run_id="refund-3")
+        assert handle.status() is WorkflowStatus.WAITING
+        kit.clock.advance(601)
+        assert handle.status() is WorkflowStatus.CANCELLED
+    assert durable.runtime.store.get_run("refund-3").cancel_reason == "deadline exceeded"
+    assert refunds.refunded == [] and refunds.requests == 1

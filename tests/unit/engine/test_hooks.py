@@ -130,7 +130,7 @@ def test_durable_wires_each_feature_in(tmp_path, monkeypatch):
     guards = [type(guard).__name__ for guard in hooks.step_guards]
     assert guards == ["LimiterGuard", "TerminateAtDeadline", "MarkCompensable"]
     listeners = [type(listener).__name__ for listener in hooks.settle_listeners]
-    assert listeners == ["Report", "Continued", "Saga"]
+    assert listeners == ["Report", "Continued", "Saga", "CloseStreams"]
 
 
 def test_a_runtime_is_wired_once(tmp_path, monkeypatch):
@@ -140,7 +140,7 @@ def test_a_runtime_is_wired_once(tmp_path, monkeypatch):
     durable = Durable(app, database_url=f"sqlite:///{tmp_path / 'wired.db'}")
     with pytest.raises(RuntimeError, match="wired already"):
         wire(durable.runtime, app)
-    assert len(durable.runtime.hooks.settle_listeners) == 3
+    assert len(durable.runtime.hooks.settle_listeners) == 4
 
 
 def test_an_undo_that_fails_leaves_the_others_given_back(caplog):

@@ -4,7 +4,6 @@ the run finished, resuming from an offset, timing out per value; and from asynci
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from typing import Any
 
@@ -15,6 +14,7 @@ from celery_durable import InvalidArgument, WorkflowNotFound
 from celery_durable.streams.reading import aread_stream, read_stream
 from celery_durable.streams.store_area import STREAMS, Where
 from tests.support.builders import new_run
+from tests.support.event_loop import run_apart
 from tests.support.waiting import wait_until
 
 
@@ -97,7 +97,7 @@ def test_an_asyncio_reader_follows_the_stream_too(store):
         return seen
 
     thread = writer(store, "aio", 10, gate)
-    assert asyncio.run(read()) == [(n, n) for n in range(10)]
+    assert run_apart(read()) == [(n, n) for n in range(10)]
     thread.join(60)
 
     async def timed_out() -> None:
@@ -106,4 +106,4 @@ def test_an_asyncio_reader_follows_the_stream_too(store):
             pass
 
     with pytest.raises(CeleryTimeoutError):
-        asyncio.run(timed_out())
+        run_apart(timed_out())

@@ -6,7 +6,6 @@ body awaits the wait, and an asyncio caller awaits ``aupdate``."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from celery_durable import (
     WorkflowNotFound,
     WorkflowStatus,
 )
+from tests.support.event_loop import run_apart
 from tests.support.waiting import wait_until
 
 WAIT = "celery_durable.update:add_item"
@@ -202,7 +202,7 @@ def test_an_async_body_awaits_the_request_and_an_asyncio_caller_awaits_the_answe
 
     handle = doubler.delay()
     assert handle.status() is WorkflowStatus.WAITING
-    assert asyncio.run(handle.aupdate("double", 21, timeout=10)) == 42
+    assert run_apart(handle.aupdate("double", 21, timeout=10)) == 42
     assert handle.get(timeout=5) == 21
 
 
