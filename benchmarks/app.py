@@ -430,6 +430,106 @@ def ping_pong(k: int) -> int:
     return k
 
 
+# -- durable agents (issue 46): the figures of ``benchmarks/agents.py`` -------------------
+#
+# Defined only when ``BENCH_AGENTS`` is set (``--agents-only`` sets it for its driver and
+# workers): Pydantic AI (the ``pydantic-ai`` extra) is not imported by the other figures'
+# workers, which would pay for its import at each start.
+
+AGENT_REQUESTS = 20  # model requests of one agent run: K - 1 tool calls, then the answer
+AGENT_BLOCK_AT = 10  # the tool call of ``agent_killed`` that holds while the driver says so
+
+if os.environ.get("BENCH_AGENTS"):
+    from pydantic_ai import Agent, RunContext
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from celery_durable.contrib.pydantic_ai import CeleryDurability
+
+    def tool_returns(messages: list[ModelMessage]) -> int:
+        """How many tool calls of the run returned so far."""
+        return sum(
+            part.part_kind == "tool-return" for message in messages for part in message.parts
+        )
+
+    def next_response(messages: list[ModelMessage]) -> ModelResponse:
+        """Ask for the tool (call ``i``, counted from 1) until it returned
+        ``AGENT_REQUESTS - 1`` times, then answer: ``AGENT_REQUESTS`` requests a run."""
+        done = tool_returns(messages)
+        if done < AGENT_REQUESTS - 1:
+            call = ToolCallPart("tool", {"i": done + 1}, tool_call_id=f"call-{done + 1}")
+            return ModelResponse(parts=[call])
+        return ModelResponse(parts=[TextPart(f"done after {done} tool calls")])
+
+    def offline_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        """The overhead figure's model: no I/O, no Redis, nothing but the next response."""
+        return next_response(messages)
+
+    def noop_tool(agent: Agent[None, str]) -> None:
+        """The no-op tool, never a step of a durable agent (run in the body, as without
+        the capability): the overhead figure times model requests only."""
+
+        @agent.tool_plain(metadata={"celery_durable": False})
+        def tool(i: int) -> int:
+            return i
+
+    durable_agent: Agent[None, str] = Agent(
+        FunctionModel(offline_model),
+        name="bench_durable",
+        capabilities=[CeleryDurability()],
+    )
+    noop_tool(durable_agent)
+    plain_agent: Agent[None, str] = Agent(FunctionModel(offline_model), name="bench_plain")
+    noop_tool(plain_agent)
+
+    @durable.workflow(name="benchmarks.agent_durable")
+    async def agent_durable() -> str:
+        """One run of the durable agent: ``AGENT_REQUESTS`` model requests, each a step."""
+        return (await durable_agent.run("go")).output
+
+    @durable.workflow(name="benchmarks.agent_plain")
+    async def agent_plain() -> str:
+        """The same run of the same agent without the capability: no step at all."""
+        return (await plain_agent.run("go")).output
+
+    def run_key(messages: list[ModelMessage]) -> str:
+        """The driver's key of a killed run: its prompt's first word."""
+        prompt = messages[0].parts[-1].content  # type: ignore[union-attr]
+        return str(prompt).split()[0]
+
+    def counted_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        """``offline_model``, counting each request it answers under ``<key>:requests``
+        (across processes and SIGKILLs)."""
+        _redis.incr(f"{run_key(messages)}:requests")
+        return next_response(messages)
+
+    killed_agent: Agent[None, str] = Agent(
+        FunctionModel(counted_model),
+        name="bench_killed",
+        capabilities=[CeleryDurability()],
+    )
+
+    @killed_agent.tool(name="tool")  # the name the model asks for
+    def hold(ctx: RunContext[None], i: int) -> int:
+        """A tool call (a step, the capability's default), counted under ``<key>:tools``;
+        call ``AGENT_BLOCK_AT`` announces itself (``<key>:blocked``) and holds (bounded)
+        while the driver holds ``<key>:block``."""
+        key = run_key(ctx.messages)
+        _redis.incr(f"{key}:tools")
+        if i == AGENT_BLOCK_AT:
+            _redis.set(f"{key}:blocked", "1", ex=3600)
+            deadline = time.monotonic() + 120
+            while _redis.exists(f"{key}:block") and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return i
+
+    @durable.workflow(name="benchmarks.agent_killed")
+    async def agent_killed(key: str) -> str:
+        """A run of ``AGENT_REQUESTS`` model requests whose tool call ``AGENT_BLOCK_AT``
+        holds on ``<key>:block``: the worker running it is SIGKILLed there."""
+        return (await killed_agent.run(f"{key} go")).output
+
+
 @task_prerun.connect
 def _mark_replay_attempt(sender: Any = None, args: Any = None, **_: Any) -> None:
     if sender is not None and sender.name == replay.name and args:

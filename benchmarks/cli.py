@@ -183,6 +183,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "update's round trip on Redis and on RabbitMQ); prints them and writes the JSON",
     )
     parser.add_argument(
+        "--agents-only",
+        action="store_true",
+        help="only the durable agents figures (a durable model request of a Pydantic AI "
+        "agent against the same request without a step, on the offline FunctionModel; "
+        "model requests repeated after a SIGKILL mid-run); prints them and writes the JSON",
+    )
+    parser.add_argument(
         "--bigmap-only",
         action="store_true",
         help="only the map of 100,000 items with batch_size='auto' (quick: 2,000): time, "
@@ -233,9 +240,12 @@ def main(argv: list[str] | None = None) -> int:
         "CELERY_DURABLE_NAMESPACE": namespace,
         "CELERY_DURABLE_SIGNAL_QUEUE": f"{queue}.signals",
     }
+    if args.agents_only:  # the app's agents (benchmarks.agents), there only when asked
+        env["BENCH_AGENTS"] = "1"
     os.environ.update(env)
     # Imported after the environment is set: the app reads it at import.
     from benchmarks import (
+        agents,
         aio,
         bigmap,
         fanout,
@@ -321,6 +331,10 @@ def main(argv: list[str] | None = None) -> int:
         return aio.run_only(args, b, method, start_worker, teardown, machine, progress, wall_start)
     if args.talk_only:
         return talk.run_only(
+            args, b, method, start_worker, teardown, machine, progress, wall_start, log_dir
+        )
+    if args.agents_only:
+        return agents.run_only(
             args, b, method, start_worker, teardown, machine, progress, wall_start, log_dir
         )
     if args.fanout_only:
