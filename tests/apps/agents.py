@@ -20,8 +20,8 @@ from tests.apps.basic import _redis, app, block_while_flagged, durable, effect
 
 __all__ = ["app", "durable", "support", "refund_desk", "limited_support"]
 
-# At most one model request at a time across the fleet (a provider's key, say).
-provider = durable.limiter("tests.provider", concurrency=1)
+# A provider's key: at most one model request at a time across the fleet, 8 a second.
+provider = durable.limiter("tests.provider", concurrency=1, rate="8/s")
 
 
 def _returned(messages: list[ModelMessage]) -> list[Any]:
@@ -102,10 +102,12 @@ async def support(key: str) -> str:
 
 
 def one_at_a_time(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    """``respond``, noting how many requests of the test (``<test key>-<n>`` runs) are in
-    flight at once across the fleet (``most-in-flight:<test key>``)."""
+    """``respond``, noting when each request of the test (``<test key>-<n>`` runs) began
+    (``starts:<test key>``) and how many were in flight at once across the fleet
+    (``most-in-flight:<test key>``)."""
     key = _key(messages)
     test = key.rpartition("-")[0]
+    _redis.rpush(f"starts:{test}", time.time())
     now = int(_redis.incr(f"in-flight:{test}"))
     _redis.set(f"most-in-flight:{test}", max(now, int(_redis.get(f"most-in-flight:{test}") or 0)))
     try:
@@ -125,7 +127,8 @@ _tools(limited_agent)
 
 @durable.workflow
 async def limited_support(key: str) -> str:
-    """The same agent, its model requests behind a fleet-wide limiter of one."""
+    """The same agent, its model requests behind a fleet-wide limiter (one at a time,
+    8 a second)."""
     return (await limited_agent.run(f"{key} where is a-1?")).output
 
 

@@ -2,7 +2,8 @@
 offline FunctionModel (tests/apps/agents.py): a run to completion with its events read
 live and again after; a SIGKILL during a tool call (no model request made twice, only
 that call again); a tool approved and one denied by a person, the run WAITING meanwhile;
-model requests behind a fleet-wide limiter across two workers."""
+model requests behind a fleet-wide limiter (one at a time, 8 a second) across two
+workers."""
 
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def test_a_refund_waits_for_a_person_who_approves_or_denies_it(agents_app, start
     assert rds.llen(f"tokens:{approved}") == 1  # nobody was asked twice
 
 
-def test_model_requests_behind_a_limiter_run_one_at_a_time_across_two_workers(
+def test_model_requests_behind_a_limiter_keep_its_rate_across_two_workers(
     agents_app, start_worker, key, rds
 ):
     start_worker.together({"name": "agents-a", "app": APP}, {"name": "agents-b", "app": APP})
@@ -107,3 +108,11 @@ def test_model_requests_behind_a_limiter_run_one_at_a_time_across_two_workers(
     assert [h.get(timeout=120) for h in handles] == [ANSWER] * 4
     assert sum(counts(rds, f"{key}-{n}")["model"] for n in range(4)) == 12
     assert int(rds.get(f"most-in-flight:{key}")) == 1
+    # At 8 a second with a bucket of 2 (a quarter second's), any n requests began at
+    # least (n - 2) / 8 s apart, first to last, whichever worker made them.
+    starts = sorted(float(t) for t in rds.lrange(f"starts:{key}", 0, -1))
+    assert len(starts) == 12
+    slack = 0.02  # the workers' clocks are one machine's; time.time() rounds
+    for i, first in enumerate(starts):
+        for j in range(i + 2, len(starts)):
+            assert starts[j] - first >= (j - i + 1 - 2) / 8 - slack, (i, j, starts)

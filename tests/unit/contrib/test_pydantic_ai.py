@@ -16,6 +16,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from celery_durable import Durable, WorkflowFailed
 from celery_durable.contrib.pydantic_ai import CeleryDurability
 from celery_durable.testing import eager_workflows
+from tests.support.event_loop import run_apart
 
 
 class Counted:
@@ -167,7 +168,7 @@ def test_the_agent_s_events_are_written_to_the_run_s_stream_once(durable: Durabl
 
 def test_outside_a_workflow_the_agent_runs_as_without_it() -> None:
     model, calls = Counted(), []
-    result = agent_of(model, calls).run_sync("where is a-1?")
+    result = run_apart(agent_of(model, calls).run("where is a-1?"))
     assert result.output == "found widget a-1, sum 5"
     assert (model.requests, calls) == (3, ["lookup a-1", "add 2 3"])
 
@@ -246,3 +247,42 @@ def _config(options: dict[str, Any]) -> Any:
     from pydantic_ai.durable_exec import RoleBasedOperationConfig
 
     return RoleBasedOperationConfig(model=options, event=options, capability=options, tool=options)
+
+
+def test_an_mcp_server_s_tools_are_steps_too(durable: Durable) -> None:
+    from fastmcp import FastMCP
+    from pydantic_ai.mcp import MCPToolset
+    from pydantic_ai.models.test import TestModel
+
+    forecasts: list[str] = []
+    server = FastMCP("weather")
+
+    @server.tool
+    def forecast(city: str) -> str:
+        forecasts.append(city)
+        return f"sunny in {city}"
+
+    agent = Agent(
+        TestModel(),
+        name="weather",
+        toolsets=[MCPToolset(server, id="weather")],
+        capabilities=[CeleryDurability()],
+    )
+    attempts: list[int] = []
+
+    @durable.workflow(max_attempts=2, retry_backoff=0)
+    async def outlook(question: str) -> str:
+        result = await agent.run(question)
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ConnectionError("dropped after the agent ran")
+        return result.output
+
+    with eager_workflows(durable) as kit:
+        handle = outlook.apply_async(("the weather?",), run_id="agent-mcp")
+        kit.sweep()
+        assert "sunny in" in handle.get(timeout=30)
+    assert len(forecasts) == 1  # the server's tool ran once, not again on replay
+    names = [s.name for s in steps_of(durable, "agent-mcp")]
+    assert "weather__mcp_server__weather.get_tools" in names
+    assert names.count("weather__mcp_server__weather.call_tool") == 1

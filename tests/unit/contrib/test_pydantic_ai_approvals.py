@@ -126,3 +126,36 @@ def test_a_deadline_cancels_an_agent_run_waiting_for_approval(durable: Durable) 
         assert handle.status() is WorkflowStatus.CANCELLED
     assert durable.runtime.store.get_run("refund-3").cancel_reason == "deadline exceeded"
     assert refunds.refunded == [] and refunds.requests == 1
+
+
+def test_an_approval_can_change_the_call_s_arguments(durable: Durable) -> None:
+    from pydantic_ai.tools import ToolApproved
+
+    refunds = Refunds()
+    agent = refunds.agent()
+
+    @durable.workflow
+    async def support(question: str) -> str:
+        return (await agent.run(question)).output
+
+    with eager_workflows(durable):
+        handle = support.apply_async(("refund order 10",), run_id="refund-4")
+        answer = DeferredToolResults(approvals={"r1": ToolApproved(override_args={"amount": 3})})
+        resolve_token(durable, refunds.tokens[0], RESULTS.dump_python(answer, mode="json"))
+        assert handle.get(timeout=30) == "refund: 3 refunded"
+    assert refunds.refunded == [3]
+
+
+def test_the_agent_s_waits_sleep_on_a_durable_timer(durable: Durable) -> None:
+    durability = CeleryDurability()
+
+    @durable.workflow
+    async def polls() -> str:
+        await durability.durable_sleep(120)  # as the agent graph waits between polls
+        return "polled again"
+
+    with eager_workflows(durable) as kit:
+        handle = polls.apply_async((), run_id="polls-1")
+        assert handle.status() is WorkflowStatus.WAITING  # no worker held meanwhile
+        kit.clock.advance(121)
+        assert handle.get(timeout=10) == "polled again"
