@@ -205,41 +205,62 @@ def test_unknown_step_options_are_named() -> None:
 
 
 def test_the_step_names_are_pinned() -> None:
+    """Every kind of operation Pydantic AI names, as its compatibility test lists them:
+    a change here orphans the steps of runs recorded before it."""
     from pydantic_ai.durable_exec import (
+        CapabilityOperationId,
         EventStreamHandlerId,
         JournalOperationNamer,
+        ModelCancelSuspendedResponseId,
+        ModelCompactMessagesId,
+        ModelCountTokensId,
         ModelRequestId,
         ToolsetCallToolId,
+        ToolsetGetInstructionsId,
         ToolsetGetToolsId,
+        ToolsetValidateToolArgumentsId,
     )
 
     from celery_durable.contrib.pydantic_ai import CeleryOperationBackend
     from celery_durable.contrib.pydantic_ai.durability import MODEL_STEP
 
-    backend = CeleryOperationBackend(
-        agent_name="compat",
-        config=_config(MODEL_STEP),  # type: ignore[arg-type]
-    )
+    backend = CeleryOperationBackend(agent_name="compat", config=_config(MODEL_STEP))
     namer: Any = backend._namer  # noqa: SLF001 - the namer the backend names steps with
     assert isinstance(namer, JournalOperationNamer)
     ids_and_labels = [
         (ModelRequestId("default", streaming=False, model_name="m"), None),
         (ModelRequestId("default", streaming=True, model_name="m"), None),
-        (ModelRequestId("gpt", streaming=False, model_name="m"), None),
+        (ModelRequestId("registered", streaming=False, model_name="m"), None),
+        (ModelCountTokensId("default", model_name="m"), None),
+        (ModelCompactMessagesId("default", model_name="m"), None),
+        (ModelCancelSuspendedResponseId("default", model_name="m"), None),
         (EventStreamHandlerId(), None),
-        (ToolsetCallToolId("function", toolset_id="<agent>"), "lookup"),
-        (ToolsetCallToolId("mcp", toolset_id="weather"), "forecast"),
-        (ToolsetGetToolsId("mcp", toolset_id="weather"), None),
+        (CapabilityOperationId("compat", operation="operation"), None),
+        (ToolsetGetToolsId("mcp", toolset_id="mcp"), None),
+        (ToolsetGetInstructionsId("mcp"), None),
+        (ToolsetCallToolId("mcp", toolset_id="mcp"), "mcp_tool"),
+        (ToolsetGetToolsId("dynamic", toolset_id="dynamic"), None),
+        (ToolsetCallToolId("dynamic", toolset_id="dynamic"), "dynamic_tool"),
+        (ToolsetValidateToolArgumentsId("function", toolset_id="functions"), "function_tool"),
+        (ToolsetCallToolId("function", toolset_id="functions"), "function_tool"),
     ]
     names = [namer.invocation_name(i, label=label).operation_name for i, label in ids_and_labels]
     assert names == [
         "compat__model.request",
         "compat__model.request_stream",
-        "compat__model.request.gpt",
+        "compat__model.request.registered",
+        "compat__model.count_tokens",
+        "compat__model.compact_messages",
+        "compat__model.cancel_suspended_response",
         "compat__event_stream_handler",
-        "compat__function_toolset__<agent>.call_tool:lookup",
-        "compat__mcp_server__weather.call_tool",
-        "compat__mcp_server__weather.get_tools",
+        "compat__capability__compat.operation",
+        "compat__mcp_server__mcp.get_tools",
+        "compat__mcp_server__mcp.get_instructions",
+        "compat__mcp_server__mcp.call_tool",
+        "compat__dynamic_toolset__dynamic.get_tools",
+        "compat__dynamic_toolset__dynamic.call_tool:dynamic_tool",
+        "compat__function_toolset__functions.validate_args",
+        "compat__function_toolset__functions.call_tool:function_tool",
     ]
 
 
