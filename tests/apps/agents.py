@@ -20,8 +20,8 @@ from tests.apps.basic import _redis, app, block_while_flagged, durable, effect
 
 __all__ = ["app", "durable", "support", "refund_desk", "limited_support"]
 
-# A provider's key: at most one model request at a time across the fleet, 8 a second.
-provider = durable.limiter("tests.provider", concurrency=1, rate="8/s")
+# A provider's key: at most one model request at a time across the fleet, 4 a second.
+provider = durable.limiter("tests.provider", concurrency=1, rate="4/s")
 
 
 def _returned(messages: list[ModelMessage]) -> list[Any]:
@@ -128,7 +128,7 @@ _tools(limited_agent)
 @durable.workflow
 async def limited_support(key: str) -> str:
     """The same agent, its model requests behind a fleet-wide limiter (one at a time,
-    8 a second)."""
+    4 a second)."""
     return (await limited_agent.run(f"{key} where is a-1?")).output
 
 

@@ -2,7 +2,7 @@
 offline FunctionModel (tests/apps/agents.py): a run to completion with its events read
 live and again after; a SIGKILL during a tool call (no model request made twice, only
 that call again); a tool approved and one denied by a person, the run WAITING meanwhile;
-model requests behind a fleet-wide limiter (one at a time, 8 a second) across two
+model requests behind a fleet-wide limiter (one at a time, 4 a second) across two
 workers."""
 
 from __future__ import annotations
@@ -108,11 +108,9 @@ def test_model_requests_behind_a_limiter_keep_its_rate_across_two_workers(
     assert [h.get(timeout=120) for h in handles] == [ANSWER] * 4
     assert sum(counts(rds, f"{key}-{n}")["model"] for n in range(4)) == 12
     assert int(rds.get(f"most-in-flight:{key}")) == 1
-    # At 8 a second with a bucket of 2 (a quarter second's), any n requests began at
-    # least (n - 2) / 8 s apart, first to last, whichever worker made them.
+    # At 4 a second with a bucket of 1, 12 requests take 11 / 4 = 2.75 s from the first
+    # start to the last, whichever worker made them (one at a time alone: about 1 s). The
+    # margin is for when a request starts after its token, on a loaded machine.
     starts = sorted(float(t) for t in rds.lrange(f"starts:{key}", 0, -1))
     assert len(starts) == 12
-    slack = 0.02  # the workers' clocks are one machine's; time.time() rounds
-    for i, first in enumerate(starts):
-        for j in range(i + 2, len(starts)):
-            assert starts[j] - first >= (j - i + 1 - 2) / 8 - slack, (i, j, starts)
+    assert starts[-1] - starts[0] >= 2.2, starts
