@@ -30,6 +30,7 @@ from sqlalchemy import (
     not_,
     or_,
     select,
+    text,
     true,
     update,
 )
@@ -379,6 +380,13 @@ class LimiterStatements(Builder):
             update(slots).where(held_by).values(run_id=None, idx=None, taken_at=None)
         )
         self.count_slot_rows = select(func.count()).where(of_key)
+        # A take that finds nothing can still hold a row's lock: one that looked free to
+        # it, taken by another since, fails its recheck and stays locked (Postgres keeps
+        # the lock). Held into lock_key_slots, it deadlocks against another taker's rows
+        # locked in order; a take made between these drops it when it finds nothing.
+        self.begin_take = text("SAVEPOINT limiter_take")
+        self.undo_take = text("ROLLBACK TO SAVEPOINT limiter_take")
+        self.end_take = text("RELEASE SAVEPOINT limiter_take")
         # Waits for every take of the key in flight: what a take reads after it is sure.
         self.lock_key_slots = self.dialect.for_update(
             select(slots.c.slot).where(of_key, slots.c.slot < concurrency).order_by(slots.c.slot)

@@ -236,12 +236,16 @@ class LimiterOps:
             if held is not None:
                 return SlotHeld(held.slot, bool(held.waited))
         take = sql.hand_slot if handing else sql.take_slot
+        # Before the wait for the key's rows (``lock_key_slots``), a take must leave no
+        # row locked that it didn't take (see ``begin_take``). A rate's takers wait for its
+        # bucket first, one at a time; a hand-off doesn't wait for the rows.
+        undo_misses = self.dialect.locks_rows and not handing and limit.rate is None
         start = values["p_from"]
         sure = False
         while True:
-            found = conn.execute(take, {**values, "p_from": start}).first()
+            found = self._take(conn, take, {**values, "p_from": start}, undo_misses)
             if found is None and start > 0:
-                found = conn.execute(take, {**values, "p_from": 0}).first()
+                found = self._take(conn, take, {**values, "p_from": 0}, undo_misses)
             if found is not None:
                 if not handing:
                     self._advance_cursor(limit, values["p_key"], found.slot)
@@ -266,6 +270,17 @@ class LimiterOps:
                     conn.execute(sql.lock_key_slots, values).all()
             if start is None:
                 return None
+
+    def _take(self, conn: Any, take: Any, values: dict[str, Any], undo_misses: bool) -> Any:
+        """One take's row (None: it found no free slot); with ``undo_misses``, a take that
+        found none is undone, releasing any row it locked without taking."""
+        if not undo_misses:
+            return conn.execute(take, values).first()
+        sql = self.sql.limiters
+        conn.execute(sql.begin_take)
+        found = conn.execute(take, values).first()
+        conn.execute(sql.end_take if found is not None else sql.undo_take)
+        return found
 
     def _took_slot(self, limit: Limit, key: str, start: int, slot: int) -> None:
         """A take got ``slot``: this process's next take looks first at the row after it.

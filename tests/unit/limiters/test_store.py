@@ -16,6 +16,7 @@ from celery_durable.limiters.store import WHOLE_RUN
 from celery_durable.store import Outcome, StepRecord, Store
 from tests.support.builders import claimed, new_run
 from tests.support.pgwire import messages_in, trace_text
+from tests.support.services import PG_URL
 from tests.support.threads import run_in_threads
 from tests.support.waiting import wait_until
 
@@ -309,3 +310,58 @@ def test_a_first_delivery_s_claim_takes_its_first_step_s_slot_unless_others_wait
     late = store.limiters.claim_run_taking_slot("late", "me", LEASE, 10, limit, "", 0)
     assert late is not None and not late.step_slot_taken and in_use(store, limit) == 0
     assert [run.id for run in store.limiters.hand_off(limit, grace=60)] == ["waiter"]
+
+
+def test_a_take_that_kept_a_row_it_did_not_take_lets_it_go_before_it_waits(pg_store):
+    """A take can find no slot yet keep a row's lock: a row that looked free to it, taken
+    by another meanwhile, fails its recheck and stays locked (Postgres). A starter that
+    then waited for the key's rows in order, with it, deadlocked with another starter
+    holding the rows below it and waiting for that one. The race can't be timed from a
+    test: a stand-in take locks the last row, takes nothing and holds on a while."""
+    limit = Limit("five", concurrency=5)
+    for n in range(5):
+        assert start(pg_store, limit, f"holder-{n}")
+    prefix = pg_store.tables.runs.name.removesuffix("runs")
+    stand_in = sa.text(
+        f"WITH kept AS MATERIALIZED (SELECT slot FROM {prefix}limiter_slots"
+        " WHERE namespace = 'ns' AND limiter = 'five' AND slot = 4 FOR UPDATE),"
+        " paused AS MATERIALIZED (SELECT kept.slot, pg_sleep(2) FROM kept)"
+        " SELECT slot, false AS waited, false AS queued FROM paused WHERE random() < 0"
+    )
+    racing = Store(PG_URL, prefix, "ns")  # the starter whose take kept the row
+    racing.limiters.sql.limiters.take_slot = stand_in
+    try:
+
+        def backends(like: str, waiting_on_lock: bool) -> int:
+            with pg_store.engine.connect() as conn:
+                return int(
+                    conn.execute(
+                        sa.text(
+                            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE :like"
+                            " AND state = 'active' AND (wait_event_type = 'Lock') = :lock"
+                        ),
+                        {"like": like, "lock": waiting_on_lock},
+                    ).scalar_one()
+                )
+
+        seen_waiting: list[bool] = []
+
+        def starter(n: int) -> None:
+            if n == 0:
+                assert not start(racing, limit, "racing")
+            elif n == 1:  # once the stand-in holds the row, the other starter comes
+                wait_until(lambda: backends("WITH kept AS%", False), 10, message="the stand-in")
+                assert not start(pg_store, limit, "other")
+            else:  # the interleaving happened: the other starter waited for the kept row
+                pattern = f"%{prefix}limiter_slots%FOR UPDATE"
+                wait_until(lambda: backends(pattern, True), 10, message="a wait for the row")
+                seen_waiting.append(True)
+
+        errors = run_in_threads(starter, 3)
+        assert not errors, errors  # no DeadlockDetected: both wait for a slot
+        assert seen_waiting == [True]
+        assert in_use(pg_store, limit) == 5
+        parked = {pg_store.get_run(r).wait_limiter for r in ("racing", "other")}
+        assert parked == {"five"}
+    finally:
+        racing.dispose()
