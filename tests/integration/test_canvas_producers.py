@@ -74,9 +74,12 @@ def test_beat_starts_one_run_per_firing(canvas_app, key, tmp_path):
     def all_done() -> list[Any]:
         with canvas.durable.runtime.store.engine.connect() as conn:
             rows = conn.execute(tick_runs).all()
-        return (
-            rows if len(rows) == fired_count and {r.status for r in rows} == {"SUCCEEDED"} else []
-        )
+        return rows if rows and {r.status for r in rows} == {"SUCCEEDED"} else []
 
-    wait_until(all_done, 60, message=f"{fired_count} tick runs")
-    assert int(canvas._redis.get(f"ticks:{key}")) == fired_count
+    # Beat logs "Sending due task" before it sends: the stop (SIGTERM) can cut the last
+    # firing short, which then started no run (one cut after its run's insert is published
+    # by the sweeper). Every other firing started exactly one run, and none two.
+    wait_until(lambda: len(all_done()) >= fired_count - 1, 60, message=f"{fired_count} runs")
+    rows = all_done()
+    assert fired_count - 1 <= len(rows) <= fired_count, (fired_count, rows)
+    assert int(canvas._redis.get(f"ticks:{key}")) == len(rows)
