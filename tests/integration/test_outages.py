@@ -189,15 +189,18 @@ def test_a_worker_with_a_wrong_database_url_logs_one_clear_error(start_worker):
     the worker reported "ready"."""
     port = closed_port()
     url = f"postgresql+psycopg://postgres:s3cret@127.0.0.1:{port}/test"
-    # A queue of its own: a message another test left would be delivered again and again
-    # (the database can't tell it is done), each time a line.
+    # A queue of its own, and a namespace (so a signal queue) of its own: a message another
+    # test left, or a wake-up another test's signal sends meanwhile, would be delivered
+    # again and again (the database can't tell it is done), each time a line.
     queue = unique("q-wrong-db-")
+    namespace = unique("ns-")
+    env = {"CELERY_DURABLE_DATABASE_URL": url, "CELERY_DURABLE_NAMESPACE": namespace}
     try:
-        worker = start_worker("wrong-db", env={"CELERY_DURABLE_DATABASE_URL": url}, queues=queue)
+        worker = start_worker("wrong-db", env=env, queues=queue)
         later = log_lines_over(worker, 5)
         worker.kill()  # before its queue goes: a consumer of a deleted queue logs it
     finally:
-        delete_queues(BROKER_URL, [queue])
+        delete_queues(BROKER_URL, [queue, f"celery_durable.signals.{namespace}"])
     assert len(later) <= 5, "\n".join(later)
     log = worker.log()
     assert "Traceback" not in log and "s3cret" not in log
